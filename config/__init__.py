@@ -1,0 +1,3 @@
+from config.settings import Settings, SettingsError, describe, load
+
+__all__ = ["Settings", "SettingsError", "describe", "load"]

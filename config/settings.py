@@ -1,0 +1,185 @@
+"""Every setting of the service, declared once: name, type, default, help.
+
+Values come from (lowest to highest precedence) the defaults below, an optional
+TOML file named by CONFIG_FILE, and the environment. The result is a frozen
+``Settings`` validated at start-up; ``describe()`` renders the table for --help.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import orjson
+
+from metering.pricing import PriceError, Prices
+
+
+class SettingsError(ValueError):
+    """A setting has a value the service cannot run with."""
+
+
+def _setting(default: Any, help: str, env: str | None = None) -> Any:
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata={"help": help, "env": env})
+    return field(default=default, metadata={"help": help, "env": env})
+
+
+def _default_plans() -> tuple:
+    # Defaults of the provider our users know (reference.md): never paid 1 call / 5 s, paid 20/s.
+    return (
+        {"name": "free", "min_paid_usd": 0, "qps": 0.2},
+        {"name": "paid", "min_paid_usd": 0.01, "qps": 20},
+        {"name": "pro", "min_paid_usd": 500, "qps": 50},
+        {"name": "scale", "min_paid_usd": 5000, "qps": 500},
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Service
+    host: str = _setting("0.0.0.0", "Address to listen on.", "GATEWAY_HOST")
+    port: int = _setting(8000, "Port to listen on.", "GATEWAY_PORT")
+    env: str = _setting("development", "development or production.", "GATEWAY_ENV")
+    data_dir: str = _setting("./var", "Folder for the embedded database and generated development secrets.", "DATA_DIR")
+    # Database
+    mongodb_uri: str = _setting("", "MongoDB URI. Empty: start the embedded SecantusDB under DATA_DIR/db.", "MONGODB_URI")
+    mongodb_db: str = _setting("social_gateway", "Database name.", "MONGODB_DB")
+    # Secrets
+    jwt_secret: str = _setting("", "HS256 key for session tokens. Required in production; generated in development.", "JWT_SECRET")
+    secrets_key: str = _setting("", "Key for API-key digests and at-rest encryption. Required in production; generated in development.", "SECRETS_KEY")
+    token_ttl_seconds: int = _setting(7 * 86400, "Session token lifetime in seconds.", "TOKEN_TTL_SECONDS")
+    password_scrypt_n: int = _setting(2**17, "scrypt cost N for new password hashes (OWASP: 2^17).", "PASSWORD_SCRYPT_N")
+    # Accounts
+    admin_emails: tuple = _setting((), "Comma-separated emails of admin accounts.", "ADMIN_EMAILS")
+    signup_credits: int = _setting(0, "Credits granted to a new account.", "SIGNUP_CREDITS")
+    plan_rules: tuple = _setting(_default_plans(), "JSON list of plan tiers {name, min_paid_usd, qps}.", "PLAN_RULES")
+    credits_per_usd: int = _setting(100_000, "Credits one US dollar buys.", "CREDITS_PER_USD")
+    max_body_bytes: int = _setting(64 * 1024, "Largest request body accepted (413 above).", "MAX_BODY_BYTES")
+    # Upstream
+    upstream_url: str = _setting("", "Base URL of the social-data provider. Empty: start the sandbox upstream in process.", "UPSTREAM_URL")
+    upstream_api_key: str = _setting("sandbox-upstream-key", "Credential sent upstream as X-API-Key.", "UPSTREAM_API_KEY")
+    upstream_path_prefix: str = _setting("/twitter", "Path prefix of the provider's endpoints.", "UPSTREAM_PATH_PREFIX")
+    upstream_connect_timeout: float = _setting(2.0, "Upstream connect timeout, seconds.", "UPSTREAM_CONNECT_TIMEOUT")
+    upstream_timeout: float = _setting(15.0, "Upstream request timeout, seconds (504 past it).", "UPSTREAM_TIMEOUT")
+    upstream_max_connections: int = _setting(64, "Keep-alive connections kept to the upstream.", "UPSTREAM_MAX_CONNECTIONS")
+    upstream_max_body_bytes: int = _setting(8 * 1024 * 1024, "Largest upstream body accepted (502 above).", "UPSTREAM_MAX_BODY_BYTES")
+    breaker_failures: int = _setting(20, "Consecutive upstream failures that open the circuit breaker.", "BREAKER_FAILURES")
+    breaker_reset_seconds: float = _setting(5.0, "Seconds an open breaker waits before a trial call.", "BREAKER_RESET_SECONDS")
+    twitter_alias: bool = _setting(True, "Also serve every data endpoint under /twitter/.", "TWITTER_ALIAS")
+    # Metering
+    price_rules: Mapping = _setting({}, "JSON object overriding price rules (see metering/pricing.py).", "PRICE_RULES")
+    flush_interval: float = _setting(0.1, "Seconds between usage flushes.", "FLUSH_INTERVAL")
+    flush_batch: int = _setting(500, "Usage records per flush batch.", "FLUSH_BATCH")
+    buffer_max: int = _setting(100_000, "Unflushed usage records past which data calls fail closed (503).", "BUFFER_MAX")
+    lease_seconds: float = _setting(10.0, "Seconds of an account's spend one credit lease covers.", "LEASE_SECONDS")
+    lease_timeout: float = _setting(30.0, "Seconds without heartbeat after which a process's leases are reclaimed.", "LEASE_TIMEOUT")
+    key_cache_size: int = _setting(200_000, "API keys kept in memory.", "KEY_CACHE_SIZE")
+    key_cache_ttl: float = _setting(300.0, "Seconds a cached key is trusted before it is re-read.", "KEY_CACHE_TTL")
+    negative_cache_ttl: float = _setting(5.0, "Seconds an unknown key is remembered as unknown.", "NEGATIVE_CACHE_TTL")
+    drain_seconds: float = _setting(10.0, "Seconds in-flight calls get to finish on shutdown.", "DRAIN_SECONDS")
+
+    @property
+    def production(self) -> bool:
+        return self.env == "production"
+
+    def safe_items(self) -> dict:
+        """Settings with secrets masked, for logs."""
+        items = dataclasses.asdict(self)
+        for name in ("jwt_secret", "secrets_key", "upstream_api_key"):
+            items[name] = "***" if items[name] else ""
+        return items
+
+
+def fields() -> tuple[dataclasses.Field, ...]:
+    return dataclasses.fields(Settings)
+
+
+def _convert(f: dataclasses.Field, raw: Any) -> Any:
+    kind = f.type
+    try:
+        if kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            value = str(raw).strip().lower()
+            if value not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(raw)
+            return value in ("1", "true", "yes", "on")
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "tuple":
+            if f.name == "admin_emails":
+                items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+                return tuple(e.strip().lower() for e in items if e.strip())
+            return tuple(orjson.loads(raw) if isinstance(raw, (str, bytes)) else raw)
+        if kind == "Mapping":
+            return dict(orjson.loads(raw) if isinstance(raw, (str, bytes)) else raw)
+        return str(raw)
+    except (ValueError, TypeError, orjson.JSONDecodeError) as exc:
+        raise SettingsError(f"{f.metadata['env']}: cannot read {raw!r} as {kind}") from exc
+
+
+def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Defaults < CONFIG_FILE (TOML, keys are setting names) < environment < overrides."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    config_file = environ.get("CONFIG_FILE")
+    if config_file:
+        with open(config_file, "rb") as fh:
+            values.update(tomllib.load(fh))
+    by_name = {f.name: f for f in fields()}
+    unknown = set(values) - set(by_name)
+    if unknown:
+        raise SettingsError(f"unknown settings in {config_file}: {', '.join(sorted(unknown))}")
+    for f in fields():
+        if f.metadata["env"] in environ:
+            values[f.name] = environ[f.metadata["env"]]
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    settings = Settings(**{name: _convert(by_name[name], raw) for name, raw in values.items()})
+    validate(settings)
+    return settings
+
+
+def validate(settings: Settings) -> None:
+    if settings.env not in ("development", "production"):
+        raise SettingsError("GATEWAY_ENV must be development or production")
+    try:
+        Prices(settings.price_rules)
+    except (PriceError, KeyError, TypeError, ValueError) as exc:
+        raise SettingsError(f"PRICE_RULES: {exc}") from None
+    if settings.production and not (settings.jwt_secret and settings.secrets_key):
+        raise SettingsError("JWT_SECRET and SECRETS_KEY are required in production")
+    for secret, name in ((settings.jwt_secret, "JWT_SECRET"), (settings.secrets_key, "SECRETS_KEY")):
+        if secret and len(secret) < 32:
+            raise SettingsError(f"{name} must be at least 32 characters")
+    if not 1 <= settings.port <= 65535 and settings.port != 0:
+        raise SettingsError("GATEWAY_PORT must be a TCP port")
+    if not settings.upstream_path_prefix.startswith("/"):
+        raise SettingsError("UPSTREAM_PATH_PREFIX must start with /")
+    plans = settings.plan_rules
+    if not plans or any(not {"name", "min_paid_usd", "qps"} <= set(p) for p in plans):
+        raise SettingsError("PLAN_RULES must be a non-empty list of {name, min_paid_usd, qps}")
+    if any(p["qps"] <= 0 for p in plans):
+        raise SettingsError("PLAN_RULES: qps must be positive")
+    for name in ("flush_interval", "lease_seconds", "lease_timeout", "upstream_timeout", "upstream_connect_timeout"):
+        if getattr(settings, name) <= 0:
+            raise SettingsError(f"{by_env(name)} must be positive")
+
+
+def by_env(name: str) -> str:
+    return next(f.metadata["env"] for f in fields() if f.name == name)
+
+
+def describe() -> str:
+    """The settings table printed by --help."""
+    rows = []
+    for f in fields():
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if isinstance(default, tuple) and default and isinstance(default[0], dict):
+            default = orjson.dumps(list(default)).decode()
+        rows.append(f"  {f.metadata['env']:<26} {f.metadata['help']} (default: {default!r})")
+    return "settings (environment variables; CONFIG_FILE may name a TOML file with the same names in lower case):\n" + "\n".join(rows)

@@ -1,0 +1,215 @@
+"""social-gateway: a metered gateway for social-platform data.
+
+Reads top to bottom: load settings -> start what the settings leave embedded
+(database, sandbox upstream) -> build one context -> make the app -> serve ->
+drain on shutdown. Tests build the app with the same functions.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import tornado.httpserver
+import tornado.web
+from pymongo import monitoring
+
+import config
+from config.context import Context
+from config.metrics import Metrics
+from handlers import account, auth, keys, social
+from handlers.base import NotFoundHandler
+from metering.limiter import RateLimiter
+from metering.pricing import Prices
+from security import passwords
+from security.apikeys import KeyVault
+from social.meter import Meter
+from social.upstream import Breaker, UpstreamClient
+from storage import db as database
+from storage.accounts import AccountStore
+from storage.embedded import EmbeddedMongo
+from storage.keys import KeyStore
+from storage.leases import LeaseStore
+from storage.usage import UsageStore
+
+log = logging.getLogger("gateway")
+
+
+# --- 1. settings ---------------------------------------------------------------------------------
+def with_dev_secrets(settings: config.Settings) -> config.Settings:
+    """Development only: generate JWT_SECRET and SECRETS_KEY once and keep them under DATA_DIR."""
+    if settings.jwt_secret and settings.secrets_key:
+        return settings
+    path = os.path.join(settings.data_dir, "secrets.json")
+    os.makedirs(settings.data_dir, exist_ok=True)
+    if os.path.exists(path):
+        with open(path) as fh:
+            stored = json.load(fh)
+    else:
+        stored = {"jwt_secret": secrets.token_urlsafe(48), "secrets_key": secrets.token_urlsafe(48)}
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(stored, fh)
+    return dataclasses.replace(settings, jwt_secret=settings.jwt_secret or stored["jwt_secret"],
+                               secrets_key=settings.secrets_key or stored["secrets_key"])
+
+
+# --- 2. the context ------------------------------------------------------------------------------
+class RoundTrips(monitoring.CommandListener):
+    """Counts database round trips, for /metrics and the benchmark's round-trips-per-call figure."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def started(self, event) -> None:
+        self.metrics.db_round_trips += 1
+
+    def succeeded(self, event) -> None:
+        pass
+
+    def failed(self, event) -> None:
+        pass
+
+
+async def build_context(settings: config.Settings, mongodb_uri: str, upstream_url: str) -> Context:
+    metrics = Metrics()
+    client = database.connect(mongodb_uri, event_listeners=[RoundTrips(metrics)])
+    db = client[settings.mongodb_db]
+    await database.ensure_indexes(db)
+    accounts, keys_, usage = AccountStore(db), KeyStore(db), UsageStore(db)
+    node = f"{socket.gethostname()}:{settings.port}"
+    leases = LeaseStore(db, usage, process_id=uuid.uuid4().hex, node=node)
+    vault = KeyVault(settings.secrets_key)
+    meter = Meter(settings, accounts, keys_, usage, leases, vault, metrics)
+    await meter.start()
+    upstream = UpstreamClient(
+        upstream_url, settings.upstream_api_key, settings.upstream_path_prefix, settings.upstream_connect_timeout,
+        settings.upstream_timeout, settings.upstream_max_connections, settings.upstream_max_body_bytes,
+        Breaker(settings.breaker_failures, settings.breaker_reset_seconds))
+    executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hash")
+    decoy = await asyncio.get_running_loop().run_in_executor(executor, passwords.decoy_hash, settings.password_scrypt_n)
+    return Context(settings=settings, client=client, accounts=accounts, keys=keys_, usage=usage, vault=vault,
+                   key_cache=meter.key_cache, account_cache=meter.account_cache, limiter=RateLimiter(),
+                   prices=Prices(settings.price_rules), meter=meter, upstream=upstream, metrics=metrics,
+                   executor=executor, decoy_hash=decoy)
+
+
+# --- 3. the application --------------------------------------------------------------------------
+def make_app(ctx: Context) -> tornado.web.Application:
+    routes = auth.routes + keys.routes + account.routes + social.routes
+    if ctx.settings.twitter_alias:
+        routes += social.alias_routes
+    bound = [(route[0], route[1], {"ctx": ctx, **(route[2] if len(route) > 2 else {})}) for route in routes]
+    return tornado.web.Application(
+        bound,
+        default_handler_class=NotFoundHandler, default_handler_args={"ctx": ctx},
+        compress_response=False, xheaders=False,
+    )
+
+
+def start_background(ctx: Context) -> list[asyncio.Task]:
+    return [asyncio.create_task(ctx.meter.run_flusher(), name="flusher"),
+            asyncio.create_task(ctx.meter.run_maintenance(), name="leases")]
+
+
+async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
+    """Waits for calls in flight, then persists every usage record and returns every lease."""
+    deadline = asyncio.get_running_loop().time() + ctx.settings.drain_seconds
+    while ctx.meter.ledger.in_flight() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    for task in tasks:
+        task.cancel()
+    for attempt in range(50):
+        try:
+            await ctx.meter.close()
+            break
+        except Exception as exc:
+            log.error("final flush failed (%s), %d usage records pending; retrying", type(exc).__name__,
+                      len(ctx.meter.buffer))
+            await asyncio.sleep(0.2)
+    ctx.upstream.close()
+    ctx.executor.shutdown(wait=False)
+    await ctx.client.close()
+
+
+# --- 4. serve --------------------------------------------------------------------------------------
+async def serve(settings: config.Settings) -> None:
+    embedded = sandbox_server = None
+    mongodb_uri, upstream_url = settings.mongodb_uri, settings.upstream_url
+    if not mongodb_uri:
+        embedded = EmbeddedMongo(os.path.join(settings.data_dir, "db")).start()
+        mongodb_uri = embedded.uri
+    if not upstream_url:
+        import sandbox
+        sandbox_server = sandbox.start("127.0.0.1", 0, settings.upstream_api_key, settings.upstream_path_prefix)
+        upstream_url = sandbox_server.url
+        log.info("UPSTREAM_URL is unset: serving the sandbox upstream in process at %s", upstream_url)
+    ctx = await build_context(settings, mongodb_uri, upstream_url)
+    server = tornado.httpserver.HTTPServer(make_app(ctx), max_body_size=settings.max_body_bytes,
+                                           idle_connection_timeout=75, body_timeout=30)
+    server.listen(settings.port, settings.host, reuse_port=True)
+    tasks = start_background(ctx)
+    database_label = f"embedded SecantusDB at {mongodb_uri} (data in {os.path.join(settings.data_dir, 'db')})" \
+        if embedded else "MongoDB from MONGODB_URI"
+    print(f"social-gateway listening on http://{settings.host}:{settings.port}\n"
+          f"  environment: {settings.env}\n  database:    {database_label}\n"
+          f"  upstream:    {'sandbox (in process) at ' + upstream_url if sandbox_server else settings.upstream_url}",
+          flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down: no new connections, draining calls in flight")
+    server.stop()
+    await shutdown(ctx, tasks)
+    await server.close_all_connections()
+    if sandbox_server:
+        sandbox_server.stop()
+    if embedded:
+        embedded.stop()
+    log.info("stopped cleanly")
+
+
+# --- command line ------------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="social-gateway", description=__doc__.splitlines()[0],
+                                  epilog=config.describe(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = top.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("serve", help="run the gateway", epilog=config.describe(),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--host", help="address to listen on (GATEWAY_HOST)")
+    run.add_argument("--port", type=int, help="port to listen on (GATEWAY_PORT, default 8000)")
+    sim = commands.add_parser("simulate-upstream", help="run the sandbox upstream provider", add_help=False)
+    sim.add_argument("args", nargs=argparse.REMAINDER)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "simulate-upstream":
+        import sandbox
+        return sandbox.main(args.args) or 0
+    try:
+        settings = config.load(host=args.host, port=args.port)
+    except (config.SettingsError, OSError) as exc:
+        print(f"social-gateway: {exc}", file=sys.stderr)
+        return 2
+    if not settings.production:
+        settings = with_dev_secrets(settings)
+    asyncio.run(serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Accounts and sessions: register, login, me, attribution."""
+import asyncio
+import re
+
+from handlers.base import ApiError, BaseHandler
+from handlers.validation import Field, ValidationError, error, length, no_operators, validate_body
+from security import passwords, tokens
+from storage.accounts import DuplicateEmail
+
+_EMAIL = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
+
+
+def _email(value: str, loc: list) -> None:
+    if len(value) > 254 or not _EMAIL.match(value):
+        raise ValidationError([error(loc, "value is not a valid email address", "value_error")])
+
+
+def _password(value: str, loc: list) -> None:
+    length(8, 128)(value, loc)
+    # Length is what makes a password strong (NIST 800-63B); one character class only is still refused.
+    if len(set(value)) < 4:
+        raise ValidationError([error(loc, "Password is too weak: use at least 4 different characters", "value_error")])
+
+
+CREDENTIALS = [Field("email", str, check=_email), Field("password", str, check=_password)]
+LOGIN = [Field("email", str, check=length(1, 254)), Field("password", str, check=length(1, 128))]
+ATTRIBUTION = [Field("first_touch", dict, required=False, check=no_operators),
+               Field("anonymous_id", str, required=False, check=length(1, 128))]
+
+
+class AuthHandler(BaseHandler):
+    async def hash(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.ctx.executor, fn, *args)
+
+    def session(self, account_id: str) -> None:
+        s = self.ctx.settings
+        token = tokens.issue(s.jwt_secret, account_id, s.token_ttl_seconds)
+        self.send_json({"token": token, "token_type": "bearer", "account_id": account_id, "expires_in": s.token_ttl_seconds})
+
+
+class RegisterHandler(AuthHandler):
+    """Creates an account and returns a session token."""
+
+    async def post(self) -> None:
+        body = validate_body(self.json_body(), CREDENTIALS)
+        email = body["email"].strip().lower()
+        digest = await self.hash(passwords.hash_password, body["password"], self.ctx.settings.password_scrypt_n)
+        try:
+            account = await self.ctx.accounts.create(email, digest, self.ctx.settings.signup_credits)
+        except DuplicateEmail:
+            raise ApiError(409, "An account with this email already exists") from None
+        self.account_id = account["_id"]
+        self.session(account["_id"])
+
+
+class LoginHandler(AuthHandler):
+    """Returns a session token for valid credentials; one answer for every kind of failure."""
+
+    async def post(self) -> None:
+        body = validate_body(self.json_body(), LOGIN)
+        account = await self.ctx.accounts.by_email(body["email"].strip().lower())
+        stored = account["password_hash"] if account else self.ctx.decoy_hash
+        ok = await self.hash(passwords.verify_password, body["password"], stored)
+        if not (ok and account):
+            raise ApiError(401, "Incorrect email or password")
+        self.account_id = account["_id"]
+        self.session(account["_id"])
+
+
+class MeHandler(BaseHandler):
+    """The account behind the session token."""
+
+    async def get(self) -> None:
+        account = await self.current_account()
+        self.send_json({"account_id": account["_id"], "email": account["email"], "is_admin": self.is_admin(account),
+                        "created_at": account["created_at"]})
+
+
+class AttributionHandler(BaseHandler):
+    """Stores first-touch data set-once and links earlier anonymous events; best effort."""
+
+    async def post(self) -> None:
+        account_id = self.bearer_account()
+        data = self.json_body()
+        try:
+            body = validate_body(data, ATTRIBUTION)
+            await self.ctx.accounts.set_attribution(account_id, body.get("first_touch"), body.get("anonymous_id"))
+            stored = True
+        except Exception:  # best effort by contract: never fails the caller once authenticated
+            stored = False
+        self.send_json({"ok": True, "stored": stored})
+
+
+routes = [
+    (r"/auth/register", RegisterHandler),
+    (r"/auth/login", LoginHandler),
+    (r"/auth/me", MeHandler),
+    (r"/auth/attribution", AttributionHandler),
+]

@@ -1,0 +1,142 @@
+"""The base handler: context, request id, JSON bodies and the single JSON error shape.
+
+Client-facing messages come only from HTTPError(reason=...) or ValidationError;
+exception text goes to the log, never to the client.
+"""
+import logging
+import time
+import uuid
+from typing import Any
+
+import orjson
+import tornado.web
+
+from config.context import Context
+from handlers.validation import ValidationError, error
+from security import tokens
+
+log = logging.getLogger("gateway.access")
+
+_REASONS = {400: "Bad request", 401: "Not authenticated", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
+            409: "Conflict", 413: "Request body too large", 422: "Invalid input", 500: "Internal server error",
+            501: "Not implemented", 502: "Bad gateway", 503: "Service unavailable", 504: "Gateway timeout"}
+
+
+class ApiError(tornado.web.HTTPError):
+    """An error whose `message` is safe to show to the client."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(status, reason=_REASONS.get(status))
+        self.message = message
+        self.extra_headers = headers or {}
+
+
+class BaseHandler(tornado.web.RequestHandler):
+    ctx: Context
+
+    def initialize(self, ctx: Context, **kwargs: Any) -> None:
+        self.ctx = ctx
+        self.started = time.perf_counter()
+        self.account_id: str | None = None
+        self.log_fields: dict = {}
+        incoming = self.request.headers.get("X-Request-ID", "")
+        # Accept a caller's id only if it is short and plain, so logs cannot be forged through it.
+        ok = 0 < len(incoming) <= 64 and incoming.replace("-", "").replace("_", "").isalnum()
+        self.request_id = incoming if ok else uuid.uuid4().hex
+        self.set_header("X-Request-ID", self.request_id)
+
+    def set_default_headers(self) -> None:
+        # Also runs when an error clears the headers, so the request id survives into error answers.
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Content-Type-Options", "nosniff")
+        if hasattr(self, "request_id"):
+            self.set_header("X-Request-ID", self.request_id)
+
+    def send_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(orjson.dumps(data, option=orjson.OPT_NAIVE_UTC))
+
+    def error_body(self, status: int, message: str) -> dict:
+        """Portal errors: {"detail": message}; the data plane overrides this."""
+        return {"detail": message}
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        self.clear_header("Retry-After")
+        if isinstance(exc, ValidationError):
+            self.set_status(422)
+            body = {"detail": exc.errors}
+        else:
+            if isinstance(exc, ApiError):
+                message = exc.message
+                for name, value in exc.extra_headers.items():
+                    self.set_header(name, value)
+            else:
+                message = _REASONS.get(status_code, self._reason)
+            body = self.error_body(status_code, message)
+        self.finish(orjson.dumps(body))
+
+    def log_exception(self, typ, value, tb) -> None:
+        if isinstance(value, (ValidationError, tornado.web.HTTPError)):
+            return
+        log.error("unhandled error in %s %s (request %s)", self.request.method, self.request.path,
+                  getattr(self, "request_id", "-"), exc_info=(typ, value, tb))
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        # ValidationError is a client error: answer 422 rather than 500.
+        if isinstance(e, ValidationError):
+            if not self._finished:
+                self.send_error(422, exc_info=(type(e), e, e.__traceback__))
+            return
+        super()._handle_request_exception(e)
+
+    # --- bodies ---------------------------------------------------------------------------
+    def json_body(self) -> Any:
+        body = self.request.body
+        if len(body) > self.ctx.settings.max_body_bytes:
+            raise ApiError(413, f"Request body is larger than {self.ctx.settings.max_body_bytes} bytes")
+        if not body.strip():
+            raise ValidationError([error(["body"], "Field required", "missing")])
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise ValidationError([error(["body"], "JSON decode error", "json_invalid")]) from None
+
+    # --- session authentication -------------------------------------------------------------
+    def bearer_account(self) -> str:
+        """The account id of a valid session token, else 401."""
+        header = self.request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(401, "Not authenticated", {"WWW-Authenticate": "Bearer"})
+        account_id = tokens.account_of(self.ctx.settings.jwt_secret, token.strip())
+        if account_id is None:
+            raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
+        self.account_id = account_id
+        return account_id
+
+    async def current_account(self) -> dict:
+        account = await self.ctx.accounts.get(self.bearer_account())
+        if account is None:
+            raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
+        return account
+
+    def is_admin(self, account: dict) -> bool:
+        return bool(account.get("is_admin")) or account["email"] in self.ctx.settings.admin_emails
+
+    def on_finish(self) -> None:
+        status = self.get_status()
+        route = self.log_fields.get("route") or (self.request.path if status != 404 else "(unmatched)")
+        self.ctx.metrics.requests[(route, status)] += 1
+        log.info("%s", orjson.dumps({
+            "request_id": getattr(self, "request_id", None), "method": self.request.method, "route": route,
+            "status": status, "ms": round((time.perf_counter() - self.started) * 1000, 2),
+            "account": self.account_id, **self.log_fields}).decode())
+
+
+class NotFoundHandler(BaseHandler):
+    """Unknown paths: JSON 404."""
+
+    def prepare(self) -> None:
+        raise ApiError(404, "Not found")

@@ -1,0 +1,86 @@
+"""API keys: list, create (secret shown once), reveal to the owner, revoke, development top-up."""
+from handlers.base import ApiError, BaseHandler
+from handlers.validation import Field, check_range, length, parse_int, validate_body
+from security.apikeys import KeyVault
+
+KEY_CREATE = [Field("name", str, required=False, check=length(1, 100))]
+TOP_UP = [Field("credits", int, check=lambda v, loc: check_range(v, loc, 1, 10**12))]
+
+
+class KeysBase(BaseHandler):
+    async def owned_key(self, key_id: str) -> dict:
+        """The caller's key; another account's key or a missing one is 404 (no existence oracle)."""
+        account_id = self.bearer_account()
+        key = await self.ctx.keys.get(account_id, parse_int(key_id, ["path", "key_id"], 1))
+        if key is None:
+            raise ApiError(404, "Key not found")
+        return key
+
+    async def qps_of(self, account_id: str) -> float:
+        view = await self.ctx.meter.account_view(account_id)
+        return view.plan.qps
+
+
+def _row(key: dict, qps: float) -> dict:
+    return {"key_id": key["key_id"], "name": key["name"], "prefix": key["prefix"], "qps_limit": qps,
+            "revoked": key["revoked"], "created_at": key["created_at"], "last_used_at": key.get("last_used_at")}
+
+
+class KeysHandler(KeysBase):
+    """Lists the account's keys (never secrets) and issues new ones."""
+
+    async def get(self) -> None:
+        account_id = self.bearer_account()
+        qps = await self.qps_of(account_id)
+        self.send_json([_row(k, qps) for k in await self.ctx.keys.list(account_id)])
+
+    async def post(self) -> None:
+        account_id = self.bearer_account()
+        body = validate_body(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
+        vault = self.ctx.vault
+        secret = KeyVault.generate()
+        key = await self.ctx.keys.create(account_id, body.get("name", "default"), vault.digest(secret),
+                                         KeyVault.display_prefix(secret), lambda key_id: vault.encrypt(secret, key_id))
+        self.log_fields["key_id"] = key["key_id"]
+        self.send_json({**_row(key, await self.qps_of(account_id)), "key": secret}, status=201)
+
+
+class RevealHandler(KeysBase):
+    """Returns the full key string to its owner."""
+
+    async def get(self, key_id: str) -> None:
+        key = await self.owned_key(key_id)
+        self.send_json({"key_id": key["key_id"], "key": self.ctx.vault.decrypt(key["sealed"], key["key_id"])})
+
+
+class RevokeHandler(KeysBase):
+    """Revokes the key permanently; idempotent; effective before the answer is sent."""
+
+    async def post(self, key_id: str) -> None:
+        key = await self.owned_key(key_id)
+        row = await self.ctx.keys.revoke(key["account_id"], key["key_id"])
+        self.ctx.meter.key_revoked(key["digest"])
+        self.send_json(_row(row, await self.qps_of(key["account_id"])))
+
+
+class TopUpHandler(KeysBase):
+    """Adds credits to the key's account; development only."""
+
+    async def post(self, key_id: str) -> None:
+        if self.ctx.settings.production:
+            self.bearer_account()
+            raise ApiError(403, "Direct top-ups are disabled in production; buy credits with a crypto payment")
+        key = await self.owned_key(key_id)
+        body = validate_body(self.json_body(), TOP_UP)
+        view = await self.ctx.meter.add_credits(key["account_id"], body["credits"], topup_credits=body["credits"])
+        self.send_json({"account_id": key["account_id"], "credits_added": body["credits"],
+                        "credits": await self.ctx.meter.balance(key["account_id"]), "plan": view.plan.name,
+                        "qps_limit": view.plan.qps})
+
+
+routes = [
+    (r"/keys", KeysHandler),
+    (r"/keys/([^/]+)/reveal", RevealHandler),
+    (r"/keys/([^/]+)/revoke", RevokeHandler),
+    (r"/keys/([^/]+)/topup", TopUpHandler),
+]

@@ -1,0 +1,161 @@
+"""The 24 data endpoints: one handler driven by the endpoint table.
+
+Order of checks: key (401) -> rate limit (429) -> input (422) -> unavailable (501)
+-> usage buffer bound (503) -> credits (402) -> upstream. Nothing is charged
+unless the upstream answered with data.
+"""
+import time
+
+import orjson
+
+from handlers.base import ApiError, BaseHandler
+from handlers.validation import ValidationError, error, missing, parse_bool, parse_int
+from metering.ledger import Reservation
+from social.endpoints import ENDPOINTS, Endpoint, count_items, page_size
+from social.meter import KeyEntry, LeasesExpired
+from social.upstream import UpstreamError
+
+
+def parse_args(endpoint: Endpoint, arguments: dict[str, list[bytes]]) -> dict:
+    """Validates the parameters the table names; others are passed upstream untouched."""
+    args, errors = {}, []
+    for param in endpoint.params:
+        loc = ["query", param.name]
+        raw = arguments.get(param.name)
+        if not raw or not raw[-1].strip():
+            if param.required:
+                errors.append(missing(loc))
+            continue
+        try:
+            value = raw[-1].decode("utf-8")
+        except UnicodeDecodeError:
+            errors.append(error(loc, "Input should be a valid string", "string_unicode"))
+            continue
+        try:
+            if param.kind == "int":
+                args[param.name] = parse_int(value, loc, param.minimum, param.maximum)
+            elif param.kind == "bool":
+                args[param.name] = parse_bool(value, loc)
+            elif param.kind == "ids":
+                args[param.name] = _ids(value, loc, param.maximum)
+            else:
+                if len(value) > 1000:
+                    raise ValidationError([error(loc, "String should have at most 1000 characters", "string_too_long")])
+                args[param.name] = value
+        except ValidationError as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise ValidationError(errors)
+    return args
+
+
+def _ids(value: str, loc: list, maximum: int) -> list[str]:
+    ids = [part.strip() for part in value.split(",")]
+    if any(not i.isdigit() or len(i) > 20 for i in ids):
+        raise ValidationError([error(loc, "Input should be a comma-separated list of numeric ids", "value_error")])
+    if len(ids) > maximum:
+        raise ValidationError([error(loc, f"List should have at most {maximum} items", "too_long")])
+    return ids
+
+
+class DataHandler(BaseHandler):
+    """A data endpoint: authenticate, limit, validate, reserve, forward, settle, record."""
+
+    def initialize(self, ctx, endpoint: Endpoint) -> None:
+        super().initialize(ctx)
+        self.endpoint = endpoint
+        self.log_fields["route"] = "/social" + endpoint.path
+
+    def error_body(self, status: int, message: str) -> dict:
+        return {"status": "error", "msg": message}
+
+    async def get(self) -> None:
+        ctx, endpoint = self.ctx, self.endpoint
+        key = await self.authenticate()
+        view = await ctx.meter.account_view(key.account_id)
+        self.rate_limit(key, view.plan.qps)
+        args = parse_args(endpoint, self.request.query_arguments)
+        route = self.log_fields["route"]
+        if not endpoint.available:
+            ctx.meter.record(key, route, 501, 0, self.request_id)
+            raise ApiError(501, "This endpoint is announced but not available yet; it is never charged")
+        if ctx.meter.buffer.full:
+            raise ApiError(503, "Usage cannot be recorded right now; retry shortly", {"Retry-After": "1"})
+        size = page_size(endpoint, args)
+        most = ctx.prices.cost(endpoint.price, size, size)
+        least = ctx.prices.cost(endpoint.price, 0, size)
+        try:
+            reservation = await ctx.meter.reserve(key.account_id, most, least)
+        except LeasesExpired:
+            raise ApiError(503, "Credits cannot be checked right now; retry shortly", {"Retry-After": "1"}) from None
+        if reservation is None:
+            raise ApiError(402, f"Insufficient credits: this call needs at least {least} credits; top up your account")
+        await self.forward(key, reservation, size)
+
+    async def authenticate(self) -> KeyEntry:
+        secret = self.request.headers.get("X-API-Key", "").strip()
+        if not secret:
+            raise ApiError(401, "Missing API key: send it in the X-API-Key header")
+        key = await self.ctx.meter.authenticate(secret)
+        if key is None:
+            raise ApiError(401, "Invalid API key")
+        if key.revoked:
+            raise ApiError(401, "This API key has been revoked")
+        self.account_id = key.account_id
+        self.log_fields["key_id"] = key.key_id
+        return key
+
+    def rate_limit(self, key: KeyEntry, qps: float) -> None:
+        decision = self.ctx.limiter.take(key.key_id, qps, time.monotonic())
+        self.set_header("X-RateLimit-Limit", decision.limit)
+        self.set_header("X-RateLimit-Remaining", decision.remaining)
+        self.set_header("X-RateLimit-Reset", decision.reset)
+        if not decision.allowed:
+            raise ApiError(429, f"Rate limit exceeded: {qps:g} requests per second for this key",
+                           {"Retry-After": str(decision.retry_after)})
+
+    async def forward(self, key: KeyEntry, reservation: Reservation, size: int) -> None:
+        ctx, endpoint, route = self.ctx, self.endpoint, self.log_fields["route"]
+        meter = ctx.meter
+        try:
+            upstream = await ctx.upstream.get(endpoint.path, self.request.query)
+        except UpstreamError as exc:
+            meter.release(reservation)
+            status, message = {"timeout": (504, "The data provider did not answer in time; you were not charged"),
+                               "unavailable": (503, "The data provider is failing; retry shortly; you were not charged"),
+                               }.get(exc.kind, (502, "The data provider failed; you were not charged"))
+            meter.record(key, route, status, 0, self.request_id)
+            ctx.metrics.upstream_errors += 1
+            raise ApiError(status, message, {"Retry-After": "1"} if status == 503 else None) from None
+        except BaseException:
+            meter.release(reservation)
+            raise
+        charged, status, body = 0, upstream.status, None
+        if 200 <= status < 300:
+            try:
+                body = orjson.loads(upstream.body)
+            except orjson.JSONDecodeError:
+                body = None
+            if not isinstance(body, dict):
+                status = 502  # untrusted upstream: a 2xx that is not a JSON object is a failure
+        if status in (401, 403) or status >= 500:
+            # Upstream auth failures are ours, not the client's: never pass them off as a bad client key.
+            meter.release(reservation)
+            meter.record(key, route, 502, 0, self.request_id)
+            ctx.metrics.upstream_errors += 1
+            raise ApiError(502, "The data provider failed; you were not charged")
+        if body is not None and body.get("status") != "error":
+            items = count_items(endpoint, body)
+            charged = meter.settle(reservation, ctx.prices.cost(endpoint.price, items, size))
+        else:
+            meter.release(reservation)  # upstream 4xx or an error body: passed through, not charged
+        meter.record(key, route, status, charged, self.request_id)
+        self.log_fields["credits"] = charged
+        self.set_header("X-Credits-Charged", charged)
+        self.set_status(status)
+        self.finish(upstream.body)
+
+
+routes = [("/social" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS]
+# The provider's own paths, so existing clients only change their base URL.
+alias_routes = [("/twitter" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS]

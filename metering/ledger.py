@@ -1,0 +1,113 @@
+"""In-process credit ledger over leases.
+
+An account's balance lives in MongoDB. A process never spends it directly: it
+takes a *lease* (credits moved atomically out of the balance into a lease held
+by this process), then reserves from the lease before each upstream call and
+settles the real charge afterwards. The sum of leases never exceeds the
+balance, so no number of processes can overspend an account, and no await
+sits between the check and the reservation.
+
+Charges are persisted as usage records tagged with the lease (the process id); closing a
+lease gives back `leased - spent`. A lease whose process died is reclaimed by
+summing that lease's persisted usage records (storage/leases.py).
+"""
+from dataclasses import dataclass
+
+
+@dataclass
+class Purse:
+    """What this process holds for one account; `leased` mirrors the lease amount in the database."""
+    leased: int = 0          # credits moved from the account balance into this process's lease
+    spent: int = 0           # settled charges against the lease (flushed or still buffered)
+    reserved: int = 0        # held by calls in flight
+    rate: float = 0.0        # smoothed spend, credits per second, to size the next lease
+    last_used: float = 0.0
+    empty_until: float = 0.0  # the database had nothing more to lease; do not ask again before this
+
+    @property
+    def available(self) -> int:
+        return self.leased - self.spent - self.reserved
+
+
+@dataclass(frozen=True)
+class Reservation:
+    account_id: str
+    amount: int
+
+
+class Ledger:
+    def __init__(self, lease_seconds: float):
+        self.lease_seconds = lease_seconds
+        self.purses: dict[str, Purse] = {}
+        # Leases may be used until then: a process that cannot prove it is alive (heartbeat)
+        # stops spending before others may reclaim its leases.
+        self.valid_until = float("inf")
+
+    def usable(self, now: float) -> bool:
+        return now < self.valid_until
+
+    def reserve(self, account_id: str, most: int, least: int, now: float) -> Reservation | None:
+        """Holds `most` credits, or everything left if that is at least `least`; None if less is left."""
+        purse = self.purses.get(account_id)
+        if purse is None or purse.available < least or not self.usable(now):
+            return None
+        amount = min(most, purse.available)
+        purse.reserved += amount
+        purse.last_used = now
+        return Reservation(account_id, amount)
+
+    def settle(self, reservation: Reservation, cost: int, now: float) -> int:
+        """Charges min(cost, reserved) and releases the rest; returns the charge."""
+        purse = self.purses[reservation.account_id]
+        charged = min(cost, reservation.amount)
+        purse.reserved -= reservation.amount
+        purse.spent += charged
+        elapsed = max(now - purse.last_used, 0.001)
+        # Exponential smoothing over roughly the lease window.
+        weight = min(1.0, elapsed / self.lease_seconds)
+        purse.rate = purse.rate * (1 - weight) + (charged / elapsed) * weight
+        purse.last_used = now
+        return charged
+
+    def release(self, reservation: Reservation) -> None:
+        self.purses[reservation.account_id].reserved -= reservation.amount
+
+    def lease_request(self, account_id: str, most: int) -> int:
+        """How many credits to ask the database for so that calls can go on for a lease window."""
+        purse = self.purses.get(account_id)
+        rate = purse.rate if purse else 0.0
+        return max(most * 20, int(rate * self.lease_seconds))
+
+    def is_known_empty(self, account_id: str, now: float) -> bool:
+        purse = self.purses.get(account_id)
+        return purse is not None and purse.empty_until > now
+
+    def lease_is(self, account_id: str, leased: int, now: float) -> None:
+        """Records the lease amount the database now holds for this process."""
+        purse = self.purses.setdefault(account_id, Purse(last_used=now))
+        purse.leased = leased
+        purse.empty_until = 0.0
+
+    def mark_empty(self, account_id: str, now: float, empty_for: float = 1.0) -> None:
+        """The balance had nothing more to lease: answer 402 without asking again for a moment."""
+        purse = self.purses.setdefault(account_id, Purse(last_used=now))
+        purse.empty_until = now + empty_for
+
+    def forget_empty(self, account_id: str) -> None:
+        """The balance grew (a top-up): the next shortfall asks the database again."""
+        purse = self.purses.get(account_id)
+        if purse is not None:
+            purse.empty_until = 0.0
+
+    def held(self, account_id: str) -> int:
+        """Credits this process still holds for the account, counting in-flight calls as unspent."""
+        purse = self.purses.get(account_id)
+        return purse.leased - purse.spent if purse else 0
+
+    def surplus(self, now: float, idle_seconds: float) -> dict[str, int]:
+        """Unreserved credits of accounts idle for a while, to give back to their balance."""
+        return {a: p.available for a, p in self.purses.items()
+                if p.available > 0 and now - p.last_used > idle_seconds}
+
+    def in_flight(self) -> int:
+        return sum(p.reserved for p in self.purses.values())

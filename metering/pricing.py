@@ -1,0 +1,49 @@
+"""Price rules: credits per call from the items returned and the page size asked for.
+
+A rule is one of
+  {"each": P}                 P credits per item returned,
+  {"call": P}                 P credits per call,
+  {"tiers": [[FROM, P], ...]} P per item, P chosen by the page size asked for (first FROM <= size),
+optionally with its own "minimum". Every successful call costs at least the global minimum.
+Defaults are the prices of the provider our users know (reference.md).
+"""
+import math
+
+DEFAULT_RULES = {
+    "minimum": 15,
+    "tweets": {"each": 15},
+    "profiles": {"each": 18},
+    "batch_profiles": {"tiers": [[100, 1], [0, 10]]},
+    "follows": {"tiers": [[200, 1], [100, 2], [0, 3]]},
+    "follower_ids": {"tiers": [[4000, 0.45], [200, 1], [0, 2]], "minimum": 100},
+    "verified_followers": {"each": 3},
+    "panel": {"call": 30},
+    "call": {"call": 15},
+}
+
+
+class PriceError(ValueError):
+    pass
+
+
+class Prices:
+    def __init__(self, overrides: dict | None = None):
+        rules = {**DEFAULT_RULES, **(overrides or {})}
+        self.minimum = int(rules.pop("minimum"))
+        self.rules = rules
+        for name, rule in rules.items():
+            if not isinstance(rule, dict) or len({"each", "call", "tiers"} & set(rule)) != 1:
+                raise PriceError(f"price rule {name!r} needs exactly one of each, call, tiers")
+
+    def cost(self, rule_name: str, items: int, size: int) -> int:
+        """Credits for a successful call that returned `items` for a page size of `size`."""
+        rule = self.rules[rule_name]
+        minimum = max(self.minimum, int(rule.get("minimum", 0)))
+        if "call" in rule:
+            return max(minimum, math.ceil(rule["call"]))
+        if "each" in rule:
+            each = rule["each"]
+        else:
+            each = next(price for start, price in rule["tiers"] if size >= start)
+        # round() first: 0.45 * 4000 must be 1800, not 1800.0000000000002 -> 1801.
+        return max(minimum, math.ceil(round(each * items, 6)))

@@ -1,0 +1,1 @@
+"""Passwords, session tokens and API-key secrets: the service's cryptography in one place."""

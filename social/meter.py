@@ -1,0 +1,236 @@
+"""The metering service: the pure ledger, limiter inputs and usage buffer wired to their stores.
+
+Decisions (may this call go ahead, what does it cost) are made by metering/*
+without I/O; this module only feeds them and persists what they decide:
+key and account views from caches, lease refills, batched usage flushes,
+heartbeats and lease reclaims.
+"""
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+
+from config.metrics import Metrics
+from config.settings import Settings
+from metering.ledger import Ledger, Reservation
+from metering.plans import Plan, plan_for
+from metering.usage import UsageBuffer
+from security.apikeys import KeyVault
+from storage.accounts import AccountStore
+from storage.cache import LoadingCache
+from storage.keys import KeyStore
+from storage.leases import LeaseStore
+from storage.usage import UsageStore
+
+log = logging.getLogger("gateway.meter")
+
+
+@dataclass(frozen=True)
+class KeyEntry:
+    key_id: int
+    account_id: str
+    revoked: bool
+
+
+@dataclass(frozen=True)
+class AccountView:
+    account_id: str
+    plan: Plan
+
+
+class LeasesExpired(Exception):
+    """This process could not renew its heartbeat: it may not spend leases until it can."""
+
+
+class Meter:
+    def __init__(self, settings: Settings, accounts: AccountStore, keys: KeyStore, usage: UsageStore,
+                 leases: LeaseStore, vault: KeyVault, metrics: Metrics, clock=time.monotonic):
+        self.settings, self.accounts, self.keys, self.usage, self.leases = settings, accounts, keys, usage, leases
+        self.vault, self.metrics, self.clock = vault, metrics, clock
+        self.ledger = Ledger(settings.lease_seconds)
+        self.buffer = UsageBuffer(settings.buffer_max)
+        self.key_cache = LoadingCache(self._load_key, settings.key_cache_size, settings.key_cache_ttl,
+                                      settings.negative_cache_ttl)
+        self.account_cache = LoadingCache(self._load_account, settings.key_cache_size, settings.key_cache_ttl,
+                                          settings.negative_cache_ttl)
+        self._refills: dict[str, asyncio.Future] = {}
+        self._last_used: dict[int, datetime] = {}
+        self._flush_lock = asyncio.Lock()
+        self.last_flush_ok = time.time()
+
+    # --- views from memory -----------------------------------------------------------------
+    async def _load_key(self, digest: str) -> KeyEntry | None:
+        doc = await self.keys.by_digest(digest)
+        return KeyEntry(doc["key_id"], doc["account_id"], doc["revoked"]) if doc else None
+
+    async def _load_account(self, account_id: str) -> AccountView | None:
+        doc = await self.accounts.get(account_id)
+        return self.view_of(doc) if doc else None
+
+    def view_of(self, doc: dict) -> AccountView:
+        basis = doc.get("paid_usd", 0.0) + doc.get("topup_credits", 0) / self.settings.credits_per_usd
+        return AccountView(doc["_id"], plan_for(basis, self.settings.plan_rules))
+
+    async def authenticate(self, secret: str) -> KeyEntry | None:
+        if len(secret) > 128:
+            return None
+        return await self.key_cache.get(self.vault.digest(secret))
+
+    def key_revoked(self, digest: str) -> None:
+        """Called by the revoke handler before it answers: the key fails from this moment on."""
+        entry = self.key_cache.peek(digest)
+        if entry is not None:
+            self.key_cache.put(digest, replace(entry, revoked=True))
+        else:
+            self.key_cache.invalidate(digest)
+
+    async def account_view(self, account_id: str) -> AccountView:
+        view = await self.account_cache.get(account_id)
+        if view is None:
+            raise LookupError(account_id)
+        return view
+
+    # --- credits -----------------------------------------------------------------------------
+    async def reserve(self, account_id: str, most: int, least: int) -> Reservation | None:
+        """Reserves credits for one call; None means the account cannot pay for it (402)."""
+        now = self.clock()
+        reservation = self.ledger.reserve(account_id, most, least, now)
+        if reservation is not None:
+            return reservation
+        if not self.ledger.usable(now):
+            raise LeasesExpired()
+        if not self.ledger.is_known_empty(account_id, now):
+            await self._refill(account_id, most, least)
+        return self.ledger.reserve(account_id, most, least, self.clock())
+
+    async def _refill(self, account_id: str, most: int, least: int) -> None:
+        pending = self._refills.get(account_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future = self._refills[account_id] = asyncio.get_running_loop().create_future()
+        try:
+            want = self.ledger.lease_request(account_id, most)
+            leased = await self.leases.take(account_id, want, least)
+            now = self.clock()
+            if leased is None:
+                self.ledger.mark_empty(account_id, now)
+            else:
+                self.ledger.lease_is(account_id, leased, now)
+            future.set_result(None)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()
+            raise
+        finally:
+            del self._refills[account_id]
+
+    def settle(self, reservation: Reservation, cost: int) -> int:
+        charged = self.ledger.settle(reservation, cost, self.clock())
+        self.metrics.credits_charged += charged
+        return charged
+
+    def release(self, reservation: Reservation) -> None:
+        self.ledger.release(reservation)
+
+    def record(self, key: KeyEntry, endpoint: str, status: int, credits: int, request_id: str) -> None:
+        """One usage record per call; its credits are the charge (0 when not charged)."""
+        ts = datetime.now(timezone.utc)
+        self.buffer.add({"_id": uuid.uuid4().hex, "account_id": key.account_id, "key_id": key.key_id,
+                         "endpoint": endpoint, "ts": ts, "credits": credits, "status": status,
+                         "lease": self.leases.process_id, "request_id": request_id})
+        self._last_used[key.key_id] = ts
+
+    async def add_credits(self, account_id: str, credits: int, paid_usd: float = 0.0, topup_credits: int = 0) -> AccountView:
+        doc = await self.accounts.add_credits(account_id, credits, paid_usd, topup_credits)
+        if doc is None:
+            raise LookupError(account_id)
+        self.ledger.forget_empty(account_id)
+        view = self.view_of(doc)
+        self.account_cache.put(account_id, view)
+        return view
+
+    async def balance(self, account_id: str, doc: dict | None = None) -> int:
+        """Unleased balance + what this process holds (buffered charges already out) + other processes' leases."""
+        doc = doc or await self.accounts.get(account_id)
+        return doc["credits"] + self.ledger.held(account_id) + await self.leases.others_held(account_id, doc)
+
+    async def usage_of(self, account_id: str, since: datetime, limit: int) -> list[dict]:
+        buffered = [r for r in self.buffer.for_account(account_id) if r["ts"] >= since]
+        stored = await self.usage.recent(account_id, since, limit)
+        seen = {r["_id"] for r in buffered}
+        merged = buffered + [r for r in stored if r["_id"] not in seen]
+        merged.sort(key=lambda r: r["ts"], reverse=True)
+        return merged[:limit]
+
+    # --- persistence ---------------------------------------------------------------------------
+    async def flush(self) -> int:
+        """Writes every buffered record, one batch at a time; a failed batch stays for the next try."""
+        written = 0
+        async with self._flush_lock:
+            while len(self.buffer):
+                batch = self.buffer.take(self.settings.flush_batch)
+                try:
+                    await self.usage.insert_batch(batch)
+                except BaseException:
+                    self.buffer.failed()
+                    self.metrics.flush_failures += 1
+                    raise
+                self.buffer.done()
+                written += len(batch)
+                self.metrics.flushes += 1
+                self.metrics.flushed_records += len(batch)
+            last_used, self._last_used = self._last_used, {}
+            try:
+                await self.keys.touch(last_used)
+            except Exception:
+                log.warning("could not update last_used_at of %d keys", len(last_used))
+            self.last_flush_ok = time.time()
+        return written
+
+    async def run_flusher(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.flush_interval)
+            if not len(self.buffer):
+                continue
+            try:
+                await self.flush()
+            except Exception as exc:
+                log.warning("usage flush failed (%s); %d records kept for retry", type(exc).__name__, len(self.buffer))
+
+    async def start(self) -> None:
+        await self.leases.register()
+        # Leases of an earlier incarnation of this node are known dead: return them now.
+        await self.leases.reclaim_dead(self.settings.lease_timeout, same_node_now=True)
+
+    async def run_maintenance(self) -> None:
+        """Heartbeat, give back idle surplus, reclaim leases of dead processes."""
+        interval = self.settings.lease_timeout / 6
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._maintain()
+            except Exception as exc:
+                log.warning("lease maintenance failed: %s", type(exc).__name__)
+
+    async def _maintain(self) -> None:
+        if await self.leases.heartbeat():
+            # Spend only while others cannot yet consider us dead.
+            self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
+        else:
+            log.error("this process was declared dead and its leases reclaimed; re-registering")
+            self.ledger.purses.clear()
+            await self.leases.register()
+        for account_id, give in self.ledger.surplus(self.clock(), self.settings.lease_seconds * 3).items():
+            purse = self.ledger.purses[account_id]
+            purse.leased = await self.leases.shrink(account_id, purse.leased, purse.leased - give)
+        await self.leases.reclaim_dead(self.settings.lease_timeout)
+
+    async def close(self) -> None:
+        """Shutdown: persist every record, then give every lease back."""
+        await self.flush()
+        for account_id, purse in list(self.ledger.purses.items()):
+            if purse.reserved == 0 and await self.leases.close(account_id, purse.leased, purse.spent):
+                del self.ledger.purses[account_id]
+        await self.leases.deregister()

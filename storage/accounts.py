@@ -1,0 +1,64 @@
+"""Accounts: identity, credit balance (unleased part) and payment totals."""
+from datetime import datetime, timezone
+
+from bson import ObjectId
+from pymongo import ReturnDocument
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import DuplicateKeyError
+
+
+class DuplicateEmail(Exception):
+    pass
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class AccountStore:
+    def __init__(self, db: AsyncDatabase):
+        self.accounts = db.accounts
+        self.events = db.events
+
+    async def create(self, email: str, password_hash: str, credits: int) -> dict:
+        doc = {
+            "_id": str(ObjectId()), "email": email, "password_hash": password_hash,
+            "created_at": now_utc(), "credits": credits, "leases": {}, "lease_holders": [],
+            "paid_usd": 0.0, "topup_credits": 0, "is_admin": False, "internal": False,
+        }
+        try:
+            await self.accounts.insert_one(doc)
+        except DuplicateKeyError as exc:
+            raise DuplicateEmail(email) from exc
+        return doc
+
+    async def by_email(self, email: str) -> dict | None:
+        return await self.accounts.find_one({"email": email})
+
+    async def get(self, account_id: str) -> dict | None:
+        return await self.accounts.find_one({"_id": account_id}, {"password_hash": 0})
+
+    async def set_attribution(self, account_id: str, first_touch: dict | None, anonymous_id: str | None) -> None:
+        """Set-once first touch; earlier anonymous events of this browser are linked to the account."""
+        if first_touch is not None:
+            await self.accounts.update_one(
+                {"_id": account_id, "first_touch": {"$exists": False}},
+                {"$set": {"first_touch": first_touch, "first_touch_at": now_utc()}},
+            )
+        if anonymous_id:
+            await self.accounts.update_one({"_id": account_id, "anonymous_id": {"$exists": False}},
+                                           {"$set": {"anonymous_id": anonymous_id}})
+            await self.events.update_many({"anonymous_id": anonymous_id, "account_id": None},
+                                          {"$set": {"account_id": account_id}})
+
+    async def add_credits(self, account_id: str, credits: int, paid_usd: float = 0.0, topup_credits: int = 0) -> dict | None:
+        """Adds to the unleased balance; payments and development top-ups also raise the plan basis."""
+        return await self.accounts.find_one_and_update(
+            {"_id": account_id},
+            {"$inc": {"credits": credits, "paid_usd": paid_usd, "topup_credits": topup_credits}},
+            projection={"password_hash": 0}, return_document=ReturnDocument.AFTER,
+        )
+
+    async def set_admin(self, email: str, is_admin: bool) -> bool:
+        result = await self.accounts.update_one({"email": email}, {"$set": {"is_admin": is_admin}})
+        return result.matched_count == 1

@@ -1,0 +1,88 @@
+"""In-memory caches backed by MongoDB: one load per key however many callers miss at once,
+short negative caching, and stale entries served while the database is unreachable."""
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from cachetools import LRUCache
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    loads: int = 0
+    stale_served: int = 0
+
+
+class LoadingCache:
+    def __init__(self, load: Callable[[Any], Awaitable[Any]], size: int, ttl: float, negative_ttl: float,
+                 clock: Callable[[], float] = time.monotonic):
+        self._load = load
+        self._ttl, self._negative_ttl, self._clock = ttl, negative_ttl, clock
+        self._items = LRUCache(size)                 # key -> (value, fresh_until)
+        # Unknown keys live apart so that a flood of them cannot evict known ones.
+        self._unknown = LRUCache(max(1024, size // 4))
+        self._loading: dict[Any, asyncio.Future] = {}
+        self.stats = CacheStats()
+
+    def peek(self, key: Any) -> Any:
+        """The cached value, fresh or not, without loading."""
+        item = self._items.get(key)
+        return item[0] if item else None
+
+    async def get(self, key: Any) -> Any:
+        now = self._clock()
+        item = self._items.get(key)
+        if item is not None and item[1] > now:
+            self.stats.hits += 1
+            return item[0]
+        until = self._unknown.get(key)
+        if until is not None and until > now:
+            self.stats.hits += 1
+            return None
+        self.stats.misses += 1
+        try:
+            value = await self._load_once(key)
+        except Exception:
+            if item is None:
+                raise
+            self.stats.stale_served += 1
+            return item[0]
+        self._store(key, value, self._clock())
+        return value
+
+    async def _load_once(self, key: Any) -> Any:
+        pending = self._loading.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future = self._loading[key] = asyncio.get_running_loop().create_future()
+        self.stats.loads += 1
+        try:
+            value = await self._load(key)
+            future.set_result(value)
+            return value
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it, nobody else must log it
+            raise
+        finally:
+            del self._loading[key]
+
+    def _store(self, key: Any, value: Any, now: float) -> None:
+        if value is None:
+            self._unknown[key] = now + self._negative_ttl
+        else:
+            self._unknown.pop(key, None)
+            self._items[key] = (value, now + self._ttl)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._store(key, value, self._clock())
+
+    def invalidate(self, key: Any) -> None:
+        self._items.pop(key, None)
+        self._unknown.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,110 @@
+"""Credit leases in MongoDB: `accounts.leases.<process id>.amount`, moved atomically.
+
+Every operation is one conditional single-document update, so leases stay
+correct with any number of processes and need no transactions. Operations that
+set an amount are guarded by the amount they expect (compare-and-set), so a
+retry after an uncertain outcome cannot apply twice.
+"""
+import logging
+from datetime import datetime, timedelta, timezone
+
+from pymongo import ReturnDocument
+from pymongo.asynchronous.database import AsyncDatabase
+
+from storage.accounts import now_utc
+from storage.usage import UsageStore
+
+log = logging.getLogger("gateway.leases")
+
+
+class LeaseStore:
+    def __init__(self, db: AsyncDatabase, usage: UsageStore, process_id: str, node: str):
+        self.accounts = db.accounts
+        self.processes = db.processes
+        self.usage = usage
+        self.process_id = process_id
+        self.node = node
+        self._slot = f"leases.{process_id}.amount"
+
+    async def register(self) -> None:
+        await self.processes.insert_one({"_id": self.process_id, "node": self.node,
+                                         "started_at": now_utc(), "heartbeat_at": now_utc()})
+
+    async def heartbeat(self) -> bool:
+        """False when this process was declared dead and its leases reclaimed."""
+        result = await self.processes.update_one({"_id": self.process_id}, {"$set": {"heartbeat_at": now_utc()}})
+        return result.matched_count == 1
+
+    async def take(self, account_id: str, want: int, least: int) -> int | None:
+        """Moves `want` credits (or all that is left, if at least `least`) into this process's lease.
+
+        Returns the lease amount after the move, or None when nothing could be moved."""
+        update = lambda n: {"$inc": {"credits": -n, self._slot: n}, "$addToSet": {"lease_holders": self.process_id}}
+        doc = await self.accounts.find_one_and_update(
+            {"_id": account_id, "credits": {"$gte": want}}, update(want),
+            projection={"leases": 1}, return_document=ReturnDocument.AFTER)
+        for _ in range(3):
+            if doc is not None:
+                return doc["leases"][self.process_id]["amount"]
+            current = await self.accounts.find_one({"_id": account_id}, {"credits": 1})
+            if current is None or current["credits"] < least or current["credits"] <= 0:
+                return None
+            left = current["credits"]
+            doc = await self.accounts.find_one_and_update(
+                {"_id": account_id, "credits": left}, update(left),
+                projection={"leases": 1}, return_document=ReturnDocument.AFTER)
+        return None
+
+    async def shrink(self, account_id: str, leased: int, keep: int) -> int:
+        """Gives `leased - keep` back to the balance; returns the lease amount now in the database."""
+        result = await self.accounts.update_one(
+            {"_id": account_id, self._slot: leased},
+            {"$inc": {"credits": leased - keep}, "$set": {self._slot: keep}})
+        if result.modified_count:
+            return keep
+        return await self.amount(account_id)
+
+    async def amount(self, account_id: str) -> int:
+        doc = await self.accounts.find_one({"_id": account_id}, {"leases": 1})
+        return ((doc or {}).get("leases") or {}).get(self.process_id, {}).get("amount", 0)
+
+    async def close(self, account_id: str, leased: int, spent: int) -> bool:
+        """Ends this process's lease once all its usage is persisted: the unspent rest goes back."""
+        return await self._close(account_id, self.process_id, leased, spent)
+
+    async def _close(self, account_id: str, process_id: str, leased: int, spent: int) -> bool:
+        result = await self.accounts.update_one(
+            {"_id": account_id, f"leases.{process_id}.amount": leased},
+            {"$inc": {"credits": leased - spent}, "$unset": {f"leases.{process_id}": ""},
+             "$pull": {"lease_holders": process_id}})
+        return result.modified_count == 1
+
+    async def reclaim_dead(self, timeout: float, same_node_now: bool = False) -> int:
+        """Returns the leases of processes silent for `timeout` seconds (or, at start, of earlier
+        incarnations of this node): unspent = lease - that lease's persisted usage."""
+        cutoff = datetime.now(timezone.utc) - timedelta(seconds=timeout)
+        query = {"_id": {"$ne": self.process_id}, "$or": [{"heartbeat_at": {"$lt": cutoff}}]}
+        if same_node_now:
+            query["$or"].append({"node": self.node})
+        reclaimed = 0
+        async for proc in self.processes.find(query, {"_id": 1}):
+            dead = proc["_id"]
+            async for account in self.accounts.find({"lease_holders": dead}, {"leases": 1}):
+                amount = (account.get("leases") or {}).get(dead, {}).get("amount", 0)
+                spent = (await self.usage.spent_by_lease(dead, account["_id"]))
+                if await self._close(account["_id"], dead, amount, spent):
+                    reclaimed += 1
+                    log.warning("reclaimed lease of dead process %s on account %s: %d back", dead, account["_id"], amount - spent)
+            await self.processes.delete_one({"_id": dead})
+        return reclaimed
+
+    async def others_held(self, account_id: str, doc: dict) -> int:
+        """Credits other processes still hold for an account (lease minus persisted usage)."""
+        others = {p: v["amount"] for p, v in (doc.get("leases") or {}).items() if p != self.process_id}
+        total = 0
+        for process_id, amount in others.items():
+            total += amount - await self.usage.spent_by_lease(process_id, account_id)
+        return total
+
+    async def deregister(self) -> None:
+        await self.processes.delete_one({"_id": self.process_id})

@@ -1,0 +1,145 @@
+"""Shared fixtures: a real SecantusDB server over TCP, the sandbox upstream as its own
+process, and the application built by gateway.build_context/make_app like in production."""
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import orjson
+import pytest
+from tornado.httpclient import HTTPRequest
+
+import config
+import gateway
+from storage.embedded import EmbeddedMongo, free_port
+
+UPSTREAM_KEY = "test-upstream-key"
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture(scope="session")
+def mongo():
+    server = EmbeddedMongo(":memory:").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def upstream_url():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", str(port),
+                             "--api-key", UPSTREAM_KEY], stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/healthz", timeout=1)
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("sandbox upstream did not start")
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def catalog(upstream_url):
+    with urllib.request.urlopen(upstream_url + "/sandbox/catalog") as response:
+        return orjson.loads(response.read())
+
+
+def make_settings(**overrides) -> config.Settings:
+    """Test settings: cheap password hashing, a fresh database per test, no environment."""
+    base = dict(jwt_secret="j" * 40, secrets_key="s" * 40, password_scrypt_n=2**10, mongodb_db=f"t_{uuid.uuid4().hex[:12]}",
+                upstream_api_key=UPSTREAM_KEY, data_dir="/nonexistent", port=0)
+    return config.load(environ={}, **{**base, **overrides})
+
+
+@pytest.fixture
+def settings(request):
+    """Per-test settings: @pytest.mark.settings(name=value, ...) overrides."""
+    marker = request.node.get_closest_marker("settings")
+    return make_settings(**(marker.kwargs if marker else {}))
+
+
+@pytest.fixture
+def ctx(io_loop, settings, mongo, upstream_url):
+    ctx = io_loop.run_sync(lambda: gateway.build_context(settings, mongo.uri, upstream_url))
+    tasks = io_loop.run_sync(_start_tasks(ctx))
+    yield ctx
+
+    async def teardown():
+        for task in tasks:
+            task.cancel()
+        await ctx.client.drop_database(settings.mongodb_db)
+        await ctx.client.close()
+        ctx.upstream.close()
+        ctx.executor.shutdown(wait=False)
+    io_loop.run_sync(teardown)
+
+
+def _start_tasks(ctx):
+    async def start():
+        return gateway.start_background(ctx)
+    return start
+
+
+@pytest.fixture
+def app(ctx):
+    return gateway.make_app(ctx)
+
+
+class Api:
+    """A small JSON client for the app under test."""
+
+    def __init__(self, http_client, base_url):
+        self.http, self.base = http_client, base_url
+
+    async def call(self, method: str, path: str, body=None, token: str | None = None, key: str | None = None,
+                   headers: dict | None = None, raw: bytes | None = None, timeout: float = 20):
+        all_headers = dict(headers or {})
+        if token:
+            all_headers["Authorization"] = f"Bearer {token}"
+        if key:
+            all_headers["X-API-Key"] = key
+        data = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
+        if method == "GET":
+            data = None
+        elif data is None:
+            data = b""
+        response = await self.http.fetch(HTTPRequest(self.base + path, method=method, body=data, headers=all_headers,
+                                                     request_timeout=timeout), raise_error=False)
+        try:
+            parsed = orjson.loads(response.body) if response.body else None
+        except orjson.JSONDecodeError:
+            parsed = response.body
+        return response.code, parsed, response.headers
+
+    async def register(self, email: str | None = None, password: str = PASSWORD) -> dict:
+        email = email or f"user-{uuid.uuid4().hex[:10]}@example.com"
+        status, body, _ = await self.call("POST", "/auth/register", {"email": email, "password": password})
+        assert status == 200, body
+        return {**body, "email": email}
+
+    async def new_key(self, token: str, name: str = "test") -> dict:
+        status, body, _ = await self.call("POST", "/keys", {"name": name}, token=token)
+        assert status == 201, body
+        return body
+
+    async def funded_key(self, credits: int = 1_000_000) -> tuple[dict, dict]:
+        """A registered account with `credits` (a development top-up: paid plan) and one key."""
+        user = await self.register()
+        key = await self.new_key(user["token"])
+        status, body, _ = await self.call("POST", f"/keys/{key['key_id']}/topup", {"credits": credits}, token=user["token"])
+        assert status == 200, body
+        return user, key
+
+
+@pytest.fixture
+def api(http_client, base_url):
+    return Api(http_client, base_url)
