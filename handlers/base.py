@@ -39,19 +39,26 @@ class BaseHandler(tornado.web.RequestHandler):
         self.started = time.perf_counter()
         self.account_id: str | None = None
         self.log_fields: dict = {}
+        self.kept_headers: dict = {}
         incoming = self.request.headers.get("X-Request-ID", "")
         # Accept a caller's id only if it is short and plain, so logs cannot be forged through it.
         ok = 0 < len(incoming) <= 64 and incoming.replace("-", "").replace("_", "").isalnum()
         self.request_id = incoming if ok else uuid.uuid4().hex
-        self.set_header("X-Request-ID", self.request_id)
+        self.keep_header("X-Request-ID", self.request_id)
+
+    def keep_header(self, name: str, value) -> None:
+        """A header that stays on the answer even when an error replaces it (request id, rate limits)."""
+        self.kept_headers[name] = value
+        self.set_header(name, value)
 
     def set_default_headers(self) -> None:
-        # Also runs when an error clears the headers, so the request id survives into error answers.
+        # Also runs when an error clears the headers.
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.set_header("X-Content-Type-Options", "nosniff")
-        if hasattr(self, "request_id"):
-            self.set_header("X-Request-ID", self.request_id)
+        # Tornado calls this before initialize() too, when kept_headers does not exist yet.
+        for name, value in getattr(self, "kept_headers", {}).items():
+            self.set_header(name, value)
 
     def send_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)

@@ -107,9 +107,9 @@ class DataHandler(BaseHandler):
 
     def rate_limit(self, key: KeyEntry, qps: float) -> None:
         decision = self.ctx.limiter.take(key.key_id, qps, time.monotonic())
-        self.set_header("X-RateLimit-Limit", decision.limit)
-        self.set_header("X-RateLimit-Remaining", decision.remaining)
-        self.set_header("X-RateLimit-Reset", decision.reset)
+        self.keep_header("X-RateLimit-Limit", decision.limit)
+        self.keep_header("X-RateLimit-Remaining", decision.remaining)
+        self.keep_header("X-RateLimit-Reset", decision.reset)
         if not decision.allowed:
             raise ApiError(429, f"Rate limit exceeded: {qps:g} requests per second for this key",
                            {"Retry-After": str(decision.retry_after)})

@@ -4,7 +4,7 @@ import time
 from dataclasses import dataclass
 
 from tornado.curl_httpclient import CurlAsyncHTTPClient
-from tornado.httpclient import HTTPRequest
+from tornado.httpclient import HTTPClientError, HTTPRequest
 
 CURLE_OPERATION_TIMEDOUT = 28
 
@@ -86,13 +86,16 @@ class UpstreamClient:
                               connect_timeout=self.connect_timeout, request_timeout=self.timeout,
                               follow_redirects=False, streaming_callback=collect, decompress_response=True)
         started = time.perf_counter()
-        response = await self.http.fetch(request, raise_error=False)
-        seconds = time.perf_counter() - started
-        self._observe(seconds)
-        if response.code == 599:
+        try:
+            # raise_error=False still raises for transport failures (HTTP 599): connect, reset, timeout.
+            response = await self.http.fetch(request, raise_error=False)
+        except (HTTPClientError, OSError) as exc:
             self.breaker.failure()
-            timed_out = getattr(response.error, "errno", None) == CURLE_OPERATION_TIMEDOUT
-            raise UpstreamError("timeout" if timed_out else "failed", type(response.error).__name__)
+            timed_out = getattr(exc, "errno", None) == CURLE_OPERATION_TIMEDOUT
+            raise UpstreamError("timeout" if timed_out else "failed", type(exc).__name__) from None
+        finally:
+            self._observe(time.perf_counter() - started)
+        seconds = time.perf_counter() - started
         if size[0] > self.max_body_bytes:
             self.breaker.failure()
             raise UpstreamError("failed", "response too large")
@@ -108,4 +111,6 @@ class UpstreamClient:
             del self.latencies[:2048]
 
     def close(self) -> None:
-        self.http.close()
+        if self.http is not None:
+            self.http.close()
+            self.http = None

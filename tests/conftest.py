@@ -78,7 +78,7 @@ def ctx(io_loop, settings, mongo, upstream_url):
             task.cancel()
         await ctx.client.drop_database(settings.mongodb_db)
         await ctx.client.close()
-        ctx.upstream.close()
+        ctx.upstream.close()  # idempotent, also after gateway.shutdown
         ctx.executor.shutdown(wait=False)
     io_loop.run_sync(teardown)
 

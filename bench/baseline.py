@@ -1,0 +1,37 @@
+"""The benchmark's baseline: a bare Tornado proxy with the gateway's own upstream client and nothing else
+(no keys, no limits, no credits, no usage records)."""
+import argparse
+import asyncio
+
+import tornado.web
+
+from social.endpoints import BY_PATH
+from social.upstream import Breaker, UpstreamClient
+
+
+class Proxy(tornado.web.RequestHandler):
+    def initialize(self, upstream: UpstreamClient) -> None:
+        self.upstream = upstream
+
+    async def get(self, path: str) -> None:
+        if path not in BY_PATH:
+            raise tornado.web.HTTPError(404)
+        response = await self.upstream.get(path, self.request.query)
+        self.set_status(response.status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(response.body)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--upstream", required=True)
+    parser.add_argument("--upstream-key", required=True)
+    args = parser.parse_args()
+    upstream = UpstreamClient(args.upstream, args.upstream_key, "/twitter", 2.0, 15.0, 64, 8 << 20, Breaker(10**9, 1))
+    tornado.web.Application([(r"/social(/.*)", Proxy, {"upstream": upstream})]).listen(args.port, "127.0.0.1")
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

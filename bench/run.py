@@ -1,0 +1,177 @@
+"""The gateway benchmark: gateway vs. a bare proxy with the same upstream client, in one run.
+
+Starts SecantusDB, the sandbox upstream, the gateway (many accounts and keys) and the
+baseline proxy as separate processes; drives both with the same requests (wrk when
+installed, else bench/load.py); prints and saves requests/s, p50, p99, the ratio, the
+gateway's p99 vs. the baseline's at half the baseline's saturation rate, and MongoDB
+round trips per data call (the gateway's own PyMongo command-monitoring counter).
+
+    ./dev bench [--seconds 10] [--connections 32] [--accounts 50]
+"""
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import load  # noqa: E402
+from storage.embedded import EmbeddedMongo, free_port  # noqa: E402
+
+UPSTREAM_KEY = "bench-upstream-key"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def http(method: str, url: str, body: dict | None = None, token: str | None = None) -> dict:
+    request = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def wait_for(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer")
+
+
+def spawn(args: list[str], env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(args, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def request_paths(catalog: dict) -> list[str]:
+    users = catalog["users"]
+    paths = [f"/social/user/info?userName={u['userName']}" for u in users[:20]]
+    paths += [f"/social/tweet/advanced_search?query=from%3A{u['userName']}" for u in users[:10]]
+    paths += [f"/social/user/followers?userName={name}&pageSize=20" for name in catalog["big_accounts"][:3]]
+    paths += [f"/social/tweets?tweet_ids={','.join(catalog['tweets'][i:i + 5])}" for i in range(0, 50, 5)]
+    return paths
+
+
+def db_round_trips(gateway_url: str) -> float:
+    text = urllib.request.urlopen(gateway_url + "/metrics", timeout=5).read().decode()
+    match = re.search(r"^gateway_db_round_trips_total\s+([0-9.e+]+)$", text, re.M)
+    return float(match.group(1)) if match else float("nan")
+
+
+def saturate(port: int, raw: list[bytes], seconds: float, connections: int, lua_requests: list[tuple[str, str]]) -> dict:
+    if shutil.which("wrk"):
+        return wrk(port, lua_requests, seconds, connections)
+    return asyncio.run(load.run("127.0.0.1", port, raw, seconds, connections))
+
+
+def wrk(port: int, requests: list[tuple[str, str]], seconds: float, connections: int) -> dict:
+    """wrk with a Lua script that walks the same request list (path, api key) round-robin."""
+    entries = ",".join('{"%s","%s"}' % (p, k) for p, k in requests)
+    script = ("local reqs = {%s}\nlocal i = 0\nrequest = function()\n  i = i %% #reqs + 1\n"
+              "  local r = reqs[i]\n  if r[2] ~= '' then wrk.headers['X-API-Key'] = r[2] end\n"
+              "  return wrk.format('GET', r[1])\nend\n"
+              "done = function(summary, latency, requests)\n"
+              "  io.write(string.format('JSON {\"requests\": %%d, \"p50_ms\": %%.3f, \"p99_ms\": %%.3f, \"errors\": %%d}\\n',\n"
+              "    summary.requests, latency:percentile(50)/1000, latency:percentile(99)/1000,\n"
+              "    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.timeout))\nend\n") % entries
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
+        fh.write(script)
+    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-s", fh.name, f"http://127.0.0.1:{port}"],
+                         capture_output=True, text=True, check=True).stdout
+    os.unlink(fh.name)
+    figures = json.loads(out.split("JSON ", 1)[1].splitlines()[0])
+    figures["rps"] = round(figures["requests"] / seconds, 1)
+    figures["tool"] = "wrk"
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--accounts", type=int, default=50)
+    parser.add_argument("--keys-per-account", type=int, default=2)
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "latest.json"))
+    args = parser.parse_args()
+
+    work = tempfile.mkdtemp(prefix="gw-bench-")
+    mongo = EmbeddedMongo(os.path.join(work, "db")).start()
+    procs = []
+    try:
+        sandbox_port, gateway_port, baseline_port = free_port(), free_port(), free_port()
+        procs.append(spawn([sys.executable, "-m", "sandbox", "--port", str(sandbox_port), "--api-key", UPSTREAM_KEY]))
+        upstream = f"http://127.0.0.1:{sandbox_port}"
+        wait_for(upstream + "/healthz", procs[-1])
+        procs.append(spawn([sys.executable, os.path.join(os.path.dirname(HERE), "gateway.py"), "serve",
+                            "--host", "127.0.0.1", "--port", str(gateway_port)], {
+            "MONGODB_URI": mongo.uri, "UPSTREAM_URL": upstream, "UPSTREAM_API_KEY": UPSTREAM_KEY, "DATA_DIR": work,
+            "LOG_LEVEL": "WARNING", "PLAN_RULES": json.dumps([{"name": "bench", "min_paid_usd": 0, "qps": 100000}])}))
+        gateway = f"http://127.0.0.1:{gateway_port}"
+        wait_for(gateway + "/healthz", procs[-1])
+        procs.append(spawn([sys.executable, os.path.join(HERE, "baseline.py"), "--port", str(baseline_port),
+                            "--upstream", upstream, "--upstream-key", UPSTREAM_KEY],
+                           {"PYTHONPATH": os.path.dirname(HERE)}))
+        wait_for(f"http://127.0.0.1:{baseline_port}/social/nothing", procs[-1])
+
+        catalog = json.loads(urllib.request.urlopen(upstream + "/sandbox/catalog").read())
+        keys = []
+        for i in range(args.accounts):
+            user = http("POST", gateway + "/auth/register", {"email": f"bench{i}@example.com", "password": "bench password 1"})
+            for _ in range(args.keys_per_account):
+                key = http("POST", gateway + "/keys", {"name": "bench"}, user["token"])
+                keys.append(key["key"])
+            http("POST", f"{gateway}/keys/{key['key_id']}/topup", {"credits": 10**12}, user["token"])
+        paths = request_paths(catalog)
+        plan = [(paths[i % len(paths)], keys[i % len(keys)]) for i in range(max(len(paths), len(keys)) * 3)]
+        gateway_raw = [load.request_bytes("127.0.0.1", p, {"X-API-Key": k}) for p, k in plan]
+        baseline_raw = [load.request_bytes("127.0.0.1", p, {}) for p, _ in plan]
+
+        # Warm both (lease refills, key caches, upstream connections), then measure.
+        saturate(gateway_port, gateway_raw, 3, args.connections, plan)
+        saturate(baseline_port, baseline_raw, 3, args.connections, [(p, "") for p, _ in plan])
+        trips_before = db_round_trips(gateway)
+        gw = saturate(gateway_port, gateway_raw, args.seconds, args.connections, plan)
+        trips = db_round_trips(gateway) - trips_before
+        base = saturate(baseline_port, baseline_raw, args.seconds, args.connections, [(p, "") for p, _ in plan])
+        half = base["rps"] / 2
+        base_fixed = asyncio.run(load.run("127.0.0.1", baseline_port, baseline_raw, args.seconds, args.connections, rate=half))
+        gw_fixed = asyncio.run(load.run("127.0.0.1", gateway_port, gateway_raw, args.seconds, args.connections, rate=half))
+        result = {
+            "machine": {"cores": os.cpu_count()}, "settings": vars(args),
+            "baseline": base, "gateway": gw,
+            "ratio_rps": round(gw["rps"] / base["rps"], 3),
+            "db_round_trips_per_call": round(trips / max(gw["requests"], 1), 5),
+            "fixed_rate": {"rate": round(half, 1), "baseline": base_fixed, "gateway": gw_fixed,
+                           "p99_ratio": round(gw_fixed["p99_ms"] / base_fixed["p99_ms"], 3)},
+            "goals": {"ratio_rps >= 0.90": None, "db_round_trips_per_call <= 0.02": None, "p99_ratio <= 1.5": None},
+        }
+        result["goals"] = {"ratio_rps >= 0.90": result["ratio_rps"] >= 0.90,
+                           "db_round_trips_per_call <= 0.02": result["db_round_trips_per_call"] <= 0.02,
+                           "p99_ratio <= 1.5": result["fixed_rate"]["p99_ratio"] <= 1.5}
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        with open(args.out, "w") as fh:
+            json.dump(result, fh, indent=2)
+        print(json.dumps(result, indent=2))
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(15)
+        mongo.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
