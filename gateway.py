@@ -26,10 +26,12 @@ from pymongo import monitoring
 import config
 from config.context import Context
 from config.metrics import Metrics
-from handlers import account, auth, keys, social
+from handlers import account, auth, billing, keys, social
 from handlers.base import NotFoundHandler
 from metering.limiter import RateLimiter
 from metering.pricing import Prices
+from payments import cli as payments_cli
+from payments.service import build_payments
 from security import passwords
 from security.apikeys import KeyVault
 from social.meter import Meter
@@ -97,15 +99,16 @@ async def build_context(settings: config.Settings, mongodb_uri: str, upstream_ur
         Breaker(settings.breaker_failures, settings.breaker_reset_seconds))
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hash")
     decoy = await asyncio.get_running_loop().run_in_executor(executor, passwords.decoy_hash, settings.password_scrypt_n)
+    payments = await build_payments(settings, db, meter.apply_credit)
     return Context(settings=settings, client=client, accounts=accounts, keys=keys_, usage=usage, vault=vault,
                    key_cache=meter.key_cache, account_cache=meter.account_cache, limiter=RateLimiter(),
                    prices=Prices(settings.price_rules), meter=meter, upstream=upstream, metrics=metrics,
-                   executor=executor, decoy_hash=decoy)
+                   executor=executor, decoy_hash=decoy, payments=payments)
 
 
 # --- 3. the application --------------------------------------------------------------------------
 def make_app(ctx: Context) -> tornado.web.Application:
-    routes = auth.routes + keys.routes + account.routes + social.routes
+    routes = auth.routes + keys.routes + account.routes + social.routes + billing.routes
     if ctx.settings.twitter_alias:
         routes += social.alias_routes
     bound = [(route[0], route[1], {"ctx": ctx, **(route[2] if len(route) > 2 else {})}) for route in routes]
@@ -113,17 +116,21 @@ def make_app(ctx: Context) -> tornado.web.Application:
         bound,
         default_handler_class=NotFoundHandler, default_handler_args={"ctx": ctx},
         compress_response=False, xheaders=False,
+        log_function=lambda handler: None,  # BaseHandler.on_finish writes the access log
     )
 
 
 def start_background(ctx: Context) -> list[asyncio.Task]:
     return [asyncio.create_task(ctx.meter.run_flusher(), name="flusher"),
-            asyncio.create_task(ctx.meter.run_maintenance(), name="leases")]
+            asyncio.create_task(ctx.meter.run_maintenance(), name="leases"),
+            asyncio.create_task(ctx.payments.run_reconciler(), name="reconcile")]
 
 
 async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
     """Waits for calls in flight, then persists every usage record and returns every lease."""
+    ctx.draining = True
     deadline = asyncio.get_running_loop().time() + ctx.settings.drain_seconds
+    await asyncio.sleep(0.05)  # calls between authentication and reservation reach the ledger
     while ctx.meter.ledger.in_flight() and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.05)
     for task in tasks:
@@ -191,6 +198,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, help="port to listen on (GATEWAY_PORT, default 8000)")
     sim = commands.add_parser("simulate-upstream", help="run the sandbox upstream provider", add_help=False)
     sim.add_argument("args", nargs=argparse.REMAINDER)
+    payments_cli.add_commands(commands)
     return top
 
 
@@ -200,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "simulate-upstream":
         import sandbox
         return sandbox.main(args.args) or 0
+    if args.command in ("sandbox-pay", "sandbox-confirm"):
+        return payments_cli.run(args)
     try:
         settings = config.load(host=args.host, port=args.port)
     except (config.SettingsError, OSError) as exc:

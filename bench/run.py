@@ -65,7 +65,10 @@ def request_paths(catalog: dict) -> list[str]:
 
 
 def db_round_trips(gateway_url: str) -> float:
-    text = urllib.request.urlopen(gateway_url + "/metrics", timeout=5).read().decode()
+    try:
+        text = urllib.request.urlopen(gateway_url + "/metrics", timeout=5).read().decode()
+    except OSError:
+        return float("nan")
     match = re.search(r"^gateway_db_round_trips_total\s+([0-9.e+]+)$", text, re.M)
     return float(match.group(1)) if match else float("nan")
 
@@ -88,7 +91,7 @@ def wrk(port: int, requests: list[tuple[str, str]], seconds: float, connections:
               "    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.timeout))\nend\n") % entries
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
         fh.write(script)
-    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-s", fh.name, f"http://127.0.0.1:{port}"],
+    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{int(seconds)}s", "-s", fh.name, f"http://127.0.0.1:{port}"],
                          capture_output=True, text=True, check=True).stdout
     os.unlink(fh.name)
     figures = json.loads(out.split("JSON ", 1)[1].splitlines()[0])

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 
     from metering.limiter import RateLimiter
     from metering.pricing import Prices
+    from payments.service import Payments
     from security.apikeys import KeyVault
     from social.meter import Meter
     from social.upstream import UpstreamClient
@@ -37,3 +38,5 @@ class Context:
     metrics: "Metrics"
     executor: ThreadPoolExecutor     # CPU-heavy work (password hashing) off the event loop
     decoy_hash: str                  # verified for unknown emails so login takes the same time
+    payments: "Payments"             # crypto top-ups: processor, orders, crediting, reconciler
+    draining: bool = False           # set on shutdown: data calls get 503 so in-flight ones can finish

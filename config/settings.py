@@ -80,6 +80,14 @@ class Settings:
     key_cache_ttl: float = _setting(300.0, "Seconds a cached key is trusted before it is re-read.", "KEY_CACHE_TTL")
     negative_cache_ttl: float = _setting(5.0, "Seconds an unknown key is remembered as unknown.", "NEGATIVE_CACHE_TTL")
     drain_seconds: float = _setting(10.0, "Seconds in-flight calls get to finish on shutdown.", "DRAIN_SECONDS")
+    # Payments
+    payments_provider: str = _setting("", "Crypto payment processor: nowpayments, or empty for the sandbox chain (development only; production answers 503 at checkout).", "PAYMENTS_PROVIDER")
+    payments_api_url: str = _setting("https://api.nowpayments.io", "Base URL of the payment processor's API.", "PAYMENTS_API_URL")
+    payments_api_key: str = _setting("", "Payment processor API key (sent as x-api-key).", "PAYMENTS_API_KEY")
+    payments_ipn_secret: str = _setting("", "Key of the processor's signed notifications (x-nowpayments-sig). Empty: every notification is refused.", "PAYMENTS_IPN_SECRET")
+    public_url: str = _setting("", "Public base URL of this service; the processor calls PUBLIC_URL/billing/crypto/ipn.", "PUBLIC_URL")
+    order_ttl_seconds: int = _setting(3600, "Seconds a checkout's quoted pay amount is valid (sandbox orders expire after it).", "ORDER_TTL_SECONDS")
+    reconcile_interval: float = _setting(30.0, "Seconds between polls of unsettled orders (first delay; doubles per order up to an hour).", "RECONCILE_INTERVAL")
 
     @property
     def production(self) -> bool:
@@ -88,7 +96,7 @@ class Settings:
     def safe_items(self) -> dict:
         """Settings with secrets masked, for logs."""
         items = dataclasses.asdict(self)
-        for name in ("jwt_secret", "secrets_key", "upstream_api_key"):
+        for name in ("jwt_secret", "secrets_key", "upstream_api_key", "payments_api_key", "payments_ipn_secret"):
             items[name] = "***" if items[name] else ""
         return items
 
@@ -165,7 +173,15 @@ def validate(settings: Settings) -> None:
         raise SettingsError("PLAN_RULES must be a non-empty list of {name, min_paid_usd, qps}")
     if any(p["qps"] <= 0 for p in plans):
         raise SettingsError("PLAN_RULES: qps must be positive")
-    for name in ("flush_interval", "lease_seconds", "lease_timeout", "upstream_timeout", "upstream_connect_timeout"):
+    if settings.payments_provider not in ("", "nowpayments"):
+        raise SettingsError("PAYMENTS_PROVIDER must be nowpayments or empty (the development sandbox chain)")
+    if settings.payments_provider == "nowpayments" and not (settings.payments_api_key and settings.payments_ipn_secret
+                                                            and settings.public_url):
+        raise SettingsError("PAYMENTS_PROVIDER=nowpayments requires PAYMENTS_API_KEY, PAYMENTS_IPN_SECRET and PUBLIC_URL")
+    if settings.order_ttl_seconds < 1:
+        raise SettingsError("ORDER_TTL_SECONDS must be at least 1")
+    for name in ("flush_interval", "lease_seconds", "lease_timeout", "upstream_timeout", "upstream_connect_timeout",
+                 "reconcile_interval"):
         if getattr(settings, name) <= 0:
             raise SettingsError(f"{by_env(name)} must be positive")
 

@@ -71,6 +71,9 @@ class DataHandler(BaseHandler):
 
     async def get(self) -> None:
         ctx, endpoint = self.ctx, self.endpoint
+        if ctx.draining:
+            self.keep_header("Connection", "close")
+            raise ApiError(503, "The gateway is restarting; retry shortly", {"Retry-After": "1"})
         key = await self.authenticate()
         view = await ctx.meter.account_view(key.account_id)
         self.rate_limit(key, view.plan.qps)

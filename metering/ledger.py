@@ -22,6 +22,7 @@ class Purse:
     reserved: int = 0        # held by calls in flight
     rate: float = 0.0        # smoothed spend, credits per second, to size the next lease
     last_used: float = 0.0
+    last_settled: float | None = None  # when `rate` was last updated (reserve moves last_used, not this)
     empty_until: float = 0.0  # the database had nothing more to lease; do not ask again before this
 
     @property
@@ -62,11 +63,13 @@ class Ledger:
         charged = min(cost, reservation.amount)
         purse.reserved -= reservation.amount
         purse.spent += charged
-        elapsed = max(now - purse.last_used, 0.001)
+        # Time since the previous charge, not since this call's reservation: else idle gaps never decay the rate.
+        since = purse.last_used if purse.last_settled is None else purse.last_settled
+        elapsed = max(now - since, 0.001)
         # Exponential smoothing over roughly the lease window.
         weight = min(1.0, elapsed / self.lease_seconds)
         purse.rate = purse.rate * (1 - weight) + (charged / elapsed) * weight
-        purse.last_used = now
+        purse.last_used = purse.last_settled = now
         return charged
 
     def release(self, reservation: Reservation) -> None:

@@ -26,6 +26,14 @@ class PriceError(ValueError):
     pass
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _price(value) -> bool:
+    return _number(value) and value >= 0
+
+
 class Prices:
     def __init__(self, overrides: dict | None = None):
         rules = {**DEFAULT_RULES, **(overrides or {})}
@@ -34,6 +42,17 @@ class Prices:
         for name, rule in rules.items():
             if not isinstance(rule, dict) or len({"each", "call", "tiers"} & set(rule)) != 1:
                 raise PriceError(f"price rule {name!r} needs exactly one of each, call, tiers")
+            # Checked here, at start: a rule that cannot price some call would fail every such call.
+            if "tiers" in rule:
+                tiers = rule["tiers"]
+                if not (isinstance(tiers, (list, tuple)) and tiers
+                        and all(isinstance(t, (list, tuple)) and len(t) == 2 and _number(t[0]) and _price(t[1]) for t in tiers)
+                        and min(t[0] for t in tiers) <= 0):
+                    raise PriceError(f"price rule {name!r}: tiers must be [[FROM, PRICE], ...] with a tier FROM 0")
+            elif not _price(rule.get("each", rule.get("call"))):
+                raise PriceError(f"price rule {name!r}: the price must be a number >= 0")
+            if "minimum" in rule and not _price(rule["minimum"]):
+                raise PriceError(f"price rule {name!r}: minimum must be a number >= 0")
 
     def cost(self, rule_name: str, items: int, size: int) -> int:
         """Credits for a successful call that returned `items` for a page size of `size`."""

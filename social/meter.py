@@ -6,9 +6,9 @@ key and account views from caches, lease refills, batched usage flushes,
 heartbeats and lease reclaims.
 """
 import asyncio
+import itertools
 import logging
 import time
-import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
@@ -25,6 +25,8 @@ from storage.leases import LeaseStore
 from storage.usage import UsageStore
 
 log = logging.getLogger("gateway.meter")
+
+TOUCH_INTERVAL = 5.0  # seconds between writes of keys' last_used_at
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class Meter:
                                           settings.negative_cache_ttl)
         self._refills: dict[str, asyncio.Future] = {}
         self._last_used: dict[int, datetime] = {}
+        self._record_ids = itertools.count()
+        self._touched_at = 0.0
         self._flush_lock = asyncio.Lock()
         self.last_flush_ok = time.time()
 
@@ -137,13 +141,24 @@ class Meter:
     def record(self, key: KeyEntry, endpoint: str, status: int, credits: int, request_id: str) -> None:
         """One usage record per call; its credits are the charge (0 when not charged)."""
         ts = datetime.now(timezone.utc)
-        self.buffer.add({"_id": uuid.uuid4().hex, "account_id": key.account_id, "key_id": key.key_id,
+        # Unique across processes and restarts (the process id is a fresh uuid) without a syscall per call.
+        self.buffer.add({"_id": f"{self.leases.process_id}-{next(self._record_ids):x}", "account_id": key.account_id, "key_id": key.key_id,
                          "endpoint": endpoint, "ts": ts, "credits": credits, "status": status,
                          "lease": self.leases.process_id, "request_id": request_id})
         self._last_used[key.key_id] = ts
 
     async def add_credits(self, account_id: str, credits: int, paid_usd: float = 0.0, topup_credits: int = 0) -> AccountView:
         doc = await self.accounts.add_credits(account_id, credits, paid_usd, topup_credits)
+        if doc is None:
+            raise LookupError(account_id)
+        self.ledger.forget_empty(account_id)
+        view = self.view_of(doc)
+        self.account_cache.put(account_id, view)
+        return view
+
+    async def apply_credit(self, account_id: str, credit_id: str, credits: int, paid_usd: float) -> AccountView:
+        """A settled payment's credits, once per credit id, with the same in-memory effects as add_credits."""
+        doc = await self.accounts.apply_credit(account_id, credit_id, credits, paid_usd)
         if doc is None:
             raise LookupError(account_id)
         self.ledger.forget_empty(account_id)
@@ -165,7 +180,7 @@ class Meter:
         return merged[:limit]
 
     # --- persistence ---------------------------------------------------------------------------
-    async def flush(self) -> int:
+    async def flush(self, final: bool = False) -> int:
         """Writes every buffered record, one batch at a time; a failed batch stays for the next try."""
         written = 0
         async with self._flush_lock:
@@ -181,13 +196,21 @@ class Meter:
                 written += len(batch)
                 self.metrics.flushes += 1
                 self.metrics.flushed_records += len(batch)
-            last_used, self._last_used = self._last_used, {}
-            try:
-                await self.keys.touch(last_used)
-            except Exception:
-                log.warning("could not update last_used_at of %d keys", len(last_used))
             self.last_flush_ok = time.time()
+        # last_used_at is informative: written at most every few seconds, not with every batch.
+        if final or time.monotonic() - self._touched_at >= TOUCH_INTERVAL:
+            await self._touch_keys()
         return written
+
+    async def _touch_keys(self) -> None:
+        self._touched_at = time.monotonic()
+        last_used, self._last_used = self._last_used, {}
+        try:
+            await self.keys.touch(last_used)
+        except Exception:
+            log.warning("could not update last_used_at of %d keys", len(last_used))
+            for key_id, ts in last_used.items():
+                self._last_used.setdefault(key_id, ts)
 
     async def run_flusher(self) -> None:
         while True:
@@ -229,7 +252,8 @@ class Meter:
 
     async def close(self) -> None:
         """Shutdown: persist every record, then give every lease back."""
-        await self.flush()
+        self.ledger.valid_until = 0.0  # no reservation after this point: late calls get 503
+        await self.flush(final=True)
         for account_id, purse in list(self.ledger.purses.items()):
             if purse.reserved == 0 and await self.leases.close(account_id, purse.leased, purse.spent):
                 del self.ledger.purses[account_id]

@@ -59,6 +59,16 @@ class AccountStore:
             projection={"password_hash": 0}, return_document=ReturnDocument.AFTER,
         )
 
+    async def apply_credit(self, account_id: str, credit_id: str, credits: int, paid_usd: float) -> dict | None:
+        """Adds a payment's credits at most once: the credit id is recorded in the same atomic write,
+        so a retry after an uncertain outcome changes nothing. Returns the account either way."""
+        doc = await self.accounts.find_one_and_update(
+            {"_id": account_id, "applied_credits": {"$ne": credit_id}},
+            {"$inc": {"credits": credits, "paid_usd": paid_usd}, "$push": {"applied_credits": credit_id}},
+            projection={"password_hash": 0}, return_document=ReturnDocument.AFTER,
+        )
+        return doc or await self.get(account_id)
+
     async def set_admin(self, email: str, is_admin: bool) -> bool:
         result = await self.accounts.update_one({"email": email}, {"$set": {"is_admin": is_admin}})
         return result.matched_count == 1

@@ -1,0 +1,157 @@
+"""Crypto top-ups: currencies, checkout, orders, the processor's notifications, and the development sandbox chain."""
+import logging
+import re
+
+from handlers.base import ApiError, BaseHandler
+from handlers.validation import Field, ValidationError, error, parse_int, validate_body
+from payments.currencies import CURRENCIES
+from payments.provider import SIGNATURE_HEADER, ProviderError, verified
+from payments.sandbox_chain import SandboxRefused
+from payments.service import view
+
+log = logging.getLogger("gateway.payments")
+MAX_USD = 1_000_000
+ORDER_ID = re.compile(r"ord_[0-9a-f]{20}")
+
+
+def _usd(value: float, loc: list) -> None:
+    if value <= 0:
+        raise ValidationError([error(loc, "Input should be greater than 0", "greater_than")])
+    if value > MAX_USD:
+        raise ValidationError([error(loc, f"Input should be less than or equal to {MAX_USD}", "less_than_equal")])
+
+
+def _currency(value: str, loc: list) -> None:
+    if value.upper() not in CURRENCIES:
+        raise ValidationError([error(loc, f"Input should be one of {', '.join(CURRENCIES)}", "enum")])
+
+
+CHECKOUT = [Field("currency", str, check=_currency), Field("amount_usd", float, check=_usd)]
+SANDBOX_PAY = [Field("order_id", str), Field("amount_usd", float, check=_usd), Field("confirmed", bool, required=False)]
+SANDBOX_CONFIRM = [Field("order_id", str)]
+
+
+class BillingBase(BaseHandler):
+    def processor(self):
+        if self.ctx.payments.provider is None:
+            raise ApiError(503, "Crypto payments are not configured on this server")
+        return self.ctx.payments
+
+    async def owned_order(self, order_id: str) -> dict:
+        """The caller's order; another account's order or an unknown id is 404 (no existence oracle)."""
+        account_id = self.bearer_account()
+        order = await self.ctx.payments.orders.owned(account_id, order_id) if ORDER_ID.fullmatch(order_id) else None
+        if order is None:
+            raise ApiError(404, "Order not found")
+        return order
+
+
+class ConfigHandler(BillingBase):
+    """Accepted currencies with their minimum order, and the credit price; public."""
+
+    async def get(self) -> None:
+        self.send_json({"currencies": await self.ctx.payments.currencies(),
+                        "credits_per_usd": self.ctx.settings.credits_per_usd})
+
+
+class CheckoutHandler(BillingBase):
+    """Creates a top-up order and returns where and how much to pay."""
+
+    async def post(self) -> None:
+        account_id = self.bearer_account()
+        body = validate_body(self.json_body(), CHECKOUT)
+        payments = self.processor()
+        currency, amount = CURRENCIES[body["currency"].upper()], round(body["amount_usd"], 2)
+        minimum = await payments.min_usd(currency)
+        if amount < minimum:
+            raise ValidationError([error(["body", "amount_usd"], f"Input should be greater than or equal to {minimum} "
+                                         f"(the minimum order in {currency.code})", "greater_than_equal")])
+        try:
+            order = await payments.checkout(account_id, currency, amount)
+        except ProviderError as exc:
+            log.warning("checkout failed at the processor: %s", exc)
+            raise ApiError(502, "The payment processor is unavailable; try again shortly") from None
+        self.log_fields["order_id"] = order["_id"]
+        self.send_json(view(order))
+
+
+class OrdersHandler(BillingBase):
+    """The account's orders, newest first."""
+
+    async def get(self) -> None:
+        account_id = self.bearer_account()
+        limit = parse_int(self.get_query_argument("limit", "100"), ["query", "limit"], 1, 1000)
+        self.send_json([view(o) for o in await self.ctx.payments.orders.for_account(account_id, limit)])
+
+
+class OrderHandler(BillingBase):
+    """One order with the amount received and the credits applied so far."""
+
+    async def get(self, order_id: str) -> None:
+        self.send_json(view(await self.owned_order(order_id)))
+
+
+class NotificationHandler(BillingBase):
+    """The processor's signed payment notification: a trigger to re-read the payment, never trusted as is."""
+
+    async def post(self) -> None:
+        payload = verified(self.ctx.settings.payments_ipn_secret, self.request.body,
+                           self.request.headers.get(SIGNATURE_HEADER))
+        if payload is None:
+            log.warning("payment notification with a missing or invalid signature refused")
+            raise ApiError(401, "Invalid notification signature")
+        try:
+            order = await self.processor().on_notification(payload)
+        except ProviderError as exc:
+            # Not 2xx, so the processor sends it again; the reconciler also polls the order.
+            log.warning("notification could not be checked with the processor: %s", exc)
+            raise ApiError(503, "Payment state unavailable; retry later") from None
+        if order is not None:
+            self.log_fields["order_id"] = order["_id"]
+        self.send_json({"status": "ok" if order is not None else "ignored"})
+
+
+class SandboxBase(BillingBase):
+    async def sandbox_order(self, fields: list[Field]) -> tuple[dict, dict]:
+        """Development only: in production, or with a real processor, the sandbox chain does not exist (404)."""
+        if self.ctx.settings.production or self.ctx.payments.chain is None:
+            raise ApiError(404, "Not found")
+        self.bearer_account()
+        body = validate_body(self.json_body(), fields)
+        return body, await self.owned_order(body["order_id"])
+
+
+class SandboxPayHandler(SandboxBase):
+    """Sends one simulated on-chain payment to the order's address, confirmed now or later."""
+
+    async def post(self) -> None:
+        body, order = await self.sandbox_order(SANDBOX_PAY)
+        try:
+            tx, order = await self.ctx.payments.sandbox_pay(order, round(body["amount_usd"], 2),
+                                                            body.get("confirmed", True))
+        except SandboxRefused as exc:
+            raise ApiError(409, str(exc)) from None
+        self.send_json({"tx": tx, "order": view(order)})
+
+
+class SandboxConfirmHandler(SandboxBase):
+    """Confirms every pending sandbox payment of the order."""
+
+    async def post(self) -> None:
+        _, order = await self.sandbox_order(SANDBOX_CONFIRM)
+        try:
+            confirmed, order = await self.ctx.payments.sandbox_confirm(order)
+        except SandboxRefused as exc:
+            raise ApiError(409, str(exc)) from None
+        self.send_json({"confirmed_payments": confirmed, "order": view(order)})
+
+
+routes = [
+    (r"/billing/crypto/config", ConfigHandler),
+    (r"/billing/crypto/checkout", CheckoutHandler),
+    (r"/billing/crypto/orders", OrdersHandler),
+    (r"/billing/crypto/orders/([^/]+)", OrderHandler),
+    (r"/billing/crypto/ipn", NotificationHandler),
+    (r"/billing/crypto/sandbox/pay", SandboxPayHandler),
+    (r"/billing/crypto/sandbox/confirm", SandboxConfirmHandler),
+]
