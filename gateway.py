@@ -161,7 +161,8 @@ async def serve(settings: config.Settings) -> None:
         upstream_url = sandbox_server.url
         log.info("UPSTREAM_URL is unset: serving the sandbox upstream in process at %s", upstream_url)
     ctx = await build_context(settings, mongodb_uri, upstream_url)
-    server = tornado.httpserver.HTTPServer(make_app(ctx), max_body_size=settings.max_body_bytes,
+    # Bodies up to 16x the limit are read and answered with a JSON 413; larger ones close the connection.
+    server = tornado.httpserver.HTTPServer(make_app(ctx), max_body_size=max(settings.max_body_bytes * 16, 1 << 20),
                                            idle_connection_timeout=75, body_timeout=30)
     server.listen(settings.port, settings.host, reuse_port=True)
     tasks = start_background(ctx)

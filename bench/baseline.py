@@ -4,6 +4,7 @@ import argparse
 import asyncio
 
 import tornado.web
+from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
 from social.endpoints import BY_PATH
 from social.upstream import Breaker, UpstreamClient
@@ -27,8 +28,13 @@ async def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--upstream-key", required=True)
+    parser.add_argument("--client", choices=["curl", "simple"], default="curl",
+                        help="curl: the gateway's pooled client; simple: Tornado's default client, for comparison")
     args = parser.parse_args()
     upstream = UpstreamClient(args.upstream, args.upstream_key, "/twitter", 2.0, 15.0, 64, 8 << 20, Breaker(10**9, 1))
+    if args.client == "simple":
+        upstream.http.close()
+        upstream.http = SimpleAsyncHTTPClient(force_instance=True, max_clients=64)
     tornado.web.Application([(r"/social(/.*)", Proxy, {"upstream": upstream})]).listen(args.port, "127.0.0.1")
     await asyncio.Event().wait()
 

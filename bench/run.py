@@ -127,6 +127,11 @@ def main() -> None:
                             "--upstream", upstream, "--upstream-key", UPSTREAM_KEY],
                            {"PYTHONPATH": os.path.dirname(HERE)}))
         wait_for(f"http://127.0.0.1:{baseline_port}/social/nothing", procs[-1])
+        simple_port = free_port()
+        procs.append(spawn([sys.executable, os.path.join(HERE, "baseline.py"), "--port", str(simple_port),
+                            "--upstream", upstream, "--upstream-key", UPSTREAM_KEY, "--client", "simple"],
+                           {"PYTHONPATH": os.path.dirname(HERE)}))
+        wait_for(f"http://127.0.0.1:{simple_port}/social/nothing", procs[-1])
 
         catalog = json.loads(urllib.request.urlopen(upstream + "/sandbox/catalog").read())
         keys = []
@@ -148,12 +153,14 @@ def main() -> None:
         gw = saturate(gateway_port, gateway_raw, args.seconds, args.connections, plan)
         trips = db_round_trips(gateway) - trips_before
         base = saturate(baseline_port, baseline_raw, args.seconds, args.connections, [(p, "") for p, _ in plan])
+        # Why the gateway uses the curl client: the same bare proxy with Tornado's default client.
+        simple = saturate(simple_port, baseline_raw, args.seconds, args.connections, [(p, "") for p, _ in plan])
         half = base["rps"] / 2
         base_fixed = asyncio.run(load.run("127.0.0.1", baseline_port, baseline_raw, args.seconds, args.connections, rate=half))
         gw_fixed = asyncio.run(load.run("127.0.0.1", gateway_port, gateway_raw, args.seconds, args.connections, rate=half))
         result = {
             "machine": {"cores": os.cpu_count()}, "settings": vars(args),
-            "baseline": base, "gateway": gw,
+            "baseline": base, "gateway": gw, "baseline_simple_client": simple,
             "ratio_rps": round(gw["rps"] / base["rps"], 3),
             "db_round_trips_per_call": round(trips / max(gw["requests"], 1), 5),
             "fixed_rate": {"rate": round(half, 1), "baseline": base_fixed, "gateway": gw_fixed,

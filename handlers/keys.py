@@ -42,7 +42,8 @@ class KeysHandler(KeysBase):
         key = await self.ctx.keys.create(account_id, body.get("name", "default"), vault.digest(secret),
                                          KeyVault.display_prefix(secret), lambda key_id: vault.encrypt(secret, key_id))
         self.log_fields["key_id"] = key["key_id"]
-        self.send_json({**_row(key, await self.qps_of(account_id)), "key": secret}, status=201)
+        # 200, not 201: the spec says every success is HTTP 200.
+        self.send_json({**_row(key, await self.qps_of(account_id)), "key": secret})
 
 
 class RevealHandler(KeysBase):

@@ -9,7 +9,7 @@ import time
 import orjson
 
 from handlers.base import ApiError, BaseHandler
-from handlers.validation import ValidationError, error, missing, parse_bool, parse_int
+from handlers.validation import ValidationError, error, length, missing, parse_bool, parse_int
 from metering.ledger import Reservation
 from social.endpoints import ENDPOINTS, Endpoint, count_items, page_size
 from social.meter import KeyEntry, LeasesExpired
@@ -39,8 +39,7 @@ def parse_args(endpoint: Endpoint, arguments: dict[str, list[bytes]]) -> dict:
             elif param.kind == "ids":
                 args[param.name] = _ids(value, loc, param.maximum)
             else:
-                if len(value) > 1000:
-                    raise ValidationError([error(loc, "String should have at most 1000 characters", "string_too_long")])
+                length(1, 1000)(value, loc)
                 args[param.name] = value
         except ValidationError as exc:
             errors.extend(exc.errors)

@@ -78,8 +78,10 @@ class Ledger:
     def lease_request(self, account_id: str, most: int) -> int:
         """How many credits to ask the database for so that calls can go on for a lease window."""
         purse = self.purses.get(account_id)
-        rate = purse.rate if purse else 0.0
-        return max(most * 20, int(rate * self.lease_seconds))
+        if purse is None:
+            return most * 20
+        # Enough for a lease window at the current spend, and for every call now in flight twice over.
+        return max(most * 20, int(purse.rate * self.lease_seconds), 2 * purse.reserved)
 
     def is_known_empty(self, account_id: str, now: float) -> bool:
         purse = self.purses.get(account_id)

@@ -27,6 +27,7 @@ from storage.usage import UsageStore
 log = logging.getLogger("gateway.meter")
 
 TOUCH_INTERVAL = 5.0  # seconds between writes of keys' last_used_at
+REFILL_ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -99,13 +100,17 @@ class Meter:
     # --- credits -----------------------------------------------------------------------------
     async def reserve(self, account_id: str, most: int, least: int) -> Reservation | None:
         """Reserves credits for one call; None means the account cannot pay for it (402)."""
-        now = self.clock()
-        reservation = self.ledger.reserve(account_id, most, least, now)
-        if reservation is not None:
-            return reservation
-        if not self.ledger.usable(now):
-            raise LeasesExpired()
-        if not self.ledger.is_known_empty(account_id, now):
+        # Concurrent calls may use up a refill before this one gets its share: ask again until the
+        # database says the balance is empty (mark_empty), a few times at most.
+        for _ in range(REFILL_ATTEMPTS):
+            now = self.clock()
+            reservation = self.ledger.reserve(account_id, most, least, now)
+            if reservation is not None:
+                return reservation
+            if not self.ledger.usable(now):
+                raise LeasesExpired()
+            if self.ledger.is_known_empty(account_id, now):
+                return None
             await self._refill(account_id, most, least)
         return self.ledger.reserve(account_id, most, least, self.clock())
 
@@ -142,23 +147,20 @@ class Meter:
         """One usage record per call; its credits are the charge (0 when not charged)."""
         ts = datetime.now(timezone.utc)
         # Unique across processes and restarts (the process id is a fresh uuid) without a syscall per call.
-        self.buffer.add({"_id": f"{self.leases.process_id}-{next(self._record_ids):x}", "account_id": key.account_id, "key_id": key.key_id,
-                         "endpoint": endpoint, "ts": ts, "credits": credits, "status": status,
+        self.buffer.add({"_id": f"{self.leases.process_id}-{next(self._record_ids):x}", "account_id": key.account_id,
+                         "key_id": key.key_id, "endpoint": endpoint, "ts": ts, "credits": credits, "status": status,
                          "lease": self.leases.process_id, "request_id": request_id})
         self._last_used[key.key_id] = ts
 
     async def add_credits(self, account_id: str, credits: int, paid_usd: float = 0.0, topup_credits: int = 0) -> AccountView:
-        doc = await self.accounts.add_credits(account_id, credits, paid_usd, topup_credits)
-        if doc is None:
-            raise LookupError(account_id)
-        self.ledger.forget_empty(account_id)
-        view = self.view_of(doc)
-        self.account_cache.put(account_id, view)
-        return view
+        return self.account_changed(account_id, await self.accounts.add_credits(account_id, credits, paid_usd, topup_credits))
 
     async def apply_credit(self, account_id: str, credit_id: str, credits: int, paid_usd: float) -> AccountView:
         """A settled payment's credits, once per credit id, with the same in-memory effects as add_credits."""
-        doc = await self.accounts.apply_credit(account_id, credit_id, credits, paid_usd)
+        return self.account_changed(account_id, await self.accounts.apply_credit(account_id, credit_id, credits, paid_usd))
+
+    def account_changed(self, account_id: str, doc: dict | None) -> AccountView:
+        """The balance or payments of an account changed: new plan at once, and a 402 is no longer remembered."""
         if doc is None:
             raise LookupError(account_id)
         self.ledger.forget_empty(account_id)

@@ -128,7 +128,7 @@ class Api:
 
     async def new_key(self, token: str, name: str = "test") -> dict:
         status, body, _ = await self.call("POST", "/keys", {"name": name}, token=token)
-        assert status == 201, body
+        assert status == 200, body
         return body
 
     async def funded_key(self, credits: int = 1_000_000) -> tuple[dict, dict]:

@@ -125,7 +125,7 @@ async def test_key_lifecycle(api):
 async def test_key_create_defaults_and_validation(api):
     user = await api.register()
     status, body, _ = await api.call("POST", "/keys", token=user["token"])
-    assert status == 201 and body["name"] == "default"
+    assert status == 200 and body["name"] == "default"
     status, body, _ = await api.call("POST", "/keys", {"name": 12}, token=user["token"])
     assert status == 422 and body["detail"][0]["loc"] == ["body", "name"]
 
