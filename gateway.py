@@ -24,20 +24,27 @@ import tornado.web
 from pymongo import monitoring
 
 import config
+from config import workers
 from config.context import Context
 from config.metrics import Metrics
-from handlers import account, auth, billing, keys, social
+from handlers import account, admin, auth, billing, keys, ops, social
 from handlers.base import NotFoundHandler
+from handlers.limits import make_server
 from metering.limiter import RateLimiter
 from metering.pricing import Prices
+from metering.throttle import LoginThrottle
 from payments import cli as payments_cli
 from payments.service import build_payments
 from security import passwords
 from security.apikeys import KeyVault
+from social.coherence import Coherence
 from social.meter import Meter
 from social.upstream import Breaker, UpstreamClient
 from storage import db as database
+from storage import admin_cli
 from storage.accounts import AccountStore
+from storage.admin import AdminStore
+from storage.changes import ChangeFeed
 from storage.embedded import EmbeddedMongo
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
@@ -82,13 +89,15 @@ class RoundTrips(monitoring.CommandListener):
         pass
 
 
-async def build_context(settings: config.Settings, mongodb_uri: str, upstream_url: str) -> Context:
+async def build_context(settings: config.Settings, mongodb_uri: str, upstream_url: str,
+                        worker: int | None = None) -> Context:
     metrics = Metrics()
     client = database.connect(mongodb_uri, event_listeners=[RoundTrips(metrics)])
     db = client[settings.mongodb_db]
     await database.ensure_indexes(db)
     accounts, keys_, usage = AccountStore(db), KeyStore(db), UsageStore(db)
-    node = f"{socket.gethostname()}:{settings.port}"
+    # A process restarted on the same node reclaims its predecessor's leases at once (Meter.start).
+    node = f"{socket.gethostname()}:{settings.port}" + (f":{worker}" if worker is not None else "")
     leases = LeaseStore(db, usage, process_id=uuid.uuid4().hex, node=node)
     vault = KeyVault(settings.secrets_key)
     meter = Meter(settings, accounts, keys_, usage, leases, vault, metrics)
@@ -100,17 +109,24 @@ async def build_context(settings: config.Settings, mongodb_uri: str, upstream_ur
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hash")
     decoy = await asyncio.get_running_loop().run_in_executor(executor, passwords.decoy_hash, settings.password_scrypt_n)
     payments = await build_payments(settings, db, meter.apply_credit)
+    admin_store = AdminStore(db)
+    await admin_store.ensure_indexes()
     return Context(settings=settings, client=client, accounts=accounts, keys=keys_, usage=usage, vault=vault,
                    key_cache=meter.key_cache, account_cache=meter.account_cache, limiter=RateLimiter(),
                    prices=Prices(settings.price_rules), meter=meter, upstream=upstream, metrics=metrics,
-                   executor=executor, decoy_hash=decoy, payments=payments)
+                   executor=executor, decoy_hash=decoy, payments=payments,
+                   login_throttle=LoginThrottle(settings.login_max_failures_per_email, settings.login_window_seconds,
+                                                settings.login_max_attempts_per_address),
+                   admin=admin_store)
 
 
 # --- 3. the application --------------------------------------------------------------------------
 def make_app(ctx: Context) -> tornado.web.Application:
-    routes = auth.routes + keys.routes + account.routes + social.routes + billing.routes
+    routes = auth.routes + keys.routes + account.routes + social.routes + billing.routes + admin.routes + ops.routes
     if ctx.settings.twitter_alias:
         routes += social.alias_routes
+    if not ctx.settings.metrics_port:
+        routes += ops.metrics_routes
     bound = [(route[0], route[1], {"ctx": ctx, **(route[2] if len(route) > 2 else {})}) for route in routes]
     return tornado.web.Application(
         bound,
@@ -123,7 +139,27 @@ def make_app(ctx: Context) -> tornado.web.Application:
 def start_background(ctx: Context) -> list[asyncio.Task]:
     return [asyncio.create_task(ctx.meter.run_flusher(), name="flusher"),
             asyncio.create_task(ctx.meter.run_maintenance(), name="leases"),
-            asyncio.create_task(ctx.payments.run_reconciler(), name="reconcile")]
+            asyncio.create_task(ctx.payments.run_reconciler(), name="reconcile"),
+            asyncio.create_task(ctx.admin.run_refresher(), name="admin-rollups"),
+            asyncio.create_task(Coherence(ctx.settings, ChangeFeed(ctx.client[ctx.settings.mongodb_db]), ctx.meter).run(),
+                                name="coherence")]
+
+
+def reload(ctx: Context, environ=None) -> bool:
+    """SIGHUP: re-read price rules and plan tiers (CONFIG_FILE, environment) while connections stay open.
+
+    Only these two change; every other setting needs a restart."""
+    try:
+        fresh = config.load(environ)
+    except (config.SettingsError, OSError) as exc:
+        log.error("reload refused, the current price rules and plan tiers stay: %s", exc)
+        return False
+    settings = dataclasses.replace(ctx.settings, price_rules=fresh.price_rules, plan_rules=fresh.plan_rules)
+    ctx.settings = ctx.meter.settings = settings
+    ctx.prices = Prices(settings.price_rules)
+    ctx.account_cache.clear()  # cached views carry a plan computed with the old tiers
+    log.info("reloaded price rules and plan tiers")
+    return True
 
 
 async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
@@ -149,7 +185,8 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
 
 
 # --- 4. serve --------------------------------------------------------------------------------------
-async def serve(settings: config.Settings) -> None:
+async def serve(settings: config.Settings, sockets: list | None = None, worker: int | None = None) -> None:
+    """One gateway process; with `sockets`, worker `worker` of `serve --workers N` (config/workers.py)."""
     embedded = sandbox_server = None
     mongodb_uri, upstream_url = settings.mongodb_uri, settings.upstream_url
     if not mongodb_uri:
@@ -160,25 +197,32 @@ async def serve(settings: config.Settings) -> None:
         sandbox_server = sandbox.start("127.0.0.1", 0, settings.upstream_api_key, settings.upstream_path_prefix)
         upstream_url = sandbox_server.url
         log.info("UPSTREAM_URL is unset: serving the sandbox upstream in process at %s", upstream_url)
-    ctx = await build_context(settings, mongodb_uri, upstream_url)
-    # Bodies up to 16x the limit are read and answered with a JSON 413; larger ones close the connection.
-    server = tornado.httpserver.HTTPServer(make_app(ctx), max_body_size=max(settings.max_body_bytes * 16, 1 << 20),
-                                           idle_connection_timeout=75, body_timeout=30)
-    server.listen(settings.port, settings.host, reuse_port=True)
+    ctx = await build_context(settings, mongodb_uri, upstream_url, worker)
+    server = make_server(make_app(ctx), settings)  # body, header and slow-client limits (handlers/limits.py)
+    if sockets:
+        server.add_sockets(sockets)
+    else:
+        server.listen(settings.port, settings.host, reuse_port=True)
+    metrics_server = None
+    if settings.metrics_port:  # each worker of --workers N on its own port: METRICS_PORT + index
+        metrics_server = tornado.httpserver.HTTPServer(ops.metrics_app(ctx))
+        metrics_server.listen(settings.metrics_port + (worker or 0), settings.host)
     tasks = start_background(ctx)
     database_label = f"embedded SecantusDB at {mongodb_uri} (data in {os.path.join(settings.data_dir, 'db')})" \
         if embedded else "MongoDB from MONGODB_URI"
-    print(f"social-gateway listening on http://{settings.host}:{settings.port}\n"
-          f"  environment: {settings.env}\n  database:    {database_label}\n"
-          f"  upstream:    {'sandbox (in process) at ' + upstream_url if sandbox_server else settings.upstream_url}",
-          flush=True)
+    if worker is None:
+        announce(settings, database_label,
+                 'sandbox (in process) at ' + upstream_url if sandbox_server else settings.upstream_url)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload, ctx)
     await stop.wait()
     log.info("shutting down: no new connections, draining calls in flight")
     server.stop()
+    if metrics_server:
+        metrics_server.stop()
     await shutdown(ctx, tasks)
     await server.close_all_connections()
     if sandbox_server:
@@ -186,6 +230,25 @@ async def serve(settings: config.Settings) -> None:
     if embedded:
         embedded.stop()
     log.info("stopped cleanly")
+
+
+def announce(settings: config.Settings, database_label: str, upstream_label: str, workers_line: str = "") -> None:
+    print(f"social-gateway listening on http://{settings.host}:{settings.port}\n{workers_line}"
+          f"  environment: {settings.env}\n  database:    {database_label}\n  upstream:    {upstream_label}", flush=True)
+
+
+def serve_workers(settings: config.Settings, count: int) -> int:
+    """`serve --workers N` (config/workers.py): helpers and the socket in this process, N gateways forked."""
+    embedded, sandboxed = not settings.mongodb_uri, not settings.upstream_url
+    settings, helpers = workers.start_helpers(settings)
+    database_label = f"embedded SecantusDB at {settings.mongodb_uri} (data in {os.path.join(settings.data_dir, 'db')})" \
+        if embedded else "MongoDB from MONGODB_URI"
+    upstream_label = f"sandbox (own process) at {settings.upstream_url}" if sandboxed else settings.upstream_url
+    try:
+        return workers.run(settings, count, lambda s, sockets, index: asyncio.run(serve(s, sockets, index)),
+                           lambda s: announce(s, database_label, upstream_label, f"  workers:     {count} processes\n"))
+    finally:
+        workers.stop_helpers(helpers)
 
 
 # --- command line ------------------------------------------------------------------------------------
@@ -197,9 +260,12 @@ def parser() -> argparse.ArgumentParser:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--host", help="address to listen on (GATEWAY_HOST)")
     run.add_argument("--port", type=int, help="port to listen on (GATEWAY_PORT, default 8000)")
+    run.add_argument("--workers", type=int, default=1,
+                     help="gateway processes sharing the port (default 1; see README, Scale-out, for QPS_DIVISOR)")
     sim = commands.add_parser("simulate-upstream", help="run the sandbox upstream provider", add_help=False)
     sim.add_argument("args", nargs=argparse.REMAINDER)
     payments_cli.add_commands(commands)
+    admin_cli.add_commands(commands)
     return top
 
 
@@ -211,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         return sandbox.main(args.args) or 0
     if args.command in ("sandbox-pay", "sandbox-confirm"):
         return payments_cli.run(args)
+    if args.command == "admin":
+        return admin_cli.run(args)
     try:
         settings = config.load(host=args.host, port=args.port)
     except (config.SettingsError, OSError) as exc:
@@ -218,6 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not settings.production:
         settings = with_dev_secrets(settings)
+    if args.workers < 1:
+        print("social-gateway: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if args.workers > 1:
+        return serve_workers(settings, args.workers)
     asyncio.run(serve(settings))
     return 0
 

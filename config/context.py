@@ -10,11 +10,13 @@ if TYPE_CHECKING:
 
     from metering.limiter import RateLimiter
     from metering.pricing import Prices
+    from metering.throttle import LoginThrottle
     from payments.service import Payments
     from security.apikeys import KeyVault
     from social.meter import Meter
     from social.upstream import UpstreamClient
     from storage.accounts import AccountStore
+    from storage.admin import AdminStore
     from storage.cache import LoadingCache
     from storage.keys import KeyStore
     from storage.usage import UsageStore
@@ -40,3 +42,5 @@ class Context:
     decoy_hash: str                  # verified for unknown emails so login takes the same time
     payments: "Payments"             # crypto top-ups: processor, orders, crediting, reconciler
     draining: bool = False           # set on shutdown: data calls get 503 so in-flight ones can finish
+    login_throttle: "LoginThrottle | None" = None  # failed logins per email, attempts per address (429)
+    admin: "AdminStore | None" = None  # /admin queries and usage rollups (storage/admin.py)

@@ -2,6 +2,16 @@
 from collections import Counter
 from dataclasses import dataclass, field
 
+from prometheus_client import Histogram
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+def _latency() -> Histogram:
+    # registry=None: one histogram per context, exposed by handlers/ops.py rather than a global registry.
+    return Histogram("gateway_request_duration_seconds", "Time from request start to the last byte, by route.",
+                     ["route"], buckets=LATENCY_BUCKETS, registry=None)
+
 
 @dataclass
 class Metrics:
@@ -12,3 +22,4 @@ class Metrics:
     flushed_records: int = 0
     flush_failures: int = 0
     db_round_trips: int = 0                                 # counted by a PyMongo command listener
+    latency: Histogram = field(default_factory=_latency)    # observed in BaseHandler.on_finish

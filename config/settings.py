@@ -7,6 +7,7 @@ TOML file named by CONFIG_FILE, and the environment. The result is a frozen
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -58,6 +59,12 @@ class Settings:
     plan_rules: tuple = _setting(_default_plans(), "JSON list of plan tiers {name, min_paid_usd, qps}.", "PLAN_RULES")
     credits_per_usd: int = _setting(100_000, "Credits one US dollar buys.", "CREDITS_PER_USD")
     max_body_bytes: int = _setting(64 * 1024, "Largest request body accepted (413 above).", "MAX_BODY_BYTES")
+    max_header_bytes: int = _setting(16 * 1024, "Largest request line + headers accepted (431 above; the connection is closed past 4x).", "MAX_HEADER_BYTES")
+    http_idle_timeout: float = _setting(75.0, "Seconds an idle keep-alive connection, or a client still sending its request headers, is kept open.", "HTTP_IDLE_TIMEOUT")
+    http_body_timeout: float = _setting(30.0, "Seconds a client may take to send a request body before it is disconnected.", "HTTP_BODY_TIMEOUT")
+    login_max_failures_per_email: int = _setting(5, "Failed logins per email within LOGIN_WINDOW_SECONDS before 429 (unknown emails too).", "LOGIN_MAX_FAILURES_PER_EMAIL")
+    login_window_seconds: float = _setting(900.0, "Window of the per-email login failure limit, seconds.", "LOGIN_WINDOW_SECONDS")
+    login_max_attempts_per_address: int = _setting(20, "Login and registration attempts per client address per minute before 429.", "LOGIN_MAX_ATTEMPTS_PER_ADDRESS")
     # Upstream
     upstream_url: str = _setting("", "Base URL of the social-data provider. Empty: start the sandbox upstream in process.", "UPSTREAM_URL")
     upstream_api_key: str = _setting("sandbox-upstream-key", "Credential sent upstream as X-API-Key.", "UPSTREAM_API_KEY")
@@ -80,6 +87,10 @@ class Settings:
     key_cache_ttl: float = _setting(300.0, "Seconds a cached key is trusted before it is re-read.", "KEY_CACHE_TTL")
     negative_cache_ttl: float = _setting(5.0, "Seconds an unknown key is remembered as unknown.", "NEGATIVE_CACHE_TTL")
     drain_seconds: float = _setting(10.0, "Seconds in-flight calls get to finish on shutdown.", "DRAIN_SECONDS")
+    # Scale-out
+    qps_divisor: float = _setting(1.0, "Each process enforces a key's QPS divided by this: 1 behind nginx hashing on X-API-Key, N for N processes without it.", "QPS_DIVISOR")
+    coherence: str = _setting("changestream", "How revocations, plan changes and top-ups made by other processes reach this one: changestream, poll or off.", "COHERENCE")
+    coherence_poll_seconds: float = _setting(1.0, "Polling interval when change streams are unavailable (COHERENCE=poll, or the fallback).", "COHERENCE_POLL_SECONDS")
     # Payments
     payments_provider: str = _setting("", "Crypto payment processor: nowpayments, or empty for the sandbox chain (development only; production answers 503 at checkout).", "PAYMENTS_PROVIDER")
     payments_api_url: str = _setting("https://api.nowpayments.io", "Base URL of the payment processor's API.", "PAYMENTS_API_URL")
@@ -88,6 +99,11 @@ class Settings:
     public_url: str = _setting("", "Public base URL of this service; the processor calls PUBLIC_URL/billing/crypto/ipn.", "PUBLIC_URL")
     order_ttl_seconds: int = _setting(3600, "Seconds a checkout's quoted pay amount is valid (sandbox orders expire after it).", "ORDER_TTL_SECONDS")
     reconcile_interval: float = _setting(30.0, "Seconds between polls of unsettled orders (first delay; doubles per order up to an hour).", "RECONCILE_INTERVAL")
+    # Operations
+    trusted_proxies: tuple = _setting((), "Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For / X-Real-IP are believed.", "TRUSTED_PROXIES")
+    metrics_token: str = _setting("", "If set, GET /metrics requires Authorization: Bearer <token>.", "METRICS_TOKEN")
+    metrics_port: int = _setting(0, "If set, /metrics is served only on this port (0: on the main port).", "METRICS_PORT")
+    access_log: bool = _setting(True, "One JSON line per request on the gateway.access logger.", "ACCESS_LOG")
 
     @property
     def production(self) -> bool:
@@ -96,7 +112,8 @@ class Settings:
     def safe_items(self) -> dict:
         """Settings with secrets masked, for logs."""
         items = dataclasses.asdict(self)
-        for name in ("jwt_secret", "secrets_key", "upstream_api_key", "payments_api_key", "payments_ipn_secret"):
+        for name in ("jwt_secret", "secrets_key", "upstream_api_key", "payments_api_key", "payments_ipn_secret",
+                     "metrics_token"):
             items[name] = "***" if items[name] else ""
         return items
 
@@ -123,6 +140,9 @@ def _convert(f: dataclasses.Field, raw: Any) -> Any:
             if f.name == "admin_emails":
                 items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
                 return tuple(e.strip().lower() for e in items if e.strip())
+            if f.name == "trusted_proxies":
+                items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+                return tuple(str(ipaddress.ip_network(e.strip(), strict=False)) for e in items if e.strip())
             return tuple(orjson.loads(raw) if isinstance(raw, (str, bytes)) else raw)
         if kind == "Mapping":
             return dict(orjson.loads(raw) if isinstance(raw, (str, bytes)) else raw)
@@ -166,6 +186,8 @@ def validate(settings: Settings) -> None:
             raise SettingsError(f"{name} must be at least 32 characters")
     if not 1 <= settings.port <= 65535 and settings.port != 0:
         raise SettingsError("GATEWAY_PORT must be a TCP port")
+    if not 0 <= settings.metrics_port <= 65535 or (settings.metrics_port and settings.metrics_port == settings.port):
+        raise SettingsError("METRICS_PORT must be 0 or a TCP port other than GATEWAY_PORT")
     if not settings.upstream_path_prefix.startswith("/"):
         raise SettingsError("UPSTREAM_PATH_PREFIX must start with /")
     plans = settings.plan_rules
@@ -178,10 +200,18 @@ def validate(settings: Settings) -> None:
     if settings.payments_provider == "nowpayments" and not (settings.payments_api_key and settings.payments_ipn_secret
                                                             and settings.public_url):
         raise SettingsError("PAYMENTS_PROVIDER=nowpayments requires PAYMENTS_API_KEY, PAYMENTS_IPN_SECRET and PUBLIC_URL")
+    if settings.max_header_bytes < 1024:
+        raise SettingsError("MAX_HEADER_BYTES must be at least 1024")
+    if settings.login_max_failures_per_email < 1 or settings.login_max_attempts_per_address < 1:
+        raise SettingsError("LOGIN_MAX_FAILURES_PER_EMAIL and LOGIN_MAX_ATTEMPTS_PER_ADDRESS must be at least 1")
+    if settings.coherence not in ("changestream", "poll", "off"):
+        raise SettingsError("COHERENCE must be changestream, poll or off")
+    if settings.qps_divisor < 1:
+        raise SettingsError("QPS_DIVISOR must be at least 1")
     if settings.order_ttl_seconds < 1:
         raise SettingsError("ORDER_TTL_SECONDS must be at least 1")
     for name in ("flush_interval", "lease_seconds", "lease_timeout", "upstream_timeout", "upstream_connect_timeout",
-                 "reconcile_interval"):
+                 "reconcile_interval", "login_window_seconds", "http_idle_timeout", "http_body_timeout", "coherence_poll_seconds"):
         if getattr(settings, name) <= 0:
             raise SettingsError(f"{by_env(name)} must be positive")
 

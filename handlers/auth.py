@@ -1,6 +1,7 @@
 """Accounts and sessions: register, login, me, attribution."""
 import asyncio
 import re
+import time
 
 from handlers.base import ApiError, BaseHandler
 from handlers.validation import Field, ValidationError, error, length, no_operators, validate_body
@@ -32,6 +33,21 @@ class AuthHandler(BaseHandler):
     async def hash(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.ctx.executor, fn, *args)
 
+    def client_address(self) -> str:
+        # BaseHandler.client_ip() honours X-Forwarded-For from trusted proxies only, where it exists.
+        client_ip = getattr(self, "client_ip", None)
+        return client_ip() if callable(client_ip) else self.request.remote_ip
+
+    def throttle(self, email: str | None = None) -> None:
+        """429 past the per-address attempt limit or the per-email failure limit; one answer for both."""
+        throttle = self.ctx.login_throttle
+        if throttle is None:
+            return
+        wait = throttle.check(self.client_address(), email, time.monotonic())
+        if wait:
+            self.log_fields["throttled"] = True
+            raise ApiError(429, "Too many attempts; retry later", {"Retry-After": str(wait)})
+
     def session(self, account_id: str) -> None:
         s = self.ctx.settings
         token = tokens.issue(s.jwt_secret, account_id, s.token_ttl_seconds)
@@ -44,6 +60,7 @@ class RegisterHandler(AuthHandler):
     async def post(self) -> None:
         body = validate_body(self.json_body(), CREDENTIALS)
         email = body["email"].strip().lower()
+        self.throttle()  # per address: hashing is expensive, and registration answers which emails exist
         digest = await self.hash(passwords.hash_password, body["password"], self.ctx.settings.password_scrypt_n)
         try:
             account = await self.ctx.accounts.create(email, digest, self.ctx.settings.signup_credits)
@@ -58,11 +75,15 @@ class LoginHandler(AuthHandler):
 
     async def post(self) -> None:
         body = validate_body(self.json_body(), LOGIN)
-        account = await self.ctx.accounts.by_email(body["email"].strip().lower())
+        email = body["email"].strip().lower()
+        self.throttle(email)  # counted as a failure until proven right, known email or not
+        account = await self.ctx.accounts.by_email(email)
         stored = account["password_hash"] if account else self.ctx.decoy_hash
         ok = await self.hash(passwords.verify_password, body["password"], stored)
         if not (ok and account):
             raise ApiError(401, "Incorrect email or password")
+        if self.ctx.login_throttle is not None:
+            self.ctx.login_throttle.succeeded(email)
         self.account_id = account["_id"]
         self.session(account["_id"])
 

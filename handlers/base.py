@@ -3,14 +3,18 @@
 Client-facing messages come only from HTTPError(reason=...) or ValidationError;
 exception text goes to the log, never to the client.
 """
+import functools
+import ipaddress
 import itertools
 import logging
+import re
 import time
 import uuid
 from typing import Any
 
 import orjson
 import tornado.web
+from pymongo.errors import ConnectionFailure
 
 from config.context import Context
 from handlers.validation import ValidationError, error
@@ -95,7 +99,13 @@ class BaseHandler(tornado.web.RequestHandler):
             else:
                 message = _REASONS.get(status_code, self._reason)
             body = self.error_body(status_code, message)
+        if status_code == 405:  # RFC 9110: a 405 lists the methods the resource supports
+            self.set_header("Allow", ", ".join(self.allowed_methods()))
         self.finish(orjson.dumps(body))
+
+    def allowed_methods(self) -> list[str]:
+        return [m for m in self.SUPPORTED_METHODS
+                if getattr(type(self), m.lower(), None) is not getattr(tornado.web.RequestHandler, m.lower(), None)]
 
     def log_exception(self, typ, value, tb) -> None:
         if isinstance(value, (ValidationError, tornado.web.HTTPError)):
@@ -108,6 +118,15 @@ class BaseHandler(tornado.web.RequestHandler):
         if isinstance(e, ValidationError):
             if not self._finished:
                 self.send_error(422, exc_info=(type(e), e, e.__traceback__))
+            return
+        # The database is down or unreachable (after the driver's server selection timeout): a
+        # temporary condition the client should retry, not a server bug. Nothing was charged.
+        if isinstance(e, ConnectionFailure):
+            log.warning("database unavailable in %s %s (request %s): %s", self.request.method, self.request.path,
+                        self.request_id, type(e).__name__)
+            if not self._finished:
+                unavailable = ApiError(503, "The service cannot reach its database; retry shortly", {"Retry-After": "1"})
+                self.send_error(503, exc_info=(ApiError, unavailable, None))
             return
         super()._handle_request_exception(e)
 
@@ -145,19 +164,78 @@ class BaseHandler(tornado.web.RequestHandler):
     def is_admin(self, account: dict) -> bool:
         return bool(account.get("is_admin")) or account["email"] in self.ctx.settings.admin_emails
 
+    # --- client address -------------------------------------------------------------------------
+    def client_ip(self) -> str:
+        """The caller's address; X-Forwarded-For / X-Real-IP count only when the peer is in TRUSTED_PROXIES."""
+        peer = self.request.remote_ip
+        networks = _networks(self.ctx.settings.trusted_proxies)
+        if not networks or not _within(_address(peer), networks):
+            return peer
+        hops = [h.strip() for h in self.request.headers.get("X-Forwarded-For", "").split(",") if h.strip()]
+        real = self.request.headers.get("X-Real-IP", "").strip()
+        hops = hops or ([real] if real else [])
+        # Walk back from the nearest hop: the first address that is not one of our proxies is the client;
+        # anything left of it was written by the client and proves nothing.
+        for hop in reversed(hops):
+            address = _address(hop)
+            if address is None:
+                return peer
+            if not _within(address, networks):
+                return str(address)
+        return str(_address(hops[0])) if hops else peer
+
+    def route_label(self) -> str:
+        """The matched route pattern, not the path: metric labels must not grow with key or order ids."""
+        route = self.log_fields.get("route")
+        if route:
+            return route
+        cls = type(self)
+        if cls not in _ROUTE_LABELS:  # once per handler class: its one route's pattern, parameters as {}
+            patterns = [rule.matcher.regex.pattern for rule in self.application.wildcard_router.rules
+                        if rule.target is cls]
+            _ROUTE_LABELS[cls] = re.sub(r"\\(.)", r"\1", re.sub(r"\([^)]*\)", "{}", patterns[0].rstrip("$"))) \
+                if len(patterns) == 1 else None
+        return _ROUTE_LABELS[cls] or self.request.path
+
     def on_finish(self) -> None:
         status = self.get_status()
-        route = self.log_fields.get("route") or (self.request.path if status != 404 else "(unmatched)")
+        route = self.route_label()
+        seconds = time.perf_counter() - self.started
         self.ctx.metrics.requests[(route, status)] += 1
-        if log.isEnabledFor(logging.INFO):
+        self.ctx.metrics.latency.labels(route).observe(seconds)
+        if self.ctx.settings.access_log and log.isEnabledFor(logging.INFO):
             log.info("%s", orjson.dumps({
                 "request_id": getattr(self, "request_id", None), "method": self.request.method, "route": route,
-                "status": status, "ms": round((time.perf_counter() - self.started) * 1000, 2),
+                "status": status, "ms": round(seconds * 1000, 2), "ip": self.client_ip(),
                 "account": self.account_id, **self.log_fields}).decode())
+
+
+_ROUTE_LABELS: dict[type, str | None] = {}
+
+
+@functools.lru_cache(maxsize=8)
+def _networks(trusted: tuple) -> tuple:
+    return tuple(ipaddress.ip_network(n) for n in trusted)
+
+
+def _address(text: str):
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    return address.ipv4_mapped or address if address.version == 6 else address
+
+
+def _within(address, networks: tuple) -> bool:
+    return address is not None and any(address in network for network in networks)
 
 
 class NotFoundHandler(BaseHandler):
     """Unknown paths: JSON 404."""
+
+    def initialize(self, ctx: Context, **kwargs: Any) -> None:
+        super().initialize(ctx, **kwargs)
+        self.log_fields["route"] = "(unmatched)"  # one label for every unknown path, whatever the method
 
     def prepare(self) -> None:
         raise ApiError(404, "Not found")

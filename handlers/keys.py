@@ -38,7 +38,7 @@ class KeysHandler(KeysBase):
         account_id = self.bearer_account()
         body = validate_body(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
         vault = self.ctx.vault
-        secret = KeyVault.generate()
+        secret = vault.generate()
         key = await self.ctx.keys.create(account_id, body.get("name", "default"), vault.digest(secret),
                                          KeyVault.display_prefix(secret), lambda key_id: vault.encrypt(secret, key_id))
         self.log_fields["key_id"] = key["key_id"]

@@ -108,7 +108,8 @@ class DataHandler(BaseHandler):
         return key
 
     def rate_limit(self, key: KeyEntry, qps: float) -> None:
-        decision = self.ctx.limiter.take(key.key_id, qps, time.monotonic())
+        # Without nginx routing each key to one process, every process gets its share of the key's limit.
+        decision = self.ctx.limiter.take(key.key_id, qps / self.ctx.settings.qps_divisor, time.monotonic())
         self.keep_header("X-RateLimit-Limit", decision.limit)
         self.keep_header("X-RateLimit-Remaining", decision.remaining)
         self.keep_header("X-RateLimit-Reset", decision.reset)

@@ -79,6 +79,9 @@ def validate_body(data: Any, fields: list[Field]) -> dict:
         ok = isinstance(value, f.kind) and not (f.kind in (int, float) and isinstance(value, bool))
         if f.kind is float and isinstance(value, int) and not isinstance(value, bool):
             ok, value = True, float(value)
+        # JSON has one number type: 5.0 is a valid JSON Schema integer, as the OpenAPI document promises.
+        if f.kind is int and isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+            ok, value = True, int(value)
         if not ok:
             label, type_ = _TYPE_NAMES[f.kind]
             errors.append(error(loc, f"Input should be a valid {label}", type_))

@@ -24,6 +24,8 @@ class Purse:
     last_used: float = 0.0
     last_settled: float | None = None  # when `rate` was last updated (reserve moves last_used, not this)
     empty_until: float = 0.0  # the database had nothing more to lease; do not ask again before this
+    balance_seen: int = 0     # the unleased balance the last take left in the database
+    others: int = 0           # other processes holding leases on the account at the last take
 
     @property
     def available(self) -> int:
@@ -81,17 +83,29 @@ class Ledger:
         if purse is None:
             return most * 20
         # Enough for a lease window at the current spend, and for every call now in flight twice over.
-        return max(most * 20, int(purse.rate * self.lease_seconds), 2 * purse.reserved)
+        want = max(most * 20, int(purse.rate * self.lease_seconds), 2 * purse.reserved)
+        if purse.others:
+            # Other processes spend from this account too: take at most a 1/(2h) share of what the
+            # balance held (h holders), so that they still find credits there, but always one full call.
+            want = min(want, max(most, purse.balance_seen // (2 * (purse.others + 1))))
+        return want
+
+    def needs_topup(self, account_id: str, most: int, now: float) -> bool:
+        """Refill in the background before the lease runs dry: under a quarter of the next lease is left."""
+        purse = self.purses.get(account_id)
+        return (purse is not None and self.usable(now) and purse.empty_until <= now
+                and purse.available < self.lease_request(account_id, most) // 4)
 
     def is_known_empty(self, account_id: str, now: float) -> bool:
         purse = self.purses.get(account_id)
         return purse is not None and purse.empty_until > now
 
-    def lease_is(self, account_id: str, leased: int, now: float) -> None:
-        """Records the lease amount the database now holds for this process."""
+    def lease_is(self, account_id: str, leased: int, now: float, balance: int = 0, others: int = 0) -> None:
+        """Records the lease amount the database now holds for this process, and what else the take saw."""
         purse = self.purses.setdefault(account_id, Purse(last_used=now))
         purse.leased = leased
         purse.empty_until = 0.0
+        purse.balance_seen, purse.others = balance, others
 
     def mark_empty(self, account_id: str, now: float, empty_for: float = 1.0) -> None:
         """The balance had nothing more to lease: answer 402 without asking again for a moment."""
@@ -113,6 +127,16 @@ class Ledger:
         """Unreserved credits of accounts idle for a while, to give back to their balance."""
         return {a: p.available for a, p in self.purses.items()
                 if p.available > 0 and now - p.last_used > idle_seconds}
+
+    def wanted_share(self, account_id: str, now: float, hold_off: float = 1.0) -> int:
+        """Another process found the balance empty: half of what this one holds unreserved goes back
+        (half, so that a busy process can go on meanwhile), and this one does not lease it back for
+        `hold_off` seconds, so that the other finds it."""
+        purse = self.purses.get(account_id)
+        if purse is None or purse.available <= 0:
+            return 0
+        purse.empty_until = max(purse.empty_until, now + hold_off)
+        return purse.available - purse.available // 2
 
     def in_flight(self) -> int:
         return sum(p.reserved for p in self.purses.values())

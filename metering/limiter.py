@@ -22,7 +22,7 @@ class RateLimiter:
         if bucket is None:
             bucket = self._buckets[key_id] = [capacity, now]
         tokens = min(capacity, bucket[0] + (now - bucket[1]) * rate)
-        allowed = tokens >= 1.0
+        allowed = tokens >= 1.0 - 1e-9  # waiting exactly Retry-After must be enough despite float rounding
         if allowed:
             tokens -= 1.0
         bucket[0], bucket[1] = tokens, now

@@ -1,8 +1,9 @@
 """The usage buffer: records of calls waiting to be persisted in batches.
 
-Each record carries a unique id (its `_id`), so a batch that is retried after a
-failed or uncertain flush is idempotent in the database. A record is the charge
-itself (its `credits`), so a charge can never be persisted without its record.
+A batch keeps its sequence number and its records until the database confirms
+it, so a retry after a failed or uncertain flush writes exactly the same
+documents (same ids) and is idempotent. A record is the charge itself (its
+`credits`), so a charge can never be persisted without its record.
 """
 from collections import deque
 
@@ -12,6 +13,7 @@ class UsageBuffer:
         self.max_records = max_records
         self._pending: deque[dict] = deque()
         self._in_flight: list[dict] = []
+        self._batch_seq = 0
 
     def __len__(self) -> int:
         return len(self._pending) + len(self._in_flight)
@@ -23,23 +25,16 @@ class UsageBuffer:
     def add(self, record: dict) -> None:
         self._pending.append(record)
 
-    def take(self, limit: int) -> list[dict]:
-        """Moves up to `limit` records in flight; one batch at a time."""
-        assert not self._in_flight, "a flush is already in flight"
-        count = min(limit, len(self._pending))
-        self._in_flight = [self._pending.popleft() for _ in range(count)]
-        return self._in_flight
+    def take(self, limit: int) -> tuple[int, list[dict]]:
+        """The batch to write next: the unconfirmed one again, else up to `limit` new records."""
+        if not self._in_flight:
+            count = min(limit, len(self._pending))
+            self._in_flight = [self._pending.popleft() for _ in range(count)]
+            self._batch_seq += 1
+        return self._batch_seq, self._in_flight
 
     def done(self) -> None:
         self._in_flight = []
 
-    def failed(self) -> None:
-        """Puts the batch back in front, in order, to be retried as is."""
-        self._pending.extendleft(reversed(self._in_flight))
-        self._in_flight = []
-
     def for_account(self, account_id: str) -> list[dict]:
         return [r for r in (*self._in_flight, *self._pending) if r["account_id"] == account_id]
-
-    def for_lease(self, lease_id: str) -> int:
-        return sum(1 for r in (*self._in_flight, *self._pending) if r.get("lease") == lease_id)

@@ -174,7 +174,8 @@ def advanced_search(w: World, a: Args) -> dict:
 
 def _own_tweets(w: World, u: int, replies: bool, parents: bool = False) -> list[int]:
     out = []
-    for i in reversed(w.by_author[u]):
+    # Lurkers (ids past the active users) have never posted: an empty timeline, not an IndexError (500).
+    for i in reversed(w.by_author[u] if u < len(w.by_author) else ()):
         parent = w.tweets[i].parent
         if parent >= 0 and not replies:
             continue

@@ -203,7 +203,7 @@ def search_tweets(w: World, query: str, query_type: str) -> list[int]:
     preds = _Parser(w, query).parse()
     authors = [p.user for p in preds if isinstance(p, _From)]
     if authors:
-        candidates = w.by_author[authors[0]]
+        candidates = w.by_author[authors[0]] if 0 <= authors[0] < len(w.by_author) else ()  # lurkers never post
     else:
         candidates = range(len(w.tweets))
     tweets = w.tweets

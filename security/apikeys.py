@@ -1,4 +1,10 @@
-"""API-key secrets: generated with 192 random bits, looked up by keyed digest, kept AES-GCM encrypted for reveal."""
+"""API-key secrets: generated with 192 random bits, looked up by keyed digest, kept AES-GCM encrypted for reveal.
+
+A key is `sgw_` + 32 characters (192 random bits) + an 8-character tag (48 bits of HMAC over the
+random part, keyed from SECRETS_KEY). The tag is checked in memory before any lookup, so a flood
+of made-up keys never reaches the database: forging one that passes costs 2^48 tries. Keys
+issued before the tag existed (`sgw_` + 32 characters) are still looked up.
+"""
 import base64
 import hashlib
 import hmac
@@ -8,6 +14,8 @@ import secrets
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 PREFIX = "sgw_"
+_BODY, _TAG = 32, 8          # characters of the random part and of its tag
+_URLSAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 class KeyVault:
@@ -17,10 +25,23 @@ class KeyVault:
         root = secrets_key.encode()
         self._digest_key = hmac.new(root, b"api-key-digest", hashlib.sha256).digest()
         self._aead = AESGCM(hmac.new(root, b"api-key-encryption", hashlib.sha256).digest())
+        self._tag_key = hmac.new(root, b"api-key-tag", hashlib.sha256).digest()
 
-    @staticmethod
-    def generate() -> str:
-        return PREFIX + secrets.token_urlsafe(24)
+    def generate(self) -> str:
+        body = secrets.token_urlsafe(24)
+        return PREFIX + body + self._tag(body)
+
+    def _tag(self, body: str) -> str:
+        return base64.urlsafe_b64encode(hmac.new(self._tag_key, body.encode(), hashlib.sha256).digest()[:6]).decode()
+
+    def plausible(self, secret: str) -> bool:
+        """False for a string this vault cannot have issued, decided without I/O (constant-time tag check)."""
+        if not secret.startswith(PREFIX):
+            return False
+        body = secret[len(PREFIX):]
+        if len(body) == _BODY + _TAG:
+            return hmac.compare_digest(self._tag(body[:_BODY]), body[_BODY:])
+        return len(body) == _BODY and _URLSAFE.issuperset(body)  # issued before tags: looked up
 
     @staticmethod
     def display_prefix(secret: str) -> str:

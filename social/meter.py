@@ -58,7 +58,9 @@ class Meter:
                                       settings.negative_cache_ttl)
         self.account_cache = LoadingCache(self._load_account, settings.key_cache_size, settings.key_cache_ttl,
                                           settings.negative_cache_ttl)
-        self._refills: dict[str, asyncio.Future] = {}
+        self._refills: dict[str, asyncio.Future] = {}  # account -> the lease operation (take or give-back) under way
+        self._background: set[asyncio.Task] = set()
+        self._topups_paused_until = 0.0
         self._last_used: dict[int, datetime] = {}
         self._record_ids = itertools.count()
         self._touched_at = 0.0
@@ -79,8 +81,8 @@ class Meter:
         return AccountView(doc["_id"], plan_for(basis, self.settings.plan_rules))
 
     async def authenticate(self, secret: str) -> KeyEntry | None:
-        if len(secret) > 128:
-            return None
+        if len(secret) > 128 or not self.vault.plausible(secret):
+            return None  # malformed or made up (bad tag): no cache entry, no database lookup
         return await self.key_cache.get(self.vault.digest(secret))
 
     def key_revoked(self, digest: str) -> None:
@@ -106,6 +108,9 @@ class Meter:
             now = self.clock()
             reservation = self.ledger.reserve(account_id, most, least, now)
             if reservation is not None:
+                if (account_id not in self._refills and now >= self._topups_paused_until
+                        and self.ledger.needs_topup(account_id, most, now)):
+                    self.spawn(self._topup(account_id, most, least))
                 return reservation
             if not self.ledger.usable(now):
                 raise LeasesExpired()
@@ -115,18 +120,56 @@ class Meter:
         return self.ledger.reserve(account_id, most, least, self.clock())
 
     async def _refill(self, account_id: str, most: int, least: int) -> None:
+        async def take() -> None:
+            grant = await self.leases.take(account_id, self.ledger.lease_request(account_id, most), least)
+            now = self.clock()
+            if grant.amount is None:
+                self.ledger.mark_empty(account_id, now)
+                if grant.others:
+                    self.spawn(self._want(account_id))
+            else:
+                self.ledger.lease_is(account_id, grant.amount, now, grant.balance, grant.others)
+        await self._lease_operation(account_id, take)
+
+    async def _topup(self, account_id: str, most: int, least: int) -> None:
+        """A refill off the request path, before the lease runs dry."""
+        try:
+            await self._refill(account_id, most, least)
+        except Exception as exc:
+            # Calls go on from what is left; the request path reports the database if it stays down.
+            self._topups_paused_until = self.clock() + 1.0
+            log.debug("background lease refill failed: %s", type(exc).__name__)
+
+    async def _want(self, account_id: str) -> None:
+        try:
+            await self.leases.want(account_id)
+        except Exception as exc:
+            log.debug("could not ask other processes for credits: %s", type(exc).__name__)
+
+    async def give_back(self, account_id: str, give: int) -> None:
+        """Returns up to `give` unreserved credits of this process's lease to the account's balance."""
+        async def shrink() -> None:
+            purse = self.ledger.purses.get(account_id)
+            give_now = min(give, purse.available) if purse else 0  # calls may have reserved meanwhile
+            if give_now <= 0:
+                return
+            # Lowered before the write so that calls during it cannot reserve what is going back. If the
+            # write fails the lower amount stays: never spend credits that may be back in the balance;
+            # close() settles with what the database holds.
+            before = purse.leased
+            purse.leased -= give_now
+            purse.leased = await self.leases.shrink(account_id, before, before - give_now)
+        await self._lease_operation(account_id, shrink)
+
+    async def _lease_operation(self, account_id: str, operation) -> None:
+        """One take or give-back per account at a time (the compare-and-set guards assume it); callers
+        arriving meanwhile wait for the one under way instead of starting their own."""
         pending = self._refills.get(account_id)
         if pending is not None:
             return await asyncio.shield(pending)
         future = self._refills[account_id] = asyncio.get_running_loop().create_future()
         try:
-            want = self.ledger.lease_request(account_id, most)
-            leased = await self.leases.take(account_id, want, least)
-            now = self.clock()
-            if leased is None:
-                self.ledger.mark_empty(account_id, now)
-            else:
-                self.ledger.lease_is(account_id, leased, now)
+            await operation()
             future.set_result(None)
         except BaseException as exc:
             future.set_exception(exc)
@@ -187,12 +230,11 @@ class Meter:
         written = 0
         async with self._flush_lock:
             while len(self.buffer):
-                batch = self.buffer.take(self.settings.flush_batch)
+                seq, batch = self.buffer.take(self.settings.flush_batch)
                 try:
-                    await self.usage.insert_batch(batch)
+                    await self.usage.insert_batch(f"{self.leases.process_id}-{seq}", batch)
                 except BaseException:
-                    self.buffer.failed()
-                    self.metrics.flush_failures += 1
+                    self.metrics.flush_failures += 1  # the same batch is retried as it is
                     raise
                 self.buffer.done()
                 written += len(batch)
@@ -226,8 +268,17 @@ class Meter:
 
     async def start(self) -> None:
         await self.leases.register()
+        # Registering is the first heartbeat: spend only until others could consider this process dead
+        # (without this, a process whose database went away before its first heartbeat spent forever).
+        self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
         # Leases of an earlier incarnation of this node are known dead: return them now.
         await self.leases.reclaim_dead(self.settings.lease_timeout, same_node_now=True)
+
+    def spawn(self, work) -> None:
+        """Runs `work` in the background; close() waits for it."""
+        task = asyncio.create_task(work)
+        self._background.add(task)  # a reference until done: the loop keeps only weak ones
+        task.add_done_callback(self._background.discard)
 
     async def run_maintenance(self) -> None:
         """Heartbeat, give back idle surplus, reclaim leases of dead processes."""
@@ -248,13 +299,14 @@ class Meter:
             self.ledger.purses.clear()
             await self.leases.register()
         for account_id, give in self.ledger.surplus(self.clock(), self.settings.lease_seconds * 3).items():
-            purse = self.ledger.purses[account_id]
-            purse.leased = await self.leases.shrink(account_id, purse.leased, purse.leased - give)
+            await self.give_back(account_id, give)
         await self.leases.reclaim_dead(self.settings.lease_timeout)
 
     async def close(self) -> None:
         """Shutdown: persist every record, then give every lease back."""
         self.ledger.valid_until = 0.0  # no reservation after this point: late calls get 503
+        # Lease operations under way change amounts that closing must see.
+        await asyncio.gather(*self._background, *self._refills.values(), return_exceptions=True)
         await self.flush(final=True)
         for account_id, purse in list(self.ledger.purses.items()):
             if purse.reserved == 0 and await self.leases.close(account_id, purse.leased, purse.spent):

@@ -3,10 +3,17 @@ no redirects, a response size cap and a circuit breaker."""
 import time
 from dataclasses import dataclass
 
+import pycurl
 from tornado.curl_httpclient import CurlAsyncHTTPClient
 from tornado.httpclient import HTTPClientError, HTTPRequest
 
 CURLE_OPERATION_TIMEDOUT = 28
+
+
+def _quiet(curl) -> None:
+    """Tornado turns on libcurl's verbose trace when its logger is at DEBUG; the trace prints every
+    request header, the upstream credential (X-API-Key) included, into the logs. Never for this client."""
+    curl.setopt(pycurl.VERBOSE, 0)
 
 
 class UpstreamError(Exception):
@@ -84,7 +91,8 @@ class UpstreamClient:
         url = self.base + path + ("?" + query if query else "")
         request = HTTPRequest(url, headers={"X-API-Key": self.api_key, "Accept": "application/json"},
                               connect_timeout=self.connect_timeout, request_timeout=self.timeout,
-                              follow_redirects=False, streaming_callback=collect, decompress_response=True)
+                              follow_redirects=False, streaming_callback=collect, decompress_response=True,
+                              prepare_curl_callback=_quiet)
         started = time.perf_counter()
         try:
             # raise_error=False still raises for transport failures (HTTP 599): connect, reset, timeout.

@@ -55,7 +55,8 @@ class AccountStore:
         """Adds to the unleased balance; payments and development top-ups also raise the plan basis."""
         return await self.accounts.find_one_and_update(
             {"_id": account_id},
-            {"$inc": {"credits": credits, "paid_usd": paid_usd, "topup_credits": topup_credits}},
+            {"$inc": {"credits": credits, "paid_usd": paid_usd, "topup_credits": topup_credits},
+             "$set": {"changed_at": now_utc()}},  # changed_at: other processes poll for it (social/coherence.py)
             projection={"password_hash": 0}, return_document=ReturnDocument.AFTER,
         )
 
@@ -64,11 +65,12 @@ class AccountStore:
         so a retry after an uncertain outcome changes nothing. Returns the account either way."""
         doc = await self.accounts.find_one_and_update(
             {"_id": account_id, "applied_credits": {"$ne": credit_id}},
-            {"$inc": {"credits": credits, "paid_usd": paid_usd}, "$push": {"applied_credits": credit_id}},
+            {"$inc": {"credits": credits, "paid_usd": paid_usd}, "$push": {"applied_credits": credit_id},
+             "$set": {"changed_at": now_utc()}},
             projection={"password_hash": 0}, return_document=ReturnDocument.AFTER,
         )
         return doc or await self.get(account_id)
 
     async def set_admin(self, email: str, is_admin: bool) -> bool:
-        result = await self.accounts.update_one({"email": email}, {"$set": {"is_admin": is_admin}})
+        result = await self.accounts.update_one({"email": email}, {"$set": {"is_admin": is_admin, "changed_at": now_utc()}})
         return result.matched_count == 1

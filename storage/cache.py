@@ -7,6 +7,13 @@ from typing import Any, Awaitable, Callable
 
 from cachetools import LRUCache
 
+# A stale entry is refreshed, but a caller waits at most STALE_WAIT seconds for it: past that (a slow or
+# unreachable database) the stale value is served, and no new refresh is tried for STALE_RETRY seconds.
+# Without this, every call of a key whose entry expired during an outage waited for the driver's
+# server selection timeout (5 s) before getting the stale value.
+STALE_WAIT = 0.25
+STALE_RETRY = 2.0
+
 
 @dataclass
 class CacheStats:
@@ -44,31 +51,27 @@ class LoadingCache:
             return None
         self.stats.misses += 1
         try:
-            value = await self._load_once(key)
-        except Exception:
+            if item is None:
+                value = await self._load_once(key)
+            else:  # the load goes on in the background past the wait (it is shielded)
+                value = await asyncio.wait_for(self._load_once(key), STALE_WAIT)
+        except Exception:  # TimeoutError included
             if item is None:
                 raise
             self.stats.stale_served += 1
+            self._items[key] = (item[0], self._clock() + min(self._ttl, STALE_RETRY))
             return item[0]
         self._store(key, value, self._clock())
         return value
 
     async def _load_once(self, key: Any) -> Any:
         pending = self._loading.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future = self._loading[key] = asyncio.get_running_loop().create_future()
-        self.stats.loads += 1
-        try:
-            value = await self._load(key)
-            future.set_result(value)
-            return value
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: waiters re-raise it, nobody else must log it
-            raise
-        finally:
-            del self._loading[key]
+        if pending is None:
+            # The load runs as its own task: a caller that is cancelled does not cancel it for the others.
+            self.stats.loads += 1
+            pending = self._loading[key] = asyncio.ensure_future(self._load(key))
+            pending.add_done_callback(lambda _: self._loading.pop(key, None))
+        return await asyncio.shield(pending)
 
     def _store(self, key: Any, value: Any, now: float) -> None:
         if value is None:
@@ -83,6 +86,11 @@ class LoadingCache:
     def invalidate(self, key: Any) -> None:
         self._items.pop(key, None)
         self._unknown.pop(key, None)
+
+    def clear(self) -> None:
+        """Forgets every entry: values computed under settings that have just been reloaded (SIGHUP)."""
+        self._items.clear()
+        self._unknown.clear()
 
     def __len__(self) -> int:
         return len(self._items)

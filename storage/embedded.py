@@ -43,7 +43,9 @@ class EmbeddedMongo:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "secantus", "--host", "127.0.0.1", "--port", str(self.port),
              "--storage-path", self.storage_path, "--log-level", "WARNING"],
-            stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+            # Its own session: a terminal's Ctrl-C (sent to the whole process group) must not stop the
+            # database while the gateway still flushes usage and returns leases; stop() does that after.
+            stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent, start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

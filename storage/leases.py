@@ -6,6 +6,7 @@ set an amount are guarded by the amount they expect (compare-and-set), so a
 retry after an uncertain outcome cannot apply twice.
 """
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from pymongo import ReturnDocument
@@ -15,6 +16,15 @@ from storage.accounts import now_utc
 from storage.usage import UsageStore
 
 log = logging.getLogger("gateway.leases")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What one take saw: this process's lease amount after it (None: nothing could be moved), the
+    unleased balance left, and how many other processes hold leases on the account."""
+    amount: int | None
+    balance: int
+    others: int
 
 
 class LeaseStore:
@@ -35,25 +45,33 @@ class LeaseStore:
         result = await self.processes.update_one({"_id": self.process_id}, {"$set": {"heartbeat_at": now_utc()}})
         return result.matched_count == 1
 
-    async def take(self, account_id: str, want: int, least: int) -> int | None:
-        """Moves `want` credits (or all that is left, if at least `least`) into this process's lease.
-
-        Returns the lease amount after the move, or None when nothing could be moved."""
+    async def take(self, account_id: str, want: int, least: int) -> Grant:
+        """Moves `want` credits (or all that is left, if at least `least`) into this process's lease."""
         update = lambda n: {"$inc": {"credits": -n, self._slot: n}, "$addToSet": {"lease_holders": self.process_id}}
+        seen = {"leases": 1, "credits": 1, "lease_holders": 1}
         doc = await self.accounts.find_one_and_update(
             {"_id": account_id, "credits": {"$gte": want}}, update(want),
-            projection={"leases": 1}, return_document=ReturnDocument.AFTER)
+            projection=seen, return_document=ReturnDocument.AFTER)
+        current = None
         for _ in range(3):
             if doc is not None:
-                return doc["leases"][self.process_id]["amount"]
-            current = await self.accounts.find_one({"_id": account_id}, {"credits": 1})
+                return Grant(doc["leases"][self.process_id]["amount"], doc["credits"], self._others(doc))
+            current = await self.accounts.find_one({"_id": account_id}, {"credits": 1, "lease_holders": 1})
             if current is None or current["credits"] < least or current["credits"] <= 0:
-                return None
+                break
             left = current["credits"]
             doc = await self.accounts.find_one_and_update(
                 {"_id": account_id, "credits": left}, update(left),
-                projection={"leases": 1}, return_document=ReturnDocument.AFTER)
-        return None
+                projection=seen, return_document=ReturnDocument.AFTER)
+        return Grant(None, current["credits"] if current else 0, self._others(current or {}))
+
+    def _others(self, doc: dict) -> int:
+        return len(set(doc.get("lease_holders") or ()) - {self.process_id})
+
+    async def want(self, account_id: str) -> None:
+        """Asks the other holders of the account's leases for their idle credits (social/coherence.py)."""
+        await self.accounts.update_one({"_id": account_id}, {"$set": {"lease_wanted_at": now_utc(),
+                                                                       "lease_wanted_by": self.process_id}})
 
     async def shrink(self, account_id: str, leased: int, keep: int) -> int:
         """Gives `leased - keep` back to the balance; returns the lease amount now in the database."""
@@ -70,7 +88,11 @@ class LeaseStore:
 
     async def close(self, account_id: str, leased: int, spent: int) -> bool:
         """Ends this process's lease once all its usage is persisted: the unspent rest goes back."""
-        return await self._close(account_id, self.process_id, leased, spent)
+        if await self._close(account_id, self.process_id, leased, spent):
+            return True
+        # Our idea of the amount was off (a write with an unknown outcome): close what the database holds.
+        amount = await self.amount(account_id)
+        return amount == 0 or await self._close(account_id, self.process_id, amount, spent)
 
     async def _close(self, account_id: str, process_id: str, leased: int, spent: int) -> bool:
         result = await self.accounts.update_one(

@@ -14,6 +14,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from conftest import UPSTREAM_KEY
 from storage import db as database
 from storage.embedded import free_port
+from storage.usage import UsageStore
 
 pytestmark = pytest.mark.gen_test(timeout=120)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,11 +70,19 @@ async def load(gw: GatewayProcess, key: str, catalog: dict, count: int):
     return [asyncio.ensure_future(one()) for _ in range(count)]
 
 
+async def served_some(calls, at_least: int = 20) -> None:
+    """Waits until the load is really under way, however slow the machine."""
+    for _ in range(600):
+        if sum(c.done() for c in calls) >= at_least:
+            return
+        await asyncio.sleep(0.02)
+
+
 async def ledger_of(mongo_uri: str, db_name: str, account_id: str) -> tuple[dict, list[dict]]:
     client = database.connect(mongo_uri)
     db = client[db_name]
     account = await db.accounts.find_one({"_id": account_id})
-    records = await db.usage.find({"account_id": account_id}).to_list(None)
+    records = await UsageStore(db).records({"account_id": account_id})
     await client.close()
     return account, records
 
@@ -83,7 +92,7 @@ async def test_sigterm_under_load_loses_nothing(mongo, upstream_url, catalog):
     gw = await GatewayProcess(mongo.uri, upstream_url, db_name, free_port()).start()
     user, key = await funded_account(gw)
     calls = await load(gw, key, catalog, 300)
-    await asyncio.sleep(0.3)
+    await served_some(calls)
     gw.proc.send_signal(signal.SIGTERM)
     responses = await asyncio.gather(*calls)
     assert gw.proc.wait(30) == 0
@@ -103,7 +112,7 @@ async def test_sigkill_then_restart_reconciles(mongo, upstream_url, catalog):
     gw = await GatewayProcess(mongo.uri, upstream_url, db_name, port).start()
     user, key = await funded_account(gw)
     calls = await load(gw, key, catalog, 300)
-    await asyncio.sleep(0.5)
+    await served_some(calls)
     gw.proc.send_signal(signal.SIGKILL)
     responses = await asyncio.gather(*calls)
     gw.proc.wait(10)

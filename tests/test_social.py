@@ -13,6 +13,7 @@ import gateway
 from handlers.social import parse_args
 from social.endpoints import ENDPOINTS, page_size
 from social.upstream import Breaker, UpstreamClient
+from storage.usage import UsageStore
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 
@@ -214,7 +215,7 @@ async def test_concurrent_calls_never_overspend(api, ctx, catalog):
     assert statuses.count(200) == 1000 // 18 and statuses.count(402) == 300 - 1000 // 18
     assert await balance(api, user) == 1000 - 18 * (1000 // 18)
     await ctx.meter.flush()
-    records = await ctx.usage.usage.find({"account_id": user["account_id"]}).to_list(None)
+    records = await ctx.usage.records({"account_id": user["account_id"]})
     assert len(records) == 1000 // 18 and sum(r["credits"] for r in records) == 18 * (1000 // 18)
 
 
@@ -242,7 +243,7 @@ async def test_portal_reads_its_writes_before_flush(api, ctx, catalog):
     assert await balance(api, user) == 1000 - int(headers["X-Credits-Charged"])
     usage = (await api.call("GET", "/usage", token=user["token"]))[1]
     assert len(usage) == 1 and usage[0]["credits"] == int(headers["X-Credits-Charged"])
-    assert await ctx.usage.usage.count_documents({}) == 0
+    assert await ctx.usage.records({}) == []
 
 
 @pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
@@ -253,8 +254,8 @@ async def test_flush_is_idempotent_after_an_uncertain_failure(api, ctx, catalog)
         assert (await api.call("GET", path, key=key["key"]))[0] == 200
     real_insert = ctx.meter.usage.insert_batch
 
-    async def written_but_unacknowledged(records):
-        await real_insert(records[:3])  # part of the batch reached the database...
+    async def written_but_unacknowledged(batch_id, records):
+        await real_insert(batch_id, records)  # the batch reached the database...
         raise ConnectionError("...and the acknowledgement was lost")
     ctx.meter.usage.insert_batch = written_but_unacknowledged
     with pytest.raises(ConnectionError):
@@ -262,7 +263,7 @@ async def test_flush_is_idempotent_after_an_uncertain_failure(api, ctx, catalog)
     assert len(ctx.meter.buffer) == 5
     ctx.meter.usage.insert_batch = real_insert
     await ctx.meter.flush()
-    records = await ctx.usage.usage.find({"account_id": user["account_id"]}).to_list(None)
+    records = await ctx.usage.records({"account_id": user["account_id"]})
     assert len(records) == 5 and len({r["_id"] for r in records}) == 5
     assert await balance(api, user) == 10_000 - sum(r["credits"] for r in records)
 
@@ -278,7 +279,7 @@ async def test_shutdown_flushes_and_returns_leases(api, ctx, catalog, mongo):
     db = ctx.client[ctx.settings.mongodb_db]
     account = await db.accounts.find_one({"_id": user["account_id"]})
     assert account["credits"] == 10_000 - charged and account["leases"] == {}
-    assert await db.usage.count_documents({"account_id": user["account_id"]}) == 10
+    assert len(await UsageStore(db).records({"account_id": user["account_id"]})) == 10
 
 
 @pytest.mark.settings(plan_rules=FAST)

@@ -1,0 +1,37 @@
+# social-gateway in a container: one process, settings from the environment (README, Operations).
+#   docker build -t social-gateway .
+#   docker run -p 8000:8000 -e MONGODB_URI=... -e JWT_SECRET=... -e SECRETS_KEY=... -e UPSTREAM_URL=... social-gateway
+# The image holds no database: production needs MONGODB_URI (the embedded SecantusDB is for development).
+
+FROM python:3.11-slim AS build
+# pycurl is compiled against libcurl.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev libcurl4-openssl-dev libssl-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY setup.cfg pyproject.toml README.md gateway.py ./
+COPY config config
+COPY handlers handlers
+COPY metering metering
+COPY payments payments
+COPY sandbox sandbox
+COPY security security
+COPY social social
+COPY storage storage
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+RUN apt-get update && apt-get install -y --no-install-recommends libcurl4 \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --home-dir /data --create-home gateway
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+USER gateway
+WORKDIR /data
+ENV GATEWAY_ENV=production GATEWAY_HOST=0.0.0.0 GATEWAY_PORT=8000 DATA_DIR=/data PYTHONUNBUFFERED=1
+EXPOSE 8000
+# docker stop sends SIGTERM: the gateway drains and flushes within DRAIN_SECONDS; give it the time.
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2)"]
+ENTRYPOINT ["social-gateway"]
+CMD ["serve"]

@@ -1,0 +1,152 @@
+"""The whole service as separate loopback processes, for the fuzz and soak scripts and their CI tests.
+
+SecantusDB (on a real directory, or in memory), the sandbox upstream (optionally with faults) and
+the gateway (`gateway.py serve`) with its settings from the environment, plus a small blocking
+JSON client. Nothing listens beyond 127.0.0.1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from storage.embedded import EmbeddedMongo, free_port  # noqa: E402
+
+UPSTREAM_KEY = "stack-upstream-key"
+FAST_PLAN = json.dumps([{"name": "fast", "min_paid_usd": 0, "qps": 100000}])
+
+
+def request(method: str, url: str, body: dict | None = None, headers: dict | None = None,
+            timeout: float = 30) -> tuple[int, object, dict]:
+    """(status, parsed body or raw bytes, headers); never raises for an HTTP status."""
+    data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+    req = urllib.request.Request(url, method=method, data=data, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            status, raw, hdrs = response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        status, raw, hdrs = exc.code, exc.read(), dict(exc.headers)
+    try:
+        return status, json.loads(raw) if raw else None, hdrs
+    except ValueError:
+        return status, raw, hdrs
+
+
+def wait_for(url: str, proc: subprocess.Popen | None, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[:3]} exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer in {seconds} s")
+
+
+class Stack:
+    """Database + sandbox + one gateway process. `gateway_env` adds or overrides gateway settings."""
+
+    def __init__(self, work_dir: str | None = None, faults: str = "", gateway_env: dict | None = None,
+                 in_memory: bool = False, log_path: str | None = None):
+        self.work = work_dir or tempfile.mkdtemp(prefix="gw-stack-")
+        self.faults, self.in_memory = faults, in_memory
+        self.extra_env = dict(gateway_env or {})
+        self.log_path = log_path or os.path.join(self.work, "gateway.log")
+        self.mongo: EmbeddedMongo | None = None
+        self.sandbox: subprocess.Popen | None = None
+        self.gateway: subprocess.Popen | None = None
+        self.sandbox_port = self.port = 0
+        self.db_name = "stack"
+
+    # --- processes ----------------------------------------------------------------------------
+    def start(self) -> "Stack":
+        self.mongo = EmbeddedMongo(":memory:" if self.in_memory else os.path.join(self.work, "db")).start()
+        self.sandbox_port = free_port()
+        args = [sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", str(self.sandbox_port),
+                "--api-key", UPSTREAM_KEY]
+        if self.faults:
+            args += ["--faults", self.faults]
+        self.sandbox = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(self.upstream + "/healthz", self.sandbox)
+        self.port = free_port()
+        self.start_gateway()
+        return self
+
+    @property
+    def upstream(self) -> str:
+        return f"http://127.0.0.1:{self.sandbox_port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict:
+        return {**os.environ, "MONGODB_URI": self.mongo.uri, "MONGODB_DB": self.db_name, "UPSTREAM_URL": self.upstream,
+                "UPSTREAM_API_KEY": UPSTREAM_KEY, "JWT_SECRET": "stack-jwt-secret-" + "x" * 32,
+                "SECRETS_KEY": "stack-secrets-key-" + "y" * 32, "DATA_DIR": self.work, "LOG_LEVEL": "WARNING",
+                "PASSWORD_SCRYPT_N": "1024", "PLAN_RULES": FAST_PLAN, "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "1000000",
+                "LOGIN_MAX_FAILURES_PER_EMAIL": "1000000", **self.extra_env}
+
+    def start_gateway(self) -> None:
+        log = open(self.log_path, "ab")
+        self.gateway = subprocess.Popen([sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--host", "127.0.0.1",
+                                         "--port", str(self.port)], cwd=ROOT, env=self.env(), stdout=log, stderr=log)
+        wait_for(self.url + "/healthz", self.gateway)
+
+    def stop_gateway(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        self.gateway.send_signal(sig)
+        code = self.gateway.wait(timeout)
+        self.gateway = None
+        return code
+
+    def stop(self) -> None:
+        if self.gateway is not None and self.gateway.poll() is None:
+            self.stop_gateway()
+        if self.sandbox is not None:
+            self.sandbox.terminate()
+            self.sandbox.wait(10)
+        if self.mongo is not None:
+            self.mongo.stop()
+
+    def __enter__(self) -> "Stack":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --- the portal -----------------------------------------------------------------------------
+    def call(self, method: str, path: str, body: dict | None = None, token: str | None = None,
+             key: str | None = None, timeout: float = 30) -> tuple[int, object, dict]:
+        headers = {}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if key:
+            headers["X-API-Key"] = key
+        return request(method, self.url + path, body, headers, timeout)
+
+    def account(self, email: str, password: str = "stack password 1") -> dict:
+        status, body, _ = self.call("POST", "/auth/register", {"email": email, "password": password})
+        assert status == 200, (status, body)
+        return {**body, "email": email}
+
+    def new_key(self, token: str, name: str = "stack") -> dict:
+        status, body, _ = self.call("POST", "/keys", {"name": name}, token=token)
+        assert status in (200, 201), (status, body)
+        return body
+
+    def top_up(self, token: str, key_id: int, credits: int) -> None:
+        status, body, _ = self.call("POST", f"/keys/{key_id}/topup", {"credits": credits}, token=token)
+        assert status == 200, (status, body)

@@ -1,0 +1,157 @@
+"""`serve --workers N`: one parent, N gateway processes on one port.
+
+The parent binds the port once, starts what the settings leave embedded (database, sandbox
+upstream) as child processes of its own, then forks the workers before any event loop or database
+client exists: each worker builds its own loop, context and background tasks. The parent only
+supervises: SIGTERM/SIGINT are passed on to every worker (each drains and returns its leases), a
+worker that dies abnormally is started again under the same index (so it reclaims its
+predecessor's leases at once, see build_context), and the parent exits when all workers have.
+
+Not tornado.process.fork_processes: it keeps the children's ids to itself, so a SIGTERM to the
+parent could not drain them, and it restarts workers after a shutdown too.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Callable
+
+from tornado.netutil import bind_sockets
+
+from config.settings import Settings
+from storage.embedded import EmbeddedMongo, free_port
+
+log = logging.getLogger("gateway.workers")
+
+MAX_RESTARTS = 100
+QUICK_DEATH = 2.0  # seconds: a worker dying sooner than this after its start is restarted after a pause
+
+
+def _die_with_parent() -> None:
+    # PR_SET_PDEATHSIG: a worker or helper drains (SIGTERM) even if the parent is SIGKILLed.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def start_helpers(settings: Settings) -> tuple[Settings, list]:
+    """The embedded database and the sandbox upstream as processes, when the settings name none;
+    returns the settings pointing at them and the helpers to stop at the end."""
+    helpers = []
+    if not settings.mongodb_uri:
+        embedded = EmbeddedMongo(os.path.join(settings.data_dir, "db")).start()
+        helpers.append(embedded)
+        settings = dataclasses.replace(settings, mongodb_uri=embedded.uri)
+    if not settings.upstream_url:
+        port = free_port()
+        env = {**os.environ, "UPSTREAM_API_KEY": settings.upstream_api_key,
+               "UPSTREAM_PATH_PREFIX": settings.upstream_path_prefix}  # not on the command line: ps shows it
+        sandbox = subprocess.Popen([sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", str(port)],
+                                   env=env, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+                                   start_new_session=True)  # signals to the group are for the workers
+        helpers.append(sandbox)
+        url = f"http://127.0.0.1:{port}"
+        _wait_for(url + "/healthz", sandbox)
+        settings = dataclasses.replace(settings, upstream_url=url)
+    return settings, helpers
+
+
+def _wait_for(url: str, proc: subprocess.Popen, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("the sandbox upstream did not start")
+
+
+def stop_helpers(helpers: list) -> None:
+    for helper in reversed(helpers):
+        if isinstance(helper, EmbeddedMongo):
+            helper.stop()
+        elif helper.poll() is None:
+            helper.terminate()
+            helper.wait(10)
+
+
+def run(settings: Settings, count: int, serve_one: Callable[[Settings, list, int], None],
+        announce: Callable[[Settings], None]) -> int:
+    """Runs `count` workers, each `serve_one(settings, sockets, index)`, until SIGTERM/SIGINT."""
+    sockets = bind_sockets(settings.port, settings.host)
+    settings = dataclasses.replace(settings, port=sockets[0].getsockname()[1])  # port 0: the one picked
+    parent = os.getpid()
+    children: dict[int, tuple[int, float]] = {}  # pid -> (worker index, started at)
+    stopping = False
+
+    def stop(signum, frame) -> None:
+        nonlocal stopping
+        if os.getpid() != parent:  # a worker between fork and its own handlers
+            return
+        stopping = True
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def start(index: int) -> None:
+        pid = os.fork()
+        if pid == 0:
+            _worker(settings, sockets, index, serve_one)
+        children[pid] = (index, time.monotonic())
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for index in range(count):
+        start(index)
+    announce(settings)
+    restarts = 0
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        if pid not in children:  # a helper (database, sandbox) died: workers fail closed without it
+            log.error("a helper process (pid %d) exited with status %d", pid, status)
+            continue
+        index, started = children.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        if stopping or code == 0:
+            continue
+        if restarts >= MAX_RESTARTS:
+            log.error("worker %d exited with %d; too many restarts, not restarting", index, code)
+            continue
+        log.error("worker %d exited with %d; restarting it", index, code)
+        restarts += 1
+        if time.monotonic() - started < QUICK_DEATH:
+            time.sleep(QUICK_DEATH)
+        if not stopping:
+            start(index)
+    for sock in sockets:
+        sock.close()
+    return 0 if stopping else 1
+
+
+def _worker(settings: Settings, sockets: list, index: int, serve_one) -> None:
+    """The child side of fork: never returns into the parent's code (whose cleanup is not ours)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's loop installs its own
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    code = 0
+    try:
+        _die_with_parent()
+        serve_one(settings, sockets, index)
+    except BaseException:
+        log.exception("worker %d failed", index)
+        code = 1
+    finally:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

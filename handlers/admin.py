@@ -1,0 +1,143 @@
+"""Admin endpoints: service metrics and the accounts list. No token 401, not an admin 403.
+
+Figures come from storage/admin.py (rollups plus a live tail); this module only
+checks the caller, validates parameters and shapes the answer.
+"""
+import base64
+import binascii
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import orjson
+
+from handlers.base import ApiError, BaseHandler
+from handlers.validation import ValidationError, error, parse_bool, parse_int
+from storage.admin import EPOCH, NOT_FORWARDED, TOP, UPSTREAM_FAILURES, Day
+
+_MS = timedelta(milliseconds=1)
+_SOURCE_KEYS = ("utm_source", "source", "ref", "referrer")
+
+
+class AdminHandler(BaseHandler):
+    async def require_admin(self) -> dict:
+        """The caller's account if it is an admin: 401 without a valid token, 403 for everyone else."""
+        account = await self.current_account()
+        if not self.is_admin(account):
+            raise ApiError(403, "Admins only")
+        return account
+
+    def include_internal(self) -> bool:
+        return parse_bool(self.get_query_argument("include_internal", "false"), ["query", "include_internal"])
+
+
+def _classes(status: Counter) -> dict:
+    classes = {"2xx": 0, "3xx": 0, "4xx": 0, "5xx": 0}
+    for code, calls in status.items():
+        name = f"{code[0]}xx"
+        classes[name] = classes.get(name, 0) + calls
+    return classes
+
+
+def _usd(credits: int, per_usd: int) -> float:
+    return round(credits / per_usd, 2)
+
+
+def _percentiles(samples: list[float]) -> dict:
+    """Nearest-rank percentiles in milliseconds."""
+    ordered = sorted(samples)
+
+    def pick(percent: int) -> float | None:
+        return round(ordered[min(len(ordered) - 1, percent * len(ordered) // 100)] * 1000, 2) if ordered else None
+    return {"p50": pick(50), "p90": pick(90), "p99": pick(99), "samples": len(ordered)}
+
+
+class AdminMetricsHandler(AdminHandler):
+    """Per-day series and window totals: signups, activity, calls, credits, revenue, endpoints, upstream health."""
+
+    async def get(self) -> None:
+        await self.require_admin()
+        days = parse_int(self.get_query_argument("days", "30"), ["query", "days"], 1, 365)
+        include_internal = self.include_internal()
+        settings = self.ctx.settings
+        data = await self.ctx.admin.metrics(days, include_internal, settings.admin_emails)
+        per_usd = settings.credits_per_usd
+        total, series = Day(), []
+        for date, day in data["days"].items():
+            series.append({"date": date, "signups": day.signups, "active_accounts": day.active, "calls": day.calls,
+                           "calls_by_status": _classes(day.status), "credits_spent": day.credits,
+                           "revenue_usd": _usd(day.revenue_credits, per_usd)})
+            total.add(day)
+        endpoints = [{"endpoint": e, "calls": c, "credits": k} for e, (c, k) in total.endpoints.items()]
+        failures = sum(n for code, n in total.status.items() if int(code) in UPSTREAM_FAILURES)
+        forwarded = total.calls - sum(n for code, n in total.status.items() if int(code) in NOT_FORWARDED)
+        self.send_json({
+            "window": {"days": days, "from": series[0]["date"], "to": series[-1]["date"],
+                       "include_internal": include_internal},
+            "totals": {"signups": total.signups, "active_accounts": data["active_accounts"], "calls": total.calls,
+                       "calls_by_status": _classes(total.status), "credits_spent": total.credits,
+                       "revenue_usd": _usd(total.revenue_credits, per_usd)},
+            "series": series,
+            "top_endpoints": {
+                "by_calls": sorted(endpoints, key=lambda e: (-e["calls"], e["endpoint"]))[:TOP],
+                "by_credits": sorted(endpoints, key=lambda e: (-e["credits"], e["endpoint"]))[:TOP]},
+            "upstream": {"calls": forwarded, "errors": failures,
+                         "error_rate": round(failures / forwarded, 4) if forwarded else 0.0,
+                         # Latencies are kept in memory per process: they describe this process's recent calls.
+                         "latency_ms": {**_percentiles(list(self.ctx.upstream.latencies)),
+                                        "scope": "this process, recent calls"}},
+            "rolled_up_until": data["watermark"] if data["watermark"] > EPOCH else None,
+            "generated_at": datetime.now(timezone.utc),
+        })
+
+
+def _cursor(account: dict) -> str:
+    key = [(account["created_at"] - EPOCH) // _MS, account["_id"]]
+    return base64.urlsafe_b64encode(orjson.dumps(key)).decode().rstrip("=")
+
+
+def _after(cursor: str) -> tuple[datetime, str] | None:
+    if not cursor:
+        return None
+    try:
+        millis, account_id = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if isinstance(millis, int) and isinstance(account_id, str):
+            return EPOCH + millis * _MS, account_id
+    except (binascii.Error, ValueError, TypeError, OverflowError):
+        pass
+    raise ValidationError([error(["query", "cursor"], "Invalid cursor: pass next_cursor back unchanged", "value_error")])
+
+
+def _source(first_touch) -> str | None:
+    """The first-touch source from the attribution blob, whichever common key the site used."""
+    if isinstance(first_touch, dict):
+        for key in _SOURCE_KEYS:
+            if isinstance(first_touch.get(key), str) and first_touch[key]:
+                return first_touch[key][:200]
+    return None
+
+
+class AdminUsersHandler(AdminHandler):
+    """One row per account, newest signup first, paged with limit and cursor."""
+
+    async def get(self) -> None:
+        await self.require_admin()
+        include_internal = self.include_internal()
+        limit = parse_int(self.get_query_argument("limit", "50"), ["query", "limit"], 1, 500)
+        after = _after(self.get_query_argument("cursor", ""))
+        admins = self.ctx.settings.admin_emails
+        page, more = await self.ctx.admin.users(include_internal, admins, limit, after)
+        rows = [{
+            "account_id": a["_id"], "email": a["email"], "created_at": a["created_at"],
+            "keys": {"active": a["keys_active"], "revoked": a["keys_revoked"]},
+            "calls": a["calls"], "credits_spent": a["spent"], "total_paid_usd": round(a.get("paid_usd", 0.0), 2),
+            "balance": await self.ctx.meter.balance(a["_id"], a),
+            "first_touch_source": _source(a.get("first_touch")), "last_activity": a["last_activity"],
+            "is_admin": bool(a.get("is_admin")) or a["email"] in admins, "internal": bool(a.get("internal")),
+        } for a in page]
+        self.send_json({"users": rows, "has_next_page": more, "next_cursor": _cursor(page[-1]) if more else ""})
+
+
+routes = [
+    (r"/admin/metrics", AdminMetricsHandler),
+    (r"/admin/users", AdminUsersHandler),
+]

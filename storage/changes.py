@@ -1,0 +1,63 @@
+"""What other processes change that this one caches: key revocations, account top-ups and plan
+changes, and requests for leased credits. Read from a change stream (replica sets and the embedded
+server), or by polling indexed timestamps where change streams are unavailable."""
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pymongo.asynchronous.change_stream import AsyncChangeStream
+from pymongo.asynchronous.database import AsyncDatabase
+
+# Fields whose change matters to other processes. Lease takes and give-backs (credits, leases.*,
+# lease_holders) happen on every refill and are filtered out by the server.
+ACCOUNT_FIELDS = ("changed_at", "paid_usd", "topup_credits", "is_admin", "lease_wanted_at")
+# Never needed to apply a change, and not worth shipping to every process.
+_HIDDEN = {"password_hash": 0, "applied_credits": 0, "sealed": 0}
+
+_PIPELINE = [
+    {"$match": {"operationType": "update", "$or": [
+        {"ns.coll": "keys", "updateDescription.updatedFields.revoked": True},
+        {"ns.coll": "accounts", "$or": [{f"updateDescription.updatedFields.{f}": {"$exists": True}}
+                                        for f in ACCOUNT_FIELDS]}]}},
+    {"$project": {f"fullDocument.{name}": 0 for name in _HIDDEN}},
+]
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: str               # "revoked": a key (by digest); "account": an account document
+    id: Any                 # the key's digest or the account id
+    fields: frozenset[str]  # for accounts: which of ACCOUNT_FIELDS changed
+    doc: dict | None = None
+
+
+class ChangeFeed:
+    def __init__(self, db: AsyncDatabase):
+        self.db = db
+
+    async def stream(self, resume_after: dict | None) -> AsyncChangeStream:
+        # One stream over the database, filtered server-side to the two collections and fields above.
+        return await self.db.watch(_PIPELINE, full_document="updateLookup", resume_after=resume_after,
+                                   max_await_time_ms=500)
+
+    @staticmethod
+    def parse(event: dict) -> Change | None:
+        doc = event.get("fullDocument")
+        if doc is None:  # deleted before the lookup: nothing left to apply
+            return None
+        if event["ns"]["coll"] == "keys":
+            return Change("revoked", doc["digest"], frozenset())
+        updated = set(event.get("updateDescription", {}).get("updatedFields", {}))
+        return Change("account", doc["_id"], frozenset(updated.intersection(ACCOUNT_FIELDS)), doc)
+
+    async def poll(self, since: datetime) -> list[tuple[datetime, Change]]:
+        """Revocations and account changes stamped at or after `since`, each with its stamp."""
+        found = []
+        async for key in self.db.keys.find({"revoked_at": {"$gte": since}}, {"digest": 1, "revoked_at": 1}):
+            found.append((key["revoked_at"], Change("revoked", key["digest"], frozenset())))
+        query = {"$or": [{"changed_at": {"$gte": since}}, {"lease_wanted_at": {"$gte": since}}]}
+        async for doc in self.db.accounts.find(query, _HIDDEN):
+            for field in ("changed_at", "lease_wanted_at"):
+                if doc.get(field) is not None and doc[field] >= since:
+                    found.append((doc[field], Change("account", doc["_id"], frozenset([field]), doc)))
+        return found

@@ -1,0 +1,309 @@
+"""Operations: the OpenAPI round trip, /docs, health and readiness transitions, Prometheus metrics,
+access logs without secrets, trusted proxies, and the SIGHUP reload."""
+import logging
+import re
+import time
+
+import openapi_schema_validator
+import orjson
+import pytest
+import tornado.httpserver
+import tornado.testing
+import tornado.web
+from openapi_spec_validator import validate
+from prometheus_client.parser import text_string_to_metric_families
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+import gateway
+from conftest import PASSWORD, UPSTREAM_KEY
+from handlers import ops
+from social.endpoints import ENDPOINTS
+from storage.embedded import EmbeddedMongo, free_port
+
+pytestmark = [pytest.mark.gen_test(timeout=60), pytest.mark.settings(admin_emails="ops-admin@example.com")]
+
+
+def app_operations(app: tornado.web.Application) -> set:
+    """(method, path) for every route of the application, path parameters written as {}."""
+    found = set()
+    for rule in app.wildcard_router.rules:
+        path = re.sub(r"\\(.)", r"\1", re.sub(r"\([^)]*\)", "{}", rule.matcher.regex.pattern.rstrip("$")))
+        for method in ("get", "post", "put", "patch", "delete"):
+            if getattr(rule.target, method) is not getattr(tornado.web.RequestHandler, method):
+                found.add((method, path))
+    return found
+
+
+def document_operations(doc: dict) -> set:
+    return {(method, re.sub(r"\{[^}]*\}", "{}", path)) for path, item in doc["paths"].items() for method in item}
+
+
+async def test_openapi_document_is_valid_and_matches_the_routes(api, app):
+    status, doc, headers = await api.call("GET", "/openapi.json")
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    validate(doc)  # raises on any violation of the OpenAPI 3.1 schema
+    assert doc["openapi"] == "3.1.0" and doc["info"]["version"] == "0.1.0"
+    in_app, in_doc = app_operations(app), document_operations(doc)
+    assert in_app - in_doc == set(), "routes missing from the document"
+    assert in_doc - in_app == set(), "documented operations the application does not serve"
+
+
+@pytest.mark.settings(twitter_alias=False, metrics_port=free_port())
+async def test_openapi_follows_the_application_shape(api, app):
+    status, doc, _ = await api.call("GET", "/openapi.json")
+    validate(doc)
+    assert not any(p.startswith("/twitter/") for p in doc["paths"]) and "/metrics" not in doc["paths"]
+    assert app_operations(app) == document_operations(doc)
+
+
+async def test_data_paths_come_from_the_endpoint_table(api):
+    _, doc, _ = await api.call("GET", "/openapi.json")
+    schemes = doc["components"]["securitySchemes"]
+    assert schemes["apiKey"] == {"type": "apiKey", "in": "header", "name": "X-API-Key"}
+    assert schemes["bearerAuth"]["scheme"] == "bearer"
+    for endpoint in ENDPOINTS:
+        op = doc["paths"]["/social" + endpoint.path]["get"]
+        assert op["security"] == [{"apiKey": []}]
+        assert [(p["name"], p["required"]) for p in op["parameters"]] == [(p.name, p.required) for p in endpoint.params]
+        kinds = {p.name: p.kind for p in endpoint.params}
+        for param in op["parameters"]:
+            expected = {"int": "integer", "bool": "boolean"}.get(kinds[param["name"]], "string")
+            assert param["schema"]["type"] == expected, (endpoint.path, param["name"])
+        responses = op["responses"]
+        assert responses["422"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ValidationError"}
+        assert responses["401"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/DataError"}
+        if endpoint.available:
+            assert {"200", "401", "402", "422", "429"} <= set(responses)
+            body = responses["200"]["content"]["application/json"]["schema"]
+            assert {"status", endpoint.msg_key, endpoint.results} <= set(body["properties"])
+            assert ("has_next_page" in body["properties"]) == endpoint.paged
+        else:
+            assert "501" in responses and "200" not in responses and "402" not in responses
+    validation = doc["components"]["schemas"]["ValidationError"]["properties"]["detail"]["items"]
+    assert set(validation["required"]) == {"loc", "msg", "type"}
+    assert doc["paths"]["/auth/me"]["get"]["security"] == [{"bearerAuth": []}]
+    assert doc["paths"]["/keys/{key_id}/reveal"]["get"]["parameters"][0]["schema"] == {"type": "integer"}
+    assert "404" in doc["paths"]["/keys/{key_id}/reveal"]["get"]["responses"]
+
+
+async def test_answers_match_their_documented_schemas(api, ctx):
+    """Real answers of the operations this module owns, checked against the document they are described in."""
+    _, doc, _ = await api.call("GET", "/openapi.json")
+    admin = (await api.call("POST", "/auth/register", {"email": ctx.settings.admin_emails[0], "password": PASSWORD}))[1]
+    user, key = await api.funded_key(100_000)
+    for method, path, query, token, status in [
+            ("get", "/healthz", "", None, 200), ("get", "/readyz", "", None, 200),
+            ("get", "/admin/metrics", "?days=3", admin["token"], 200), ("get", "/admin/users", "?limit=1", admin["token"], 200),
+            ("get", "/admin/users", "", user["token"], 403), ("get", "/admin/metrics", "?days=0", admin["token"], 422),
+            ("get", "/account", "", user["token"], 200), ("get", "/keys", "", user["token"], 200)]:
+        code, body, _ = await api.call(method.upper(), path + query, token=token)
+        assert code == status, (path, body)
+        schema = doc["paths"][path][method]["responses"][str(status)]["content"]["application/json"]["schema"]
+        openapi_schema_validator.validate(body, {**schema, "components": doc["components"]},
+                                          cls=openapi_schema_validator.OAS31Validator)
+
+
+async def test_docs_page_is_self_contained(api, http_client, base_url):
+    response = await http_client.fetch(base_url + "/docs")
+    assert response.code == 200 and response.headers["Content-Type"].startswith("text/html")
+    page = response.body.decode()
+    assert "/openapi.json" in page and "<script src" not in page and "http" not in re.sub(r'href="/[^"]*"', "", page)
+    policy = response.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in policy and "script-src 'sha256-" in policy and "connect-src 'self'" in policy
+
+
+# --- health and readiness ------------------------------------------------------------------------------
+async def test_healthz(api):
+    status, body, headers = await api.call("GET", "/healthz")
+    assert status == 200 and body == {"status": "ok"} and headers["X-Request-ID"]
+
+
+async def test_readiness_follows_breaker_buffer_and_draining(api, ctx):
+    status, body, _ = await api.call("GET", "/readyz")
+    assert status == 200 and body["status"] == "ready"
+    assert body["checks"] == {"database": "ok", "upstream_breaker": "closed", "draining": False,
+                              "usage_buffer": {"depth": 0, "max": ctx.settings.buffer_max}}
+    breaker = ctx.upstream.breaker
+    for _ in range(breaker.threshold):
+        breaker.failure()
+    status, body, _ = await api.call("GET", "/readyz")
+    assert status == 503 and body["checks"]["upstream_breaker"] == "open"
+    breaker.success()
+    ctx.meter.buffer.max_records = 0  # the bound the data plane fails closed at
+    status, body, _ = await api.call("GET", "/readyz")
+    assert status == 503 and body["status"] == "not ready"
+    ctx.meter.buffer.max_records = ctx.settings.buffer_max
+    ctx.draining = True
+    assert (await api.call("GET", "/readyz"))[0] == 503
+    ctx.draining = False
+    assert (await api.call("GET", "/readyz"))[0] == 200
+
+
+async def test_database_stopped_means_not_ready(settings, upstream_url):
+    server = EmbeddedMongo(":memory:").start()
+    ctx = await gateway.build_context(settings, server.uri, upstream_url)
+    http = tornado.httpserver.HTTPServer(gateway.make_app(ctx))
+    sock, port = tornado.testing.bind_unused_port()
+    http.add_sockets([sock])
+    client = AsyncHTTPClient()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        response = await client.fetch(url + "/readyz", raise_error=False)
+        assert response.code == 200
+        server.kill()
+        started = time.monotonic()
+        response = await client.fetch(url + "/readyz", raise_error=False)
+        assert response.code == 503 and time.monotonic() - started < 3
+        assert orjson.loads(response.body)["checks"]["database"] == "unreachable"
+        assert (await client.fetch(url + "/healthz", raise_error=False)).code == 200  # alive all the same
+    finally:
+        http.stop()
+        server.stop()
+        ctx.upstream.close()
+        ctx.executor.shutdown(wait=False)
+        await ctx.client.close()
+
+
+# --- Prometheus -------------------------------------------------------------------------------------------
+def samples(text: str) -> dict:
+    """{(name, frozenset(labels)): value} of a text exposition."""
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+async def test_metrics_exposition(api, ctx, catalog, http_client, base_url):
+    user, key = await api.funded_key(100_000)
+    name = catalog["big_accounts"][0]
+    assert (await api.call("GET", f"/social/user/info?userName={name}", key=key["key"]))[0] == 200
+    assert (await api.call("GET", "/social/user/info", key=key["key"]))[0] == 422
+    await api.call("GET", f"/keys/{key['key_id']}/reveal", token=user["token"])
+    await api.call("GET", "/keys/999999/reveal", token=user["token"])
+    await api.call("GET", "/no/such/path/12345")
+    for path in ("/keys/777/reveal", "/nope/888"):  # methods Tornado does not support: 405 before routing args
+        await http_client.fetch(HTTPRequest(base_url + path, method="PROPFIND", allow_nonstandard_methods=True),
+                                raise_error=False)
+    poor, poor_key = await api.funded_key(1)
+    assert (await api.call("GET", f"/social/user/info?userName={name}", key=poor_key["key"]))[0] == 402
+    await ctx.meter.flush()
+    response = await http_client.fetch(base_url + "/metrics")
+    assert response.headers["Content-Type"].startswith("text/plain")
+    values = samples(response.body.decode())
+    get = lambda name, **labels: values.get((name, frozenset(labels.items())))
+    assert get("gateway_requests_total", route="/social/user/info", status="200") == 1
+    assert get("gateway_requests_total", route="/keys/{}/reveal", status="200") == 1
+    assert get("gateway_requests_total", route="/keys/{}/reveal", status="404") == 1
+    assert get("gateway_requests_total", route="(unmatched)", status="404") == 1
+    assert not any(n in str(labels) for n in ("12345", "999999", "777", "888") for _, labels in values)  # bounded
+    assert get("gateway_request_duration_seconds_count", route="/social/user/info") == 3
+    assert get("gateway_request_duration_seconds_bucket", route="/social/user/info", le="+Inf") == 3
+    assert get("gateway_payment_required_total") == 1
+    assert get("gateway_rate_limited_total") == 0
+    assert get("gateway_credits_charged_total") == ctx.metrics.credits_charged > 0
+    assert get("gateway_upstream_latency_seconds_gcount") >= 1
+    assert get("gateway_upstream_breaker_state") == 0
+    assert get("gateway_cache_hits_total", cache="key") >= 1 and get("gateway_cache_hit_ratio", cache="key") > 0
+    assert get("gateway_usage_flushes_total") >= 1 and get("gateway_usage_flushed_records_total") >= 1
+    assert get("gateway_usage_buffer_records") == 0 and get("gateway_usage_flush_lag_seconds") == 0
+    assert get("gateway_usage_buffer_capacity") == ctx.settings.buffer_max
+    assert get("process_resident_memory_bytes") > 0
+
+
+@pytest.mark.settings(metrics_token="scrape-token-0123456789")
+async def test_metrics_token(http_client, base_url):
+    response = await http_client.fetch(base_url + "/metrics", raise_error=False)
+    assert response.code == 401 and orjson.loads(response.body) == {"detail": "Not authenticated"}
+    bad = await http_client.fetch(base_url + "/metrics", headers={"Authorization": "Bearer nope"}, raise_error=False)
+    assert bad.code == 401
+    good = await http_client.fetch(base_url + "/metrics", headers={"Authorization": "Bearer scrape-token-0123456789"})
+    assert good.code == 200 and b"gateway_requests_total" in good.body
+
+
+@pytest.mark.settings(metrics_port=free_port())
+async def test_metrics_on_their_own_port(ctx, http_client, base_url):
+    assert (await http_client.fetch(base_url + "/metrics", raise_error=False)).code == 404
+    server = tornado.httpserver.HTTPServer(ops.metrics_app(ctx))
+    sock, port = tornado.testing.bind_unused_port()
+    server.add_sockets([sock])
+    try:
+        response = await http_client.fetch(f"http://127.0.0.1:{port}/metrics")
+        assert response.code == 200 and b"gateway_usage_buffer_records" in response.body
+        assert (await http_client.fetch(f"http://127.0.0.1:{port}/healthz", raise_error=False)).code == 404
+    finally:
+        server.stop()
+
+
+# --- access logs -----------------------------------------------------------------------------------------
+def access_lines(caplog) -> list[dict]:
+    return [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
+
+
+async def test_access_log_lines_carry_no_secrets(api, ctx, catalog, caplog):
+    caplog.set_level(logging.DEBUG)  # everything any logger writes, not only the access log
+    user, key = await api.funded_key(100_000)
+    await api.call("POST", "/auth/login", {"email": user["email"], "password": PASSWORD})
+    await api.call("GET", f"/keys/{key['key_id']}/reveal", token=user["token"])
+    status, _, headers = await api.call("GET", f"/social/user/info?userName={catalog['big_accounts'][0]}",
+                                        key=key["key"], headers={"X-Request-ID": "trace-42_a"})
+    assert status == 200 and headers["X-Request-ID"] == "trace-42_a"
+    await api.call("GET", "/account", token=user["token"] + "x")
+    await api.call("GET", "/social/user/info?userName=x", key=key["key"][:-3] + "abc")
+    lines = access_lines(caplog)
+    data = next(line for line in lines if line["request_id"] == "trace-42_a")
+    assert data["route"] == "/social/user/info" and data["status"] == 200 and data["key_id"] == key["key_id"]
+    assert data["account"] == user["account_id"] and data["credits"] > 0 and data["ms"] >= 0 and data["ip"] == "127.0.0.1"
+    assert all({"request_id", "method", "route", "status", "ms", "account"} <= set(line) for line in lines)
+    text = caplog.text
+    for secret in (PASSWORD, user["token"], key["key"], key["key"][4:], UPSTREAM_KEY, ctx.settings.jwt_secret,
+                   ctx.settings.secrets_key):
+        assert secret not in text
+
+
+async def test_request_id_is_generated_when_unusable(api, caplog):
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    _, _, headers = await api.call("GET", "/healthz", headers={"X-Request-ID": 'bad id", "forged": "1'})
+    generated = headers["X-Request-ID"]
+    assert re.fullmatch(r"[0-9a-f]{12,64}", generated)
+    assert access_lines(caplog)[-1]["request_id"] == generated
+
+
+@pytest.mark.settings(access_log=False)
+async def test_access_log_can_be_turned_off(api, caplog):
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    await api.call("GET", "/healthz")
+    assert access_lines(caplog) == []
+
+
+@pytest.mark.settings(trusted_proxies="127.0.0.0/8, 10.0.0.0/8")
+async def test_forwarded_address_from_a_trusted_proxy(api, caplog):
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    await api.call("GET", "/healthz", headers={"X-Forwarded-For": "6.6.6.6, 203.0.113.9, 10.1.2.3"})
+    await api.call("GET", "/healthz", headers={"X-Real-IP": "198.51.100.4"})
+    await api.call("GET", "/healthz", headers={"X-Forwarded-For": "10.0.0.5"})
+    await api.call("GET", "/healthz", headers={"X-Forwarded-For": "not-an-ip"})
+    # The client is the nearest address that is not one of our proxies; what it wrote before that is ignored.
+    assert [line["ip"] for line in access_lines(caplog)] == ["203.0.113.9", "198.51.100.4", "10.0.0.5", "127.0.0.1"]
+
+
+async def test_forwarded_address_ignored_from_anyone_else(api, caplog):
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    await api.call("GET", "/healthz", headers={"X-Forwarded-For": "203.0.113.9", "X-Real-IP": "198.51.100.4"})
+    assert access_lines(caplog)[-1]["ip"] == "127.0.0.1"
+
+
+# --- SIGHUP -----------------------------------------------------------------------------------------------
+async def test_reload_swaps_prices_and_plans(api, ctx, tmp_path):
+    user, key = await api.funded_key(100_000)
+    assert (await api.call("GET", "/account", token=user["token"]))[1]["qps_limit"] == 20
+    config_file = tmp_path / "gateway.toml"
+    config_file.write_text('price_rules = { minimum = 40 }\n'
+                           'plan_rules = [{ name = "free", min_paid_usd = 0, qps = 0.5 }, '
+                           '{ name = "paid", min_paid_usd = 0.01, qps = 7 }]\n')
+    assert gateway.reload(ctx, {"CONFIG_FILE": str(config_file)})
+    assert ctx.prices.minimum == 40 and ctx.meter.settings is ctx.settings
+    status, account, _ = await api.call("GET", "/account", token=user["token"])
+    assert account["qps_limit"] == 7 and account["plan"] == "paid"
+    status, listed, _ = await api.call("GET", "/keys", token=user["token"])
+    assert listed[0]["qps_limit"] == 7
+    config_file.write_text('plan_rules = "not a list"\n')
+    assert not gateway.reload(ctx, {"CONFIG_FILE": str(config_file)})
+    assert ctx.prices.minimum == 40 and (await api.call("GET", "/account", token=user["token"]))[1]["qps_limit"] == 7
