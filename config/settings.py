@@ -78,7 +78,7 @@ class Settings:
     twitter_alias: bool = _setting(True, "Also serve every data endpoint under /twitter/.", "TWITTER_ALIAS")
     # Metering
     price_rules: Mapping = _setting({}, "JSON object overriding price rules (see metering/pricing.py).", "PRICE_RULES")
-    flush_interval: float = _setting(0.1, "Seconds between usage flushes.", "FLUSH_INTERVAL")
+    flush_interval: float = _setting(0.25, "Seconds between usage flushes.", "FLUSH_INTERVAL")
     flush_batch: int = _setting(500, "Usage records per flush batch.", "FLUSH_BATCH")
     buffer_max: int = _setting(100_000, "Unflushed usage records past which data calls fail closed (503).", "BUFFER_MAX")
     lease_seconds: float = _setting(10.0, "Seconds of an account's spend one credit lease covers.", "LEASE_SECONDS")

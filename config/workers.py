@@ -106,6 +106,8 @@ def run(settings: Settings, count: int, serve_one: Callable[[Settings, list, int
         if pid == 0:
             _worker(settings, sockets, index, serve_one)
         children[pid] = (index, time.monotonic())
+        if stopping:  # the signal came between the fork and the line above
+            os.kill(pid, signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -33,17 +33,13 @@ class AuthHandler(BaseHandler):
     async def hash(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.ctx.executor, fn, *args)
 
-    def client_address(self) -> str:
-        # BaseHandler.client_ip() honours X-Forwarded-For from trusted proxies only, where it exists.
-        client_ip = getattr(self, "client_ip", None)
-        return client_ip() if callable(client_ip) else self.request.remote_ip
-
     def throttle(self, email: str | None = None) -> None:
         """429 past the per-address attempt limit or the per-email failure limit; one answer for both."""
         throttle = self.ctx.login_throttle
         if throttle is None:
             return
-        wait = throttle.check(self.client_address(), email, time.monotonic())
+        # client_ip(): X-Forwarded-For counts only from TRUSTED_PROXIES.
+        wait = throttle.check(self.client_ip(), email, time.monotonic())
         if wait:
             self.log_fields["throttled"] = True
             raise ApiError(429, "Too many attempts; retry later", {"Retry-After": str(wait)})

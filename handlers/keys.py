@@ -1,4 +1,6 @@
 """API keys: list, create (secret shown once), reveal to the owner, revoke, development top-up."""
+import re
+
 from handlers.base import ApiError, BaseHandler
 from handlers.validation import Field, check_range, length, parse_int, validate_body
 from security.apikeys import KeyVault
@@ -11,6 +13,8 @@ class KeysBase(BaseHandler):
     async def owned_key(self, key_id: str) -> dict:
         """The caller's key; another account's key or a missing one is 404 (no existence oracle)."""
         account_id = self.bearer_account()
+        if re.fullmatch(r"[+-]?\d+", key_id) and not (len(key_id) <= 19 and 0 < int(key_id) < 10**18):
+            raise ApiError(404, "Key not found")  # an integer no key can have is unknown, like any other
         key = await self.ctx.keys.get(account_id, parse_int(key_id, ["path", "key_id"], 1))
         if key is None:
             raise ApiError(404, "Key not found")

@@ -111,6 +111,10 @@ class GatewayCollector:
         yield _gauge("gateway_usage_buffer_capacity", "Records past which data calls fail closed (BUFFER_MAX).",
                      meter.buffer.max_records)
         yield _counter("gateway_db_round_trips", "Commands sent to MongoDB.", m.db_round_trips)
+        commands = CounterMetricFamily("gateway_db_commands", "Commands sent to MongoDB, by command.", labels=["command"])
+        for name, count in sorted(m.db_commands.items()):
+            commands.add_metric([name], count)
+        yield commands
 
     def _upstream_latency(self) -> GaugeHistogramMetricFamily:
         # The upstream client keeps its last few thousand latencies, not a cumulative count: a gauge histogram

@@ -14,6 +14,9 @@ summing that lease's persisted usage records (storage/leases.py).
 from dataclasses import dataclass
 
 
+RATE_WINDOW = 2.0  # seconds over which the spend rate is smoothed
+
+
 @dataclass
 class Purse:
     """What this process holds for one account; `leased` mirrors the lease amount in the database."""
@@ -68,8 +71,9 @@ class Ledger:
         # Time since the previous charge, not since this call's reservation: else idle gaps never decay the rate.
         since = purse.last_used if purse.last_settled is None else purse.last_settled
         elapsed = max(now - since, 0.001)
-        # Exponential smoothing over roughly the lease window.
-        weight = min(1.0, elapsed / self.lease_seconds)
+        # Exponential smoothing over a couple of seconds: a lease sized from a rate that lags a rising
+        # spend would send every account back to the database several times a second.
+        weight = min(1.0, elapsed / RATE_WINDOW)
         purse.rate = purse.rate * (1 - weight) + (charged / elapsed) * weight
         purse.last_used = purse.last_settled = now
         return charged

@@ -63,6 +63,7 @@ class Meter:
         self._topups_paused_until = 0.0
         self._last_used: dict[int, datetime] = {}
         self._record_ids = itertools.count()
+        self._batch_ready = asyncio.Event()
         self._touched_at = 0.0
         self._flush_lock = asyncio.Lock()
         self.last_flush_ok = time.time()
@@ -194,6 +195,8 @@ class Meter:
                          "key_id": key.key_id, "endpoint": endpoint, "ts": ts, "credits": credits, "status": status,
                          "lease": self.leases.process_id, "request_id": request_id})
         self._last_used[key.key_id] = ts
+        if len(self.buffer) >= self.settings.flush_batch:
+            self._batch_ready.set()
 
     async def add_credits(self, account_id: str, credits: int, paid_usd: float = 0.0, topup_credits: int = 0) -> AccountView:
         return self.account_changed(account_id, await self.accounts.add_credits(account_id, credits, paid_usd, topup_credits))
@@ -257,8 +260,13 @@ class Meter:
                 self._last_used.setdefault(key_id, ts)
 
     async def run_flusher(self) -> None:
+        """Flushes every FLUSH_INTERVAL, or as soon as FLUSH_BATCH records wait."""
         while True:
-            await asyncio.sleep(self.settings.flush_interval)
+            try:
+                await asyncio.wait_for(self._batch_ready.wait(), self.settings.flush_interval)
+            except asyncio.TimeoutError:
+                pass
+            self._batch_ready.clear()
             if not len(self.buffer):
                 continue
             try:

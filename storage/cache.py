@@ -23,6 +23,12 @@ class CacheStats:
     stale_served: int = 0
 
 
+@dataclass
+class _Load:
+    future: asyncio.Future
+    superseded: bool = False   # the key was put or invalidated while loading: the result is out of date
+
+
 class LoadingCache:
     def __init__(self, load: Callable[[Any], Awaitable[Any]], size: int, ttl: float, negative_ttl: float,
                  clock: Callable[[], float] = time.monotonic):
@@ -31,7 +37,7 @@ class LoadingCache:
         self._items = LRUCache(size)                 # key -> (value, fresh_until)
         # Unknown keys live apart so that a flood of them cannot evict known ones.
         self._unknown = LRUCache(max(1024, size // 4))
-        self._loading: dict[Any, asyncio.Future] = {}
+        self._loading: dict[Any, _Load] = {}
         self.stats = CacheStats()
 
     def peek(self, key: Any) -> Any:
@@ -52,26 +58,34 @@ class LoadingCache:
         self.stats.misses += 1
         try:
             if item is None:
-                value = await self._load_once(key)
+                value, load = await self._load_once(key)
             else:  # the load goes on in the background past the wait (it is shielded)
-                value = await asyncio.wait_for(self._load_once(key), STALE_WAIT)
+                value, load = await asyncio.wait_for(self._load_once(key), STALE_WAIT)
         except Exception:  # TimeoutError included
             if item is None:
                 raise
             self.stats.stale_served += 1
             self._items[key] = (item[0], self._clock() + min(self._ttl, STALE_RETRY))
             return item[0]
-        self._store(key, value, self._clock())
+        # A revocation during the load must not be overwritten by what the load read before it.
+        if not load.superseded:
+            self._store(key, value, self._clock())
         return value
 
-    async def _load_once(self, key: Any) -> Any:
-        pending = self._loading.get(key)
-        if pending is None:
+    async def _load_once(self, key: Any) -> tuple[Any, _Load]:
+        load = self._loading.get(key)
+        if load is None:
             # The load runs as its own task: a caller that is cancelled does not cancel it for the others.
             self.stats.loads += 1
-            pending = self._loading[key] = asyncio.ensure_future(self._load(key))
-            pending.add_done_callback(lambda _: self._loading.pop(key, None))
-        return await asyncio.shield(pending)
+            load = self._loading[key] = _Load(asyncio.ensure_future(self._load(key)))
+            load.future.add_done_callback(lambda _: self._loading.get(key) is load and self._loading.pop(key))
+        return await asyncio.shield(load.future), load
+
+    def _supersede(self, key: Any) -> None:
+        """Callers arriving from now on start a fresh load; the one under way is not stored."""
+        load = self._loading.pop(key, None)
+        if load is not None:
+            load.superseded = True
 
     def _store(self, key: Any, value: Any, now: float) -> None:
         if value is None:
@@ -81,14 +95,18 @@ class LoadingCache:
             self._items[key] = (value, now + self._ttl)
 
     def put(self, key: Any, value: Any) -> None:
+        self._supersede(key)
         self._store(key, value, self._clock())
 
     def invalidate(self, key: Any) -> None:
+        self._supersede(key)
         self._items.pop(key, None)
         self._unknown.pop(key, None)
 
     def clear(self) -> None:
         """Forgets every entry: values computed under settings that have just been reloaded (SIGHUP)."""
+        for key in list(self._loading):
+            self._supersede(key)
         self._items.clear()
         self._unknown.clear()
 

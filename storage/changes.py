@@ -37,8 +37,10 @@ class ChangeFeed:
 
     async def stream(self, resume_after: dict | None) -> AsyncChangeStream:
         # One stream over the database, filtered server-side to the two collections and fields above.
+        # Each read waits at most 50 ms on the server: the caller's pause between empty batches sets
+        # the pace, and a cancelled read (shutdown) is answered at once.
         return await self.db.watch(_PIPELINE, full_document="updateLookup", resume_after=resume_after,
-                                   max_await_time_ms=500)
+                                   max_await_time_ms=50)
 
     @staticmethod
     def parse(event: dict) -> Change | None:

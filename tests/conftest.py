@@ -1,5 +1,6 @@
 """Shared fixtures: a real SecantusDB server over TCP, the sandbox upstream as its own
 process, and the application built by gateway.build_context/make_app like in production."""
+import asyncio
 import socket
 import subprocess
 import sys
@@ -76,6 +77,7 @@ def ctx(io_loop, settings, mongo, upstream_url):
     async def teardown():
         for task in tasks:
             task.cancel()
+        await asyncio.wait(tasks)  # a change-stream read in flight must end before the loop does
         await ctx.client.drop_database(settings.mongodb_db)
         await ctx.client.close()
         ctx.upstream.close()  # idempotent, also after gateway.shutdown

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gen_test(timeout=60)
 
 
 def test_schemathesis_finds_no_failure_on_any_operation():
-    figures = fuzz.run(max_examples=3, seed=20261121, workers=2)
+    figures = fuzz.run(max_examples=3, seed=20261121, workers=1)  # one worker: CPython 3.11 is not reliable compiling in threads
     report = figures["output"][-4000:]
     assert figures["gateway_alive_after"], report
     assert figures["operations"] >= 70, report          # 27 portal and operations + 2 x 24 data endpoints

@@ -754,3 +754,38 @@ def test_cache_flood_of_unknown_keys_does_not_evict_known_ones():
         assert calls == []
         assert len(cache) == 8
     asyncio.run(main())
+
+
+def test_cache_change_during_a_load_is_not_overwritten_by_it():
+    """A key revoked while its load is in flight must stay revoked: the load read the database before."""
+    async def main():
+        release = asyncio.Event()
+        database = {"k": "active"}
+
+        async def load(key):
+            seen = database[key]
+            await release.wait()
+            return seen
+
+        cache = LoadingCache(load, size=10, ttl=60, negative_ttl=5)
+        early = asyncio.ensure_future(cache.get("k"))
+        await asyncio.sleep(0.01)
+        database["k"] = "revoked"
+        cache.put("k", "revoked")                       # what the revoke handler does
+        late = asyncio.ensure_future(cache.get("k"))    # a hit on the new value, not the old load
+        release.set()
+        assert await early == "active"                  # it started before the revocation
+        assert await late == "revoked"
+        assert await cache.get("k") == "revoked"        # the stale load was not stored
+
+        cache.invalidate("k")
+        release.clear()
+        first = asyncio.ensure_future(cache.get("k"))
+        await asyncio.sleep(0.01)
+        cache.invalidate("k")                           # invalidated while loading: a newcomer loads afresh
+        database["k"] = "changed"
+        second = asyncio.ensure_future(cache.get("k"))
+        release.set()
+        assert await first == "revoked" and await second == "changed"
+        assert await cache.get("k") == "changed"
+    asyncio.run(main())

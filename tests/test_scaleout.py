@@ -11,11 +11,13 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import orjson
 import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+import gateway
 from storage import db as database
 from storage.embedded import free_port
 from test_process import ROOT, GatewayProcess, ledger_of
@@ -103,6 +105,13 @@ async def process_ids(mongo_uri: str, db_name: str) -> dict[str, str]:
     return found
 
 
+async def heartbeat_of(mongo_uri: str, db_name: str, process_id: str) -> datetime:
+    client = database.connect(mongo_uri)
+    doc = await client[db_name].processes.find_one({"_id": process_id})
+    await client.close()
+    return doc["heartbeat_at"]
+
+
 async def test_concurrent_calls_over_three_processes_never_overspend(mongo, upstream_url, catalog):
     """`--workers 2` on one port and a single process on another, one account with three keys and
     credits for about 160 calls, 450 concurrent calls spread over all of them."""
@@ -116,18 +125,24 @@ async def test_concurrent_calls_over_three_processes_never_overspend(mongo, upst
     responses = await asyncio.gather(*await storm(targets, path, 450))
     assert {r.code for r in responses} <= {200, 402}
     assert charged(responses) <= initial
-    # A process may answer 402 while another still holds credits; asked for them, it gives half
-    # back, so a second wave a moment later spends the balance down to less than a call per process.
-    await asyncio.sleep(1.2)
-    responses += await asyncio.gather(*await storm(targets, path, 60))
+    # A process may answer 402 while another still holds credits; asked for them, the holder gives
+    # half back, so waves a moment apart spend the balance down to less than a call per process.
+    for _ in range(5):
+        if initial - charged(responses) < 3 * PRICE:
+            break
+        await asyncio.sleep(1.2)
+        responses += await asyncio.gather(*await storm(targets, path, 30))
     assert {r.code for r in responses} <= {200, 402}
-    assert charged(responses) <= initial
+    assert 0 <= initial - charged(responses) < 3 * PRICE
+    nodes = await process_ids(mongo.uri, db_name)
     assert pair.stop() == 0 and single.stop() == 0
     account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
-    assert len({r["lease"] for r in records if r["credits"]}) == 3  # every process served some
     assert sum(r["credits"] for r in records) == charged(responses)
     assert account["leases"] == {} and account["credits"] == initial - charged(responses)
-    assert account["credits"] < 3 * PRICE
+    # Both ports served calls (which of the pair's workers accepts a connection is the kernel's choice).
+    single_id = nodes[f"{socket.gethostname()}:{single.port}"]
+    served_by = {r["lease"] for r in records if r["credits"]}
+    assert single_id in served_by and served_by - {single_id}
 
 
 @pytest.mark.parametrize("coherence", ["changestream", "poll"])
@@ -162,18 +177,23 @@ async def test_sigkill_mid_load_the_survivor_reclaims_the_lease_and_the_ledger_r
     victim = (await process_ids(mongo.uri, db_name))[f"{socket.gethostname()}:{a.port}"]
     path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
     calls = await storm([(a, keys[0]), (b, keys[1])], path, 400)
-    await asyncio.sleep(0.5)
     account, _ = await ledger_of(mongo.uri, db_name, user["account_id"])
-    assert victim in account["leases"], "the process to kill holds a lease"
+    for _ in range(100):  # mid-load: once the process to kill has taken a lease
+        if victim in account["leases"]:
+            break
+        await asyncio.sleep(0.1)
+        account, _ = await ledger_of(mongo.uri, db_name, user["account_id"])
+    assert victim in account["leases"]
     a.stop(signal.SIGKILL)
     killed_at = time.monotonic()
+    last_heartbeat = await heartbeat_of(mongo.uri, db_name, victim)
     responses = await asyncio.gather(*calls)
     while victim in account["leases"]:
         assert time.monotonic() - killed_at < timeout + 2 * timeout / 6 + 1.5, "the dead lease was not reclaimed"
         await asyncio.sleep(0.1)
         account, _ = await ledger_of(mongo.uri, db_name, user["account_id"])
-    # Not before the timeout either (counted from the last heartbeat, at most timeout / 6 before the kill).
-    assert time.monotonic() - killed_at >= timeout - timeout / 6 - 0.2
+    # Not before the timeout either, counted from the last heartbeat (which a busy process may send late).
+    assert datetime.now(timezone.utc) - last_heartbeat >= timedelta(seconds=timeout)
     assert b.stop() == 0
     account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
     assert account["leases"] == {}
@@ -211,3 +231,61 @@ async def test_workers_restart_after_a_crash_and_drain_on_sigterm(mongo, upstrea
     account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
     assert account["leases"] == {} and await process_ids(mongo.uri, db_name) == {}
     assert account["credits"] == 1_000_000 - sum(r["credits"] for r in records)
+
+
+@pytest.fixture
+def second(io_loop, ctx, mongo, upstream_url):
+    """A second gateway context on the same database, in this process: another process's meter as
+    far as the database can tell (its own process id and node name, its own coherence task)."""
+    async def start():
+        other = await gateway.build_context(ctx.settings, mongo.uri, upstream_url, worker=1)
+        return other, gateway.start_background(other)
+    other, tasks = io_loop.run_sync(start)
+    yield other
+
+    async def stop():
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        await other.client.close()
+        other.upstream.close()
+        other.executor.shutdown(wait=False)
+    io_loop.run_sync(stop)
+
+
+async def eventually(check, within: float = 1.0) -> None:
+    """Waits for `check()` (a coroutine function) to hold, for at most `within` seconds."""
+    started = time.monotonic()
+    while not await check():
+        assert time.monotonic() - started < within, "not within a second"
+        await asyncio.sleep(0.02)
+
+
+async def test_topups_and_plans_made_elsewhere_apply_within_a_second(ctx, second):
+    account = await ctx.accounts.create(f"c{uuid.uuid4().hex[:8]}@example.com", "unused", 0)
+    aid = account["_id"]
+    assert (await second.meter.account_view(aid)).plan.name == "free"
+    assert await second.meter.reserve(aid, PRICE, PRICE) is None  # 402, and remembered for a second
+    await ctx.meter.add_credits(aid, 1000, topup_credits=1000)    # through the other process
+
+    async def seen():
+        return (second.account_cache.peek(aid).plan.name == "paid"
+                and not second.meter.ledger.is_known_empty(aid, second.meter.clock()))
+    await eventually(seen)
+    assert await second.meter.reserve(aid, PRICE, PRICE) is not None
+
+
+async def test_a_process_finding_the_balance_empty_gets_half_of_what_another_holds(ctx, second):
+    account = await ctx.accounts.create(f"w{uuid.uuid4().hex[:8]}@example.com", "unused", 1000)
+    aid = account["_id"]
+    held = await second.meter.reserve(aid, 1000, PRICE)  # its take moves the whole balance into its lease
+    second.meter.release(held)
+    assert await ctx.meter.reserve(aid, PRICE, PRICE) is None  # nothing left in the balance: 402, ask
+
+    async def given_back():
+        return (await ctx.accounts.get(aid))["credits"] == 500
+    await eventually(given_back)
+    assert second.meter.ledger.purses[aid].leased == 500
+    # The giver does not lease it back at once; the asker finds it when it asks again.
+    ctx.meter.ledger.forget_empty(aid)
+    assert await ctx.meter.reserve(aid, PRICE, PRICE) is not None

@@ -48,13 +48,12 @@ def test_the_cap_never_goes_below_one_full_call():
 def test_needs_topup_below_a_quarter_of_the_next_lease():
     ledger = Ledger(10.0)
     assert not ledger.needs_topup("nobody", 18, 0.0)
-    ledger.lease_is("a", 360, 0.0)  # next lease: 20 calls of 18 = 360; a quarter is 90
+    ledger.lease_is("a", 360, 0.0)  # no spend yet: the next lease is 20 calls of 18 = 360; a quarter is 90
+    assert ledger.lease_request("a", 18) == 360
     assert not ledger.needs_topup("a", 18, 0.0)
-    for _ in range(15):  # 270 spent, 90 left: not yet under a quarter
-        ledger.settle(ledger.reserve("a", 18, 18, 0.0), 18, 0.0)
-    assert ledger.purses["a"].available == 90
+    ledger.purses["a"].spent = 270  # 90 left: not yet under a quarter
     assert not ledger.needs_topup("a", 18, 0.0)
-    ledger.settle(ledger.reserve("a", 18, 18, 0.0), 18, 0.0)
+    ledger.purses["a"].reserved = 1
     assert ledger.needs_topup("a", 18, 0.0)
     # Not while the database is known empty, nor once the process may no longer spend.
     ledger.mark_empty("a", 0.0)

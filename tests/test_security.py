@@ -563,3 +563,25 @@ async def test_passwords_are_hashed_with_scrypt_at_owasp_cost_by_default(api, ct
     assert len(base64.b64decode(salt)) == 16 and len(base64.b64decode(digest)) == 32
     assert PASSWORD not in orjson.dumps(account, default=str).decode()
     assert ctx.decoy_hash.startswith("scrypt$131072$8$1$")  # unknown emails pay the same cost
+
+
+async def test_key_ids_no_key_can_have_are_unknown_not_errors(api):
+    user = await api.register()
+    for key_id in ["0", "-5", "+0", "99999999999999999999", "9" * 5000]:
+        for method, suffix in (("GET", "reveal"), ("POST", "revoke")):
+            status, body, _ = await api.call(method, f"/keys/{key_id}/{suffix}", token=user["token"])
+            assert status == 404 and body == {"detail": "Key not found"}, (key_id[:30], suffix, status)
+    status, body, _ = await api.call("GET", "/keys/1e3/reveal", token=user["token"])
+    assert status == 422 and body["detail"][0]["loc"] == ["path", "key_id"]
+    # Anonymous callers learn nothing either: 401 comes first.
+    assert (await api.call("GET", "/keys/0/reveal"))[0] == 401
+
+
+@pytest.mark.settings(trusted_proxies=("127.0.0.1",), login_max_attempts_per_address=2)
+async def test_behind_a_trusted_proxy_each_client_address_is_throttled_on_its_own(api):
+    a, b = {"X-Forwarded-For": "198.51.100.1"}, {"X-Forwarded-For": "198.51.100.2"}
+    for _ in range(2):
+        assert (await login(api, "someone@example.com", WRONG, headers=a))[0] == 401
+    assert (await login(api, "someone@example.com", WRONG, headers=a))[0] == 429
+    assert (await login(api, "other@example.com", WRONG, headers=b))[0] == 401   # another client behind the proxy
+    assert (await login(api, "other@example.com", WRONG, headers={"X-Forwarded-For": "198.51.100.1, 198.51.100.2"}))[0] == 401
