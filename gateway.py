@@ -280,10 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         return payments_cli.run(args)
     if args.command == "admin":
         return admin_cli.run(args)
-    try:
-        settings = config.load(host=args.host, port=args.port)
-    except (config.SettingsError, OSError) as exc:
-        print(f"social-gateway: {exc}", file=sys.stderr)
+    settings = config.load_for_command(host=args.host, port=args.port)
+    if settings is None:
         return 2
     if not settings.production:
         settings = with_dev_secrets(settings)

@@ -23,6 +23,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import load  # noqa: E402
+from bench.stack import wait_for  # noqa: E402
 from storage.embedded import EmbeddedMongo, free_port  # noqa: E402
 
 UPSTREAM_KEY = "bench-upstream-key"
@@ -34,21 +35,6 @@ def http(method: str, url: str, body: dict | None = None, token: str | None = No
                                      headers={"Authorization": f"Bearer {token}"} if token else {})
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
-
-
-def wait_for(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
-        try:
-            urllib.request.urlopen(url, timeout=1)
-            return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer")
 
 
 def spawn(args: list[str], env: dict | None = None) -> subprocess.Popen:

@@ -1,3 +1,3 @@
-from config.settings import Settings, SettingsError, describe, load
+from config.settings import Settings, SettingsError, describe, load, load_for_command
 
-__all__ = ["Settings", "SettingsError", "describe", "load"]
+__all__ = ["Settings", "SettingsError", "describe", "load", "load_for_command"]

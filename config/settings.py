@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -81,7 +82,7 @@ class Settings:
     flush_interval: float = _setting(0.25, "Seconds between usage flushes.", "FLUSH_INTERVAL")
     flush_batch: int = _setting(500, "Usage records per flush batch.", "FLUSH_BATCH")
     buffer_max: int = _setting(100_000, "Unflushed usage records past which data calls fail closed (503).", "BUFFER_MAX")
-    lease_seconds: float = _setting(10.0, "Seconds of an account's spend one credit lease covers.", "LEASE_SECONDS")
+    lease_seconds: float = _setting(30.0, "Seconds of an account's spend one credit lease covers.", "LEASE_SECONDS")
     lease_timeout: float = _setting(30.0, "Seconds without heartbeat after which a process's leases are reclaimed.", "LEASE_TIMEOUT")
     key_cache_size: int = _setting(200_000, "API keys kept in memory.", "KEY_CACHE_SIZE")
     key_cache_ttl: float = _setting(300.0, "Seconds a cached key is trusted before it is re-read.", "KEY_CACHE_TTL")
@@ -170,6 +171,15 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     settings = Settings(**{name: _convert(by_name[name], raw) for name, raw in values.items()})
     validate(settings)
     return settings
+
+
+def load_for_command(**overrides: Any) -> Settings | None:
+    """load() for a command-line entry point: None (and the reason on stderr) when the settings are unusable."""
+    try:
+        return load(**overrides)
+    except (SettingsError, OSError) as exc:
+        print(f"social-gateway: {exc}", file=sys.stderr)
+        return None
 
 
 def validate(settings: Settings) -> None:

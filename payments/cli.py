@@ -50,10 +50,8 @@ async def _run(settings: config.Settings, args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        settings = config.load()
-    except (config.SettingsError, OSError) as exc:
-        print(f"social-gateway: {exc}", file=sys.stderr)
+    settings = config.load_for_command()
+    if settings is None:
         return 2
     if settings.production or settings.payments_provider or not settings.mongodb_uri:
         print(f"social-gateway: the sandbox chain needs a development server without PAYMENTS_PROVIDER. {HELP}",

@@ -23,7 +23,7 @@ log = logging.getLogger("gateway.coherence")
 # write may land after a poll that started later. Changes seen twice are applied once.
 POLL_OVERLAP = timedelta(seconds=2)
 MAX_BACKOFF = 5.0
-STREAM_PAUSE = 0.2  # seconds between empty change-stream batches: at most this much added lag
+STREAM_PAUSE = 0.5  # seconds between empty change-stream batches: at most 2 round trips a second, revocations within ~0.6 s
 PLAN_FIELDS = frozenset(("changed_at", "paid_usd", "topup_credits", "is_admin"))
 
 

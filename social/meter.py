@@ -229,10 +229,14 @@ class Meter:
 
     # --- persistence ---------------------------------------------------------------------------
     async def flush(self, final: bool = False) -> int:
-        """Writes every buffered record, one batch at a time; a failed batch stays for the next try."""
+        """Writes the records buffered when it starts (all of them when `final`), one batch at a time;
+        a failed batch stays for the next try."""
         written = 0
         async with self._flush_lock:
-            while len(self.buffer):
+            # Records that arrive during the writes wait for the next flush: chasing them would turn
+            # the flush interval into back-to-back writes under load.
+            due = len(self.buffer)
+            while len(self.buffer) and (final or written < due):
                 seq, batch = self.buffer.take(self.settings.flush_batch)
                 try:
                     await self.usage.insert_batch(f"{self.leases.process_id}-{seq}", batch)

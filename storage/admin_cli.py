@@ -52,10 +52,8 @@ async def _apply(settings: config.Settings, uri: str, args: argparse.Namespace) 
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        settings = config.load()
-    except (config.SettingsError, OSError) as exc:
-        print(f"social-gateway: {exc}", file=sys.stderr)
+    settings = config.load_for_command()
+    if settings is None:
         return 2
     if args.action == "credit":
         if settings.production:
