@@ -213,7 +213,8 @@ async def serve(settings: config.Settings, sockets: list | None = None, worker: 
         if embedded else "MongoDB from MONGODB_URI"
     if worker is None:
         announce(settings, database_label,
-                 'sandbox (in process) at ' + upstream_url if sandbox_server else settings.upstream_url)
+                 f"sandbox (in process) at {upstream_url} (valid ids: {upstream_url}/sandbox/catalog)"
+                 if sandbox_server else settings.upstream_url)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

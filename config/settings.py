@@ -159,7 +159,10 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     config_file = environ.get("CONFIG_FILE")
     if config_file:
         with open(config_file, "rb") as fh:
-            values.update(tomllib.load(fh))
+            try:
+                values.update(tomllib.load(fh))
+            except tomllib.TOMLDecodeError as exc:
+                raise SettingsError(f"CONFIG_FILE {config_file}: {exc}") from None
     by_name = {f.name: f for f in fields()}
     unknown = set(values) - set(by_name)
     if unknown:

@@ -101,6 +101,16 @@ def run(settings: Settings, count: int, serve_one: Callable[[Settings, list, int
             except ProcessLookupError:
                 pass
 
+    def reload(signum, frame) -> None:
+        """SIGHUP: every worker reloads its price rules and plan tiers (gateway.reload)."""
+        if os.getpid() != parent:
+            return
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGHUP)
+            except ProcessLookupError:
+                pass
+
     def start(index: int) -> None:
         pid = os.fork()
         if pid == 0:
@@ -111,6 +121,7 @@ def run(settings: Settings, count: int, serve_one: Callable[[Settings, list, int
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, reload)
     for index in range(count):
         start(index)
     announce(settings)
@@ -145,6 +156,7 @@ def _worker(settings: Settings, sockets: list, index: int, serve_one) -> None:
     """The child side of fork: never returns into the parent's code (whose cleanup is not ours)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's loop installs its own
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the loop installs the reload handler
     code = 0
     try:
         _die_with_parent()

@@ -2,8 +2,7 @@
 
 A key is `sgw_` + 32 characters (192 random bits) + an 8-character tag (48 bits of HMAC over the
 random part, keyed from SECRETS_KEY). The tag is checked in memory before any lookup, so a flood
-of made-up keys never reaches the database: forging one that passes costs 2^48 tries. Keys
-issued before the tag existed (`sgw_` + 32 characters) are still looked up.
+of made-up keys never reaches the database: forging one that passes costs 2^48 tries.
 """
 import base64
 import hashlib
@@ -15,7 +14,6 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 PREFIX = "sgw_"
 _BODY, _TAG = 32, 8          # characters of the random part and of its tag
-_URLSAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 class KeyVault:
@@ -36,12 +34,10 @@ class KeyVault:
 
     def plausible(self, secret: str) -> bool:
         """False for a string this vault cannot have issued, decided without I/O (constant-time tag check)."""
-        if not secret.startswith(PREFIX):
+        if not secret.startswith(PREFIX) or not secret.isascii():  # compare_digest takes ASCII only
             return False
         body = secret[len(PREFIX):]
-        if len(body) == _BODY + _TAG:
-            return hmac.compare_digest(self._tag(body[:_BODY]), body[_BODY:])
-        return len(body) == _BODY and _URLSAFE.issuperset(body)  # issued before tags: looked up
+        return len(body) == _BODY + _TAG and hmac.compare_digest(self._tag(body[:_BODY]), body[_BODY:])
 
     @staticmethod
     def display_prefix(secret: str) -> str:

@@ -121,6 +121,8 @@ async def test_key_errors_are_401(api, catalog):
     assert status == 401 and body == {"status": "error", "msg": "Invalid API key"}
     status, body, _ = await api.call("GET", path, key=user["token"])  # a session token is not an API key
     assert status == 401
+    status, body, _ = await api.call("GET", path, key="sgw_" + "é" * 40)  # not ASCII: refused, not a crash
+    assert status == 401 and body["msg"] == "Invalid API key"
     await api.call("POST", f"/keys/{key['key_id']}/revoke", token=user["token"])
     status, body, _ = await api.call("GET", path, key=key["key"])
     assert status == 401 and "revoked" in body["msg"]
