@@ -5,7 +5,6 @@ poll) ends in `refresh`: re-read the payment from the processor, then
 Crediting.apply_payment_state. Nothing a notification says is trusted beyond
 which order to re-read.
 """
-import asyncio
 import logging
 import math
 import secrets
@@ -15,6 +14,7 @@ from decimal import Decimal
 from pymongo.asynchronous.database import AsyncDatabase
 
 from config.settings import Settings
+from config.tasks import every
 from payments.crediting import CreditAccount, Crediting
 from payments.currencies import CURRENCIES, Currency, cents, usd_worth
 from payments.nowpayments import NowPayments
@@ -133,12 +133,7 @@ class Payments:
         """Background task: a missed notification still credits the account within a few intervals."""
         if self.provider is None:
             return
-        while True:
-            await asyncio.sleep(self.settings.reconcile_interval)
-            try:
-                await self.reconcile_once()
-            except Exception as exc:
-                log.warning("reconciliation failed (%s); retrying next interval", type(exc).__name__)
+        await every(self.settings.reconcile_interval, self.reconcile_once, "reconciliation", log)
 
 
 async def build_payments(settings: Settings, db: AsyncDatabase, credit_account: CreditAccount) -> Payments:

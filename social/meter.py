@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from config.metrics import Metrics
+from config.tasks import every
 from config.settings import Settings
 from metering.ledger import Ledger, Reservation
 from metering.plans import Plan, plan_for
@@ -294,13 +295,7 @@ class Meter:
 
     async def run_maintenance(self) -> None:
         """Heartbeat, give back idle surplus, reclaim leases of dead processes."""
-        interval = self.settings.lease_timeout / 6
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self._maintain()
-            except Exception as exc:
-                log.warning("lease maintenance failed: %s", type(exc).__name__)
+        await every(self.settings.lease_timeout / 6, self._maintain, "lease maintenance", log)
 
     async def _maintain(self) -> None:
         if await self.leases.heartbeat():

@@ -28,6 +28,9 @@ from pymongo import ASCENDING, DESCENDING, IndexModel, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
+from config.tasks import every
+from storage.db import only_duplicates
+
 log = logging.getLogger("gateway.admin")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -255,16 +258,11 @@ class AdminStore:
             try:
                 await collection.bulk_write(updates[i:i + 1000], ordered=False)
             except BulkWriteError as exc:
-                if any(e["code"] != 11000 for e in exc.details["writeErrors"]):
+                if not only_duplicates(exc):
                     raise
 
     async def run_refresher(self) -> None:
-        while True:
-            await asyncio.sleep(REFRESH_SECONDS)
-            try:
-                await self.refresh()
-            except Exception as exc:
-                log.warning("admin rollup refresh failed (%s); retrying", type(exc).__name__)
+        await every(REFRESH_SECONDS, self.refresh, "admin rollup refresh", log)
 
     # --- /admin/metrics ----------------------------------------------------------------------
     async def metrics(self, days: int, include_internal: bool, admin_emails: tuple, now: datetime | None = None) -> dict:

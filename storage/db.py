@@ -1,6 +1,9 @@
 """Connection and indexes. Every query lives in the store modules beside this one."""
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import BulkWriteError
+
+DUPLICATE_KEY = 11000
 
 INDEXES = {
     "accounts": [
@@ -24,6 +27,12 @@ INDEXES = {
     "processes": [IndexModel([("heartbeat_at", ASCENDING)])],
     "events": [IndexModel([("anonymous_id", ASCENDING)])],
 }
+
+
+def only_duplicates(exc: BulkWriteError) -> bool:
+    """True when every error of an unordered bulk write is a duplicate key: what a retried batch
+    or a repeated guarded upsert runs into, and nothing to fail over."""
+    return all(e["code"] == DUPLICATE_KEY for e in exc.details["writeErrors"])
 
 
 def connect(uri: str, **kwargs) -> AsyncMongoClient:

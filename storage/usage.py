@@ -15,7 +15,8 @@ from datetime import datetime
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
-DUPLICATE_KEY = 11000
+from storage.db import only_duplicates
+
 _RECORD_FIELDS = ("key_id", "endpoint", "ts", "credits", "status", "request_id")
 
 
@@ -49,7 +50,7 @@ class UsageStore:
             result = await self.buckets.insert_many(buckets_of(batch_id, records), ordered=False)
             return len(result.inserted_ids)
         except BulkWriteError as exc:
-            if any(e["code"] != DUPLICATE_KEY for e in exc.details["writeErrors"]):
+            if not only_duplicates(exc):
                 raise
             return exc.details["nInserted"]
 

@@ -1,7 +1,6 @@
 """Shared fixtures: a real SecantusDB server over TCP, the sandbox upstream as its own
 process, and the application built by gateway.build_context/make_app like in production."""
 import asyncio
-import socket
 import subprocess
 import sys
 import time
