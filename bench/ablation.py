@@ -7,6 +7,7 @@ saturation separates the gateway's own work from the queueing that saturation ad
 
     .venv/bin/python bench/ablation.py [--rate 400] [--seconds 6]
 """
+
 import argparse
 import asyncio
 import json
@@ -17,10 +18,10 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from app.embedded import EmbeddedMongo, free_port  # noqa: E402
 from bench import load  # noqa: E402
 from bench.run import cpu_seconds, http, spawn  # noqa: E402
 from bench.stack import wait_for  # noqa: E402
-from storage.embedded import EmbeddedMongo, free_port  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = "ablation-upstream-key"
@@ -37,8 +38,12 @@ def measure(port: int, raw: list[bytes], pids: tuple[int, ...], rate: float, sec
     before = [cpu_seconds(p) for p in pids]
     figures = asyncio.run(load.run("127.0.0.1", port, raw, seconds, 16, rate=rate))
     used = [cpu_seconds(p) - b for p, b in zip(pids, before)]
-    return {"cpu_ms_per_call": [round(u * 1000 / figures["requests"], 3) for u in used],
-            "p50_ms": figures["p50_ms"], "p99_ms": figures["p99_ms"], "statuses": figures["statuses"]}
+    return {
+        "cpu_ms_per_call": [round(u * 1000 / figures["requests"], 3) for u in used],
+        "p50_ms": figures["p50_ms"],
+        "p99_ms": figures["p99_ms"],
+        "statuses": figures["statuses"],
+    }
 
 
 def main() -> None:
@@ -49,16 +54,31 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="gw-ablation-")
     mongo = EmbeddedMongo(os.path.join(work, "db")).start()
     upstream_port = free_port()
-    sandbox = spawn([sys.executable, "-m", "sandbox", "--port", str(upstream_port), "--api-key", KEY], {"PYTHONPATH": ROOT})
+    sandbox = spawn(
+        [sys.executable, "-m", "sandbox", "--port", str(upstream_port), "--api-key", KEY], {"PYTHONPATH": ROOT}
+    )
     upstream = f"http://127.0.0.1:{upstream_port}"
     wait_for(upstream + "/healthz", sandbox)
-    names = [u["userName"] for u in json.loads(urllib.request.urlopen(upstream + "/sandbox/catalog").read())["users"][:20]]
+    names = [
+        u["userName"] for u in json.loads(urllib.request.urlopen(upstream + "/sandbox/catalog").read())["users"][:20]
+    ]
     paths = [f"/social/user/info?userName={n}" for n in names]
     results = {}
     try:
         port = free_port()
-        proxy = spawn([sys.executable, os.path.join(ROOT, "bench", "baseline.py"), "--port", str(port),
-                       "--upstream", upstream, "--upstream-key", KEY], {"PYTHONPATH": ROOT})
+        proxy = spawn(
+            [
+                sys.executable,
+                os.path.join(ROOT, "bench", "baseline.py"),
+                "--port",
+                str(port),
+                "--upstream",
+                upstream,
+                "--upstream-key",
+                KEY,
+            ],
+            {"PYTHONPATH": ROOT},
+        )
         wait_for(f"http://127.0.0.1:{port}/social/x", proxy)
         raw = [load.request_bytes("127.0.0.1", p, {}) for p in paths]
         results["bare proxy"] = measure(port, raw, (proxy.pid,), args.rate, args.seconds)
@@ -66,22 +86,34 @@ def main() -> None:
         proxy.wait()
         for label, env in VARIANTS:
             port = free_port()
-            gateway = spawn([sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--host", "127.0.0.1",
-                             "--port", str(port)],
-                            {"MONGODB_URI": mongo.uri, "MONGODB_DB": f"ablation{port}", "UPSTREAM_URL": upstream,
-                             "UPSTREAM_API_KEY": KEY, "DATA_DIR": work, "LOG_LEVEL": "WARNING",
-                             "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "100000",
-                             "PLAN_RULES": json.dumps([{"name": "x", "min_paid_usd": 0, "qps": 100000}]), **env})
+            gateway = spawn(
+                [sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--host", "127.0.0.1", "--port", str(port)],
+                {
+                    "MONGODB_URI": mongo.uri,
+                    "MONGODB_DB": f"ablation{port}",
+                    "UPSTREAM_URL": upstream,
+                    "UPSTREAM_API_KEY": KEY,
+                    "DATA_DIR": work,
+                    "LOG_LEVEL": "WARNING",
+                    "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "100000",
+                    "PLAN_RULES": json.dumps([{"name": "x", "min_paid_usd": 0, "qps": 100000}]),
+                    **env,
+                },
+            )
             base = f"http://127.0.0.1:{port}"
             wait_for(base + "/healthz", gateway)
             keys = []
             for i in range(10):
-                user = http("POST", base + "/auth/register", {"email": f"a{i}@example.com", "password": "ablation pass 1"})
+                user = http(
+                    "POST", base + "/auth/register", {"email": f"a{i}@example.com", "password": "ablation pass 1"}
+                )
                 key = http("POST", base + "/keys", {}, user["token"])
                 http("POST", f"{base}/keys/{key['key_id']}/topup", {"credits": 10**12}, user["token"])
                 keys.append(key["key"])
-            raw = [load.request_bytes("127.0.0.1", paths[i % len(paths)], {"X-API-Key": keys[i % len(keys)]})
-                   for i in range(len(paths) * len(keys))]
+            raw = [
+                load.request_bytes("127.0.0.1", paths[i % len(paths)], {"X-API-Key": keys[i % len(keys)]})
+                for i in range(len(paths) * len(keys))
+            ]
             figures = measure(port, raw, (gateway.pid, mongo.process.pid), args.rate, args.seconds)
             figures["database_cpu_ms_per_call"] = figures["cpu_ms_per_call"].pop()
             results[label] = figures
@@ -91,9 +123,15 @@ def main() -> None:
         sandbox.terminate()
         mongo.stop()
     for label, figures in results.items():
-        print(f"{label:28} cpu/call {figures['cpu_ms_per_call'][0]:.3f} ms"
-              + (f" + database {figures['database_cpu_ms_per_call']:.3f} ms" if "database_cpu_ms_per_call" in figures else "")
-              + f"  p50 {figures['p50_ms']} ms  p99 {figures['p99_ms']} ms  {figures['statuses']}")
+        print(
+            f"{label:28} cpu/call {figures['cpu_ms_per_call'][0]:.3f} ms"
+            + (
+                f" + database {figures['database_cpu_ms_per_call']:.3f} ms"
+                if "database_cpu_ms_per_call" in figures
+                else ""
+            )
+            + f"  p50 {figures['p50_ms']} ms  p99 {figures['p99_ms']} ms  {figures['statuses']}"
+        )
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "ablation.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as fh:

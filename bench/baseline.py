@@ -1,5 +1,6 @@
 """The benchmark's baseline: a bare Tornado proxy with the gateway's own upstream client and nothing else
 (no keys, no limits, no credits, no usage records)."""
+
 import argparse
 import asyncio
 
@@ -28,8 +29,12 @@ async def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--upstream-key", required=True)
-    parser.add_argument("--client", choices=["curl", "simple"], default="curl",
-                        help="curl: the gateway's pooled client; simple: Tornado's default client, for comparison")
+    parser.add_argument(
+        "--client",
+        choices=["curl", "simple"],
+        default="curl",
+        help="curl: the gateway's pooled client; simple: Tornado's default client, for comparison",
+    )
     args = parser.parse_args()
     upstream = UpstreamClient(args.upstream, args.upstream_key, "/twitter", 2.0, 15.0, 64, 8 << 20, Breaker(10**9, 1))
     if args.client == "simple":

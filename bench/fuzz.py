@@ -12,6 +12,7 @@ saves the figures: operations, test cases, failures by check.
 
 tests/test_fuzz.py runs the same with a CI-sized budget.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,8 +81,15 @@ def schemathesis_command() -> list[str]:
     return [exe] if os.path.exists(exe) else [sys.executable, "-m", "schemathesis.cli"]
 
 
-def run(max_examples: int, max_time: float | None = None, seed: int | None = None, phases: str | None = None,
-        workers: int = 1, report_dir: str | None = None, extra: list[str] | None = None) -> dict:
+def run(
+    max_examples: int,
+    max_time: float | None = None,
+    seed: int | None = None,
+    phases: str | None = None,
+    workers: int = 1,
+    report_dir: str | None = None,
+    extra: list[str] | None = None,
+) -> dict:
     """One fuzzing run against a fresh stack; returns the figures (and the raw CLI output)."""
     stack = Stack(in_memory=True, gateway_env={"ADMIN_EMAILS": EMAIL}).start()
     try:
@@ -90,12 +98,28 @@ def run(max_examples: int, max_time: float | None = None, seed: int | None = Non
         config = os.path.join(stack.work, "schemathesis.toml")
         with open(config, "w") as fh:
             fh.write(CONFIG)
-        args = schemathesis_command() + ["--config-file", config, "--no-color"] + [
-            "run", stack.url + "/openapi.json", "--url", stack.url,
-            "--max-examples", str(max_examples), "--workers", str(workers),
-            "--request-timeout", "20", "--suppress-health-check", "all",
-            "--report", "junit,ndjson", "--report-dir", report_dir,
-        ]
+        args = (
+            schemathesis_command()
+            + ["--config-file", config, "--no-color"]
+            + [
+                "run",
+                stack.url + "/openapi.json",
+                "--url",
+                stack.url,
+                "--max-examples",
+                str(max_examples),
+                "--workers",
+                str(workers),
+                "--request-timeout",
+                "20",
+                "--suppress-health-check",
+                "all",
+                "--report",
+                "junit,ndjson",
+                "--report-dir",
+                report_dir,
+            ]
+        )
         if max_time:
             args += ["--max-time", str(int(max_time))]
         if seed is not None:
@@ -104,17 +128,31 @@ def run(max_examples: int, max_time: float | None = None, seed: int | None = Non
             args += ["--phases", phases]
         args += extra or []
         started = time.monotonic()
-        done = subprocess.run(args, capture_output=True, text=True, cwd=stack.work,
-                              env={**os.environ, "SCHEMATHESIS_TELEMETRY": "false", "NO_COLOR": "1",
-                                   "FUZZ_TOKEN": token, "FUZZ_API_KEY": key})
+        done = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            cwd=stack.work,
+            env={
+                **os.environ,
+                "SCHEMATHESIS_TELEMETRY": "false",
+                "NO_COLOR": "1",
+                "FUZZ_TOKEN": token,
+                "FUZZ_API_KEY": key,
+            },
+        )
         seconds = time.monotonic() - started
         os.makedirs(report_dir, exist_ok=True)
         with open(os.path.join(report_dir, "output.txt"), "w") as fh:
             fh.write(done.stdout + done.stderr)
         figures = summarize(report_dir)
         figures["report_dir"] = report_dir
-        figures.update(exit_code=done.returncode, seconds=round(seconds, 1), max_examples=max_examples,
-                       output=done.stdout[-20000:] + done.stderr[-5000:])
+        figures.update(
+            exit_code=done.returncode,
+            seconds=round(seconds, 1),
+            max_examples=max_examples,
+            output=done.stdout[-20000:] + done.stderr[-5000:],
+        )
         status, _, _ = stack.call("GET", "/healthz")
         figures["gateway_alive_after"] = status == 200
         return figures
@@ -125,8 +163,11 @@ def run(max_examples: int, max_time: float | None = None, seed: int | None = Non
 def summarize(report_dir: str) -> dict:
     """Operations, test cases and failures from the ndjson event stream (falls back to junit)."""
     figures = {"operations": 0, "test_cases": 0, "failures": [], "errors": []}
-    ndjson = next((os.path.join(report_dir, f) for f in os.listdir(report_dir) if f.endswith(".ndjson")), None) \
-        if os.path.isdir(report_dir) else None
+    ndjson = (
+        next((os.path.join(report_dir, f) for f in os.listdir(report_dir) if f.endswith(".ndjson")), None)
+        if os.path.isdir(report_dir)
+        else None
+    )
     if ndjson:
         operations, cases = set(), 0
         with open(ndjson) as fh:
@@ -142,10 +183,14 @@ def summarize(report_dir: str) -> dict:
                         for check_list in (recorder.get("checks") or {}).values():
                             for check in check_list:
                                 if check.get("status") == "failure":
-                                    figures["failures"].append({
-                                        "operation": label, "check": check.get("name"),
-                                        "message": (check.get("failure_info") or {}).get("failure", {}).get("title")
-                                        or str(check.get("failure_info"))[:300]})
+                                    figures["failures"].append(
+                                        {
+                                            "operation": label,
+                                            "check": check.get("name"),
+                                            "message": (check.get("failure_info") or {}).get("failure", {}).get("title")
+                                            or str(check.get("failure_info"))[:300],
+                                        }
+                                    )
                     elif kind == "NonFatalError":
                         figures["errors"].append(str(data.get("info") or data)[:300])
         figures["operations"], figures["test_cases"] = len(operations), cases

@@ -5,6 +5,7 @@ arrived, which finds the saturation throughput. Open loop (`rate>0`): requests a
 scheduled at a fixed rate and latency counts from the scheduled time, so a slow
 server cannot hide its queueing (no coordinated omission).
 """
+
 import asyncio
 import itertools
 import time
@@ -56,8 +57,14 @@ async def run(host: str, port: int, requests: list[bytes], seconds: float, conne
     elapsed = time.perf_counter() - start
     latencies.sort()
     pick = lambda q: round(latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000, 3) if latencies else None
-    return {"requests": len(latencies), "seconds": round(elapsed, 2), "rps": round(len(latencies) / elapsed, 1),
-            "p50_ms": pick(0.50), "p99_ms": pick(0.99), "statuses": statuses}
+    return {
+        "requests": len(latencies),
+        "seconds": round(elapsed, 2),
+        "rps": round(len(latencies) / elapsed, 1),
+        "p50_ms": pick(0.50),
+        "p99_ms": pick(0.99),
+        "statuses": statuses,
+    }
 
 
 def request_bytes(host: str, path: str, headers: dict[str, str]) -> bytes:

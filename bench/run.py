@@ -8,6 +8,7 @@ round trips per data call (the gateway's own PyMongo command-monitoring counter)
 
     ./dev bench [--seconds 10] [--connections 32] [--accounts 50] [--workers 1]
 """
+
 import argparse
 import asyncio
 import json
@@ -21,23 +22,29 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from app.embedded import EmbeddedMongo, free_port  # noqa: E402
 from bench import load  # noqa: E402
 from bench.stack import wait_for  # noqa: E402
-from storage.embedded import EmbeddedMongo, free_port  # noqa: E402
 
 UPSTREAM_KEY = "bench-upstream-key"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def http(method: str, url: str, body: dict | None = None, token: str | None = None) -> dict:
-    request = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    request = urllib.request.Request(
+        url,
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {token}"} if token else {},
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
 
 
 def spawn(args: list[str], env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(args, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        args, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def request_paths(catalog: dict) -> list[str]:
@@ -45,7 +52,7 @@ def request_paths(catalog: dict) -> list[str]:
     paths = [f"/social/user/info?userName={u['userName']}" for u in users[:20]]
     paths += [f"/social/tweet/advanced_search?query=from%3A{u['userName']}" for u in users[:10]]
     paths += [f"/social/user/followers?userName={name}&pageSize=20" for name in catalog["big_accounts"][:3]]
-    paths += [f"/social/tweets?tweet_ids={','.join(catalog['tweets'][i:i + 5])}" for i in range(0, 50, 5)]
+    paths += [f"/social/tweets?tweet_ids={','.join(catalog['tweets'][i : i + 5])}" for i in range(0, 50, 5)]
     return paths
 
 
@@ -55,8 +62,10 @@ def db_commands(gateway_url: str) -> dict[str, float]:
         text = urllib.request.urlopen(gateway_url + "/metrics", timeout=5).read().decode()
     except OSError:
         return {}
-    return {m.group(1): float(m.group(2))
-            for m in re.finditer(r'^gateway_db_commands_total\{command="([^"]+)"\}\s+([0-9.e+]+)$', text, re.M)}
+    return {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r'^gateway_db_commands_total\{command="([^"]+)"\}\s+([0-9.e+]+)$', text, re.M)
+    }
 
 
 def cpu_seconds(pid: int) -> float:
@@ -79,8 +88,14 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def saturate(port: int, raw: list[bytes], seconds: float, connections: int, lua_requests: list[tuple[str, str]],
-             pids: tuple[int, ...] = ()) -> dict:
+def saturate(
+    port: int,
+    raw: list[bytes],
+    seconds: float,
+    connections: int,
+    lua_requests: list[tuple[str, str]],
+    pids: tuple[int, ...] = (),
+) -> dict:
     before = [cpu_seconds(p) for p in pids]
     if shutil.which("wrk"):
         figures = wrk(port, lua_requests, seconds, connections)
@@ -95,17 +110,23 @@ def saturate(port: int, raw: list[bytes], seconds: float, connections: int, lua_
 def wrk(port: int, requests: list[tuple[str, str]], seconds: float, connections: int) -> dict:
     """wrk with a Lua script that walks the same request list (path, api key) round-robin."""
     entries = ",".join('{"%s","%s"}' % (p, k) for p, k in requests)
-    script = ("local reqs = {%s}\nlocal i = 0\nrequest = function()\n  i = i %% #reqs + 1\n"
-              "  local r = reqs[i]\n  if r[2] ~= '' then wrk.headers['X-API-Key'] = r[2] end\n"
-              "  return wrk.format('GET', r[1])\nend\n"
-              "done = function(summary, latency, requests)\n"
-              "  io.write(string.format('JSON {\"requests\": %%d, \"p50_ms\": %%.3f, \"p99_ms\": %%.3f, \"errors\": %%d}\\n',\n"
-              "    summary.requests, latency:percentile(50)/1000, latency:percentile(99)/1000,\n"
-              "    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.timeout))\nend\n") % entries
+    script = (
+        "local reqs = {%s}\nlocal i = 0\nrequest = function()\n  i = i %% #reqs + 1\n"
+        "  local r = reqs[i]\n  if r[2] ~= '' then wrk.headers['X-API-Key'] = r[2] end\n"
+        "  return wrk.format('GET', r[1])\nend\n"
+        "done = function(summary, latency, requests)\n"
+        '  io.write(string.format(\'JSON {"requests": %%d, "p50_ms": %%.3f, "p99_ms": %%.3f, "errors": %%d}\\n\',\n'
+        "    summary.requests, latency:percentile(50)/1000, latency:percentile(99)/1000,\n"
+        "    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.timeout))\nend\n"
+    ) % entries
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
         fh.write(script)
-    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{int(seconds)}s", "-s", fh.name, f"http://127.0.0.1:{port}"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{connections}", f"-d{int(seconds)}s", "-s", fh.name, f"http://127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     os.unlink(fh.name)
     figures = json.loads(out.split("JSON ", 1)[1].splitlines()[0])
     figures["rps"] = round(figures["requests"] / seconds, 1)
@@ -131,28 +152,75 @@ def main() -> None:
         procs.append(spawn([sys.executable, "-m", "sandbox", "--port", str(sandbox_port), "--api-key", UPSTREAM_KEY]))
         upstream = f"http://127.0.0.1:{sandbox_port}"
         wait_for(upstream + "/healthz", procs[-1])
-        procs.append(spawn([sys.executable, os.path.join(os.path.dirname(HERE), "gateway.py"), "serve",
-                            "--host", "127.0.0.1", "--port", str(gateway_port), "--workers", str(args.workers)], {
-            "MONGODB_URI": mongo.uri, "UPSTREAM_URL": upstream, "UPSTREAM_API_KEY": UPSTREAM_KEY, "DATA_DIR": work,
-            "LOG_LEVEL": "WARNING", "PLAN_RULES": json.dumps([{"name": "bench", "min_paid_usd": 0, "qps": 100000}]),
-            "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "100000"}))  # one address registers every bench account
+        procs.append(
+            spawn(
+                [
+                    sys.executable,
+                    os.path.join(os.path.dirname(HERE), "gateway.py"),
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(gateway_port),
+                    "--workers",
+                    str(args.workers),
+                ],
+                {
+                    "MONGODB_URI": mongo.uri,
+                    "UPSTREAM_URL": upstream,
+                    "UPSTREAM_API_KEY": UPSTREAM_KEY,
+                    "DATA_DIR": work,
+                    "LOG_LEVEL": "WARNING",
+                    "PLAN_RULES": json.dumps([{"name": "bench", "min_paid_usd": 0, "qps": 100000}]),
+                    "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "100000",
+                },
+            )
+        )  # one address registers every bench account
         gateway = f"http://127.0.0.1:{gateway_port}"
         wait_for(gateway + "/healthz", procs[-1])
         gateway_pids = (procs[1].pid, *children(procs[1].pid))  # with --workers N: the parent and its workers
-        procs.append(spawn([sys.executable, os.path.join(HERE, "baseline.py"), "--port", str(baseline_port),
-                            "--upstream", upstream, "--upstream-key", UPSTREAM_KEY],
-                           {"PYTHONPATH": os.path.dirname(HERE)}))
+        procs.append(
+            spawn(
+                [
+                    sys.executable,
+                    os.path.join(HERE, "baseline.py"),
+                    "--port",
+                    str(baseline_port),
+                    "--upstream",
+                    upstream,
+                    "--upstream-key",
+                    UPSTREAM_KEY,
+                ],
+                {"PYTHONPATH": os.path.dirname(HERE)},
+            )
+        )
         wait_for(f"http://127.0.0.1:{baseline_port}/social/nothing", procs[-1])
         simple_port = free_port()
-        procs.append(spawn([sys.executable, os.path.join(HERE, "baseline.py"), "--port", str(simple_port),
-                            "--upstream", upstream, "--upstream-key", UPSTREAM_KEY, "--client", "simple"],
-                           {"PYTHONPATH": os.path.dirname(HERE)}))
+        procs.append(
+            spawn(
+                [
+                    sys.executable,
+                    os.path.join(HERE, "baseline.py"),
+                    "--port",
+                    str(simple_port),
+                    "--upstream",
+                    upstream,
+                    "--upstream-key",
+                    UPSTREAM_KEY,
+                    "--client",
+                    "simple",
+                ],
+                {"PYTHONPATH": os.path.dirname(HERE)},
+            )
+        )
         wait_for(f"http://127.0.0.1:{simple_port}/social/nothing", procs[-1])
 
         catalog = json.loads(urllib.request.urlopen(upstream + "/sandbox/catalog").read())
         keys = []
         for i in range(args.accounts):
-            user = http("POST", gateway + "/auth/register", {"email": f"bench{i}@example.com", "password": "bench password 1"})
+            user = http(
+                "POST", gateway + "/auth/register", {"email": f"bench{i}@example.com", "password": "bench password 1"}
+            )
             for _ in range(args.keys_per_account):
                 key = http("POST", gateway + "/keys", {"name": "bench"}, user["token"])
                 keys.append(key["key"])
@@ -171,31 +239,46 @@ def main() -> None:
         commands = {name: count - commands_before.get(name, 0) for name, count in db_commands(gateway).items()}
         commands = {name: int(count) for name, count in commands.items() if count}
         trips = sum(commands.values())
-        base = saturate(baseline_port, baseline_raw, args.seconds, args.connections, [(p, "") for p, _ in plan],
-                        (procs[2].pid,))
+        base = saturate(
+            baseline_port, baseline_raw, args.seconds, args.connections, [(p, "") for p, _ in plan], (procs[2].pid,)
+        )
         # Why the gateway uses the curl client: the same bare proxy with Tornado's default client.
         simple = saturate(simple_port, baseline_raw, args.seconds, args.connections, [(p, "") for p, _ in plan])
         half = base["rps"] / 2
-        base_fixed = asyncio.run(load.run("127.0.0.1", baseline_port, baseline_raw, args.seconds, args.connections, rate=half))
-        gw_fixed = asyncio.run(load.run("127.0.0.1", gateway_port, gateway_raw, args.seconds, args.connections, rate=half))
+        base_fixed = asyncio.run(
+            load.run("127.0.0.1", baseline_port, baseline_raw, args.seconds, args.connections, rate=half)
+        )
+        gw_fixed = asyncio.run(
+            load.run("127.0.0.1", gateway_port, gateway_raw, args.seconds, args.connections, rate=half)
+        )
         result = {
-            "machine": {"cores": os.cpu_count()}, "settings": vars(args),
-            "baseline": base, "gateway": gw, "baseline_simple_client": simple,
+            "machine": {"cores": os.cpu_count()},
+            "settings": vars(args),
+            "baseline": base,
+            "gateway": gw,
+            "baseline_simple_client": simple,
             "ratio_rps": round(gw["rps"] / base["rps"], 3),
             "cpu_ratio": round(base["cpu_ms_per_request"] / gw["cpu_ms_per_request"], 3),
             "database_cpu_ms_per_request": gw_db["cpu_ms_per_request"],
             # /metrics is one worker's: with several, its counter does not cover every call.
             # The command window spans both gateway runs (the second one measures the database's CPU).
             "db_round_trips_per_call": round(trips / max(gw["requests"] + gw_db["requests"], 1), 5)
-            if args.workers == 1 else None,
+            if args.workers == 1
+            else None,
             "db_commands_during_run": commands,
-            "fixed_rate": {"rate": round(half, 1), "baseline": base_fixed, "gateway": gw_fixed,
-                           "p99_ratio": round(gw_fixed["p99_ms"] / base_fixed["p99_ms"], 3)},
+            "fixed_rate": {
+                "rate": round(half, 1),
+                "baseline": base_fixed,
+                "gateway": gw_fixed,
+                "p99_ratio": round(gw_fixed["p99_ms"] / base_fixed["p99_ms"], 3),
+            },
             "goals": {"ratio_rps >= 0.90": None, "db_round_trips_per_call <= 0.02": None, "p99_ratio <= 1.5": None},
         }
-        result["goals"] = {"ratio_rps >= 0.90": result["ratio_rps"] >= 0.90,
-                           "db_round_trips_per_call <= 0.02": (result["db_round_trips_per_call"] or 0) <= 0.02,
-                           "p99_ratio <= 1.5": result["fixed_rate"]["p99_ratio"] <= 1.5}
+        result["goals"] = {
+            "ratio_rps >= 0.90": result["ratio_rps"] >= 0.90,
+            "db_round_trips_per_call <= 0.02": (result["db_round_trips_per_call"] or 0) <= 0.02,
+            "p99_ratio <= 1.5": result["fixed_rate"]["p99_ratio"] <= 1.5,
+        }
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=2)

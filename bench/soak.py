@@ -16,6 +16,7 @@ time and in requests. At the end, after a graceful stop, it checks for every acc
     .venv/bin/python bench/soak.py [--seconds 120] [--accounts 30] [--concurrency 16] [--max-requests 500000]
                                    [--faults "error=503:0.02,latency=5"] [--sigkill] [--out bench/results/soak.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,29 +50,31 @@ class Soak:
         self.rng = random.Random(args.seed)
         self.stack = Stack(faults=args.faults, gateway_env={"DRAIN_SECONDS": "10"})
         self.http = None
-        self.accounts: list[dict] = []           # {account_id, token, keys: [{key_id, key, revoked_at}]}
-        self.topups: Counter = Counter()         # account -> credits added (acknowledged)
-        self.charged: Counter = Counter()        # account -> X-Credits-Charged seen on 200s
-        self.served: dict[str, tuple] = {}       # request id -> (account, key id, credits)
+        self.accounts: list[dict] = []  # {account_id, token, keys: [{key_id, key, revoked_at}]}
+        self.topups: Counter = Counter()  # account -> credits added (acknowledged)
+        self.charged: Counter = Counter()  # account -> X-Credits-Charged seen on 200s
+        self.served: dict[str, tuple] = {}  # request id -> (account, key id, credits)
         self.statuses: Counter = Counter()
         self.kinds: Counter = Counter()
         self.latencies: list[float] = []
         self.violations: list[str] = []
-        self.uncertain_writes = 0                # portal writes whose answer was lost
+        self.uncertain_writes = 0  # portal writes whose answer was lost
         self.requests = 0
-        self.restarting = False                  # portal writes pause while the gateway restarts
+        self.restarting = False  # portal writes pause while the gateway restarts
         self.events: list[dict] = []
 
     # --- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
         catalog = request("GET", self.stack.upstream + "/sandbox/catalog")[1]
         users, tweets = catalog["users"], catalog["tweets"]
-        self.paths = ([f"/social/user/info?userName={u['userName']}" for u in users[:30]]
-                      + [f"/social/tweet/advanced_search?query=from%3A{u['userName']}" for u in users[:10]]
-                      + [f"/social/user/followers?userName={n}&pageSize=50" for n in catalog["big_accounts"][:2]]
-                      + [f"/social/tweets?tweet_ids={','.join(tweets[i:i + 4])}" for i in range(0, 40, 4)]
-                      + [f"/social/user/last_tweets?userName={u['userName']}" for u in users[:10]]
-                      + ["/social/trends?woeid=1", "/social/community/moderators?community_id=1"])
+        self.paths = (
+            [f"/social/user/info?userName={u['userName']}" for u in users[:30]]
+            + [f"/social/tweet/advanced_search?query=from%3A{u['userName']}" for u in users[:10]]
+            + [f"/social/user/followers?userName={n}&pageSize=50" for n in catalog["big_accounts"][:2]]
+            + [f"/social/tweets?tweet_ids={','.join(tweets[i : i + 4])}" for i in range(0, 40, 4)]
+            + [f"/social/user/last_tweets?userName={u['userName']}" for u in users[:10]]
+            + ["/social/trends?woeid=1", "/social/community/moderators?community_id=1"]
+        )
         for i in range(self.args.accounts):
             user = self.stack.account(f"soak{i}-{self.args.seed}@example.com")
             keys = []
@@ -92,9 +95,16 @@ class Soak:
         started = time.monotonic()
         self.requests += 1
         try:
-            response = await self.http.fetch(HTTPRequest(
-                self.stack.url + path, method=method, headers=headers, request_timeout=60,
-                body=orjson.dumps(body) if body is not None else (b"" if method == "POST" else None)), raise_error=False)
+            response = await self.http.fetch(
+                HTTPRequest(
+                    self.stack.url + path,
+                    method=method,
+                    headers=headers,
+                    request_timeout=60,
+                    body=orjson.dumps(body) if body is not None else (b"" if method == "POST" else None),
+                ),
+                raise_error=False,
+            )
         except (OSError, HTTPClientError):
             self.statuses["connection error"] += 1
             await asyncio.sleep(0.05)  # the gateway is restarting: do not spin
@@ -130,8 +140,9 @@ class Soak:
         token = account["token"]
         if kind == "topup":
             credits = self.rng.randint(1_000, 200_000)
-            status, body, _, _ = await self.call("POST", f"/keys/{account['keys'][0]['key_id']}/topup",
-                                                 {"credits": credits}, token=token)
+            status, body, _, _ = await self.call(
+                "POST", f"/keys/{account['keys'][0]['key_id']}/topup", {"credits": credits}, token=token
+            )
             if status == 200:
                 self.topups[account["account_id"]] += credits
         elif kind == "revoke":
@@ -179,8 +190,14 @@ class Soak:
         started = time.monotonic()
         code = await asyncio.get_running_loop().run_in_executor(None, self.stack.stop_gateway, sig, 60)
         await asyncio.get_running_loop().run_in_executor(None, self.stack.start_gateway)
-        self.events.append({"signal": signal.Signals(sig).name, "at_s": round(at, 1), "exit_code": code,
-                            "downtime_s": round(time.monotonic() - started, 2)})
+        self.events.append(
+            {
+                "signal": signal.Signals(sig).name,
+                "at_s": round(at, 1),
+                "exit_code": code,
+                "downtime_s": round(time.monotonic() - started, 2),
+            }
+        )
         self.restarting = False
 
     async def run(self) -> dict:
@@ -220,33 +237,61 @@ class Soak:
             doc = accounts[aid]
             leases_left += len(doc.get("leases") or {})
             if doc["credits"] != self.topups[aid] - recorded[aid]:
-                unbalanced.append({"account": aid, "balance": doc["credits"], "top_ups": self.topups[aid],
-                                   "usage_credits": recorded[aid]})
+                unbalanced.append(
+                    {
+                        "account": aid,
+                        "balance": doc["credits"],
+                        "top_ups": self.topups[aid],
+                        "usage_credits": recorded[aid],
+                    }
+                )
         lat = sorted(self.latencies)
         figures = {
-            "seconds": round(elapsed, 1), "requests": self.requests, "rps": round(self.requests / elapsed, 1),
-            "by_kind": dict(self.kinds), "by_status": {str(k): v for k, v in sorted(self.statuses.items(), key=str)},
-            "latency_ms": {"p50": round(lat[len(lat) // 2] * 1000, 1), "p99": round(lat[int(len(lat) * 0.99)] * 1000, 1)},
-            "faults": {"sandbox_spec": self.args.faults,
-                       "upstream_failures_seen": self.statuses.get(502, 0) + self.statuses.get(504, 0),
-                       "restarts": self.events},
-            "accounts": len(self.accounts), "keys": sum(len(a["keys"]) for a in self.accounts),
+            "seconds": round(elapsed, 1),
+            "requests": self.requests,
+            "rps": round(self.requests / elapsed, 1),
+            "by_kind": dict(self.kinds),
+            "by_status": {str(k): v for k, v in sorted(self.statuses.items(), key=str)},
+            "latency_ms": {
+                "p50": round(lat[len(lat) // 2] * 1000, 1),
+                "p99": round(lat[int(len(lat) * 0.99)] * 1000, 1),
+            },
+            "faults": {
+                "sandbox_spec": self.args.faults,
+                "upstream_failures_seen": self.statuses.get(502, 0) + self.statuses.get(504, 0),
+                "restarts": self.events,
+            },
+            "accounts": len(self.accounts),
+            "keys": sum(len(a["keys"]) for a in self.accounts),
             "revoked_keys": sum(1 for a in self.accounts for k in a["keys"] if k["revoked_at"] is not None),
-            "data_calls_served": len(self.served), "usage_records": len(records),
+            "data_calls_served": len(self.served),
+            "usage_records": len(records),
             "usage_records_status_200": len(stored_200),
-            "credits_charged_seen_by_clients": sum(self.charged.values()), "credits_recorded": sum(recorded.values()),
-            "records_lost": len(lost), "records_without_a_client_200": len(unseen),
+            "credits_charged_seen_by_clients": sum(self.charged.values()),
+            "credits_recorded": sum(recorded.values()),
+            "records_lost": len(lost),
+            "records_without_a_client_200": len(unseen),
             "duplicate_records": sum(n - 1 for n in by_id.values() if n > 1),
             "accounts_reconciled": f"{len(self.accounts) - len(unbalanced)}/{len(self.accounts)}",
-            "unbalanced_accounts": unbalanced[:5], "leases_left": leases_left, "processes_left": processes,
-            "revoked_key_violations": len(self.violations), "uncertain_portal_writes": self.uncertain_writes,
+            "unbalanced_accounts": unbalanced[:5],
+            "leases_left": leases_left,
+            "processes_left": processes,
+            "revoked_key_violations": len(self.violations),
+            "uncertain_portal_writes": self.uncertain_writes,
         }
         graceful = not self.args.sigkill
-        figures["ok"] = (not unbalanced and leases_left == 0 and processes == 0 and not self.violations
-                         and figures["duplicate_records"] == 0 and self.uncertain_writes == 0
-                         and all(e["exit_code"] == 0 for e in self.events if e["signal"] == "SIGTERM")
-                         and (not graceful or (not lost and figures["credits_charged_seen_by_clients"]
-                                               == figures["credits_recorded"])))
+        figures["ok"] = (
+            not unbalanced
+            and leases_left == 0
+            and processes == 0
+            and not self.violations
+            and figures["duplicate_records"] == 0
+            and self.uncertain_writes == 0
+            and all(e["exit_code"] == 0 for e in self.events if e["signal"] == "SIGTERM")
+            and (
+                not graceful or (not lost and figures["credits_charged_seen_by_clients"] == figures["credits_recorded"])
+            )
+        )
         return figures
 
 

@@ -4,6 +4,7 @@ SecantusDB (on a real directory, or in memory), the sandbox upstream (optionally
 the gateway (`gateway.py serve`) with its settings from the environment, plus a small blocking
 JSON client. Nothing listens beyond 127.0.0.1.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,14 +20,15 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from storage.embedded import EmbeddedMongo, free_port  # noqa: E402
+from app.embedded import EmbeddedMongo, free_port  # noqa: E402
 
 UPSTREAM_KEY = "stack-upstream-key"
 FAST_PLAN = json.dumps([{"name": "fast", "min_paid_usd": 0, "qps": 100000}])
 
 
-def request(method: str, url: str, body: dict | None = None, headers: dict | None = None,
-            timeout: float = 30) -> tuple[int, object, dict]:
+def request(
+    method: str, url: str, body: dict | None = None, headers: dict | None = None, timeout: float = 30
+) -> tuple[int, object, dict]:
     """(status, parsed body or raw bytes, headers); never raises for an HTTP status."""
     data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
     req = urllib.request.Request(url, method=method, data=data, headers=headers or {})
@@ -59,8 +61,14 @@ def wait_for(url: str, proc: subprocess.Popen | None, seconds: float = 60) -> No
 class Stack:
     """Database + sandbox + one gateway process. `gateway_env` adds or overrides gateway settings."""
 
-    def __init__(self, work_dir: str | None = None, faults: str = "", gateway_env: dict | None = None,
-                 in_memory: bool = False, log_path: str | None = None):
+    def __init__(
+        self,
+        work_dir: str | None = None,
+        faults: str = "",
+        gateway_env: dict | None = None,
+        in_memory: bool = False,
+        log_path: str | None = None,
+    ):
         self.work = work_dir or tempfile.mkdtemp(prefix="gw-stack-")
         self.faults, self.in_memory = faults, in_memory
         self.extra_env = dict(gateway_env or {})
@@ -72,11 +80,20 @@ class Stack:
         self.db_name = "stack"
 
     # --- processes ----------------------------------------------------------------------------
-    def start(self) -> "Stack":
+    def start(self) -> Stack:
         self.mongo = EmbeddedMongo(":memory:" if self.in_memory else os.path.join(self.work, "db")).start()
         self.sandbox_port = free_port()
-        args = [sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", str(self.sandbox_port),
-                "--api-key", UPSTREAM_KEY]
+        args = [
+            sys.executable,
+            "-m",
+            "sandbox",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.sandbox_port),
+            "--api-key",
+            UPSTREAM_KEY,
+        ]
         if self.faults:
             args += ["--faults", self.faults]
         self.sandbox = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -94,16 +111,40 @@ class Stack:
         return f"http://127.0.0.1:{self.port}"
 
     def env(self) -> dict:
-        return {**os.environ, "MONGODB_URI": self.mongo.uri, "MONGODB_DB": self.db_name, "UPSTREAM_URL": self.upstream,
-                "UPSTREAM_API_KEY": UPSTREAM_KEY, "JWT_SECRET": "stack-jwt-secret-" + "x" * 32,
-                "SECRETS_KEY": "stack-secrets-key-" + "y" * 32, "DATA_DIR": self.work, "LOG_LEVEL": "WARNING",
-                "PASSWORD_SCRYPT_N": "1024", "PLAN_RULES": FAST_PLAN, "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "1000000",
-                "LOGIN_MAX_FAILURES_PER_EMAIL": "1000000", **self.extra_env}
+        return {
+            **os.environ,
+            "MONGODB_URI": self.mongo.uri,
+            "MONGODB_DB": self.db_name,
+            "UPSTREAM_URL": self.upstream,
+            "UPSTREAM_API_KEY": UPSTREAM_KEY,
+            "JWT_SECRET": "stack-jwt-secret-" + "x" * 32,
+            "SECRETS_KEY": "stack-secrets-key-" + "y" * 32,
+            "DATA_DIR": self.work,
+            "LOG_LEVEL": "WARNING",
+            "PASSWORD_SCRYPT_N": "1024",
+            "PLAN_RULES": FAST_PLAN,
+            "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "1000000",
+            "LOGIN_MAX_FAILURES_PER_EMAIL": "1000000",
+            **self.extra_env,
+        }
 
     def start_gateway(self) -> None:
         log = open(self.log_path, "ab")
-        self.gateway = subprocess.Popen([sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--host", "127.0.0.1",
-                                         "--port", str(self.port)], cwd=ROOT, env=self.env(), stdout=log, stderr=log)
+        self.gateway = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(ROOT, "gateway.py"),
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            cwd=ROOT,
+            env=self.env(),
+            stdout=log,
+            stderr=log,
+        )
         wait_for(self.url + "/healthz", self.gateway)
 
     def stop_gateway(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
@@ -121,15 +162,22 @@ class Stack:
         if self.mongo is not None:
             self.mongo.stop()
 
-    def __enter__(self) -> "Stack":
+    def __enter__(self) -> Stack:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
     # --- the portal -----------------------------------------------------------------------------
-    def call(self, method: str, path: str, body: dict | None = None, token: str | None = None,
-             key: str | None = None, timeout: float = 30) -> tuple[int, object, dict]:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        token: str | None = None,
+        key: str | None = None,
+        timeout: float = 30,
+    ) -> tuple[int, object, dict]:
         headers = {}
         if token:
             headers["Authorization"] = f"Bearer {token}"

@@ -4,6 +4,7 @@ Values come from (lowest to highest precedence) the defaults below, an optional
 TOML file named by CONFIG_FILE, and the environment. The result is a frozen
 ``Settings`` validated at start-up; ``describe()`` renders the table for --help.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,9 @@ import ipaddress
 import os
 import sys
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import orjson
 
@@ -47,63 +49,147 @@ class Settings:
     env: str = _setting("development", "development or production.", "GATEWAY_ENV")
     data_dir: str = _setting("./var", "Folder for the embedded database and generated development secrets.", "DATA_DIR")
     # Database
-    mongodb_uri: str = _setting("", "MongoDB URI. Empty: start the embedded SecantusDB under DATA_DIR/db.", "MONGODB_URI")
+    mongodb_uri: str = _setting(
+        "", "MongoDB URI. Empty: start the embedded SecantusDB under DATA_DIR/db.", "MONGODB_URI"
+    )
     mongodb_db: str = _setting("social_gateway", "Database name.", "MONGODB_DB")
     # Secrets
-    jwt_secret: str = _setting("", "HS256 key for session tokens. Required in production; generated in development.", "JWT_SECRET")
-    secrets_key: str = _setting("", "Key for API-key digests and at-rest encryption. Required in production; generated in development.", "SECRETS_KEY")
+    jwt_secret: str = _setting(
+        "", "HS256 key for session tokens. Required in production; generated in development.", "JWT_SECRET"
+    )
+    secrets_key: str = _setting(
+        "",
+        "Key for API-key digests and at-rest encryption. Required in production; generated in development.",
+        "SECRETS_KEY",
+    )
     token_ttl_seconds: int = _setting(7 * 86400, "Session token lifetime in seconds.", "TOKEN_TTL_SECONDS")
-    password_scrypt_n: int = _setting(2**17, "scrypt cost N for new password hashes (OWASP: 2^17).", "PASSWORD_SCRYPT_N")
+    password_scrypt_n: int = _setting(
+        2**17, "scrypt cost N for new password hashes (OWASP: 2^17).", "PASSWORD_SCRYPT_N"
+    )
     # Accounts
     admin_emails: tuple = _setting((), "Comma-separated emails of admin accounts.", "ADMIN_EMAILS")
     signup_credits: int = _setting(0, "Credits granted to a new account.", "SIGNUP_CREDITS")
     plan_rules: tuple = _setting(_default_plans(), "JSON list of plan tiers {name, min_paid_usd, qps}.", "PLAN_RULES")
     credits_per_usd: int = _setting(100_000, "Credits one US dollar buys.", "CREDITS_PER_USD")
     max_body_bytes: int = _setting(64 * 1024, "Largest request body accepted (413 above).", "MAX_BODY_BYTES")
-    max_header_bytes: int = _setting(16 * 1024, "Largest request line + headers accepted (431 above; the connection is closed past 4x).", "MAX_HEADER_BYTES")
-    http_idle_timeout: float = _setting(75.0, "Seconds an idle keep-alive connection, or a client still sending its request headers, is kept open.", "HTTP_IDLE_TIMEOUT")
-    http_body_timeout: float = _setting(30.0, "Seconds a client may take to send a request body before it is disconnected.", "HTTP_BODY_TIMEOUT")
-    login_max_failures_per_email: int = _setting(5, "Failed logins per email within LOGIN_WINDOW_SECONDS before 429 (unknown emails too).", "LOGIN_MAX_FAILURES_PER_EMAIL")
-    login_window_seconds: float = _setting(900.0, "Window of the per-email login failure limit, seconds.", "LOGIN_WINDOW_SECONDS")
-    login_max_attempts_per_address: int = _setting(20, "Login and registration attempts per client address per minute before 429.", "LOGIN_MAX_ATTEMPTS_PER_ADDRESS")
+    max_header_bytes: int = _setting(
+        16 * 1024,
+        "Largest request line + headers accepted (431 above; the connection is closed past 4x).",
+        "MAX_HEADER_BYTES",
+    )
+    http_idle_timeout: float = _setting(
+        75.0,
+        "Seconds an idle keep-alive connection, or a client still sending its request headers, is kept open.",
+        "HTTP_IDLE_TIMEOUT",
+    )
+    http_body_timeout: float = _setting(
+        30.0, "Seconds a client may take to send a request body before it is disconnected.", "HTTP_BODY_TIMEOUT"
+    )
+    login_max_failures_per_email: int = _setting(
+        5,
+        "Failed logins per email within LOGIN_WINDOW_SECONDS before 429 (unknown emails too).",
+        "LOGIN_MAX_FAILURES_PER_EMAIL",
+    )
+    login_window_seconds: float = _setting(
+        900.0, "Window of the per-email login failure limit, seconds.", "LOGIN_WINDOW_SECONDS"
+    )
+    login_max_attempts_per_address: int = _setting(
+        20,
+        "Login and registration attempts per client address per minute before 429.",
+        "LOGIN_MAX_ATTEMPTS_PER_ADDRESS",
+    )
     # Upstream
-    upstream_url: str = _setting("", "Base URL of the social-data provider. Empty: start the sandbox upstream in process.", "UPSTREAM_URL")
-    upstream_api_key: str = _setting("sandbox-upstream-key", "Credential sent upstream as X-API-Key.", "UPSTREAM_API_KEY")
+    upstream_url: str = _setting(
+        "",
+        "Base URL of the social-data provider. Empty: start the sandbox upstream in its own process.",
+        "UPSTREAM_URL",
+    )
+    upstream_api_key: str = _setting(
+        "sandbox-upstream-key", "Credential sent upstream as X-API-Key.", "UPSTREAM_API_KEY"
+    )
     upstream_path_prefix: str = _setting("/twitter", "Path prefix of the provider's endpoints.", "UPSTREAM_PATH_PREFIX")
     upstream_connect_timeout: float = _setting(2.0, "Upstream connect timeout, seconds.", "UPSTREAM_CONNECT_TIMEOUT")
     upstream_timeout: float = _setting(15.0, "Upstream request timeout, seconds (504 past it).", "UPSTREAM_TIMEOUT")
-    upstream_max_connections: int = _setting(64, "Keep-alive connections kept to the upstream.", "UPSTREAM_MAX_CONNECTIONS")
-    upstream_max_body_bytes: int = _setting(8 * 1024 * 1024, "Largest upstream body accepted (502 above).", "UPSTREAM_MAX_BODY_BYTES")
-    breaker_failures: int = _setting(20, "Consecutive upstream failures that open the circuit breaker.", "BREAKER_FAILURES")
-    breaker_reset_seconds: float = _setting(5.0, "Seconds an open breaker waits before a trial call.", "BREAKER_RESET_SECONDS")
+    upstream_max_connections: int = _setting(
+        64, "Keep-alive connections kept to the upstream.", "UPSTREAM_MAX_CONNECTIONS"
+    )
+    upstream_max_body_bytes: int = _setting(
+        8 * 1024 * 1024, "Largest upstream body accepted (502 above).", "UPSTREAM_MAX_BODY_BYTES"
+    )
+    breaker_failures: int = _setting(
+        20, "Consecutive upstream failures that open the circuit breaker.", "BREAKER_FAILURES"
+    )
+    breaker_reset_seconds: float = _setting(
+        5.0, "Seconds an open breaker waits before a trial call.", "BREAKER_RESET_SECONDS"
+    )
     twitter_alias: bool = _setting(True, "Also serve every data endpoint under /twitter/.", "TWITTER_ALIAS")
     # Metering
     price_rules: Mapping = _setting({}, "JSON object overriding price rules (see metering/pricing.py).", "PRICE_RULES")
     flush_interval: float = _setting(0.25, "Seconds between usage flushes.", "FLUSH_INTERVAL")
     flush_batch: int = _setting(500, "Usage records per flush batch.", "FLUSH_BATCH")
-    buffer_max: int = _setting(100_000, "Unflushed usage records past which data calls fail closed (503).", "BUFFER_MAX")
+    buffer_max: int = _setting(
+        100_000, "Unflushed usage records past which data calls fail closed (503).", "BUFFER_MAX"
+    )
     lease_seconds: float = _setting(30.0, "Seconds of an account's spend one credit lease covers.", "LEASE_SECONDS")
-    lease_timeout: float = _setting(30.0, "Seconds without heartbeat after which a process's leases are reclaimed.", "LEASE_TIMEOUT")
+    lease_timeout: float = _setting(
+        30.0, "Seconds without heartbeat after which a process's leases are reclaimed.", "LEASE_TIMEOUT"
+    )
     key_cache_size: int = _setting(200_000, "API keys kept in memory.", "KEY_CACHE_SIZE")
     key_cache_ttl: float = _setting(300.0, "Seconds a cached key is trusted before it is re-read.", "KEY_CACHE_TTL")
     negative_cache_ttl: float = _setting(5.0, "Seconds an unknown key is remembered as unknown.", "NEGATIVE_CACHE_TTL")
     drain_seconds: float = _setting(10.0, "Seconds in-flight calls get to finish on shutdown.", "DRAIN_SECONDS")
     # Scale-out
-    qps_divisor: float = _setting(1.0, "Each process enforces a key's QPS divided by this: 1 behind nginx hashing on X-API-Key, N for N processes without it.", "QPS_DIVISOR")
-    coherence: str = _setting("changestream", "How revocations, plan changes and top-ups made by other processes reach this one: changestream, poll or off.", "COHERENCE")
-    coherence_poll_seconds: float = _setting(1.0, "Polling interval when change streams are unavailable (COHERENCE=poll, or the fallback).", "COHERENCE_POLL_SECONDS")
+    qps_divisor: float = _setting(
+        1.0,
+        "Each process enforces a key's QPS divided by this: 1 behind nginx hashing on X-API-Key, N for N processes without it.",
+        "QPS_DIVISOR",
+    )
+    coherence: str = _setting(
+        "changestream",
+        "How revocations, plan changes and top-ups made by other processes reach this one: changestream, poll or off.",
+        "COHERENCE",
+    )
+    coherence_poll_seconds: float = _setting(
+        1.0,
+        "Polling interval when change streams are unavailable (COHERENCE=poll, or the fallback).",
+        "COHERENCE_POLL_SECONDS",
+    )
     # Payments
-    payments_provider: str = _setting("", "Crypto payment processor: nowpayments, or empty for the sandbox chain (development only; production answers 503 at checkout).", "PAYMENTS_PROVIDER")
-    payments_api_url: str = _setting("https://api.nowpayments.io", "Base URL of the payment processor's API.", "PAYMENTS_API_URL")
+    payments_provider: str = _setting(
+        "",
+        "Crypto payment processor: nowpayments, or empty for the sandbox chain (development only; production answers 503 at checkout).",
+        "PAYMENTS_PROVIDER",
+    )
+    payments_api_url: str = _setting(
+        "https://api.nowpayments.io", "Base URL of the payment processor's API.", "PAYMENTS_API_URL"
+    )
     payments_api_key: str = _setting("", "Payment processor API key (sent as x-api-key).", "PAYMENTS_API_KEY")
-    payments_ipn_secret: str = _setting("", "Key of the processor's signed notifications (x-nowpayments-sig). Empty: every notification is refused.", "PAYMENTS_IPN_SECRET")
-    public_url: str = _setting("", "Public base URL of this service; the processor calls PUBLIC_URL/billing/crypto/ipn.", "PUBLIC_URL")
-    order_ttl_seconds: int = _setting(3600, "Seconds a checkout's quoted pay amount is valid (sandbox orders expire after it).", "ORDER_TTL_SECONDS")
-    reconcile_interval: float = _setting(30.0, "Seconds between polls of unsettled orders (first delay; doubles per order up to an hour).", "RECONCILE_INTERVAL")
+    payments_ipn_secret: str = _setting(
+        "",
+        "Key of the processor's signed notifications (x-nowpayments-sig). Empty: every notification is refused.",
+        "PAYMENTS_IPN_SECRET",
+    )
+    public_url: str = _setting(
+        "", "Public base URL of this service; the processor calls PUBLIC_URL/billing/crypto/ipn.", "PUBLIC_URL"
+    )
+    order_ttl_seconds: int = _setting(
+        3600, "Seconds a checkout's quoted pay amount is valid (sandbox orders expire after it).", "ORDER_TTL_SECONDS"
+    )
+    reconcile_interval: float = _setting(
+        30.0,
+        "Seconds between polls of unsettled orders (first delay; doubles per order up to an hour).",
+        "RECONCILE_INTERVAL",
+    )
     # Operations
-    trusted_proxies: tuple = _setting((), "Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For / X-Real-IP are believed.", "TRUSTED_PROXIES")
+    trusted_proxies: tuple = _setting(
+        (),
+        "Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For / X-Real-IP are believed.",
+        "TRUSTED_PROXIES",
+    )
     metrics_token: str = _setting("", "If set, GET /metrics requires Authorization: Bearer <token>.", "METRICS_TOKEN")
-    metrics_port: int = _setting(0, "If set, /metrics is served only on this port (0: on the main port).", "METRICS_PORT")
+    metrics_port: int = _setting(
+        0, "If set, /metrics is served only on this port (0: on the main port).", "METRICS_PORT"
+    )
     access_log: bool = _setting(True, "One JSON line per request on the gateway.access logger.", "ACCESS_LOG")
 
     @property
@@ -113,8 +199,14 @@ class Settings:
     def safe_items(self) -> dict:
         """Settings with secrets masked, for logs."""
         items = dataclasses.asdict(self)
-        for name in ("jwt_secret", "secrets_key", "upstream_api_key", "payments_api_key", "payments_ipn_secret",
-                     "metrics_token"):
+        for name in (
+            "jwt_secret",
+            "secrets_key",
+            "upstream_api_key",
+            "payments_api_key",
+            "payments_ipn_secret",
+            "metrics_token",
+        ):
             items[name] = "***" if items[name] else ""
         return items
 
@@ -210,9 +302,12 @@ def validate(settings: Settings) -> None:
         raise SettingsError("PLAN_RULES: qps must be positive")
     if settings.payments_provider not in ("", "nowpayments"):
         raise SettingsError("PAYMENTS_PROVIDER must be nowpayments or empty (the development sandbox chain)")
-    if settings.payments_provider == "nowpayments" and not (settings.payments_api_key and settings.payments_ipn_secret
-                                                            and settings.public_url):
-        raise SettingsError("PAYMENTS_PROVIDER=nowpayments requires PAYMENTS_API_KEY, PAYMENTS_IPN_SECRET and PUBLIC_URL")
+    if settings.payments_provider == "nowpayments" and not (
+        settings.payments_api_key and settings.payments_ipn_secret and settings.public_url
+    ):
+        raise SettingsError(
+            "PAYMENTS_PROVIDER=nowpayments requires PAYMENTS_API_KEY, PAYMENTS_IPN_SECRET and PUBLIC_URL"
+        )
     if settings.max_header_bytes < 1024:
         raise SettingsError("MAX_HEADER_BYTES must be at least 1024")
     if settings.login_max_failures_per_email < 1 or settings.login_max_attempts_per_address < 1:
@@ -223,8 +318,18 @@ def validate(settings: Settings) -> None:
         raise SettingsError("QPS_DIVISOR must be at least 1")
     if settings.order_ttl_seconds < 1:
         raise SettingsError("ORDER_TTL_SECONDS must be at least 1")
-    for name in ("flush_interval", "lease_seconds", "lease_timeout", "upstream_timeout", "upstream_connect_timeout",
-                 "reconcile_interval", "login_window_seconds", "http_idle_timeout", "http_body_timeout", "coherence_poll_seconds"):
+    for name in (
+        "flush_interval",
+        "lease_seconds",
+        "lease_timeout",
+        "upstream_timeout",
+        "upstream_connect_timeout",
+        "reconcile_interval",
+        "login_window_seconds",
+        "http_idle_timeout",
+        "http_body_timeout",
+        "coherence_poll_seconds",
+    ):
         if getattr(settings, name) <= 0:
             raise SettingsError(f"{by_env(name)} must be positive")
 
@@ -241,4 +346,7 @@ def describe() -> str:
         if isinstance(default, tuple) and default and isinstance(default[0], dict):
             default = orjson.dumps(list(default)).decode()
         rows.append(f"  {f.metadata['env']:<26} {f.metadata['help']} (default: {default!r})")
-    return "settings (environment variables; CONFIG_FILE may name a TOML file with the same names in lower case):\n" + "\n".join(rows)
+    return (
+        "settings (environment variables; CONFIG_FILE may name a TOML file with the same names in lower case):\n"
+        + "\n".join(rows)
+    )

@@ -3,10 +3,11 @@
 Figures come from storage/admin.py (rollups plus a live tail); this module only
 checks the caller, validates parameters and shapes the answer.
 """
+
 import base64
 import binascii
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import orjson
 
@@ -48,6 +49,7 @@ def _percentiles(samples: list[float]) -> dict:
 
     def pick(percent: int) -> float | None:
         return round(ordered[min(len(ordered) - 1, percent * len(ordered) // 100)] * 1000, 2) if ordered else None
+
     return {"p50": pick(50), "p90": pick(90), "p99": pick(99), "samples": len(ordered)}
 
 
@@ -63,31 +65,56 @@ class AdminMetricsHandler(AdminHandler):
         per_usd = settings.credits_per_usd
         total, series = Day(), []
         for date, day in data["days"].items():
-            series.append({"date": date, "signups": day.signups, "active_accounts": day.active, "calls": day.calls,
-                           "calls_by_status": _classes(day.status), "credits_spent": day.credits,
-                           "revenue_usd": _usd(day.revenue_credits, per_usd)})
+            series.append(
+                {
+                    "date": date,
+                    "signups": day.signups,
+                    "active_accounts": day.active,
+                    "calls": day.calls,
+                    "calls_by_status": _classes(day.status),
+                    "credits_spent": day.credits,
+                    "revenue_usd": _usd(day.revenue_credits, per_usd),
+                }
+            )
             total.add(day)
         endpoints = [{"endpoint": e, "calls": c, "credits": k} for e, (c, k) in total.endpoints.items()]
         failures = sum(n for code, n in total.status.items() if int(code) in UPSTREAM_FAILURES)
         forwarded = total.calls - sum(n for code, n in total.status.items() if int(code) in NOT_FORWARDED)
-        self.send_json({
-            "window": {"days": days, "from": series[0]["date"], "to": series[-1]["date"],
-                       "include_internal": include_internal},
-            "totals": {"signups": total.signups, "active_accounts": data["active_accounts"], "calls": total.calls,
-                       "calls_by_status": _classes(total.status), "credits_spent": total.credits,
-                       "revenue_usd": _usd(total.revenue_credits, per_usd)},
-            "series": series,
-            "top_endpoints": {
-                "by_calls": sorted(endpoints, key=lambda e: (-e["calls"], e["endpoint"]))[:TOP],
-                "by_credits": sorted(endpoints, key=lambda e: (-e["credits"], e["endpoint"]))[:TOP]},
-            "upstream": {"calls": forwarded, "errors": failures,
-                         "error_rate": round(failures / forwarded, 4) if forwarded else 0.0,
-                         # Latencies are kept in memory per process: they describe this process's recent calls.
-                         "latency_ms": {**_percentiles(list(self.ctx.upstream.latencies)),
-                                        "scope": "this process, recent calls"}},
-            "rolled_up_until": data["watermark"] if data["watermark"] > EPOCH else None,
-            "generated_at": datetime.now(timezone.utc),
-        })
+        self.send_json(
+            {
+                "window": {
+                    "days": days,
+                    "from": series[0]["date"],
+                    "to": series[-1]["date"],
+                    "include_internal": include_internal,
+                },
+                "totals": {
+                    "signups": total.signups,
+                    "active_accounts": data["active_accounts"],
+                    "calls": total.calls,
+                    "calls_by_status": _classes(total.status),
+                    "credits_spent": total.credits,
+                    "revenue_usd": _usd(total.revenue_credits, per_usd),
+                },
+                "series": series,
+                "top_endpoints": {
+                    "by_calls": sorted(endpoints, key=lambda e: (-e["calls"], e["endpoint"]))[:TOP],
+                    "by_credits": sorted(endpoints, key=lambda e: (-e["credits"], e["endpoint"]))[:TOP],
+                },
+                "upstream": {
+                    "calls": forwarded,
+                    "errors": failures,
+                    "error_rate": round(failures / forwarded, 4) if forwarded else 0.0,
+                    # Latencies are kept in memory per process: they describe this process's recent calls.
+                    "latency_ms": {
+                        **_percentiles(list(self.ctx.upstream.latencies)),
+                        "scope": "this process, recent calls",
+                    },
+                },
+                "rolled_up_until": data["watermark"] if data["watermark"] > EPOCH else None,
+                "generated_at": datetime.now(UTC),
+            }
+        )
 
 
 def _cursor(account: dict) -> str:
@@ -104,7 +131,9 @@ def _after(cursor: str) -> tuple[datetime, str] | None:
             return EPOCH + millis * _MS, account_id
     except (binascii.Error, ValueError, TypeError, OverflowError):
         pass
-    raise ValidationError([error(["query", "cursor"], "Invalid cursor: pass next_cursor back unchanged", "value_error")])
+    raise ValidationError(
+        [error(["query", "cursor"], "Invalid cursor: pass next_cursor back unchanged", "value_error")]
+    )
 
 
 def _source(first_touch) -> str | None:
@@ -126,14 +155,23 @@ class AdminUsersHandler(AdminHandler):
         after = _after(self.get_query_argument("cursor", ""))
         admins = self.ctx.settings.admin_emails
         page, more = await self.ctx.admin.users(include_internal, admins, limit, after)
-        rows = [{
-            "account_id": a["_id"], "email": a["email"], "created_at": a["created_at"],
-            "keys": {"active": a["keys_active"], "revoked": a["keys_revoked"]},
-            "calls": a["calls"], "credits_spent": a["spent"], "total_paid_usd": round(a.get("paid_usd", 0.0), 2),
-            "balance": await self.ctx.meter.balance(a["_id"], a),
-            "first_touch_source": _source(a.get("first_touch")), "last_activity": a["last_activity"],
-            "is_admin": bool(a.get("is_admin")) or a["email"] in admins, "internal": bool(a.get("internal")),
-        } for a in page]
+        rows = [
+            {
+                "account_id": a["_id"],
+                "email": a["email"],
+                "created_at": a["created_at"],
+                "keys": {"active": a["keys_active"], "revoked": a["keys_revoked"]},
+                "calls": a["calls"],
+                "credits_spent": a["spent"],
+                "total_paid_usd": round(a.get("paid_usd", 0.0), 2),
+                "balance": await self.ctx.meter.balance(a["_id"], a),
+                "first_touch_source": _source(a.get("first_touch")),
+                "last_activity": a["last_activity"],
+                "is_admin": bool(a.get("is_admin")) or a["email"] in admins,
+                "internal": bool(a.get("internal")),
+            }
+            for a in page
+        ]
         self.send_json({"users": rows, "has_next_page": more, "next_cursor": _cursor(page[-1]) if more else ""})
 
 

@@ -1,4 +1,5 @@
 """Accounts and sessions: register, login, me, attribution."""
+
 import asyncio
 import re
 import time
@@ -8,7 +9,9 @@ from handlers.validation import Field, ValidationError, error, length, no_operat
 from security import passwords, tokens
 from storage.accounts import DuplicateEmail
 
-_EMAIL = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
+_EMAIL = re.compile(
+    r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
+)
 
 
 def _email(value: str, loc: list) -> None:
@@ -25,8 +28,10 @@ def _password(value: str, loc: list) -> None:
 
 CREDENTIALS = [Field("email", str, check=_email), Field("password", str, check=_password)]
 LOGIN = [Field("email", str, check=length(1, 254)), Field("password", str, check=length(1, 128))]
-ATTRIBUTION = [Field("first_touch", dict, required=False, check=no_operators),
-               Field("anonymous_id", str, required=False, check=length(1, 128))]
+ATTRIBUTION = [
+    Field("first_touch", dict, required=False, check=no_operators),
+    Field("anonymous_id", str, required=False, check=length(1, 128)),
+]
 
 
 class AuthHandler(BaseHandler):
@@ -47,7 +52,9 @@ class AuthHandler(BaseHandler):
     def session(self, account_id: str) -> None:
         s = self.ctx.settings
         token = tokens.issue(s.jwt_secret, account_id, s.token_ttl_seconds)
-        self.send_json({"token": token, "token_type": "bearer", "account_id": account_id, "expires_in": s.token_ttl_seconds})
+        self.send_json(
+            {"token": token, "token_type": "bearer", "account_id": account_id, "expires_in": s.token_ttl_seconds}
+        )
 
 
 class RegisterHandler(AuthHandler):
@@ -89,8 +96,14 @@ class MeHandler(BaseHandler):
 
     async def get(self) -> None:
         account = await self.current_account()
-        self.send_json({"account_id": account["_id"], "email": account["email"], "is_admin": self.is_admin(account),
-                        "created_at": account["created_at"]})
+        self.send_json(
+            {
+                "account_id": account["_id"],
+                "email": account["email"],
+                "is_admin": self.is_admin(account),
+                "created_at": account["created_at"],
+            }
+        )
 
 
 class AttributionHandler(BaseHandler):

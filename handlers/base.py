@@ -3,6 +3,7 @@
 Client-facing messages come only from HTTPError(reason=...) or ValidationError;
 exception text goes to the log, never to the client.
 """
+
 import functools
 import ipaddress
 import itertools
@@ -16,7 +17,7 @@ import orjson
 import tornado.web
 from pymongo.errors import ConnectionFailure
 
-from config.context import Context
+from handlers.context import Context
 from handlers.validation import ValidationError, error
 from security import tokens
 
@@ -30,9 +31,22 @@ _ID_COUNTER = itertools.count()
 def next_request_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
 
-_REASONS = {400: "Bad request", 401: "Not authenticated", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
-            409: "Conflict", 413: "Request body too large", 422: "Invalid input", 500: "Internal server error",
-            501: "Not implemented", 502: "Bad gateway", 503: "Service unavailable", 504: "Gateway timeout"}
+
+_REASONS = {
+    400: "Bad request",
+    401: "Not authenticated",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    413: "Request body too large",
+    422: "Invalid input",
+    500: "Internal server error",
+    501: "Not implemented",
+    502: "Bad gateway",
+    503: "Service unavailable",
+    504: "Gateway timeout",
+}
 
 
 class ApiError(tornado.web.HTTPError):
@@ -104,14 +118,22 @@ class BaseHandler(tornado.web.RequestHandler):
         self.finish(orjson.dumps(body))
 
     def allowed_methods(self) -> list[str]:
-        return [m for m in self.SUPPORTED_METHODS
-                if getattr(type(self), m.lower(), None) is not getattr(tornado.web.RequestHandler, m.lower(), None)]
+        return [
+            m
+            for m in self.SUPPORTED_METHODS
+            if getattr(type(self), m.lower(), None) is not getattr(tornado.web.RequestHandler, m.lower(), None)
+        ]
 
     def log_exception(self, typ, value, tb) -> None:
         if isinstance(value, (ValidationError, tornado.web.HTTPError)):
             return
-        log.error("unhandled error in %s %s (request %s)", self.request.method, self.request.path,
-                  getattr(self, "request_id", "-"), exc_info=(typ, value, tb))
+        log.error(
+            "unhandled error in %s %s (request %s)",
+            self.request.method,
+            self.request.path,
+            getattr(self, "request_id", "-"),
+            exc_info=(typ, value, tb),
+        )
 
     def _handle_request_exception(self, e: BaseException) -> None:
         # ValidationError is a client error: answer 422 rather than 500.
@@ -122,10 +144,17 @@ class BaseHandler(tornado.web.RequestHandler):
         # The database is down or unreachable (after the driver's server selection timeout): a
         # temporary condition the client should retry, not a server bug. Nothing was charged.
         if isinstance(e, ConnectionFailure):
-            log.warning("database unavailable in %s %s (request %s): %s", self.request.method, self.request.path,
-                        self.request_id, type(e).__name__)
+            log.warning(
+                "database unavailable in %s %s (request %s): %s",
+                self.request.method,
+                self.request.path,
+                self.request_id,
+                type(e).__name__,
+            )
             if not self._finished:
-                unavailable = ApiError(503, "The service cannot reach its database; retry shortly", {"Retry-After": "1"})
+                unavailable = ApiError(
+                    503, "The service cannot reach its database; retry shortly", {"Retry-After": "1"}
+                )
                 self.send_error(503, exc_info=(ApiError, unavailable, None))
             return
         super()._handle_request_exception(e)
@@ -191,10 +220,14 @@ class BaseHandler(tornado.web.RequestHandler):
             return route
         cls = type(self)
         if cls not in _ROUTE_LABELS:  # once per handler class: its one route's pattern, parameters as {}
-            patterns = [rule.matcher.regex.pattern for rule in self.application.wildcard_router.rules
-                        if rule.target is cls]
-            _ROUTE_LABELS[cls] = re.sub(r"\\(.)", r"\1", re.sub(r"\([^)]*\)", "{}", patterns[0].rstrip("$"))) \
-                if len(patterns) == 1 else None
+            patterns = [
+                rule.matcher.regex.pattern for rule in self.application.wildcard_router.rules if rule.target is cls
+            ]
+            _ROUTE_LABELS[cls] = (
+                re.sub(r"\\(.)", r"\1", re.sub(r"\([^)]*\)", "{}", patterns[0].rstrip("$")))
+                if len(patterns) == 1
+                else None
+            )
         return _ROUTE_LABELS[cls] or self.request.path
 
     def on_finish(self) -> None:
@@ -204,10 +237,21 @@ class BaseHandler(tornado.web.RequestHandler):
         self.ctx.metrics.requests[(route, status)] += 1
         self.ctx.metrics.latency.labels(route).observe(seconds)
         if self.ctx.settings.access_log and log.isEnabledFor(logging.INFO):
-            log.info("%s", orjson.dumps({
-                "request_id": getattr(self, "request_id", None), "method": self.request.method, "route": route,
-                "status": status, "ms": round(seconds * 1000, 2), "ip": self.client_ip(),
-                "account": self.account_id, **self.log_fields}).decode())
+            log.info(
+                "%s",
+                orjson.dumps(
+                    {
+                        "request_id": getattr(self, "request_id", None),
+                        "method": self.request.method,
+                        "route": route,
+                        "status": status,
+                        "ms": round(seconds * 1000, 2),
+                        "ip": self.client_ip(),
+                        "account": self.account_id,
+                        **self.log_fields,
+                    }
+                ).decode(),
+            )
 
 
 _ROUTE_LABELS: dict[type, str | None] = {}

@@ -1,4 +1,5 @@
 """Crypto top-ups: currencies, checkout, orders, the processor's notifications, and the development sandbox chain."""
+
 import logging
 import re
 
@@ -50,8 +51,9 @@ class ConfigHandler(BillingBase):
     """Accepted currencies with their minimum order, and the credit price; public."""
 
     async def get(self) -> None:
-        self.send_json({"currencies": await self.ctx.payments.currencies(),
-                        "credits_per_usd": self.ctx.settings.credits_per_usd})
+        self.send_json(
+            {"currencies": await self.ctx.payments.currencies(), "credits_per_usd": self.ctx.settings.credits_per_usd}
+        )
 
 
 class CheckoutHandler(BillingBase):
@@ -64,8 +66,15 @@ class CheckoutHandler(BillingBase):
         currency, amount = CURRENCIES[body["currency"].upper()], round(body["amount_usd"], 2)
         minimum = await payments.min_usd(currency)
         if amount < minimum:
-            raise ValidationError([error(["body", "amount_usd"], f"Input should be greater than or equal to {minimum} "
-                                         f"(the minimum order in {currency.code})", "greater_than_equal")])
+            raise ValidationError(
+                [
+                    error(
+                        ["body", "amount_usd"],
+                        f"Input should be greater than or equal to {minimum} (the minimum order in {currency.code})",
+                        "greater_than_equal",
+                    )
+                ]
+            )
         try:
             order = await payments.checkout(account_id, currency, amount)
         except ProviderError as exc:
@@ -95,8 +104,9 @@ class NotificationHandler(BillingBase):
     """The processor's signed payment notification: a trigger to re-read the payment, never trusted as is."""
 
     async def post(self) -> None:
-        payload = verified(self.ctx.settings.payments_ipn_secret, self.request.body,
-                           self.request.headers.get(SIGNATURE_HEADER))
+        payload = verified(
+            self.ctx.settings.payments_ipn_secret, self.request.body, self.request.headers.get(SIGNATURE_HEADER)
+        )
         if payload is None:
             log.warning("payment notification with a missing or invalid signature refused")
             raise ApiError(401, "Invalid notification signature")
@@ -127,8 +137,9 @@ class SandboxPayHandler(SandboxBase):
     async def post(self) -> None:
         body, order = await self.sandbox_order(SANDBOX_PAY)
         try:
-            tx, order = await self.ctx.payments.sandbox_pay(order, round(body["amount_usd"], 2),
-                                                            body.get("confirmed", True))
+            tx, order = await self.ctx.payments.sandbox_pay(
+                order, round(body["amount_usd"], 2), body.get("confirmed", True)
+            )
         except SandboxRefused as exc:
             raise ApiError(409, str(exc)) from None
         self.send_json({"tx": tx, "order": view(order)})

@@ -1,4 +1,5 @@
 """API keys: list, create (secret shown once), reveal to the owner, revoke, development top-up."""
+
 import re
 
 from handlers.base import ApiError, BaseHandler
@@ -26,8 +27,15 @@ class KeysBase(BaseHandler):
 
 
 def _row(key: dict, qps: float) -> dict:
-    return {"key_id": key["key_id"], "name": key["name"], "prefix": key["prefix"], "qps_limit": qps,
-            "revoked": key["revoked"], "created_at": key["created_at"], "last_used_at": key.get("last_used_at")}
+    return {
+        "key_id": key["key_id"],
+        "name": key["name"],
+        "prefix": key["prefix"],
+        "qps_limit": qps,
+        "revoked": key["revoked"],
+        "created_at": key["created_at"],
+        "last_used_at": key.get("last_used_at"),
+    }
 
 
 class KeysHandler(KeysBase):
@@ -43,8 +51,13 @@ class KeysHandler(KeysBase):
         body = validate_body(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
         vault = self.ctx.vault
         secret = vault.generate()
-        key = await self.ctx.keys.create(account_id, body.get("name", "default"), vault.digest(secret),
-                                         KeyVault.display_prefix(secret), lambda key_id: vault.encrypt(secret, key_id))
+        key = await self.ctx.keys.create(
+            account_id,
+            body.get("name", "default"),
+            vault.digest(secret),
+            KeyVault.display_prefix(secret),
+            lambda key_id: vault.encrypt(secret, key_id),
+        )
         self.log_fields["key_id"] = key["key_id"]
         # 200, not 201: the spec says every success is HTTP 200.
         self.send_json({**_row(key, await self.qps_of(account_id)), "key": secret})
@@ -78,9 +91,15 @@ class TopUpHandler(KeysBase):
         key = await self.owned_key(key_id)
         body = validate_body(self.json_body(), TOP_UP)
         view = await self.ctx.meter.add_credits(key["account_id"], body["credits"], topup_credits=body["credits"])
-        self.send_json({"account_id": key["account_id"], "credits_added": body["credits"],
-                        "credits": await self.ctx.meter.balance(key["account_id"]), "plan": view.plan.name,
-                        "qps_limit": view.plan.qps})
+        self.send_json(
+            {
+                "account_id": key["account_id"],
+                "credits_added": body["credits"],
+                "credits": await self.ctx.meter.balance(key["account_id"]),
+                "plan": view.plan.name,
+                "qps_limit": view.plan.qps,
+            }
+        )
 
 
 routes = [

@@ -1,4 +1,5 @@
 """Operations: liveness, readiness, Prometheus metrics, the OpenAPI document and its human page."""
+
 import base64
 import bisect
 import hashlib
@@ -12,10 +13,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
-from config.context import Context
-from config.metrics import LATENCY_BUCKETS
+from accounting.metrics import LATENCY_BUCKETS
+from handlers import openapi
 from handlers.base import ApiError, BaseHandler, NotFoundHandler
-from social import openapi
+from handlers.context import Context
 
 READY_TIMEOUT = 1.0  # seconds: a load balancer must learn quickly that the database is gone
 BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
@@ -30,8 +31,10 @@ def _hashes(tag: str) -> str:
 
 
 # The page's script and style are inline: allow exactly those, by hash, and nothing from anywhere else.
-_PAGE_POLICY = (f"default-src 'none'; script-src {_hashes('script')}; style-src {_hashes('style')}; "
-                "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+_PAGE_POLICY = (
+    f"default-src 'none'; script-src {_hashes('script')}; style-src {_hashes('style')}; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 
 
 class HealthHandler(BaseHandler):
@@ -50,10 +53,18 @@ class ReadyHandler(BaseHandler):
         breaker = ctx.upstream.breaker.state
         depth, bound = len(ctx.meter.buffer), ctx.meter.buffer.max_records
         ready = database and breaker == "closed" and depth < bound and not ctx.draining
-        self.send_json({"status": "ready" if ready else "not ready",
-                        "checks": {"database": "ok" if database else "unreachable", "upstream_breaker": breaker,
-                                   "usage_buffer": {"depth": depth, "max": bound}, "draining": ctx.draining}},
-                       200 if ready else 503)
+        self.send_json(
+            {
+                "status": "ready" if ready else "not ready",
+                "checks": {
+                    "database": "ok" if database else "unreachable",
+                    "upstream_breaker": breaker,
+                    "usage_buffer": {"depth": depth, "max": bound},
+                    "draining": ctx.draining,
+                },
+            },
+            200 if ready else 503,
+        )
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
@@ -73,20 +84,26 @@ class GatewayCollector:
 
     def collect(self):
         ctx, m, meter = self.ctx, self.ctx.metrics, self.ctx.meter
-        requests = CounterMetricFamily("gateway_requests", "Requests answered, by route and status.",
-                                       labels=["route", "status"])
+        requests = CounterMetricFamily(
+            "gateway_requests", "Requests answered, by route and status.", labels=["route", "status"]
+        )
         for (route, status), count in sorted(m.requests.items()):
             requests.add_metric([route, str(status)], count)
         yield requests
         yield from m.latency.collect()
         by_status = lambda code: sum(n for (_, status), n in m.requests.items() if status == code)
-        yield _counter("gateway_payment_required", "402 answers: the account could not pay for the call.", by_status(402))
+        yield _counter(
+            "gateway_payment_required", "402 answers: the account could not pay for the call.", by_status(402)
+        )
         yield _counter("gateway_rate_limited", "429 answers: over a key's QPS or the login throttle.", by_status(429))
         yield _counter("gateway_credits_charged", "Credits charged for data calls.", m.credits_charged)
         yield self._upstream_latency()
         yield _counter("gateway_upstream_errors", "Data calls the provider failed (502/503/504).", m.upstream_errors)
-        yield _gauge("gateway_upstream_breaker_state", "Upstream circuit breaker: 0 closed, 1 half-open, 2 open.",
-                     BREAKER_STATES[ctx.upstream.breaker.state])
+        yield _gauge(
+            "gateway_upstream_breaker_state",
+            "Upstream circuit breaker: 0 closed, 1 half-open, 2 open.",
+            BREAKER_STATES[ctx.upstream.breaker.state],
+        )
         for name, doc in (("hits", "Cache lookups answered from memory."), ("misses", "Cache lookups that loaded.")):
             family = CounterMetricFamily(f"gateway_cache_{name}", doc, labels=["cache"])
             for cache_name, cache in (("key", meter.key_cache), ("account", meter.account_cache)):
@@ -98,20 +115,35 @@ class GatewayCollector:
             ratio.add_metric([cache_name], cache.stats.hits / lookups if lookups else 0.0)
         yield ratio
         yield _counter("gateway_usage_flushes", "Usage batches written.", m.flushes)
-        yield _counter("gateway_usage_flushed_records", "Usage records written (records / flushes = batch size).",
-                       m.flushed_records)
-        yield _counter("gateway_usage_flush_failures", "Usage batches that failed and were kept for retry.",
-                       m.flush_failures)
-        yield _gauge("gateway_usage_flush_batch_size_mean", "Mean usage records per flush since start.",
-                     m.flushed_records / m.flushes if m.flushes else 0.0)
+        yield _counter(
+            "gateway_usage_flushed_records",
+            "Usage records written (records / flushes = batch size).",
+            m.flushed_records,
+        )
+        yield _counter(
+            "gateway_usage_flush_failures", "Usage batches that failed and were kept for retry.", m.flush_failures
+        )
+        yield _gauge(
+            "gateway_usage_flush_batch_size_mean",
+            "Mean usage records per flush since start.",
+            m.flushed_records / m.flushes if m.flushes else 0.0,
+        )
         depth = len(meter.buffer)
-        yield _gauge("gateway_usage_flush_lag_seconds", "Seconds since the last successful flush while records wait.",
-                     time.time() - meter.last_flush_ok if depth else 0.0)
+        yield _gauge(
+            "gateway_usage_flush_lag_seconds",
+            "Seconds since the last successful flush while records wait.",
+            time.time() - meter.last_flush_ok if depth else 0.0,
+        )
         yield _gauge("gateway_usage_buffer_records", "Usage records waiting to be written.", depth)
-        yield _gauge("gateway_usage_buffer_capacity", "Records past which data calls fail closed (BUFFER_MAX).",
-                     meter.buffer.max_records)
+        yield _gauge(
+            "gateway_usage_buffer_capacity",
+            "Records past which data calls fail closed (BUFFER_MAX).",
+            meter.buffer.max_records,
+        )
         yield _counter("gateway_db_round_trips", "Commands sent to MongoDB.", m.db_round_trips)
-        commands = CounterMetricFamily("gateway_db_commands", "Commands sent to MongoDB, by command.", labels=["command"])
+        commands = CounterMetricFamily(
+            "gateway_db_commands", "Commands sent to MongoDB, by command.", labels=["command"]
+        )
         for name, count in sorted(m.db_commands.items()):
             commands.add_metric([name], count)
         yield commands
@@ -121,9 +153,12 @@ class GatewayCollector:
         # (a histogram of the current window) is the honest Prometheus type for that.
         samples = sorted(self.ctx.upstream.latencies)
         buckets = [(str(bound), bisect.bisect_right(samples, bound)) for bound in LATENCY_BUCKETS]
-        return GaugeHistogramMetricFamily("gateway_upstream_latency_seconds",
-                                          "Upstream latency of this process's recent calls (a sliding window).",
-                                          buckets=buckets + [("+Inf", len(samples))], gsum_value=sum(samples))
+        return GaugeHistogramMetricFamily(
+            "gateway_upstream_latency_seconds",
+            "Upstream latency of this process's recent calls (a sliding window).",
+            buckets=buckets + [("+Inf", len(samples))],
+            gsum_value=sum(samples),
+        )
 
 
 class MetricsHandler(BaseHandler):
@@ -171,5 +206,8 @@ metrics_routes = [(r"/metrics", MetricsHandler)]
 
 def metrics_app(ctx: Context) -> tornado.web.Application:
     """The separate application serving /metrics alone on METRICS_PORT."""
-    return tornado.web.Application([(r"/metrics", MetricsHandler, {"ctx": ctx})],
-                                   default_handler_class=NotFoundHandler, default_handler_args={"ctx": ctx})
+    return tornado.web.Application(
+        [(r"/metrics", MetricsHandler, {"ctx": ctx})],
+        default_handler_class=NotFoundHandler,
+        default_handler_args={"ctx": ctx},
+    )

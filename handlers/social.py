@@ -4,15 +4,16 @@ Order of checks: key (401) -> rate limit (429) -> input (422) -> unavailable (50
 -> usage buffer bound (503) -> credits (402) -> upstream. Nothing is charged
 unless the upstream answered with data.
 """
+
 import time
 
 import orjson
 
+from accounting.meter import KeyEntry, LeasesExpired
 from handlers.base import ApiError, BaseHandler
 from handlers.validation import ValidationError, error, length, missing, parse_bool, parse_int
 from metering.ledger import Reservation
 from social.endpoints import ENDPOINTS, Endpoint, count_items, page_size
-from social.meter import KeyEntry, LeasesExpired
 from social.upstream import UpstreamError
 
 
@@ -114,8 +115,11 @@ class DataHandler(BaseHandler):
         self.keep_header("X-RateLimit-Remaining", decision.remaining)
         self.keep_header("X-RateLimit-Reset", decision.reset)
         if not decision.allowed:
-            raise ApiError(429, f"Rate limit exceeded: {qps:g} requests per second for this key",
-                           {"Retry-After": str(decision.retry_after)})
+            raise ApiError(
+                429,
+                f"Rate limit exceeded: {qps:g} requests per second for this key",
+                {"Retry-After": str(decision.retry_after)},
+            )
 
     async def forward(self, key: KeyEntry, reservation: Reservation, size: int) -> None:
         ctx, endpoint, route = self.ctx, self.endpoint, self.log_fields["route"]
@@ -124,9 +128,10 @@ class DataHandler(BaseHandler):
             upstream = await ctx.upstream.get(endpoint.path, self.request.query)
         except UpstreamError as exc:
             meter.release(reservation)
-            status, message = {"timeout": (504, "The data provider did not answer in time; you were not charged"),
-                               "unavailable": (503, "The data provider is failing; retry shortly; you were not charged"),
-                               }.get(exc.kind, (502, "The data provider failed; you were not charged"))
+            status, message = {
+                "timeout": (504, "The data provider did not answer in time; you were not charged"),
+                "unavailable": (503, "The data provider is failing; retry shortly; you were not charged"),
+            }.get(exc.kind, (502, "The data provider failed; you were not charged"))
             meter.record(key, route, status, 0, self.request_id)
             ctx.metrics.upstream_errors += 1
             raise ApiError(status, message, {"Retry-After": "1"} if status == 503 else None) from None

@@ -2,9 +2,11 @@
 
 Messages and types follow the wording users know from the reference API.
 """
+
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 class ValidationError(Exception):
@@ -23,7 +25,9 @@ def missing(loc: list) -> dict:
 
 def parse_int(raw: str, loc: list, minimum: int | None = None, maximum: int | None = None) -> int:
     if not re.fullmatch(r"[+-]?\d{1,18}", raw.strip()):
-        raise ValidationError([error(loc, "Input should be a valid integer, unable to parse string as an integer", "int_parsing")])
+        raise ValidationError(
+            [error(loc, "Input should be a valid integer, unable to parse string as an integer", "int_parsing")]
+        )
     value = int(raw)
     check_range(value, loc, minimum, maximum)
     return value
@@ -49,14 +53,20 @@ def parse_bool(raw: str, loc: list) -> bool:
 @dataclass(frozen=True)
 class Field:
     """One property of a JSON body."""
+
     name: str
     kind: type
     required: bool = True
     check: Callable[[Any, list], None] | None = None
 
 
-_TYPE_NAMES = {str: ("string", "string_type"), int: ("integer", "int_type"), bool: ("boolean", "bool_type"),
-               float: ("number", "float_type"), dict: ("object", "dict_type")}
+_TYPE_NAMES = {
+    str: ("string", "string_type"),
+    int: ("integer", "int_type"),
+    bool: ("boolean", "bool_type"),
+    float: ("number", "float_type"),
+    dict: ("object", "dict_type"),
+}
 
 
 def validate_body(data: Any, fields: list[Field]) -> dict:
@@ -103,6 +113,7 @@ def length(minimum: int, maximum: int) -> Callable[[str, list], None]:
             raise ValidationError([error(loc, f"String should have at least {minimum} characters", "string_too_short")])
         if len(value) > maximum:
             raise ValidationError([error(loc, f"String should have at most {maximum} characters", "string_too_long")])
+
     return check
 
 

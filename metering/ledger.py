@@ -11,8 +11,8 @@ Charges are persisted as usage records tagged with the lease (the process id); c
 lease gives back `leased - spent`. A lease whose process died is reclaimed by
 summing that lease's persisted usage records (storage/leases.py).
 """
-from dataclasses import dataclass
 
+from dataclasses import dataclass
 
 RATE_WINDOW = 2.0  # seconds over which the spend rate is smoothed
 
@@ -20,15 +20,16 @@ RATE_WINDOW = 2.0  # seconds over which the spend rate is smoothed
 @dataclass
 class Purse:
     """What this process holds for one account; `leased` mirrors the lease amount in the database."""
-    leased: int = 0          # credits moved from the account balance into this process's lease
-    spent: int = 0           # settled charges against the lease (flushed or still buffered)
-    reserved: int = 0        # held by calls in flight
-    rate: float = 0.0        # smoothed spend, credits per second, to size the next lease
+
+    leased: int = 0  # credits moved from the account balance into this process's lease
+    spent: int = 0  # settled charges against the lease (flushed or still buffered)
+    reserved: int = 0  # held by calls in flight
+    rate: float = 0.0  # smoothed spend, credits per second, to size the next lease
     last_used: float = 0.0
     last_settled: float | None = None  # when `rate` was last updated (reserve moves last_used, not this)
     empty_until: float = 0.0  # the database had nothing more to lease; do not ask again before this
-    balance_seen: int = 0     # the unleased balance the last take left in the database
-    others: int = 0           # other processes holding leases on the account at the last take
+    balance_seen: int = 0  # the unleased balance the last take left in the database
+    others: int = 0  # other processes holding leases on the account at the last take
 
     @property
     def available(self) -> int:
@@ -97,8 +98,12 @@ class Ledger:
     def needs_topup(self, account_id: str, most: int, now: float) -> bool:
         """Refill in the background before the lease runs dry: under a quarter of the next lease is left."""
         purse = self.purses.get(account_id)
-        return (purse is not None and self.usable(now) and purse.empty_until <= now
-                and purse.available < self.lease_request(account_id, most) // 4)
+        return (
+            purse is not None
+            and self.usable(now)
+            and purse.empty_until <= now
+            and purse.available < self.lease_request(account_id, most) // 4
+        )
 
     def is_known_empty(self, account_id: str, now: float) -> bool:
         purse = self.purses.get(account_id)
@@ -129,8 +134,7 @@ class Ledger:
 
     def surplus(self, now: float, idle_seconds: float) -> dict[str, int]:
         """Unreserved credits of accounts idle for a while, to give back to their balance."""
-        return {a: p.available for a, p in self.purses.items()
-                if p.available > 0 and now - p.last_used > idle_seconds}
+        return {a: p.available for a, p in self.purses.items() if p.available > 0 and now - p.last_used > idle_seconds}
 
     def wanted_share(self, account_id: str, now: float, hold_off: float = 1.0) -> int:
         """Another process found the balance empty: half of what this one holds unreserved goes back

@@ -1,4 +1,5 @@
 """Per-key token buckets: O(1) per call, one second of burst (at least one call)."""
+
 import math
 from dataclasses import dataclass
 
@@ -6,10 +7,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
-    limit: int          # bucket capacity: calls allowed in a burst
-    remaining: int      # whole calls left in the bucket after this one
-    reset: int          # seconds until the bucket is full again
-    retry_after: int    # seconds to wait before the next call can pass (0 when allowed)
+    limit: int  # bucket capacity: calls allowed in a burst
+    remaining: int  # whole calls left in the bucket after this one
+    reset: int  # seconds until the bucket is full again
+    retry_after: int  # seconds to wait before the next call can pass (0 when allowed)
 
 
 class RateLimiter:

@@ -1,4 +1,5 @@
 """Plan tiers: the highest tier whose min_paid_usd the account's payments reach."""
+
 from dataclasses import dataclass
 
 

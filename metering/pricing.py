@@ -7,6 +7,7 @@ A rule is one of
 optionally with its own "minimum". Every successful call costs at least the global minimum.
 Defaults are the prices of the provider our users know (reference.md).
 """
+
 import math
 
 DEFAULT_RULES = {
@@ -45,9 +46,14 @@ class Prices:
             # Checked here, at start: a rule that cannot price some call would fail every such call.
             if "tiers" in rule:
                 tiers = rule["tiers"]
-                if not (isinstance(tiers, (list, tuple)) and tiers
-                        and all(isinstance(t, (list, tuple)) and len(t) == 2 and _number(t[0]) and _price(t[1]) for t in tiers)
-                        and min(t[0] for t in tiers) <= 0):
+                if not (
+                    isinstance(tiers, (list, tuple))
+                    and tiers
+                    and all(
+                        isinstance(t, (list, tuple)) and len(t) == 2 and _number(t[0]) and _price(t[1]) for t in tiers
+                    )
+                    and min(t[0] for t in tiers) <= 0
+                ):
                     raise PriceError(f"price rule {name!r}: tiers must be [[FROM, PRICE], ...] with a tier FROM 0")
             elif not _price(rule.get("each", rule.get("call"))):
                 raise PriceError(f"price rule {name!r}: the price must be a number >= 0")

@@ -5,6 +5,7 @@ it, so a retry after a failed or uncertain flush writes exactly the same
 documents (same ids) and is idempotent. A record is the charge itself (its
 `credits`), so a charge can never be persisted without its record.
 """
+
 from collections import deque
 
 

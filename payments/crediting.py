@@ -11,15 +11,16 @@ Guarantees (each with the write that gives it):
   and only then is the credit taken off `pending`. A crash in between leaves a
   pending credit that the next notification or the reconciler finishes.
 """
+
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR
-from typing import Awaitable, Callable
 
 from payments.currencies import cents, usd_worth
-from payments.provider import FINAL, PaymentState
+from payments.provider import PaymentState
 from storage.accounts import now_utc
-from storage.orders import OrderStore
+from storage.orders import FINAL, OrderStore
 
 log = logging.getLogger("gateway.payments")
 
@@ -40,8 +41,12 @@ def plan_change(order: dict, state: PaymentState, credits_per_usd: int) -> Chang
     seen = order.get("provider_updated_at")
     if seen is not None and state.updated_at < seen:
         return None  # an older read than the one already applied: it must not move the status back
-    fields = {"status": state.status, "actually_paid": state.actually_paid, "confirmed_paid": state.confirmed_paid,
-              "provider_updated_at": state.updated_at}
+    fields = {
+        "status": state.status,
+        "actually_paid": state.actually_paid,
+        "confirmed_paid": state.confirmed_paid,
+        "provider_updated_at": state.updated_at,
+    }
     # Over-payments count in full: the account gets what was paid, not what was asked.
     worth = usd_worth(state.confirmed_paid, order["price_usd"], order["pay_amount"])
     target = int((worth * credits_per_usd).to_integral_value(ROUND_FLOOR))
@@ -72,8 +77,13 @@ class Crediting:
             if updated is not None:
                 order = updated
                 if change.credit:
-                    log.info("order %s: %d credits for %s confirmed (%s)", order_id, change.credit["credits"],
-                             state.confirmed_paid, state.status)
+                    log.info(
+                        "order %s: %d credits for %s confirmed (%s)",
+                        order_id,
+                        change.credit["credits"],
+                        state.confirmed_paid,
+                        state.status,
+                    )
                 break
             order = await self.orders.get(order_id)  # lost a race: recompute against what won
         else:

@@ -3,27 +3,31 @@
 Money is computed with Decimal from the shortest text form of each number, so
 0.1 BTC stays 0.1 BTC; floats appear only at the JSON edges.
 """
+
 from dataclasses import dataclass
 from decimal import ROUND_DOWN, ROUND_UP, Decimal
 
 
 @dataclass(frozen=True)
 class Currency:
-    code: str           # our code; the processor's is the lower-case form (btc, usdttrc20)
+    code: str  # our code; the processor's is the lower-case form (btc, usdttrc20)
     name: str
     network: str
-    min_usd: float      # our floor; a real processor may demand more (Provider.min_usd)
-    decimals: int       # precision of pay amounts
+    min_usd: float  # our floor; a real processor may demand more (Provider.min_usd)
+    decimals: int  # precision of pay amounts
     sandbox_usd: float  # fixed price of one coin on the sandbox chain
 
 
-CURRENCIES = {c.code: c for c in (
-    Currency("BTC", "Bitcoin", "bitcoin", 10.0, 8, 60_000.0),
-    Currency("ETH", "Ether", "ethereum", 5.0, 8, 3_000.0),
-    Currency("USDTTRC20", "Tether USD (TRC-20)", "tron", 1.0, 6, 1.0),
-    Currency("USDCSOL", "USD Coin (Solana)", "solana", 1.0, 6, 1.0),
-    Currency("LTC", "Litecoin", "litecoin", 2.0, 8, 80.0),
-)}
+CURRENCIES = {
+    c.code: c
+    for c in (
+        Currency("BTC", "Bitcoin", "bitcoin", 10.0, 8, 60_000.0),
+        Currency("ETH", "Ether", "ethereum", 5.0, 8, 3_000.0),
+        Currency("USDTTRC20", "Tether USD (TRC-20)", "tron", 1.0, 6, 1.0),
+        Currency("USDCSOL", "USD Coin (Solana)", "solana", 1.0, 6, 1.0),
+        Currency("LTC", "Litecoin", "litecoin", 2.0, 8, 80.0),
+    )
+}
 
 
 def dec(value) -> Decimal:

@@ -6,10 +6,11 @@ notification handling. Failures become ProviderError without the key or the
 response body in the message; callers retry (checkout answers 502, the reconciler
 polls later).
 """
+
 import logging
 import math
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import quote, urlencode
 
 import orjson
@@ -17,7 +18,8 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
 from payments.currencies import Currency
-from payments.provider import CONFIRMED, STATUSES, Invoice, PaymentState, Provider, ProviderError, ms
+from payments.provider import Invoice, PaymentState, Provider, ProviderError, ms
+from storage.orders import CONFIRMED, STATUSES
 
 log = logging.getLogger("gateway.payments")
 MIN_AMOUNT_TTL = 600.0  # the processor's minimums move with fees and prices, but not by the second
@@ -30,7 +32,7 @@ def _time(value) -> datetime | None:
         moment = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return ms(moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc))
+    return ms(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
 
 
 def _number(data: dict, name: str) -> float:
@@ -59,10 +61,11 @@ def state_of(data: dict) -> PaymentState:
         confirmed = paid
     else:
         confirmed = 0.0
-    updated_at = _time(data.get("updated_at")) or _time(data.get("created_at")) or ms(datetime.now(timezone.utc))
+    updated_at = _time(data.get("updated_at")) or _time(data.get("created_at")) or ms(datetime.now(UTC))
     order_id = data.get("order_id")
-    return PaymentState(str(data["payment_id"]), str(order_id) if order_id is not None else None, status, paid,
-                        confirmed, updated_at)
+    return PaymentState(
+        str(data["payment_id"]), str(order_id) if order_id is not None else None, status, paid, confirmed, updated_at
+    )
 
 
 class NowPayments(Provider):
@@ -75,10 +78,15 @@ class NowPayments(Provider):
         self.http = SimpleAsyncHTTPClient(force_instance=True, max_clients=20)
 
     async def _call(self, method: str, path: str, body: dict | None = None) -> dict:
-        request = HTTPRequest(self.base_url + path, method=method, headers={"x-api-key": self.api_key,
-                              "Content-Type": "application/json", "Accept": "application/json"},
-                              body=orjson.dumps(body) if body is not None else None, follow_redirects=False,
-                              connect_timeout=min(5.0, self.timeout), request_timeout=self.timeout)
+        request = HTTPRequest(
+            self.base_url + path,
+            method=method,
+            headers={"x-api-key": self.api_key, "Content-Type": "application/json", "Accept": "application/json"},
+            body=orjson.dumps(body) if body is not None else None,
+            follow_redirects=False,
+            connect_timeout=min(5.0, self.timeout),
+            request_timeout=self.timeout,
+        )
         endpoint = path.split("?")[0]
         try:
             response = await self.http.fetch(request, raise_error=False)
@@ -101,8 +109,10 @@ class NowPayments(Provider):
             return cached[0]
         code = currency.code.lower()
         try:
-            data = await self._call("GET", "/v1/min-amount?" + urlencode(
-                {"currency_from": code, "currency_to": code, "fiat_equivalent": "usd"}))
+            data = await self._call(
+                "GET",
+                "/v1/min-amount?" + urlencode({"currency_from": code, "currency_to": code, "fiat_equivalent": "usd"}),
+            )
             theirs = math.ceil(_number(data, "fiat_equivalent") * 100) / 100
         except ProviderError as exc:
             log.warning("minimum amount for %s unavailable (%s); using %s USD", code, exc, currency.min_usd)
@@ -112,9 +122,18 @@ class NowPayments(Provider):
         return minimum
 
     async def create_payment(self, order_id: str, price_usd: float, currency: Currency, callback_url: str) -> Invoice:
-        data = await self._call("POST", "/v1/payment", {
-            "price_amount": price_usd, "price_currency": "usd", "pay_currency": currency.code.lower(),
-            "ipn_callback_url": callback_url, "order_id": order_id, "order_description": f"Credits, order {order_id}"})
+        data = await self._call(
+            "POST",
+            "/v1/payment",
+            {
+                "price_amount": price_usd,
+                "price_currency": "usd",
+                "pay_currency": currency.code.lower(),
+                "ipn_callback_url": callback_url,
+                "order_id": order_id,
+                "order_description": f"Credits, order {order_id}",
+            },
+        )
         address, amount = data.get("pay_address"), _number(data, "pay_amount")
         if not isinstance(address, str) or not address or amount <= 0 or data.get("payment_id") is None:
             raise ProviderError("POST /v1/payment: incomplete payment object")

@@ -4,6 +4,7 @@ Statuses and the signature follow the most common processor (reference.md): a
 notification is only a trigger; the authoritative state is re-read with
 get_payment before anything is credited.
 """
+
 import hashlib
 import hmac
 from abc import ABC, abstractmethod
@@ -14,12 +15,6 @@ import orjson
 
 from payments.currencies import Currency
 
-STATUSES = ("waiting", "confirming", "confirmed", "sending", "partially_paid", "finished", "failed", "refunded",
-            "expired")
-# The whole amount actually paid is confirmed by the network.
-CONFIRMED = frozenset({"confirmed", "sending", "finished"})
-# An order in one of these never changes again (credits included).
-FINAL = frozenset({"finished", "failed", "refunded", "expired"})
 SIGNATURE_HEADER = "x-nowpayments-sig"
 
 
@@ -30,6 +25,7 @@ class ProviderError(Exception):
 @dataclass(frozen=True)
 class Invoice:
     """A created payment: where and how much to pay."""
+
     payment_id: str
     pay_address: str
     pay_amount: float
@@ -39,12 +35,13 @@ class Invoice:
 @dataclass(frozen=True)
 class PaymentState:
     """The processor's current view of one payment. Amounts are in the pay currency."""
+
     payment_id: str
     order_id: str | None
     status: str
-    actually_paid: float   # everything seen on chain, confirmed or not
+    actually_paid: float  # everything seen on chain, confirmed or not
     confirmed_paid: float  # the part the network has confirmed: the only part ever credited
-    updated_at: datetime   # millisecond precision (what MongoDB keeps), so re-reads compare equal
+    updated_at: datetime  # millisecond precision (what MongoDB keeps), so re-reads compare equal
 
 
 class Provider(ABC):

@@ -7,6 +7,7 @@ server does. The processor-side status is derived from those transactions the
 way a real processor reports it; crediting then goes through the same path as a
 real notification.
 """
+
 import hashlib
 import secrets
 from datetime import datetime, timedelta
@@ -34,9 +35,13 @@ def _base58(data: bytes) -> str:
 
 def address_for(currency: Currency, order_id: str) -> str:
     digest = hashlib.sha256(f"sandbox:{currency.code}:{order_id}".encode()).digest()
-    return {"bitcoin": lambda: "bc1q" + digest.hex()[:38], "litecoin": lambda: "ltc1q" + digest.hex()[:38],
-            "ethereum": lambda: "0x" + digest[:20].hex(), "tron": lambda: "T" + _base58(digest)[:33],
-            "solana": lambda: _base58(digest)}[currency.network]()
+    return {
+        "bitcoin": lambda: "bc1q" + digest.hex()[:38],
+        "litecoin": lambda: "ltc1q" + digest.hex()[:38],
+        "ethereum": lambda: "0x" + digest[:20].hex(),
+        "tron": lambda: "T" + _base58(digest)[:33],
+        "solana": lambda: _base58(digest),
+    }[currency.network]()
 
 
 def _units(amount, decimals: int) -> int:
@@ -59,9 +64,16 @@ class SandboxChain(Provider):
     async def create_payment(self, order_id: str, price_usd: float, currency: Currency, callback_url: str) -> Invoice:
         now = ms(now_utc())
         pay_amount = coins(dec(price_usd) / dec(currency.sandbox_usd), currency)
-        payment = {"_id": "sbx_" + order_id.removeprefix("ord_"), "order_id": order_id, "currency": currency.code,
-                   "address": address_for(currency, order_id), "pay_units": _units(pay_amount, currency.decimals),
-                   "price_usd": price_usd, "expires_at": now + self.ttl, "updated_at": now}
+        payment = {
+            "_id": "sbx_" + order_id.removeprefix("ord_"),
+            "order_id": order_id,
+            "currency": currency.code,
+            "address": address_for(currency, order_id),
+            "pay_units": _units(pay_amount, currency.decimals),
+            "price_usd": price_usd,
+            "expires_at": now + self.ttl,
+            "updated_at": now,
+        }
         await self.chain.open(payment)
         return Invoice(payment["_id"], payment["address"], float(pay_amount), payment["expires_at"])
 
@@ -86,8 +98,14 @@ class SandboxChain(Provider):
             status, updated_at = "expired", doc["expires_at"]
         else:
             status = "waiting"
-        return PaymentState(doc["_id"], doc["order_id"], status, _amount(received, decimals),
-                            _amount(confirmed, decimals), ms(updated_at))
+        return PaymentState(
+            doc["_id"],
+            doc["order_id"],
+            status,
+            _amount(received, decimals),
+            _amount(confirmed, decimals),
+            ms(updated_at),
+        )
 
     async def send(self, payment_id: str, amount_usd: float, confirmed: bool) -> dict:
         """One new on-chain payment worth `amount_usd` at the order's quote; confirmed now or by confirm()."""
@@ -108,8 +126,12 @@ class SandboxChain(Provider):
                 raise SandboxRefused(f"The amount is below the smallest unit of {currency.code}")
             tx = {"txid": secrets.token_hex(32), "units": units, "confirmed": confirmed, "at": now}
             if await self.chain.replace_txs(payment_id, doc["rev"], doc["txs"] + [tx], now):
-                return {"txid": tx["txid"], "amount": _amount(units, currency.decimals), "currency": currency.code,
-                        "confirmed": confirmed}
+                return {
+                    "txid": tx["txid"],
+                    "amount": _amount(units, currency.decimals),
+                    "currency": currency.code,
+                    "confirmed": confirmed,
+                }
         raise SandboxRefused("The sandbox chain is busy; try again")
 
     async def confirm(self, payment_id: str) -> int:

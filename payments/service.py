@@ -5,6 +5,7 @@ poll) ends in `refresh`: re-read the payment from the processor, then
 Crediting.apply_payment_state. Nothing a notification says is trusted beyond
 which order to re-read.
 """
+
 import logging
 import math
 import secrets
@@ -14,18 +15,17 @@ from decimal import Decimal
 from pymongo.asynchronous.database import AsyncDatabase
 
 from config.settings import Settings
-from config.tasks import every
 from payments.crediting import CreditAccount, Crediting
 from payments.currencies import CURRENCIES, Currency, cents, usd_worth
 from payments.nowpayments import NowPayments
-from payments.provider import FINAL, Provider, ProviderError, ms
+from payments.provider import Provider, ProviderError, ms
 from payments.sandbox_chain import SandboxChain
 from storage.accounts import now_utc
-from storage.orders import ChainStore, OrderStore
+from storage.orders import FINAL, ChainStore, OrderStore
 
 log = logging.getLogger("gateway.payments")
 MAX_BACKOFF = 3600.0
-RECONCILE_BATCH = 50     # orders per poll: bounds the processor calls per interval
+RECONCILE_BATCH = 50  # orders per poll: bounds the processor calls per interval
 RECONCILE_WINDOW = timedelta(days=7)  # how long after its quote expires an open order is still polled
 
 
@@ -36,19 +36,35 @@ def credits_for(price_usd: float, credits_per_usd: int) -> int:
 def view(order: dict) -> dict:
     """An order as its owner sees it."""
     price, quote = order["price_usd"], order["pay_amount"]
-    return {"order_id": order["_id"], "status": order["status"], "pay_address": order["pay_address"],
-            "pay_currency": order["currency"], "pay_amount": quote, "price_usd": price,
-            "credits_expected": order["credits_expected"], "created_at": order["created_at"],
-            "expires_at": order["expires_at"], "updated_at": order["updated_at"],
-            "amount_received": {"amount": order["actually_paid"],
-                                "usd": cents(usd_worth(order["actually_paid"], price, quote))},
-            "amount_confirmed": {"amount": order["confirmed_paid"], "usd": order["confirmed_usd"]},
-            "credits_applied": order["credits_applied"]}
+    return {
+        "order_id": order["_id"],
+        "status": order["status"],
+        "pay_address": order["pay_address"],
+        "pay_currency": order["currency"],
+        "pay_amount": quote,
+        "price_usd": price,
+        "credits_expected": order["credits_expected"],
+        "created_at": order["created_at"],
+        "expires_at": order["expires_at"],
+        "updated_at": order["updated_at"],
+        "amount_received": {
+            "amount": order["actually_paid"],
+            "usd": cents(usd_worth(order["actually_paid"], price, quote)),
+        },
+        "amount_confirmed": {"amount": order["confirmed_paid"], "usd": order["confirmed_usd"]},
+        "credits_applied": order["credits_applied"],
+    }
 
 
 class Payments:
-    def __init__(self, settings: Settings, provider: Provider | None, orders: OrderStore, crediting: Crediting,
-                 chain: SandboxChain | None):
+    def __init__(
+        self,
+        settings: Settings,
+        provider: Provider | None,
+        orders: OrderStore,
+        crediting: Crediting,
+        chain: SandboxChain | None,
+    ):
         self.settings, self.provider, self.orders, self.chain = settings, provider, orders, chain
         self.crediting = crediting
 
@@ -58,8 +74,10 @@ class Payments:
     async def currencies(self) -> list[dict]:
         if self.provider is None:
             return []
-        return [{"code": c.code, "name": c.name, "network": c.network, "min_usd": await self.min_usd(c)}
-                for c in CURRENCIES.values()]
+        return [
+            {"code": c.code, "name": c.name, "network": c.network, "min_usd": await self.min_usd(c)}
+            for c in CURRENCIES.values()
+        ]
 
     async def checkout(self, account_id: str, currency: Currency, price_usd: float) -> dict:
         """Opens the payment at the processor first: if that fails, no order exists to confuse anyone."""
@@ -68,15 +86,31 @@ class Payments:
         now = ms(now_utc())
         invoice = await self.provider.create_payment(order_id, price_usd, currency, callback)
         expires_at = invoice.expires_at or now + timedelta(seconds=self.settings.order_ttl_seconds)
-        order = {"_id": order_id, "account_id": account_id, "provider": self.provider.name,
-                 "payment_id": invoice.payment_id, "status": "waiting", "currency": currency.code,
-                 "pay_address": invoice.pay_address, "pay_amount": invoice.pay_amount, "price_usd": price_usd,
-                 "credits_expected": credits_for(price_usd, self.settings.credits_per_usd),
-                 "created_at": now, "expires_at": expires_at, "updated_at": now,
-                 "actually_paid": 0.0, "confirmed_paid": 0.0, "confirmed_usd": 0.0, "credits_applied": 0,
-                 "pending": [], "rev": 0, "provider_updated_at": None, "attempts": 0,
-                 "check_at": now + timedelta(seconds=self.settings.reconcile_interval),
-                 "reconcile_until": expires_at + RECONCILE_WINDOW}
+        order = {
+            "_id": order_id,
+            "account_id": account_id,
+            "provider": self.provider.name,
+            "payment_id": invoice.payment_id,
+            "status": "waiting",
+            "currency": currency.code,
+            "pay_address": invoice.pay_address,
+            "pay_amount": invoice.pay_amount,
+            "price_usd": price_usd,
+            "credits_expected": credits_for(price_usd, self.settings.credits_per_usd),
+            "created_at": now,
+            "expires_at": expires_at,
+            "updated_at": now,
+            "actually_paid": 0.0,
+            "confirmed_paid": 0.0,
+            "confirmed_usd": 0.0,
+            "credits_applied": 0,
+            "pending": [],
+            "rev": 0,
+            "provider_updated_at": None,
+            "attempts": 0,
+            "check_at": now + timedelta(seconds=self.settings.reconcile_interval),
+            "reconcile_until": expires_at + RECONCILE_WINDOW,
+        }
         await self.orders.insert(order)
         log.info("order %s: %s USD in %s for account %s", order_id, price_usd, currency.code, account_id)
         return order
@@ -125,15 +159,9 @@ class Payments:
                 log.exception("reconcile %s failed", order["_id"])
             if order["status"] not in FINAL:
                 attempts = order.get("attempts", 0) + 1
-                wait = min(self.settings.reconcile_interval * 2 ** attempts, MAX_BACKOFF)
+                wait = min(self.settings.reconcile_interval * 2**attempts, MAX_BACKOFF)
                 await self.orders.schedule(order["_id"], now + timedelta(seconds=wait), attempts)
         return len(due)
-
-    async def run_reconciler(self) -> None:
-        """Background task: a missed notification still credits the account within a few intervals."""
-        if self.provider is None:
-            return
-        await every(self.settings.reconcile_interval, self.reconcile_once, "reconciliation", log)
 
 
 async def build_payments(settings: Settings, db: AsyncDatabase, credit_account: CreditAccount) -> Payments:

@@ -4,6 +4,7 @@ One generic handler serves every provider path through the endpoints.ENDPOINTS t
 Every endpoint is a pure function of (seed, path, query), so rendered bodies are cached
 as bytes: a hot page costs a dict lookup and a socket write.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,7 @@ import hmac
 import random
 import re
 from collections import OrderedDict
-from typing import Awaitable
+from collections.abc import Awaitable
 
 import orjson
 import tornado.web
@@ -183,8 +184,7 @@ def normalize_prefix(prefix: str) -> str:
     return f"/{prefix}" if prefix else ""
 
 
-def make_app(api_key: str, prefix: str = "/twitter", seed: int = 7,
-             faults: str = "") -> tornado.web.Application:
+def make_app(api_key: str, prefix: str = "/twitter", seed: int = 7, faults: str = "") -> tornado.web.Application:
     """The sandbox upstream.  `faults` is a run-wide fault spec (see sandbox.faults)."""
     sb = Sandbox(api_key, seed, faults)
     args = {"sandbox": sb}

@@ -16,11 +16,12 @@ Behaviour where the spec is silent (documented in README.md):
 * Cursors are opaque (base64 of an offset), except followers_ids whose cursor is the
   integer offset, sent back as a string.
 """
+
 from __future__ import annotations
 
 import base64
 import binascii
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from . import render, search
 from .world import WOEIDS, World, is_digits
@@ -115,14 +116,14 @@ class Args:
 
 
 def page(seq: Sequence, offset: int, size: int, item: Callable) -> dict:
-    chunk = seq[offset:offset + size]
+    chunk = seq[offset : offset + size]
     end = offset + len(chunk)
     more = end < len(seq)
-    return {"items": [item(x) for x in chunk], "has_next": more,
-            "cursor": encode_cursor(end) if more else ""}
+    return {"items": [item(x) for x in chunk], "has_next": more, "cursor": encode_cursor(end) if more else ""}
 
 
 # ---- lookups -------------------------------------------------------------------
+
 
 def _user(w: World, a: Args, by_name: str | None = None, by_id: str | None = None) -> int:
     """The user given by id or by handle (the id wins when both are sent)."""
@@ -133,8 +134,7 @@ def _user(w: World, a: Args, by_name: str | None = None, by_id: str | None = Non
     elif handle is not None:
         u = w.user_by_handle(handle)
     else:
-        raise BadRequest("missing required parameter: "
-                         + " or ".join(p for p in (by_name, by_id) if p))
+        raise BadRequest("missing required parameter: " + " or ".join(p for p in (by_name, by_id) if p))
     if u is None:
         raise NotFound("user not found")
     return u
@@ -163,6 +163,7 @@ def _users_page(w: World, a: Args, seq: Sequence[int], size: int) -> dict:
 
 # ---- endpoints -----------------------------------------------------------------
 
+
 def advanced_search(w: World, a: Args) -> dict:
     query, query_type = a.require("query"), a.choice("queryType", ("Latest", "Top"))
     try:
@@ -187,8 +188,9 @@ def _own_tweets(w: World, u: int, replies: bool, parents: bool = False) -> list[
 
 def tweet_timeline(w: World, a: Args) -> dict:
     u = _user(w, a, by_id="userId")
-    return _tweets_page(w, a, _own_tweets(w, u, a.boolean("includeReplies", False),
-                                          a.boolean("includeParentTweet", False)))
+    return _tweets_page(
+        w, a, _own_tweets(w, u, a.boolean("includeReplies", False), a.boolean("includeParentTweet", False))
+    )
 
 
 def last_tweets(w: World, a: Args) -> dict:
@@ -261,11 +263,10 @@ def followers_ids(w: World, a: Args) -> dict:
     count = a.integer("count", 5000, 50, 5000)
     offset = a.integer("cursor", 0, lo=0)
     seq = w.followers(u)
-    chunk = seq[offset:offset + count]
+    chunk = seq[offset : offset + count]
     end = offset + len(chunk)
     more = end < len(seq)
-    return {"items": [w.user_id(f) for f in chunk], "has_next": more,
-            "cursor": str(end) if more else ""}
+    return {"items": [w.user_id(f) for f in chunk], "has_next": more, "cursor": str(end) if more else ""}
 
 
 def user_search(w: World, a: Args) -> dict:
@@ -313,11 +314,9 @@ _PAGED = ("status", "message", "has_next_page", "next_cursor")
 ENDPOINTS: dict[str, tuple[Callable[[World, Args], dict], tuple[str, ...]]] = {
     "tweet/advanced_search": (advanced_search, ("tweets",) + _PAGED),
     "user/tweet_timeline": (tweet_timeline, ("tweets",) + _PAGED),
-    "tweet/thread_context": (thread_context,
-                             ("replies", "has_next_page", "next_cursor", "status", "message")),
+    "tweet/thread_context": (thread_context, ("replies", "has_next_page", "next_cursor", "status", "message")),
     "user/verifiedFollowers": (verified_followers, ("followers",) + _PAGED),
-    "community/tweets": (community_tweets,
-                         ("tweets", "status", "msg", "has_next_page", "next_cursor")),
+    "community/tweets": (community_tweets, ("tweets", "status", "msg", "has_next_page", "next_cursor")),
     "user/followers": (followers, ("followers",) + _PAGED),
     "user/followings": (followings, ("followings",) + _PAGED),
     "spaces/detail": (space_detail, ("status", "msg", "data")),

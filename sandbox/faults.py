@@ -19,6 +19,7 @@ hang, error, truncate and malformed that is present decides the outcome; oversiz
 the body of whatever 200 is sent.  Probabilities draw from a random.Random of their
 own, so PROB 1 always and PROB 0 never fires.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -77,8 +78,9 @@ def parse(spec: str) -> Faults | None:
     return Faults(**fields)
 
 
-async def deliver(handler: RequestHandler, faults: Faults, rng: random.Random,
-                  hangs: set[asyncio.Future], status: int, body: bytes) -> None:
+async def deliver(
+    handler: RequestHandler, faults: Faults, rng: random.Random, hangs: set[asyncio.Future], status: int, body: bytes
+) -> None:
     """Send (status, body) through `handler`, distorted as `faults` says."""
     if faults.latency_ms > 0:
         await asyncio.sleep(faults.latency_ms / 1000)
@@ -101,17 +103,19 @@ async def deliver(handler: RequestHandler, faults: Faults, rng: random.Random,
         body += b" " * (faults.oversize - len(body))
     if faults.truncate:
         stream = handler.detach()
-        head = (f"HTTP/1.1 {status} {responses.get(status, 'Unknown')}\r\n"
-                f"Content-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+        head = (
+            f"HTTP/1.1 {status} {responses.get(status, 'Unknown')}\r\n"
+            f"Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
         try:
-            await stream.write(head + body[:len(body) // 2])
+            await stream.write(head + body[: len(body) // 2])
         except StreamClosedError:
             pass
         stream.close()
         return
     if faults.malformed:
-        status, body = 200, body[:max(len(body) // 2, 1)]
+        status, body = 200, body[: max(len(body) // 2, 1)]
     handler.set_status(status)
     handler.finish(body)
 

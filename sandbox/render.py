@@ -4,6 +4,7 @@ Field names, nesting and nullability follow the spec's tables: Tweet, User, Tren
 Space detail, User about and Community info.  A few members the platform also sends
 (media `type`, a Space `title`) are included where the spec's prose mentions them.
 """
+
 from __future__ import annotations
 
 import base64
@@ -21,8 +22,10 @@ _PHOTO_FEATURES = {size: {"faces": []} for size in ("large", "medium", "small", 
 def created_at(seconds: int) -> str:
     """`Www Mmm dd HH:MM:SS +0000 yyyy`, independent of the process locale."""
     tm = time.gmtime(seconds)
-    return (f"{_DAYS[tm.tm_wday]} {_MONTHS[tm.tm_mon - 1]} {tm.tm_mday:02d} "
-            f"{tm.tm_hour:02d}:{tm.tm_min:02d}:{tm.tm_sec:02d} +0000 {tm.tm_year}")
+    return (
+        f"{_DAYS[tm.tm_wday]} {_MONTHS[tm.tm_mon - 1]} {tm.tm_mday:02d} "
+        f"{tm.tm_hour:02d}:{tm.tm_min:02d}:{tm.tm_sec:02d} +0000 {tm.tm_year}"
+    )
 
 
 def _gql_id(kind: str, rest_id: str) -> str:
@@ -35,21 +38,19 @@ def _display(url: str) -> str:
 
 
 def _url_entity(tco: str, expanded: str, start: int, end: int) -> dict:
-    return {"display_url": _display(expanded), "expanded_url": expanded,
-            "indices": [start, end], "url": tco}
+    return {"display_url": _display(expanded), "expanded_url": expanded, "indices": [start, end], "url": tco}
 
 
 # ---- users -----------------------------------------------------------------
 
+
 def avatar(w: World, u: int) -> str:
-    return (f"https://pbs.twimg.com/profile_images/{w.profile(u).pic}/"
-            f"{b62(h64(w.seed, 20, u), 8)}_normal.jpg")
+    return f"https://pbs.twimg.com/profile_images/{w.profile(u).pic}/{b62(h64(w.seed, 20, u), 8)}_normal.jpg"
 
 
 def _banner(w: World, u: int) -> str | None:
     p = w.profile(u)
-    return f"https://pbs.twimg.com/profile_banners/{w.user_id(u)}/{p.created_s + 86400}" \
-        if p.has_cover else None
+    return f"https://pbs.twimg.com/profile_banners/{w.user_id(u)}/{p.created_s + 86400}" if p.has_cover else None
 
 
 def _pinned(w: World, u: int) -> list[str]:
@@ -73,8 +74,7 @@ def user(w: World, u: int, full: bool = False) -> dict:
     site = _site_entity(w, u)
     bio = None
     if p.description:
-        bio = {"description": p.description,
-               "entities": {"description": {}, "url": {"urls": [site] if site else []}}}
+        bio = {"description": p.description, "entities": {"description": {}, "url": {"urls": [site] if site else []}}}
     return {
         "type": "user",
         "userName": handle,
@@ -97,8 +97,12 @@ def user(w: World, u: int, full: bool = False) -> dict:
 
 
 def _verification(w: World, u: int) -> dict:
-    return {"is_blue_verified": w.is_blue(u), "is_verified_organization": u < N_BIG,
-            "is_verified_organization_affiliate": False, "verified": False}
+    return {
+        "is_blue_verified": w.is_blue(u),
+        "is_verified_organization": u < N_BIG,
+        "is_verified_organization_affiliate": False,
+        "verified": False,
+    }
 
 
 def gql_user(w: World, u: int) -> dict:
@@ -148,8 +152,7 @@ def gql_user(w: World, u: int) -> dict:
         "profile_bio": {"description": p.description},
         "profile_image_shape": "Square" if u < N_BIG else "Circle",
         "relationship_counts": {"followers": followers, "following": following},
-        "relationship_perspectives": {"following": False, "followed_by": False,
-                                      "blocking": False, "muting": False},
+        "relationship_perspectives": {"following": False, "followed_by": False, "blocking": False, "muting": False},
         "super_follow_eligible": False,
         "verification": _verification(w, u),
     }
@@ -178,13 +181,15 @@ def user_about(w: World, u: int) -> dict:
                 "username_changes": {"count": str(p.username_changes)},
                 "verified_since_msec": str((p.created_s + 400 * 86400) * 1000),
             },
-            "affiliates_highlighted_label": {"label": {
-                "badge": {"url": avatar(w, org)},
-                "description": w.name(org),
-                "url": {"url": f"https://x.com/{org_handle}", "url_type": "DeepLink"},
-                "user_label_display_type": "Badge",
-                "user_label_type": "BusinessLabel",
-            }},
+            "affiliates_highlighted_label": {
+                "label": {
+                    "badge": {"url": avatar(w, org)},
+                    "description": w.name(org),
+                    "url": {"url": f"https://x.com/{org_handle}", "url_type": "DeepLink"},
+                    "user_label_display_type": "Badge",
+                    "user_label_type": "BusinessLabel",
+                }
+            },
             "avatar": {"image_url": avatar(w, u)},
             "core": {"created_at_ms": p.created_s * 1000, "name": w.name(u), "screen_name": handle},
             "is_blue_verified": w.is_blue(u),
@@ -194,13 +199,15 @@ def user_about(w: World, u: int) -> dict:
             "verification_info": {
                 "is_identity_verified": w.is_blue(u) and h64(w.seed, 27, u) % 2 == 0,
                 "reason": {"description": {"entities": [], "text": "This account is verified."}}
-                if w.is_blue(u) else {},
+                if w.is_blue(u)
+                else {},
             },
         },
     }
 
 
 # ---- tweets ------------------------------------------------------------------
+
 
 def _media(w: World, i: int, handle: str, start: int, end: int, tco: str) -> list[dict]:
     t = w.tweets[i]
@@ -212,38 +219,47 @@ def _media(w: World, i: int, handle: str, start: int, end: int, tco: str) -> lis
         image = f"https://pbs.twimg.com/media/{b62(h * 0x9E3779B97F4A7C15, 15)}.jpg"
         shares = [1 + (h >> (16 + 6 * n)) % 60 for n in range(3 + (h >> 12) % 3)]
         total = sum(shares)
-        palette = [{"percentage": round(100 * s / total, 2),
-                    "rgb": {"red": (h >> (3 * n)) % 256, "green": (h >> (5 * n + 7)) % 256,
-                            "blue": (h >> (7 * n + 11)) % 256}}
-                   for n, s in enumerate(shares)]
-        out.append({
-            "display_url": f"pic.x.com/{tco.rsplit('/', 1)[-1]}",
-            "expanded_url": f"https://x.com/{handle}/status/{t.id}/photo/{k + 1}",
-            "features": _PHOTO_FEATURES,
-            "id_str": mid,
-            "indices": [start, end],
-            "media_key": f"3_{mid}",
-            "media_url_https": image,
-            "type": "photo",
-            "url": tco,
-            "media_results": {
-                "id": _gql_id("ApiMediaResults", mid),
-                "result": {
-                    "__typename": "ApiMedia",
-                    "id": _gql_id("ApiMedia", mid),
-                    "media_availability_v2": {"status": "Available"},
-                    "media_id": mid,
-                    "media_info": {
-                        "__typename": "ApiImage",
-                        "alt_text": f"Photo: {TOPICS[t.topic][1]}" if h % 3 == 0 else None,
-                        "color_info": {"palette": palette},
-                        "original_img_height": height,
-                        "original_img_url": image,
-                        "original_img_width": width,
+        palette = [
+            {
+                "percentage": round(100 * s / total, 2),
+                "rgb": {
+                    "red": (h >> (3 * n)) % 256,
+                    "green": (h >> (5 * n + 7)) % 256,
+                    "blue": (h >> (7 * n + 11)) % 256,
+                },
+            }
+            for n, s in enumerate(shares)
+        ]
+        out.append(
+            {
+                "display_url": f"pic.x.com/{tco.rsplit('/', 1)[-1]}",
+                "expanded_url": f"https://x.com/{handle}/status/{t.id}/photo/{k + 1}",
+                "features": _PHOTO_FEATURES,
+                "id_str": mid,
+                "indices": [start, end],
+                "media_key": f"3_{mid}",
+                "media_url_https": image,
+                "type": "photo",
+                "url": tco,
+                "media_results": {
+                    "id": _gql_id("ApiMediaResults", mid),
+                    "result": {
+                        "__typename": "ApiMedia",
+                        "id": _gql_id("ApiMedia", mid),
+                        "media_availability_v2": {"status": "Available"},
+                        "media_id": mid,
+                        "media_info": {
+                            "__typename": "ApiImage",
+                            "alt_text": f"Photo: {TOPICS[t.topic][1]}" if h % 3 == 0 else None,
+                            "color_info": {"palette": palette},
+                            "original_img_height": height,
+                            "original_img_url": image,
+                            "original_img_width": width,
+                        },
                     },
                 },
-            },
-        })
+            }
+        )
     return out
 
 
@@ -256,8 +272,10 @@ def tweet(w: World, i: int, nested: bool = False) -> dict:
         "hashtags": [{"indices": [s, e], "text": tag} for tag, s, e in c.tags],
         "symbols": [],
         "urls": [_url_entity(c.link[2], c.link[3], c.link[0], c.link[1])] if c.link else [],
-        "user_mentions": [{"id_str": w.user_id(u), "indices": [s, e], "name": w.name(u),
-                           "screen_name": w.handle(u)} for u, s, e in c.mentions],
+        "user_mentions": [
+            {"id_str": w.user_id(u), "indices": [s, e], "name": w.name(u), "screen_name": w.handle(u)}
+            for u, s, e in c.mentions
+        ],
         "media": _media(w, i, handle, *c.media) if c.media else [],
     }
     return {
@@ -284,6 +302,7 @@ def tweet(w: World, i: int, nested: bool = False) -> dict:
 
 
 # ---- trends, spaces, communities ----------------------------------------------
+
 
 def trend(name: str, volume: int | None) -> dict:
     q = quote_plus(name if name.startswith("#") else f'"{name}"')
@@ -353,12 +372,23 @@ def _banner_media(w: World, c: int, kind: int, salient: bool) -> dict:
     mid = str(1_700_000_000_000_000_000 + h % 10**17)
     width, height = (1500, 500) if salient else (1200, 480)
     url = f"https://pbs.twimg.com/community_banner_img/{mid}/{b62(h, 8)}?format=jpg&name=orig"
-    info = {"__typename": "ApiImage", "original_img_height": height, "original_img_url": url,
-            "original_img_width": width}
+    info = {
+        "__typename": "ApiImage",
+        "original_img_height": height,
+        "original_img_url": url,
+        "original_img_width": width,
+    }
     if salient:
         info["salient_rect"] = {"height": 500, "left": (h >> 8) % 300, "top": 0, "width": 1200}
-    return {"result": {"__typename": "ApiMedia", "id": _gql_id("ApiMedia", mid),
-                       "media_key": f"3_{mid}", "media_id": mid, "media_info": info}}
+    return {
+        "result": {
+            "__typename": "ApiMedia",
+            "id": _gql_id("ApiMedia", mid),
+            "media_key": f"3_{mid}",
+            "media_id": mid,
+            "media_info": info,
+        }
+    }
 
 
 def community_info(w: World, c: int) -> dict:
@@ -377,12 +407,16 @@ def community_info(w: World, c: int) -> dict:
             "custom_banner_media_results": _banner_media(w, c, 0, True),
             "default_banner_media_results": _banner_media(w, c, 1, False),
             "actions": {
-                "join_action_result": {"__typename": "CommunityJoinActionUnavailable",
-                                       "message": "You need to request to join this Community.",
-                                       "reason": "ViewerRequestRequired"},
-                "leave_action_result": {"__typename": "CommunityLeaveActionUnavailable",
-                                        "message": "You are not a member of this Community.",
-                                        "reason": "ViewerNotMember"},
+                "join_action_result": {
+                    "__typename": "CommunityJoinActionUnavailable",
+                    "message": "You need to request to join this Community.",
+                    "reason": "ViewerRequestRequired",
+                },
+                "leave_action_result": {
+                    "__typename": "CommunityLeaveActionUnavailable",
+                    "message": "You are not a member of this Community.",
+                    "reason": "ViewerNotMember",
+                },
             },
             "is_pinned": False,
             "join_policy": "RestrictedJoinRequestsRequireModeratorApproval",

@@ -20,12 +20,13 @@ Words and phrases match whole words, case-insensitively, in the text outside URL
 An unknown operator is matched as a plain word, which in practice finds nothing.
 queryType Latest sorts newest first; Top sorts by World.engagement, newest first on ties.
 """
+
 from __future__ import annotations
 
 import calendar
 import functools
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .world import N_ACTIVE, Tweet, World, words
 
@@ -51,7 +52,7 @@ def _tokens(query: str) -> list[tuple[str, str]]:
         elif ch == '"':
             end = query.find('"', i + 1)
             end = n if end < 0 else end
-            out.append(("phrase", query[i + 1:end]))
+            out.append(("phrase", query[i + 1 : end]))
             i = end + 1
         else:
             j = i

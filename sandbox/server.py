@@ -1,10 +1,12 @@
 """Run the sandbox upstream: in-process (start) or as a command (main)."""
+
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
 import signal
+import sys
 import weakref
 
 import tornado.web
@@ -54,38 +56,63 @@ class SandboxServer:
             stream.close()
 
 
-def start(host: str, port: int, api_key: str, prefix: str = "/twitter", seed: int = 7,
-          faults: str = "") -> SandboxServer:
+def start(
+    host: str, port: int, api_key: str, prefix: str = "/twitter", seed: int = 7, faults: str = ""
+) -> SandboxServer:
     """Listen on the current asyncio loop (port 0 picks a free port)."""
     return SandboxServer(make_app(api_key, prefix, seed, faults), host, port)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="social-gateway simulate-upstream",
-        description="Serve the sandbox upstream: a deterministic simulated social-data provider.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8100)
-    parser.add_argument("--api-key", default=os.environ.get("UPSTREAM_API_KEY") or "sandbox-upstream-key",
-                        help="value required in X-API-Key (env UPSTREAM_API_KEY)")
-    parser.add_argument("--prefix", default=os.environ.get("UPSTREAM_PATH_PREFIX") or "/twitter",
-                        help="path prefix of the provider endpoints (env UPSTREAM_PATH_PREFIX)")
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The sandbox's options, for `python -m sandbox` and `social-gateway simulate-upstream` alike."""
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8100, help="port to listen on (default 8100)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("UPSTREAM_API_KEY") or "sandbox-upstream-key",
+        help="value required in X-API-Key (env UPSTREAM_API_KEY)",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=os.environ.get("UPSTREAM_PATH_PREFIX") or "/twitter",
+        help="path prefix of the provider endpoints (env UPSTREAM_PATH_PREFIX)",
+    )
     parser.add_argument("--seed", type=int, default=7, help="seed of the synthetic world")
-    parser.add_argument("--faults", default=os.environ.get("SANDBOX_FAULTS", ""),
-                        help="run-wide fault spec, e.g. 'latency=50,error=503:0.1' (env SANDBOX_FAULTS)")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--faults",
+        default=os.environ.get("SANDBOX_FAULTS", ""),
+        help="run-wide fault spec, e.g. 'latency=50,error=503:0.1' (env SANDBOX_FAULTS)",
+    )
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         faultlib.parse(args.faults)
     except ValueError as e:
-        parser.error(str(e))
+        print(f"simulate-upstream: {e}", file=sys.stderr)
+        return 2
     asyncio.run(_serve(args))
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = add_arguments(
+        argparse.ArgumentParser(
+            prog="python -m sandbox",
+            description="Serve the sandbox upstream: a deterministic simulated social-data provider.",
+        )
+    )
+    return run(parser.parse_args(argv))
+
+
 async def _serve(args: argparse.Namespace) -> None:
     server = start(args.host, args.port, args.api_key, args.prefix, args.seed, args.faults)
-    print(f"sandbox upstream listening on {server.url} (prefix {args.prefix}, seed {args.seed}"
-          f"{', faults ' + args.faults if args.faults else ''})", flush=True)
+    print(
+        f"sandbox upstream listening on {server.url} (prefix {args.prefix}, seed {args.seed}"
+        f"{', faults ' + args.faults if args.faults else ''})",
+        flush=True,
+    )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

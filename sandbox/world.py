@@ -15,6 +15,7 @@ same users, tweets and pages.  Generation has to stay well under a second, so:
 * Tweets are generated once, in chronological order, as compact records;
   reply threads, quotes and mentions are indexed as they are made.
 """
+
 from __future__ import annotations
 
 import calendar
@@ -69,65 +70,214 @@ LANG_INDEX = {lang: k for k, lang in enumerate(LANGS)}
 
 # hashtag, then the topic phrase in each of LANGS
 TOPICS = (
-    ("MachineLearning", "machine learning", "aprendizaje automático", "aprendizado de máquina",
-     "機械学習", "apprentissage automatique", "maschinelles Lernen"),
-    ("OpenSource", "open source", "código abierto", "código aberto", "オープンソース",
-     "logiciel libre", "Open Source"),
-    ("Coffee", "specialty coffee", "café de especialidad", "café especial",
-     "スペシャルティコーヒー", "café de spécialité", "Spezialitätenkaffee"),
-    ("TrailRunning", "trail running", "carreras de montaña", "corrida de trilha",
-     "トレイルランニング", "trail en montagne", "Traillauf"),
-    ("ClimateData", "climate data", "datos climáticos", "dados climáticos", "気候データ",
-     "données climatiques", "Klimadaten"),
-    ("RustLang", "async rust", "rust asíncrono", "rust assíncrono", "非同期Rust",
-     "rust asynchrone", "asynchrones Rust"),
-    ("Python", "python packaging", "empaquetado en python", "empacotamento python",
-     "Pythonのパッケージング", "packaging python", "Python-Packaging"),
-    ("StreetPhotography", "street photography", "fotografía callejera", "fotografia de rua",
-     "ストリート写真", "photo de rue", "Straßenfotografie"),
-    ("Sourdough", "sourdough bread", "pan de masa madre", "pão de fermentação natural",
-     "サワードウ", "pain au levain", "Sauerteigbrot"),
-    ("CityCycling", "city cycling", "bici urbana", "ciclismo urbano", "街乗り自転車",
-     "vélo en ville", "Radfahren in der Stadt"),
-    ("RocketLaunch", "rocket launches", "lanzamientos de cohetes", "lançamentos de foguetes",
-     "ロケット打ち上げ", "lancements de fusées", "Raketenstarts"),
-    ("IndieGames", "indie games", "juegos indie", "jogos indie", "インディーゲーム",
-     "jeux indés", "Indie-Spiele"),
-    ("Jazz", "jazz records", "discos de jazz", "discos de jazz", "ジャズのレコード",
-     "vinyles de jazz", "Jazzplatten"),
-    ("UrbanGardening", "urban gardening", "huertos urbanos", "hortas urbanas", "都市園芸",
-     "jardinage urbain", "Urban Gardening"),
-    ("EV", "electric cars", "coches eléctricos", "carros elétricos", "電気自動車",
-     "voitures électriques", "Elektroautos"),
-    ("Football", "football tactics", "táctica de fútbol", "tática de futebol", "サッカー戦術",
-     "tactique du foot", "Fußballtaktik"),
-    ("RemoteWork", "remote work", "teletrabajo", "trabalho remoto", "リモートワーク",
-     "télétravail", "Homeoffice"),
-    ("Keyboards", "mechanical keyboards", "teclados mecánicos", "teclados mecânicos",
-     "メカニカルキーボード", "claviers mécaniques", "mechanische Tastaturen"),
-    ("Birding", "bird watching", "observación de aves", "observação de aves",
-     "バードウォッチング", "observation des oiseaux", "Vogelbeobachtung"),
-    ("Chess", "chess openings", "aperturas de ajedrez", "aberturas de xadrez",
-     "チェスのオープニング", "ouvertures aux échecs", "Schacheröffnungen"),
+    (
+        "MachineLearning",
+        "machine learning",
+        "aprendizaje automático",
+        "aprendizado de máquina",
+        "機械学習",
+        "apprentissage automatique",
+        "maschinelles Lernen",
+    ),
+    ("OpenSource", "open source", "código abierto", "código aberto", "オープンソース", "logiciel libre", "Open Source"),
+    (
+        "Coffee",
+        "specialty coffee",
+        "café de especialidad",
+        "café especial",
+        "スペシャルティコーヒー",
+        "café de spécialité",
+        "Spezialitätenkaffee",
+    ),
+    (
+        "TrailRunning",
+        "trail running",
+        "carreras de montaña",
+        "corrida de trilha",
+        "トレイルランニング",
+        "trail en montagne",
+        "Traillauf",
+    ),
+    (
+        "ClimateData",
+        "climate data",
+        "datos climáticos",
+        "dados climáticos",
+        "気候データ",
+        "données climatiques",
+        "Klimadaten",
+    ),
+    (
+        "RustLang",
+        "async rust",
+        "rust asíncrono",
+        "rust assíncrono",
+        "非同期Rust",
+        "rust asynchrone",
+        "asynchrones Rust",
+    ),
+    (
+        "Python",
+        "python packaging",
+        "empaquetado en python",
+        "empacotamento python",
+        "Pythonのパッケージング",
+        "packaging python",
+        "Python-Packaging",
+    ),
+    (
+        "StreetPhotography",
+        "street photography",
+        "fotografía callejera",
+        "fotografia de rua",
+        "ストリート写真",
+        "photo de rue",
+        "Straßenfotografie",
+    ),
+    (
+        "Sourdough",
+        "sourdough bread",
+        "pan de masa madre",
+        "pão de fermentação natural",
+        "サワードウ",
+        "pain au levain",
+        "Sauerteigbrot",
+    ),
+    (
+        "CityCycling",
+        "city cycling",
+        "bici urbana",
+        "ciclismo urbano",
+        "街乗り自転車",
+        "vélo en ville",
+        "Radfahren in der Stadt",
+    ),
+    (
+        "RocketLaunch",
+        "rocket launches",
+        "lanzamientos de cohetes",
+        "lançamentos de foguetes",
+        "ロケット打ち上げ",
+        "lancements de fusées",
+        "Raketenstarts",
+    ),
+    ("IndieGames", "indie games", "juegos indie", "jogos indie", "インディーゲーム", "jeux indés", "Indie-Spiele"),
+    ("Jazz", "jazz records", "discos de jazz", "discos de jazz", "ジャズのレコード", "vinyles de jazz", "Jazzplatten"),
+    (
+        "UrbanGardening",
+        "urban gardening",
+        "huertos urbanos",
+        "hortas urbanas",
+        "都市園芸",
+        "jardinage urbain",
+        "Urban Gardening",
+    ),
+    (
+        "EV",
+        "electric cars",
+        "coches eléctricos",
+        "carros elétricos",
+        "電気自動車",
+        "voitures électriques",
+        "Elektroautos",
+    ),
+    (
+        "Football",
+        "football tactics",
+        "táctica de fútbol",
+        "tática de futebol",
+        "サッカー戦術",
+        "tactique du foot",
+        "Fußballtaktik",
+    ),
+    ("RemoteWork", "remote work", "teletrabajo", "trabalho remoto", "リモートワーク", "télétravail", "Homeoffice"),
+    (
+        "Keyboards",
+        "mechanical keyboards",
+        "teclados mecánicos",
+        "teclados mecânicos",
+        "メカニカルキーボード",
+        "claviers mécaniques",
+        "mechanische Tastaturen",
+    ),
+    (
+        "Birding",
+        "bird watching",
+        "observación de aves",
+        "observação de aves",
+        "バードウォッチング",
+        "observation des oiseaux",
+        "Vogelbeobachtung",
+    ),
+    (
+        "Chess",
+        "chess openings",
+        "aperturas de ajedrez",
+        "aberturas de xadrez",
+        "チェスのオープニング",
+        "ouvertures aux échecs",
+        "Schacheröffnungen",
+    ),
 )
 
 OPENERS = {
-    "en": ("Just shipped a post on", "Thinking a lot about", "Hot take on", "Can't stop reading about",
-           "Anyone else excited about", "Quick thread on", "Spent the whole morning on",
-           "Still not convinced by the hype around", "Finally tried", "Weekend plans: more"),
-    "es": ("Acabo de publicar algo sobre", "Pensando mucho en", "Opinión impopular sobre",
-           "No puedo dejar de leer sobre", "Hilo rápido sobre", "Por fin probé"),
-    "pt": ("Acabei de postar sobre", "Pensando muito em", "Opinião polêmica sobre",
-           "Não paro de ler sobre", "Fio rápido sobre", "Finalmente testei"),
+    "en": (
+        "Just shipped a post on",
+        "Thinking a lot about",
+        "Hot take on",
+        "Can't stop reading about",
+        "Anyone else excited about",
+        "Quick thread on",
+        "Spent the whole morning on",
+        "Still not convinced by the hype around",
+        "Finally tried",
+        "Weekend plans: more",
+    ),
+    "es": (
+        "Acabo de publicar algo sobre",
+        "Pensando mucho en",
+        "Opinión impopular sobre",
+        "No puedo dejar de leer sobre",
+        "Hilo rápido sobre",
+        "Por fin probé",
+    ),
+    "pt": (
+        "Acabei de postar sobre",
+        "Pensando muito em",
+        "Opinião polêmica sobre",
+        "Não paro de ler sobre",
+        "Fio rápido sobre",
+        "Finalmente testei",
+    ),
     "ja": ("今日は", "最近ずっと", "ついに", "週末は", "改めて"),
-    "fr": ("Je viens de publier sur", "Je pense beaucoup à", "Avis tranché sur",
-           "Petit thread sur", "J'ai enfin testé"),
-    "de": ("Gerade einen Beitrag über", "Denke viel nach über", "Steile These zu",
-           "Kurzer Thread zu", "Endlich ausprobiert:"),
+    "fr": (
+        "Je viens de publier sur",
+        "Je pense beaucoup à",
+        "Avis tranché sur",
+        "Petit thread sur",
+        "J'ai enfin testé",
+    ),
+    "de": (
+        "Gerade einen Beitrag über",
+        "Denke viel nach über",
+        "Steile These zu",
+        "Kurzer Thread zu",
+        "Endlich ausprobiert:",
+    ),
 }
 CLOSERS = {
-    "en": ("today.", "and it is wild.", "— thoughts?", "again.", "for the third time this week.",
-           "with friends.", "and honestly it is great.", "lol", "🚀", "🔥"),
+    "en": (
+        "today.",
+        "and it is wild.",
+        "— thoughts?",
+        "again.",
+        "for the third time this week.",
+        "with friends.",
+        "and honestly it is great.",
+        "lol",
+        "🚀",
+        "🔥",
+    ),
     "es": ("hoy.", "¿qué opinan?", "otra vez.", "con amigos.", "🔥"),
     "pt": ("hoje.", "o que acham?", "de novo.", "com os amigos.", "🚀"),
     "ja": ("について考えてる。", "が楽しい。", "やってみた！", "最高。", "🔥"),
@@ -135,52 +285,264 @@ CLOSERS = {
     "de": ("heute.", "was meint ihr?", "schon wieder.", "mit Freunden.", "🚀"),
 }
 EXTRA_TAGS = ("tbt", "MondayMotivation", "100DaysOfCode", "Weekend", "NowPlaying", "BuildInPublic")
-LINK_TARGETS = ("github.com/{s}", "www.youtube.com/watch?v={s}", "{s}.substack.com/p/notes",
-                "arxiv.org/abs/2403.{n}", "en.wikipedia.org/wiki/{t}", "medium.com/@{s}/post-{n}")
+LINK_TARGETS = (
+    "github.com/{s}",
+    "www.youtube.com/watch?v={s}",
+    "{s}.substack.com/p/notes",
+    "arxiv.org/abs/2403.{n}",
+    "en.wikipedia.org/wiki/{t}",
+    "medium.com/@{s}/post-{n}",
+)
 
-FIRST = ("Maria", "James", "Aiko", "Luca", "Sofia", "Noah", "Amara", "Mateo", "Chloe", "Ethan",
-         "Yuki", "Lena", "Omar", "Priya", "Jonas", "Elena", "Kai", "Zara", "Diego", "Hannah",
-         "Ravi", "Ingrid", "Tomas", "Leila", "Felix", "Mia", "Arjun", "Clara", "Hugo", "Nadia",
-         "Sam", "Ana", "Ben", "Ines", "Theo", "Julia", "Marco", "Sara", "Liam", "Emma",
-         "Kenji", "Fatima", "Pablo", "Greta", "Samir", "Olga", "Victor", "Rosa", "Ivan", "Alice",
-         "Bruno", "Camila", "Dmitri", "Eva", "Gabriel", "Hana", "Isaac", "Jade", "Karim", "Lucia")
-LAST = ("Garcia", "Smith", "Tanaka", "Rossi", "Müller", "Silva", "Okafor", "Dubois", "Kim",
-        "Novak", "Santos", "Nguyen", "Johansson", "Patel", "Fischer", "Lopez", "Sato", "Moreau",
-        "Costa", "Brown", "Ivanova", "Hernandez", "Schmidt", "Yamamoto", "Ferreira", "Martin",
-        "Kowalski", "Haddad", "Berg", "Oliveira", "Walker", "Romano", "Suzuki", "Lindqvist",
-        "Mendes", "Clarke", "Weber", "Alvarez", "Nakamura", "Petrov", "Rahman", "Young",
-        "Bianchi", "Kaur", "Laurent", "Hoffmann", "Diaz", "Ito", "Eriksen", "Reyes")
+FIRST = (
+    "Maria",
+    "James",
+    "Aiko",
+    "Luca",
+    "Sofia",
+    "Noah",
+    "Amara",
+    "Mateo",
+    "Chloe",
+    "Ethan",
+    "Yuki",
+    "Lena",
+    "Omar",
+    "Priya",
+    "Jonas",
+    "Elena",
+    "Kai",
+    "Zara",
+    "Diego",
+    "Hannah",
+    "Ravi",
+    "Ingrid",
+    "Tomas",
+    "Leila",
+    "Felix",
+    "Mia",
+    "Arjun",
+    "Clara",
+    "Hugo",
+    "Nadia",
+    "Sam",
+    "Ana",
+    "Ben",
+    "Ines",
+    "Theo",
+    "Julia",
+    "Marco",
+    "Sara",
+    "Liam",
+    "Emma",
+    "Kenji",
+    "Fatima",
+    "Pablo",
+    "Greta",
+    "Samir",
+    "Olga",
+    "Victor",
+    "Rosa",
+    "Ivan",
+    "Alice",
+    "Bruno",
+    "Camila",
+    "Dmitri",
+    "Eva",
+    "Gabriel",
+    "Hana",
+    "Isaac",
+    "Jade",
+    "Karim",
+    "Lucia",
+)
+LAST = (
+    "Garcia",
+    "Smith",
+    "Tanaka",
+    "Rossi",
+    "Müller",
+    "Silva",
+    "Okafor",
+    "Dubois",
+    "Kim",
+    "Novak",
+    "Santos",
+    "Nguyen",
+    "Johansson",
+    "Patel",
+    "Fischer",
+    "Lopez",
+    "Sato",
+    "Moreau",
+    "Costa",
+    "Brown",
+    "Ivanova",
+    "Hernandez",
+    "Schmidt",
+    "Yamamoto",
+    "Ferreira",
+    "Martin",
+    "Kowalski",
+    "Haddad",
+    "Berg",
+    "Oliveira",
+    "Walker",
+    "Romano",
+    "Suzuki",
+    "Lindqvist",
+    "Mendes",
+    "Clarke",
+    "Weber",
+    "Alvarez",
+    "Nakamura",
+    "Petrov",
+    "Rahman",
+    "Young",
+    "Bianchi",
+    "Kaur",
+    "Laurent",
+    "Hoffmann",
+    "Diaz",
+    "Ito",
+    "Eriksen",
+    "Reyes",
+)
 PLAIN_LAST = tuple(n.replace("ü", "u") for n in LAST)  # handles are ASCII
-BIG_ACCOUNTS = (("NewsWireDaily", "NewsWire Daily"), ("OrbitalFacts", "Orbital Facts"),
-                ("CodeDigest", "Code Digest"), ("ChefMarta", "Chef Marta Ruiz"),
-                ("PitchsideHub", "Pitchside Hub"))
-CITIES = ("Lisbon, Portugal", "Berlin", "Tokyo", "São Paulo", "Austin, TX", "Lagos", "Paris",
-          "Toronto", "Seoul", "Mexico City", "London", "Bangalore", "Melbourne", "Madrid",
-          "Nairobi", "Stockholm", "Buenos Aires", "Milan", "Osaka", "Vancouver")
-COUNTRIES = ("Portugal", "Germany", "Japan", "Brazil", "United States", "Nigeria", "France",
-             "Canada", "South Korea", "Mexico", "United Kingdom", "India", "Australia", "Spain",
-             "Kenya", "Sweden", "Argentina", "Italy")
-ROLES = ("Data engineer", "Coffee nerd", "Runner", "Photographer", "PhD student", "Product designer",
-         "Backend dev", "Teacher", "Climate researcher", "Home baker", "Chess addict",
-         "Indie game dev", "Cyclist", "Jazz fan", "Writer", "Open source maintainer", "Gardener",
-         "Football analyst", "Birder", "Keyboard collector")
-TAGLINES = ("Opinions my own.", "Building things.", "Mostly harmless.", "Learning in public.",
-            "he/him", "she/her", "they/them", "Coffee first.", "Views are mine.", "")
+BIG_ACCOUNTS = (
+    ("NewsWireDaily", "NewsWire Daily"),
+    ("OrbitalFacts", "Orbital Facts"),
+    ("CodeDigest", "Code Digest"),
+    ("ChefMarta", "Chef Marta Ruiz"),
+    ("PitchsideHub", "Pitchside Hub"),
+)
+CITIES = (
+    "Lisbon, Portugal",
+    "Berlin",
+    "Tokyo",
+    "São Paulo",
+    "Austin, TX",
+    "Lagos",
+    "Paris",
+    "Toronto",
+    "Seoul",
+    "Mexico City",
+    "London",
+    "Bangalore",
+    "Melbourne",
+    "Madrid",
+    "Nairobi",
+    "Stockholm",
+    "Buenos Aires",
+    "Milan",
+    "Osaka",
+    "Vancouver",
+)
+COUNTRIES = (
+    "Portugal",
+    "Germany",
+    "Japan",
+    "Brazil",
+    "United States",
+    "Nigeria",
+    "France",
+    "Canada",
+    "South Korea",
+    "Mexico",
+    "United Kingdom",
+    "India",
+    "Australia",
+    "Spain",
+    "Kenya",
+    "Sweden",
+    "Argentina",
+    "Italy",
+)
+ROLES = (
+    "Data engineer",
+    "Coffee nerd",
+    "Runner",
+    "Photographer",
+    "PhD student",
+    "Product designer",
+    "Backend dev",
+    "Teacher",
+    "Climate researcher",
+    "Home baker",
+    "Chess addict",
+    "Indie game dev",
+    "Cyclist",
+    "Jazz fan",
+    "Writer",
+    "Open source maintainer",
+    "Gardener",
+    "Football analyst",
+    "Birder",
+    "Keyboard collector",
+)
+TAGLINES = (
+    "Opinions my own.",
+    "Building things.",
+    "Mostly harmless.",
+    "Learning in public.",
+    "he/him",
+    "she/her",
+    "they/them",
+    "Coffee first.",
+    "Views are mine.",
+    "",
+)
 SITES = ("github.com/{h}", "{h}.dev", "linktr.ee/{h}", "{h}.substack.com", "{h}.net")
 
-RULES = ("Be kind and respectful", "Stay on topic", "No spam or self-promotion",
-         "Credit original creators", "No hate speech", "Use content warnings",
-         "English or translate your post", "No low-effort posts")
-SPACE_TITLES = ("Ask me anything: {t}", "Weekly {t} hangout", "{t} — live Q&A",
-                "Morning chat about {t}", "{t} news roundup")
+RULES = (
+    "Be kind and respectful",
+    "Stay on topic",
+    "No spam or self-promotion",
+    "Credit original creators",
+    "No hate speech",
+    "Use content warnings",
+    "English or translate your post",
+    "No low-effort posts",
+)
+SPACE_TITLES = (
+    "Ask me anything: {t}",
+    "Weekly {t} hangout",
+    "{t} — live Q&A",
+    "Morning chat about {t}",
+    "{t} news roundup",
+)
 
-WOEIDS = {1: "Worldwide", 23424977: "United States", 23424975: "United Kingdom",
-          23424856: "Japan", 23424950: "Spain", 23424768: "Brazil", 23424819: "France",
-          23424829: "Germany", 23424848: "India", 2459115: "New York", 44418: "London",
-          1118370: "Tokyo"}
-TREND_PHRASES = ("Black Friday", "Champions League", "Super Bowl", "Election Night", "New Album",
-                 "Solar Eclipse", "Game Awards", "Heat Wave", "Transfer Window", "Product Launch",
-                 "Open Beta", "Monday Morning", "Season Finale", "World Cup", "Tech Layoffs")
+WOEIDS = {
+    1: "Worldwide",
+    23424977: "United States",
+    23424975: "United Kingdom",
+    23424856: "Japan",
+    23424950: "Spain",
+    23424768: "Brazil",
+    23424819: "France",
+    23424829: "Germany",
+    23424848: "India",
+    2459115: "New York",
+    44418: "London",
+    1118370: "Tokyo",
+}
+TREND_PHRASES = (
+    "Black Friday",
+    "Champions League",
+    "Super Bowl",
+    "Election Night",
+    "New Album",
+    "Solar Eclipse",
+    "Game Awards",
+    "Heat Wave",
+    "Transfer Window",
+    "Product Launch",
+    "Open Beta",
+    "Monday Morning",
+    "Season Finale",
+    "World Cup",
+    "Tech Layoffs",
+)
 
 B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -196,6 +558,7 @@ def b62(n: int, width: int) -> str:
 @dataclass(slots=True)
 class Tweet:
     """What search and paging need; the text itself is composed on demand (World.content)."""
+
     idx: int
     id: str
     author: int
@@ -249,6 +612,7 @@ class Content:
 @dataclass(frozen=True, slots=True)
 class Profile:
     """Lazily derived user attributes (see World.profile)."""
+
     created_s: int
     description: str
     location: str | None
@@ -310,14 +674,13 @@ class Followers:
 
     def __getitem__(self, s: slice) -> list[int]:
         start, stop, _ = s.indices(len(self))
-        out = [N_ACTIVE + (self.offset + k * self.stride) % N_LURKERS
-               for k in range(start, min(stop, self.lurkers))]
+        out = [N_ACTIVE + (self.offset + k * self.stride) % N_LURKERS for k in range(start, min(stop, self.lurkers))]
         if stop > self.lurkers:
-            out.extend(self.active[max(start - self.lurkers, 0):stop - self.lurkers])
+            out.extend(self.active[max(start - self.lurkers, 0) : stop - self.lurkers])
         return out
 
     def __iter__(self):
-        return iter(self[0:len(self)])
+        return iter(self[0 : len(self)])
 
 
 class World:
@@ -413,8 +776,7 @@ class World:
         """(main language, three favourite topics) of a user."""
         h = h64(self.seed, 17, i)
         pick = h % 100
-        lang = "en" if i < N_BIG else next(
-            lang for lang, cum in zip(LANGS, LANG_CUM) if pick < cum)
+        lang = "en" if i < N_BIG else next(lang for lang, cum in zip(LANGS, LANG_CUM) if pick < cum)
         n = len(TOPICS)
         t0, d = (h >> 8) % n, 1 + (h >> 16) % (n // 2 - 1)  # 0 < d < 2d < n: three distinct
         return lang, (t0, (t0 + d) % n, (t0 + 2 * d) % n)
@@ -437,8 +799,7 @@ class World:
             second = (first + 1 + (h >> 9) % (len(ROLES) - 1)) % len(ROLES)
             tagline = TAGLINES[(h >> 14) % len(TAGLINES)]
             description = " · ".join(filter(None, (ROLES[first], ROLES[second], tagline)))
-        site = SITES[(h >> 18) % len(SITES)].format(h=self.handle(i).lower()) \
-            if active and (h >> 21) % 10 < 4 else None
+        site = SITES[(h >> 18) % len(SITES)].format(h=self.handle(i).lower()) if active and (h >> 21) % 10 < 4 else None
         age = g % ((15 if active else 14) * 365 * 86400)
         return Profile(
             created_s=(START_S if active else END_S) - 1 - age,
@@ -487,8 +848,7 @@ class World:
                 stride = 1 + h % (N_LURKERS - 1)
                 while math.gcd(stride, N_LURKERS) != 1:
                     stride += 1
-                self._followers.append(Followers(BIG_LURKER_FOLLOWERS[u], (h >> 20) % N_LURKERS,
-                                                 stride, active))
+                self._followers.append(Followers(BIG_LURKER_FOLLOWERS[u], (h >> 20) % N_LURKERS, stride, active))
             else:
                 self._followers.append(Followers(0, 0, 1, active))
         self._inverse_strides = [pow(f.stride, -1, N_LURKERS) for f in self._followers[:N_BIG]]
@@ -500,9 +860,11 @@ class World:
         if u < N_ACTIVE:
             return self._followings[u]
         j = u - N_ACTIVE
-        return [b for b in range(N_BIG)
-                if ((j - self._followers[b].offset) * self._inverse_strides[b]) % N_LURKERS
-                < self._followers[b].lurkers]
+        return [
+            b
+            for b in range(N_BIG)
+            if ((j - self._followers[b].offset) * self._inverse_strides[b]) % N_LURKERS < self._followers[b].lurkers
+        ]
 
     def verified_followers(self, u: int) -> list[int]:
         if u not in self._verified_followers:
@@ -562,14 +924,26 @@ class World:
             # Pareto(1.3) by inversion: heavy-tailed like real engagement.
             likes = int(base * ((1.0 - rand()) ** (-1 / 1.3) - 1) * (6 if viral else 1))
             tid = str(((ms - TWEPOCH_MS) << 22) | (h & 0x3FFFFF))
-            tweets.append(Tweet(
-                idx=i, id=tid, author=a, ms=ms, parent=parent, quote=quote,
-                root=tweets[parent].root if parent >= 0 else i, lang=lang, topic=topic, bits=h << 64 | g,
-                mention=mention, likes=likes, retweets=int(likes * (0.05 + 0.3 * rand())),
-                bookmarks=int(likes * 0.12 * rand()),
-                views=None if ms < VIEWS_SINCE_S * 1000 else int((likes + 1) * (25 + 155 * rand())),
-                community=topic if parent < 0 and rand() < 0.1 else -1,
-            ))
+            tweets.append(
+                Tweet(
+                    idx=i,
+                    id=tid,
+                    author=a,
+                    ms=ms,
+                    parent=parent,
+                    quote=quote,
+                    root=tweets[parent].root if parent >= 0 else i,
+                    lang=lang,
+                    topic=topic,
+                    bits=h << 64 | g,
+                    mention=mention,
+                    likes=likes,
+                    retweets=int(likes * (0.05 + 0.3 * rand())),
+                    bookmarks=int(likes * 0.12 * rand()),
+                    views=None if ms < VIEWS_SINCE_S * 1000 else int((likes + 1) * (25 + 155 * rand())),
+                    community=topic if parent < 0 and rand() < 0.1 else -1,
+                )
+            )
             self.by_id[tid] = i
             self.by_author[a].append(i)
             if parent >= 0:
@@ -621,7 +995,8 @@ class World:
         if t.has_link:
             h = t.bits >> 64
             target = LINK_TARGETS[(h >> 40 & 0xF) % len(LINK_TARGETS)].format(
-                s=self.handles[t.author].lower(), n=(h >> 44) % 99999, t=TOPICS[t.topic][0])
+                s=self.handles[t.author].lower(), n=(h >> 44) % 99999, t=TOPICS[t.topic][0]
+            )
             tco = f"https://t.co/{b62(h64(seed, 8, i), 10)}"
             text += " "
             link = (len(text), len(text) + len(tco), tco, f"https://{target}")
@@ -701,17 +1076,22 @@ class World:
         for c, topic in enumerate(TOPICS):
             phrase = topic[1]
             cid = str(1_600_000_000_000_000_000 + h64(self.seed, 11, c) % 10**17)
-            self.communities.append(Community(
-                id=cid, name=f"{phrase.title()} {('Builders', 'Club', 'Lovers', 'Hub')[c % 4]}",
-                description=f"A friendly place to share and discuss {phrase}. Newcomers welcome!",
-                creator=rng.randrange(N_ACTIVE),
-                created_ms=(START_S - rng.randrange(86400, 700 * 86400)) * 1000 + rng.randrange(1000),
-                member_count=int(rng.lognormvariate(8, 1.2)) + 50,
-                moderator_count=rng.randrange(1, 12),
-                rules=[(r, str(1_700_000_000_000_000_000 + h64(self.seed, 12, c, n) % 10**17))
-                       for n, r in enumerate(rng.sample(RULES, rng.randrange(2, 6)))],
-                tweets=[],
-            ))
+            self.communities.append(
+                Community(
+                    id=cid,
+                    name=f"{phrase.title()} {('Builders', 'Club', 'Lovers', 'Hub')[c % 4]}",
+                    description=f"A friendly place to share and discuss {phrase}. Newcomers welcome!",
+                    creator=rng.randrange(N_ACTIVE),
+                    created_ms=(START_S - rng.randrange(86400, 700 * 86400)) * 1000 + rng.randrange(1000),
+                    member_count=int(rng.lognormvariate(8, 1.2)) + 50,
+                    moderator_count=rng.randrange(1, 12),
+                    rules=[
+                        (r, str(1_700_000_000_000_000_000 + h64(self.seed, 12, c, n) % 10**17))
+                        for n, r in enumerate(rng.sample(RULES, rng.randrange(2, 6)))
+                    ],
+                    tweets=[],
+                )
+            )
         for t in reversed(self.tweets):  # newest first
             if t.community >= 0:
                 self.communities[t.community].tweets.append(t.idx)
@@ -723,20 +1103,22 @@ class World:
         for s in range(N_SPACES):
             creator = s if s < N_BIG else rng.randrange(N_BIG, N_ACTIVE)
             people = rng.sample(range(N_BIG, N_ACTIVE), 40)
-            listeners = people[10:10 + rng.randrange(0, 30)]
+            listeners = people[10 : 10 + rng.randrange(0, 30)]
             own = self.by_author[creator]
-            self.spaces.append(Space(
-                id="1" + b62(h64(self.seed, 13, s), 12),
-                title=rng.choice(SPACE_TITLES).format(t=TOPICS[rng.randrange(len(TOPICS))][1]),
-                creator=creator,
-                admins=[creator] + people[:rng.randrange(0, 3)],
-                speakers=people[3:3 + rng.randrange(0, 7)],
-                listeners=listeners,
-                start_ms=END_S * 1000 - rng.randrange(60_000, 3 * 3600_000),
-                live_listeners=len(listeners) + int(rng.lognormvariate(4, 1.5)),
-                replay_watched=rng.randrange(0, 500),
-                tweet=own[-1] if own else N_TWEETS - 1 - s,
-            ))
+            self.spaces.append(
+                Space(
+                    id="1" + b62(h64(self.seed, 13, s), 12),
+                    title=rng.choice(SPACE_TITLES).format(t=TOPICS[rng.randrange(len(TOPICS))][1]),
+                    creator=creator,
+                    admins=[creator] + people[: rng.randrange(0, 3)],
+                    speakers=people[3 : 3 + rng.randrange(0, 7)],
+                    listeners=listeners,
+                    start_ms=END_S * 1000 - rng.randrange(60_000, 3 * 3600_000),
+                    live_listeners=len(listeners) + int(rng.lognormvariate(4, 1.5)),
+                    replay_watched=rng.randrange(0, 500),
+                    tweet=own[-1] if own else N_TWEETS - 1 - s,
+                )
+            )
         self.space_by_id = {sp.id: k for k, sp in enumerate(self.spaces)}
 
     # ---- trends ------------------------------------------------------------
@@ -752,10 +1134,13 @@ class World:
             counts[phrase] = 5 + h64(self.seed, 14, n) % 40
         for n, topic in enumerate(TOPICS):
             counts[topic[1].title()] = 3 + h64(self.seed, 15, n) % 30
-        ranked = sorted(counts, key=lambda k: (
-            -counts[k] * (1 + h64(self.seed, woeid, zlib.crc32(k.encode())) % 100 / 50), k))
-        return [(name, None if h64(self.seed, 16, woeid, n) % 3 else int(counts[name] * 1000 + n))
-                for n, name in enumerate(ranked)]
+        ranked = sorted(
+            counts, key=lambda k: (-counts[k] * (1 + h64(self.seed, woeid, zlib.crc32(k.encode())) % 100 / 50), k)
+        )
+        return [
+            (name, None if h64(self.seed, 16, woeid, n) % 3 else int(counts[name] * 1000 + n))
+            for n, name in enumerate(ranked)
+        ]
 
 
 _WORD = re.compile(r"\w+")

@@ -4,6 +4,7 @@ A key is `sgw_` + 32 characters (192 random bits) + an 8-character tag (48 bits 
 random part, keyed from SECRETS_KEY). The tag is checked in memory before any lookup, so a flood
 of made-up keys never reaches the database: forging one that passes costs 2^48 tries.
 """
+
 import base64
 import hashlib
 import hmac
@@ -13,7 +14,7 @@ import secrets
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 PREFIX = "sgw_"
-_BODY, _TAG = 32, 8          # characters of the random part and of its tag
+_BODY, _TAG = 32, 8  # characters of the random part and of its tag
 
 
 class KeyVault:
@@ -36,7 +37,7 @@ class KeyVault:
         """False for a string this vault cannot have issued, decided without I/O (constant-time tag check)."""
         if not secret.startswith(PREFIX) or not secret.isascii():  # compare_digest takes ASCII only
             return False
-        body = secret[len(PREFIX):]
+        body = secret[len(PREFIX) :]
         return len(body) == _BODY + _TAG and hmac.compare_digest(self._tag(body[:_BODY]), body[_BODY:])
 
     @staticmethod

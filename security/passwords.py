@@ -3,6 +3,7 @@
 Hashing costs ~100 MiB and a good fraction of a second, so callers run these
 functions in an executor, never on the event loop.
 """
+
 import base64
 import hashlib
 import hmac
@@ -18,9 +19,7 @@ def _scrypt(password: str, salt: bytes, n: int) -> bytes:
 def hash_password(password: str, n: int) -> str:
     salt = os.urandom(16)
     digest = _scrypt(password, salt, n)
-    return "scrypt${}${}${}${}${}".format(
-        n, _R, _P, base64.b64encode(salt).decode(), base64.b64encode(digest).decode()
-    )
+    return f"scrypt${n}${_R}${_P}${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"
 
 
 def verify_password(password: str, stored: str) -> bool:

@@ -6,13 +6,14 @@ query parameter (with its default and maximum), or the number of ids sent.
 The most a call can cost (what is reserved before forwarding) is the price of
 a full page of that size.
 """
+
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str = "str"           # str | int | bool | ids
+    kind: str = "str"  # str | int | bool | ids
     required: bool = False
     minimum: int | None = None
     maximum: int | None = None  # for ids: how many ids at most
@@ -21,18 +22,18 @@ class Param:
 
 @dataclass(frozen=True)
 class Size:
-    fixed: int = 0              # a page holds at most this many items
-    param: str = ""             # or: the page size is this parameter...
-    default: int = 0            # ...with this default when absent
+    fixed: int = 0  # a page holds at most this many items
+    param: str = ""  # or: the page size is this parameter...
+    default: int = 0  # ...with this default when absent
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    path: str                   # after /social
+    path: str  # after /social
     params: tuple[Param, ...]
-    results: str                # the key of the results array ("data" for single objects)
-    msg_key: str                # "message" or "msg", as the spec's table shows
-    price: str                  # a rule name in metering/pricing.py
+    results: str  # the key of the results array ("data" for single objects)
+    msg_key: str  # "message" or "msg", as the spec's table shows
+    price: str  # a rule name in metering/pricing.py
     size: Size
     summary: str
     paged: bool = True
@@ -51,55 +52,240 @@ def _ep(path, params, results, msg_key, price, size, summary, **kw) -> Endpoint:
 
 
 ENDPOINTS: tuple[Endpoint, ...] = (
-    _ep("/tweet/advanced_search", [Param("query", required=True), Param("queryType", description="Latest or Top"), CURSOR],
-        "tweets", "message", "tweets", TWEET_PAGE, "Search posts with operators (from:, since:, lang:, min_faves:, ...)."),
-    _ep("/user/tweet_timeline", [Param("userId", required=True), CURSOR, Param("includeReplies", "bool"), Param("includeParentTweet", "bool")],
-        "tweets", "message", "tweets", TWEET_PAGE, "A user's posts-and-replies timeline."),
-    _ep("/tweet/thread_context", [Param("tweetId", required=True), CURSOR],
-        "replies", "message", "tweets", TWEET_PAGE, "A post with its ancestors and replies."),
-    _ep("/user/verifiedFollowers", [Param("user_id", required=True), CURSOR],
-        "followers", "message", "verified_followers", Size(fixed=20), "Verified accounts that follow the user."),
-    _ep("/community/tweets", [Param("community_id", required=True), CURSOR],
-        "tweets", "msg", "tweets", TWEET_PAGE, "A Community's post timeline."),
-    _ep("/user/followers", [Param("userName", required=True), CURSOR, Param("pageSize", "int", minimum=1, maximum=200)],
-        "followers", "message", "follows", Size(param="pageSize", default=200), "Followers, newest first."),
-    _ep("/user/followings", [Param("userName", required=True), CURSOR, Param("pageSize", "int", minimum=1, maximum=200)],
-        "followings", "message", "follows", Size(param="pageSize", default=200), "Accounts the user follows, newest first."),
-    _ep("/spaces/detail", [Param("space_id", required=True)],
-        "data", "msg", "panel", Size(fixed=1), "Title, host, speakers, state and listener counts of a Space.", paged=False),
-    _ep("/user_about", [Param("userName", required=True)],
-        "data", "msg", "panel", Size(fixed=1), "Extended about panel of an account.", paged=False),
-    _ep("/user/batch_info_by_ids", [Param("userIds", "ids", required=True, maximum=100)],
-        "users", "msg", "batch_profiles", Size(param="userIds"), "Full profiles for up to 100 user ids.", paged=False),
-    _ep("/user/info", [Param("userName", required=True)],
-        "data", "msg", "profiles", Size(fixed=1), "One profile by handle.", paged=False),
-    _ep("/trends", [Param("woeid", "int", minimum=1), Param("count", "int", minimum=1, maximum=100)],
-        "trends", "msg", "call", Size(param="count", default=30), "Trending topics for a WOEID.", paged=False),
-    _ep("/list/tweets_timeline", [Param("listId", required=True), CURSOR],
-        "tweets", "message", "tweets", TWEET_PAGE, "Posts of a List, newest first."),
-    _ep("/user/followers_ids", [Param("userName"), Param("userId"), Param("count", "int", minimum=50, maximum=5000),
-                                Param("cursor", "int", minimum=-1, description="Integer cursor from next_cursor.")],
-        "ids", "msg", "follower_ids", Size(param="count", default=5000), "Follower ids in large pages."),
-    _ep("/tweet/quotes", [Param("tweetId", required=True), CURSOR],
-        "tweets", "message", "tweets", TWEET_PAGE, "Quote posts of a post."),
-    _ep("/user/last_tweets", [Param("userName"), Param("userId"), CURSOR, Param("includeReplies", "bool")],
-        "tweets", "message", "tweets", TWEET_PAGE, "A user's most recent posts, newest first."),
-    _ep("/tweet/replies/v2", [Param("tweetId", required=True), CURSOR, Param("queryType", description="Relevance (default), Latest or Likes")],
-        "tweets", "message", "tweets", TWEET_PAGE, "Replies in the newer threaded shape."),
-    _ep("/tweet/replies", [Param("tweetId", required=True), CURSOR],
-        "replies", "message", "tweets", TWEET_PAGE, "Direct replies to a post."),
-    _ep("/user/mentions", [Param("userName", required=True), CURSOR],
-        "tweets", "message", "tweets", TWEET_PAGE, "Posts mentioning the user, newest first."),
-    _ep("/user/search", [Param("query", required=True), CURSOR],
-        "users", "msg", "profiles", Size(fixed=20), "Profiles by keyword."),
-    _ep("/tweets", [Param("tweet_ids", "ids", required=True, maximum=100)],
-        "tweets", "message", "tweets", Size(param="tweet_ids"), "Hydrate up to 100 post ids.", paged=False),
-    _ep("/community/info", [Param("community_id", required=True)],
-        "data", "msg", "panel", Size(fixed=1), "A Community's profile.", paged=False),
-    _ep("/community/get_tweets_from_all_community", [Param("query", required=True), Param("queryType"), CURSOR],
-        "tweets", "msg", "call", TWEET_PAGE, "Unavailable: answers 501, never charged.", available=False),
-    _ep("/community/moderators", [Param("community_id", required=True), CURSOR],
-        "users", "msg", "call", Size(fixed=20), "Unavailable: answers 501, never charged.", available=False),
+    _ep(
+        "/tweet/advanced_search",
+        [Param("query", required=True), Param("queryType", description="Latest or Top"), CURSOR],
+        "tweets",
+        "message",
+        "tweets",
+        TWEET_PAGE,
+        "Search posts with operators (from:, since:, lang:, min_faves:, ...).",
+    ),
+    _ep(
+        "/user/tweet_timeline",
+        [Param("userId", required=True), CURSOR, Param("includeReplies", "bool"), Param("includeParentTweet", "bool")],
+        "tweets",
+        "message",
+        "tweets",
+        TWEET_PAGE,
+        "A user's posts-and-replies timeline.",
+    ),
+    _ep(
+        "/tweet/thread_context",
+        [Param("tweetId", required=True), CURSOR],
+        "replies",
+        "message",
+        "tweets",
+        TWEET_PAGE,
+        "A post with its ancestors and replies.",
+    ),
+    _ep(
+        "/user/verifiedFollowers",
+        [Param("user_id", required=True), CURSOR],
+        "followers",
+        "message",
+        "verified_followers",
+        Size(fixed=20),
+        "Verified accounts that follow the user.",
+    ),
+    _ep(
+        "/community/tweets",
+        [Param("community_id", required=True), CURSOR],
+        "tweets",
+        "msg",
+        "tweets",
+        TWEET_PAGE,
+        "A Community's post timeline.",
+    ),
+    _ep(
+        "/user/followers",
+        [Param("userName", required=True), CURSOR, Param("pageSize", "int", minimum=1, maximum=200)],
+        "followers",
+        "message",
+        "follows",
+        Size(param="pageSize", default=200),
+        "Followers, newest first.",
+    ),
+    _ep(
+        "/user/followings",
+        [Param("userName", required=True), CURSOR, Param("pageSize", "int", minimum=1, maximum=200)],
+        "followings",
+        "message",
+        "follows",
+        Size(param="pageSize", default=200),
+        "Accounts the user follows, newest first.",
+    ),
+    _ep(
+        "/spaces/detail",
+        [Param("space_id", required=True)],
+        "data",
+        "msg",
+        "panel",
+        Size(fixed=1),
+        "Title, host, speakers, state and listener counts of a Space.",
+        paged=False,
+    ),
+    _ep(
+        "/user_about",
+        [Param("userName", required=True)],
+        "data",
+        "msg",
+        "panel",
+        Size(fixed=1),
+        "Extended about panel of an account.",
+        paged=False,
+    ),
+    _ep(
+        "/user/batch_info_by_ids",
+        [Param("userIds", "ids", required=True, maximum=100)],
+        "users",
+        "msg",
+        "batch_profiles",
+        Size(param="userIds"),
+        "Full profiles for up to 100 user ids.",
+        paged=False,
+    ),
+    _ep(
+        "/user/info",
+        [Param("userName", required=True)],
+        "data",
+        "msg",
+        "profiles",
+        Size(fixed=1),
+        "One profile by handle.",
+        paged=False,
+    ),
+    _ep(
+        "/trends",
+        [Param("woeid", "int", minimum=1), Param("count", "int", minimum=1, maximum=100)],
+        "trends",
+        "msg",
+        "call",
+        Size(param="count", default=30),
+        "Trending topics for a WOEID.",
+        paged=False,
+    ),
+    _ep(
+        "/list/tweets_timeline",
+        [Param("listId", required=True), CURSOR],
+        "tweets",
+        "message",
+        "tweets",
+        TWEET_PAGE,
+        "Posts of a List, newest first.",
+    ),
+    _ep(
+        "/user/followers_ids",
+        [
+            Param("userName"),
+            Param("userId"),
+            Param("count", "int", minimum=50, maximum=5000),
+            Param("cursor", "int", minimum=-1, description="Integer cursor from next_cursor."),
+        ],
+        "ids",
+        "msg",
+        "follower_ids",
+        Size(param="count", default=5000),
+        "Follower ids in large pages.",
+    ),
+    _ep(
+        "/tweet/quotes",
+        [Param("tweetId", required=True), CURSOR],
+        "tweets",
+        "message",
+        "tweets",
+        TWEET_PAGE,
+        "Quote posts of a post.",
+    ),
+    _ep(
+        "/user/last_tweets",
+        [Param("userName"), Param("userId"), CURSOR, Param("includeReplies", "bool")],
+        "tweets",
+        "message",
+        "tweets",
+        TWEET_PAGE,
+        "A user's most recent posts, newest first.",
+    ),
+    _ep(
+        "/tweet/replies/v2",
+        [
+            Param("tweetId", required=True),
+            CURSOR,
+            Param("queryType", description="Relevance (default), Latest or Likes"),
+        ],
+        "tweets",
+        "message",
+        "tweets",
+        TWEET_PAGE,
+        "Replies in the newer threaded shape.",
+    ),
+    _ep(
+        "/tweet/replies",
+        [Param("tweetId", required=True), CURSOR],
+        "replies",
+        "message",
+        "tweets",
+        TWEET_PAGE,
+        "Direct replies to a post.",
+    ),
+    _ep(
+        "/user/mentions",
+        [Param("userName", required=True), CURSOR],
+        "tweets",
+        "message",
+        "tweets",
+        TWEET_PAGE,
+        "Posts mentioning the user, newest first.",
+    ),
+    _ep(
+        "/user/search",
+        [Param("query", required=True), CURSOR],
+        "users",
+        "msg",
+        "profiles",
+        Size(fixed=20),
+        "Profiles by keyword.",
+    ),
+    _ep(
+        "/tweets",
+        [Param("tweet_ids", "ids", required=True, maximum=100)],
+        "tweets",
+        "message",
+        "tweets",
+        Size(param="tweet_ids"),
+        "Hydrate up to 100 post ids.",
+        paged=False,
+    ),
+    _ep(
+        "/community/info",
+        [Param("community_id", required=True)],
+        "data",
+        "msg",
+        "panel",
+        Size(fixed=1),
+        "A Community's profile.",
+        paged=False,
+    ),
+    _ep(
+        "/community/get_tweets_from_all_community",
+        [Param("query", required=True), Param("queryType"), CURSOR],
+        "tweets",
+        "msg",
+        "call",
+        TWEET_PAGE,
+        "Unavailable: answers 501, never charged.",
+        available=False,
+    ),
+    _ep(
+        "/community/moderators",
+        [Param("community_id", required=True), CURSOR],
+        "users",
+        "msg",
+        "call",
+        Size(fixed=20),
+        "Unavailable: answers 501, never charged.",
+        available=False,
+    ),
 )
 
 BY_PATH = {e.path: e for e in ENDPOINTS}

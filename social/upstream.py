@@ -1,5 +1,6 @@
 """The pooled upstream client: keep-alive connections (libcurl via Tornado), timeouts,
 no redirects, a response size cap and a circuit breaker."""
+
 import time
 from dataclasses import dataclass
 
@@ -66,14 +67,23 @@ class Breaker:
 
 
 class UpstreamClient:
-    def __init__(self, base_url: str, api_key: str, prefix: str, connect_timeout: float, timeout: float,
-                 max_connections: int, max_body_bytes: int, breaker: Breaker):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        prefix: str,
+        connect_timeout: float,
+        timeout: float,
+        max_connections: int,
+        max_body_bytes: int,
+        breaker: Breaker,
+    ):
         self.base = base_url.rstrip("/") + prefix.rstrip("/")
         self.api_key = api_key
         self.connect_timeout, self.timeout, self.max_body_bytes = connect_timeout, timeout, max_body_bytes
         self.breaker = breaker
         self.http = CurlAsyncHTTPClient(force_instance=True, max_clients=max_connections)
-        self.latencies: list[float] = []   # recent upstream latencies, for percentiles
+        self.latencies: list[float] = []  # recent upstream latencies, for percentiles
 
     async def get(self, path: str, query: str) -> UpstreamResponse:
         if not self.breaker.allow():
@@ -89,10 +99,16 @@ class UpstreamClient:
         # `path` comes from the endpoint table and `query` is the client's query string,
         # so the upstream host and path can never be chosen by a client.
         url = self.base + path + ("?" + query if query else "")
-        request = HTTPRequest(url, headers={"X-API-Key": self.api_key, "Accept": "application/json"},
-                              connect_timeout=self.connect_timeout, request_timeout=self.timeout,
-                              follow_redirects=False, streaming_callback=collect, decompress_response=True,
-                              prepare_curl_callback=_quiet)
+        request = HTTPRequest(
+            url,
+            headers={"X-API-Key": self.api_key, "Accept": "application/json"},
+            connect_timeout=self.connect_timeout,
+            request_timeout=self.timeout,
+            follow_redirects=False,
+            streaming_callback=collect,
+            decompress_response=True,
+            prepare_curl_callback=_quiet,
+        )
         started = time.perf_counter()
         try:
             # raise_error=False still raises for transport failures (HTTP 599): connect, reset, timeout.

@@ -1,5 +1,6 @@
 """Accounts: identity, credit balance (unleased part) and payment totals."""
-from datetime import datetime, timezone
+
+from datetime import UTC, datetime
 
 from bson import ObjectId
 from pymongo import ReturnDocument
@@ -12,7 +13,7 @@ class DuplicateEmail(Exception):
 
 
 def now_utc() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class AccountStore:
@@ -22,9 +23,17 @@ class AccountStore:
 
     async def create(self, email: str, password_hash: str, credits: int) -> dict:
         doc = {
-            "_id": str(ObjectId()), "email": email, "password_hash": password_hash,
-            "created_at": now_utc(), "credits": credits, "leases": {}, "lease_holders": [],
-            "paid_usd": 0.0, "topup_credits": 0, "is_admin": False, "internal": False,
+            "_id": str(ObjectId()),
+            "email": email,
+            "password_hash": password_hash,
+            "created_at": now_utc(),
+            "credits": credits,
+            "leases": {},
+            "lease_holders": [],
+            "paid_usd": 0.0,
+            "topup_credits": 0,
+            "is_admin": False,
+            "internal": False,
         }
         try:
             await self.accounts.insert_one(doc)
@@ -46,18 +55,25 @@ class AccountStore:
                 {"$set": {"first_touch": first_touch, "first_touch_at": now_utc()}},
             )
         if anonymous_id:
-            await self.accounts.update_one({"_id": account_id, "anonymous_id": {"$exists": False}},
-                                           {"$set": {"anonymous_id": anonymous_id}})
-            await self.events.update_many({"anonymous_id": anonymous_id, "account_id": None},
-                                          {"$set": {"account_id": account_id}})
+            await self.accounts.update_one(
+                {"_id": account_id, "anonymous_id": {"$exists": False}}, {"$set": {"anonymous_id": anonymous_id}}
+            )
+            await self.events.update_many(
+                {"anonymous_id": anonymous_id, "account_id": None}, {"$set": {"account_id": account_id}}
+            )
 
-    async def add_credits(self, account_id: str, credits: int, paid_usd: float = 0.0, topup_credits: int = 0) -> dict | None:
+    async def add_credits(
+        self, account_id: str, credits: int, paid_usd: float = 0.0, topup_credits: int = 0
+    ) -> dict | None:
         """Adds to the unleased balance; payments and development top-ups also raise the plan basis."""
         return await self.accounts.find_one_and_update(
             {"_id": account_id},
-            {"$inc": {"credits": credits, "paid_usd": paid_usd, "topup_credits": topup_credits},
-             "$set": {"changed_at": now_utc()}},  # changed_at: other processes poll for it (social/coherence.py)
-            projection={"password_hash": 0}, return_document=ReturnDocument.AFTER,
+            {
+                "$inc": {"credits": credits, "paid_usd": paid_usd, "topup_credits": topup_credits},
+                "$set": {"changed_at": now_utc()},
+            },  # changed_at: other processes poll for it (accounting/coherence.py)
+            projection={"password_hash": 0},
+            return_document=ReturnDocument.AFTER,
         )
 
     async def apply_credit(self, account_id: str, credit_id: str, credits: int, paid_usd: float) -> dict | None:
@@ -65,12 +81,18 @@ class AccountStore:
         so a retry after an uncertain outcome changes nothing. Returns the account either way."""
         doc = await self.accounts.find_one_and_update(
             {"_id": account_id, "applied_credits": {"$ne": credit_id}},
-            {"$inc": {"credits": credits, "paid_usd": paid_usd}, "$push": {"applied_credits": credit_id},
-             "$set": {"changed_at": now_utc()}},
-            projection={"password_hash": 0}, return_document=ReturnDocument.AFTER,
+            {
+                "$inc": {"credits": credits, "paid_usd": paid_usd},
+                "$push": {"applied_credits": credit_id},
+                "$set": {"changed_at": now_utc()},
+            },
+            projection={"password_hash": 0},
+            return_document=ReturnDocument.AFTER,
         )
         return doc or await self.get(account_id)
 
     async def set_admin(self, email: str, is_admin: bool) -> bool:
-        result = await self.accounts.update_one({"email": email}, {"$set": {"is_admin": is_admin, "changed_at": now_utc()}})
+        result = await self.accounts.update_one(
+            {"email": email}, {"$set": {"is_admin": is_admin, "changed_at": now_utc()}}
+        )
         return result.matched_count == 1

@@ -18,44 +18,55 @@ changes, every rollup write is guarded by the step id, and the day documents are
 written before the account documents whose previous `last_ts` their active counts
 are computed from. A crashed or concurrent step therefore repeats to the same result.
 """
+
 import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 
 from pymongo import ASCENDING, DESCENDING, IndexModel, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
-from config.tasks import every
 from storage.db import only_duplicates
 
 log = logging.getLogger("gateway.admin")
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Buckets reach the database within a flush interval; a minute leaves room for slow flushes.
 # A bucket older than the watermark when it arrives (a flush delayed by a long outage) is not rolled up.
 GRACE = timedelta(seconds=60)
 REFRESH_SECONDS = 30.0
-IN_CHUNK = 50                        # ids per $in: the embedded server's cost grows faster than the list
-FIRST_WINDOW = timedelta(hours=1)   # of signups, when paging /admin/users; widened x4 until a page is full
-_USER = {"email": 1, "created_at": 1, "credits": 1, "leases": 1, "paid_usd": 1, "first_touch": 1, "is_admin": 1,
-         "internal": 1}
-UPSTREAM_FAILURES = {502, 503, 504}   # what the data plane records when the provider failed
-NOT_FORWARDED = {501}                 # announced but unavailable: never reaches the provider
+IN_CHUNK = 50  # ids per $in: the embedded server's cost grows faster than the list
+FIRST_WINDOW = timedelta(hours=1)  # of signups, when paging /admin/users; widened x4 until a page is full
+_USER = {
+    "email": 1,
+    "created_at": 1,
+    "credits": 1,
+    "leases": 1,
+    "paid_usd": 1,
+    "first_touch": 1,
+    "is_admin": 1,
+    "internal": 1,
+}
+UPSTREAM_FAILURES = {502, 503, 504}  # what the data plane records when the provider failed
+NOT_FORWARDED = {501}  # announced but unavailable: never reaches the provider
 TOP = 10
 
 INDEXES = {
-    "accounts": [IndexModel([("is_admin", ASCENDING)]), IndexModel([("internal", ASCENDING)]),
-                 IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)])],
+    "accounts": [
+        IndexModel([("is_admin", ASCENDING)]),
+        IndexModel([("internal", ASCENDING)]),
+        IndexModel([("created_at", DESCENDING), ("_id", DESCENDING)]),
+    ],
     "admin_accounts": [IndexModel([("last_ts", DESCENDING)])],
     "orders": [IndexModel([("updated_at", DESCENDING)])],
 }
 
 
 def day_start(day: str) -> datetime:
-    return datetime.combine(date.fromisoformat(day), time.min, tzinfo=timezone.utc)
+    return datetime.combine(date.fromisoformat(day), time.min, tzinfo=UTC)
 
 
 def _ms(value: datetime) -> datetime:
@@ -66,10 +77,11 @@ def _ms(value: datetime) -> datetime:
 @dataclass
 class Day:
     """One day's figures, added up from rollups and live aggregations (and subtracted for internal accounts)."""
+
     calls: int = 0
     credits: int = 0
     status: Counter = field(default_factory=Counter)
-    endpoints: dict = field(default_factory=dict)       # endpoint -> [calls, credits]
+    endpoints: dict = field(default_factory=dict)  # endpoint -> [calls, credits]
     active: int = 0
     signups: int = 0
     revenue_credits: int = 0
@@ -125,18 +137,27 @@ def _pairs(*matches: dict) -> list:
     """Per (day, account): calls, credits, last call. One row per bucket group: no per-record work.
 
     Each match is its own stage, most selective first: the embedded server picks its index from the first."""
-    group = {"_id": {"d": "$day", "a": "$account_id"}, "calls": {"$sum": "$n"}, "credits": {"$sum": "$credits"},
-             "last": {"$max": "$ts_max"}}
+    group = {
+        "_id": {"d": "$day", "a": "$account_id"},
+        "calls": {"$sum": "$n"},
+        "credits": {"$sum": "$credits"},
+        "last": {"$max": "$ts_max"},
+    }
     return [{"$match": m} for m in matches] + [{"$group": group}]
 
 
 def _detail(*matches: dict) -> list:
     """Per (day, endpoint, status): calls and credits, from the records inside the buckets."""
-    group = {"_id": {"d": "$day", "e": "$records.endpoint", "s": "$records.status"}, "calls": {"$sum": 1},
-             "credits": {"$sum": "$records.credits"}}
+    group = {
+        "_id": {"d": "$day", "e": "$records.endpoint", "s": "$records.status"},
+        "calls": {"$sum": 1},
+        "credits": {"$sum": "$records.credits"},
+    }
     return [{"$match": m} for m in matches] + [
         {"$project": {"day": 1, "records.endpoint": 1, "records.status": 1, "records.credits": 1}},
-        {"$unwind": "$records"}, {"$group": group}]
+        {"$unwind": "$records"},
+        {"$group": group},
+    ]
 
 
 def _per_day(matches: list, date_field: str, total: dict) -> list:
@@ -159,7 +180,7 @@ class AdminStore:
         try:
             await asyncio.wait_for(self.db.command("ping"), timeout)
             return True
-        except (asyncio.TimeoutError, PyMongoError):
+        except (TimeoutError, PyMongoError):
             return False
 
     async def _rows(self, collection, pipeline: list) -> list[dict]:
@@ -178,15 +199,16 @@ class AdminStore:
 
     async def _last_seen(self, account_ids: list[str]) -> dict[str, datetime]:
         """Each account's last call as the rollups know it (before the watermark)."""
-        docs = await self._in_chunks(account_ids, lambda part: self.rollup_accounts.find(
-            {"_id": {"$in": part}}, {"last_ts": 1}).to_list(None))
+        docs = await self._in_chunks(
+            account_ids, lambda part: self.rollup_accounts.find({"_id": {"$in": part}}, {"last_ts": 1}).to_list(None)
+        )
         return {doc["_id"]: doc["last_ts"] for doc in docs}
 
     @staticmethod
     async def _in_chunks(ids: list, read) -> list:
         found = []
         for i in range(0, len(ids), IN_CHUNK):
-            found += await read(ids[i:i + IN_CHUNK])
+            found += await read(ids[i : i + IN_CHUNK])
         return found
 
     @staticmethod
@@ -207,12 +229,15 @@ class AdminStore:
         """Folds the buckets older than now - GRACE into the rollups; False when there was nothing to fold."""
         state = await self.state.find_one({"_id": "usage"}) or {}
         if state.get("next") is None:
-            end = _ms((now or datetime.now(timezone.utc)) - GRACE)
+            end = _ms((now or datetime.now(UTC)) - GRACE)
             if end <= (state.get("watermark") or EPOCH):
                 return False
             try:  # claim the interval; whoever loses the race works on the winner's interval
-                await self.state.update_one({"_id": "usage", "watermark": state.get("watermark"), "next": None},
-                                            {"$set": {"next": end}}, upsert=True)
+                await self.state.update_one(
+                    {"_id": "usage", "watermark": state.get("watermark"), "next": None},
+                    {"$set": {"next": end}},
+                    upsert=True,
+                )
             except DuplicateKeyError:
                 pass
             state = await self.state.find_one({"_id": "usage"})
@@ -227,8 +252,9 @@ class AdminStore:
         match = {"ts": {"$gte": start, "$lt": end}}
         pairs = await self._rows(self.buckets, _pairs(match))
         details = await self._rows(self.buckets, _detail(match))
-        signups = await self._rows(self.accounts, _per_day([{"created_at": {"$gte": start, "$lt": end}}], "created_at",
-                                                           {"$sum": 1}))
+        signups = await self._rows(
+            self.accounts, _per_day([{"created_at": {"$gte": start, "$lt": end}}], "created_at", {"$sum": 1})
+        )
         days: dict[str, Day] = {}
         for row in details:
             days.setdefault(row["_id"]["d"], Day()).add_detail(row)
@@ -242,32 +268,43 @@ class AdminStore:
             totals[2] = max(totals[2], row["last"])
         self._count_active(lambda d: days.setdefault(d, Day()), pairs, await self._last_seen(list(accounts)))
         # Days first: their active counts were computed from admin_accounts as it was before this step.
-        await self._write(self.days, [
-            UpdateOne({"_id": d, "step": {"$ne": step}}, {"$inc": day.increments(), "$set": {"step": step}}, upsert=True)
-            for d, day in days.items()])
-        await self._write(self.rollup_accounts, [
-            UpdateOne({"_id": a, "step": {"$ne": step}},
-                      {"$inc": {"calls": calls, "credits": credits}, "$max": {"last_ts": last}, "$set": {"step": step}},
-                      upsert=True)
-            for a, (calls, credits, last) in accounts.items()])
+        await self._write(
+            self.days,
+            [
+                UpdateOne(
+                    {"_id": d, "step": {"$ne": step}}, {"$inc": day.increments(), "$set": {"step": step}}, upsert=True
+                )
+                for d, day in days.items()
+            ],
+        )
+        await self._write(
+            self.rollup_accounts,
+            [
+                UpdateOne(
+                    {"_id": a, "step": {"$ne": step}},
+                    {"$inc": {"calls": calls, "credits": credits}, "$max": {"last_ts": last}, "$set": {"step": step}},
+                    upsert=True,
+                )
+                for a, (calls, credits, last) in accounts.items()
+            ],
+        )
 
     @staticmethod
     async def _write(collection, updates: list) -> None:
         """Guarded upserts: a duplicate key means the document already has this step (a repeat), not an error."""
         for i in range(0, len(updates), 1000):
             try:
-                await collection.bulk_write(updates[i:i + 1000], ordered=False)
+                await collection.bulk_write(updates[i : i + 1000], ordered=False)
             except BulkWriteError as exc:
                 if not only_duplicates(exc):
                     raise
 
-    async def run_refresher(self) -> None:
-        await every(REFRESH_SECONDS, self.refresh, "admin rollup refresh", log)
-
     # --- /admin/metrics ----------------------------------------------------------------------
-    async def metrics(self, days: int, include_internal: bool, admin_emails: tuple, now: datetime | None = None) -> dict:
+    async def metrics(
+        self, days: int, include_internal: bool, admin_emails: tuple, now: datetime | None = None
+    ) -> dict:
         """Per-day figures for the `days` days ending today (UTC), plus the window's distinct active accounts."""
-        first = ((now or datetime.now(timezone.utc)) - timedelta(days=days - 1)).date()
+        first = ((now or datetime.now(UTC)) - timedelta(days=days - 1)).date()
         since = day_start(first.isoformat())
         series = {(first + timedelta(days=i)).isoformat(): Day() for i in range(days)}
         internal = [] if include_internal else await self.internal_accounts(admin_emails)
@@ -313,8 +350,9 @@ class AdminStore:
         return len({row["_id"]["a"] for row in pairs} - {a for a, last in seen.items() if last >= since})
 
     # --- /admin/users ------------------------------------------------------------------------
-    async def users(self, include_internal: bool, admin_emails: tuple, limit: int,
-                    after: tuple[datetime, str] | None) -> tuple[list[dict], bool]:
+    async def users(
+        self, include_internal: bool, admin_emails: tuple, limit: int, after: tuple[datetime, str] | None
+    ) -> tuple[list[dict], bool]:
         """A page of accounts, newest signup first (keyset on created_at, _id), with their lifetime counters.
 
         Accounts are read in widening created_at windows: the embedded server's cost is the number of
@@ -323,33 +361,79 @@ class AdminStore:
         page: list[dict] = []
         want = lambda: limit + 1 - len(page) + len(skip)  # noqa: E731 - over-fetch what the filter may drop
         if after:  # the rest of the cursor's own instant first
-            page += [a async for a in self.accounts.find({"created_at": after[0], "_id": {"$lt": after[1]}}, _USER)
-                     .sort("_id", DESCENDING).limit(want()) if a["_id"] not in skip]
-        upper = after[0] if after else datetime.now(timezone.utc) + timedelta(minutes=5)
+            page += [
+                a
+                async for a in self.accounts.find({"created_at": after[0], "_id": {"$lt": after[1]}}, _USER)
+                .sort("_id", DESCENDING)
+                .limit(want())
+                if a["_id"] not in skip
+            ]
+        upper = after[0] if after else datetime.now(UTC) + timedelta(minutes=5)
         span = FIRST_WINDOW
         while len(page) <= limit and upper > EPOCH:
             lower = max(upper - span, EPOCH)
-            page += [a async for a in self.accounts.find({"created_at": {"$gte": lower, "$lt": upper}}, _USER)
-                     .sort([("created_at", DESCENDING), ("_id", DESCENDING)]).limit(want()) if a["_id"] not in skip]
+            page += [
+                a
+                async for a in self.accounts.find({"created_at": {"$gte": lower, "$lt": upper}}, _USER)
+                .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
+                .limit(want())
+                if a["_id"] not in skip
+            ]
             upper, span = lower, span * 4
         more, page = len(page) > limit, page[:limit]
         ids = [a["_id"] for a in page]
-        keys = {row["_id"]: row for row in await self._in_chunks(ids, lambda part: self._rows(self.keys, [
-            {"$match": {"account_id": {"$in": part}}},
-            {"$group": {"_id": "$account_id", "active": {"$sum": {"$cond": ["$revoked", 0, 1]}},
-                        "revoked": {"$sum": {"$cond": ["$revoked", 1, 0]}}}}]))}
-        rolled = {doc["_id"]: doc for doc in await self._in_chunks(
-            ids, lambda part: self.rollup_accounts.find({"_id": {"$in": part}}).to_list(None))}
-        live = {row["_id"]: row for row in await self._rows(self.buckets, [
-            # The watermark first: only about a minute of buckets is newer, whatever the page size.
-            {"$match": {"ts": {"$gte": await self.watermark()}}},
-            {"$match": {"account_id": {"$in": ids}}},
-            {"$group": {"_id": "$account_id", "calls": {"$sum": "$n"}, "credits": {"$sum": "$credits"},
-                        "last_ts": {"$max": "$ts_max"}}}])}
+        keys = {
+            row["_id"]: row
+            for row in await self._in_chunks(
+                ids,
+                lambda part: self._rows(
+                    self.keys,
+                    [
+                        {"$match": {"account_id": {"$in": part}}},
+                        {
+                            "$group": {
+                                "_id": "$account_id",
+                                "active": {"$sum": {"$cond": ["$revoked", 0, 1]}},
+                                "revoked": {"$sum": {"$cond": ["$revoked", 1, 0]}},
+                            }
+                        },
+                    ],
+                ),
+            )
+        }
+        rolled = {
+            doc["_id"]: doc
+            for doc in await self._in_chunks(
+                ids, lambda part: self.rollup_accounts.find({"_id": {"$in": part}}).to_list(None)
+            )
+        }
+        live = {
+            row["_id"]: row
+            for row in await self._rows(
+                self.buckets,
+                [
+                    # The watermark first: only about a minute of buckets is newer, whatever the page size.
+                    {"$match": {"ts": {"$gte": await self.watermark()}}},
+                    {"$match": {"account_id": {"$in": ids}}},
+                    {
+                        "$group": {
+                            "_id": "$account_id",
+                            "calls": {"$sum": "$n"},
+                            "credits": {"$sum": "$credits"},
+                            "last_ts": {"$max": "$ts_max"},
+                        }
+                    },
+                ],
+            )
+        }
         for account in page:
             parts = [part for part in (rolled.get(account["_id"]), live.get(account["_id"])) if part]
             key_counts = keys.get(account["_id"], {})
-            account.update(calls=sum(p["calls"] for p in parts), spent=sum(p["credits"] for p in parts),
-                           keys_active=key_counts.get("active", 0), keys_revoked=key_counts.get("revoked", 0),
-                           last_activity=max((p["last_ts"] for p in parts), default=None))
+            account.update(
+                calls=sum(p["calls"] for p in parts),
+                spent=sum(p["credits"] for p in parts),
+                keys_active=key_counts.get("active", 0),
+                keys_revoked=key_counts.get("revoked", 0),
+                last_activity=max((p["last_ts"] for p in parts), default=None),
+            )
         return page, more

@@ -1,6 +1,7 @@
 """What other processes change that this one caches: key revocations, account top-ups and plan
 changes, and requests for leased credits. Read from a change stream (replica sets and the embedded
 server), or by polling indexed timestamps where change streams are unavailable."""
+
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,18 +16,26 @@ ACCOUNT_FIELDS = ("changed_at", "paid_usd", "topup_credits", "is_admin", "lease_
 _HIDDEN = {"password_hash": 0, "applied_credits": 0, "sealed": 0}
 
 _PIPELINE = [
-    {"$match": {"operationType": "update", "$or": [
-        {"ns.coll": "keys", "updateDescription.updatedFields.revoked": True},
-        {"ns.coll": "accounts", "$or": [{f"updateDescription.updatedFields.{f}": {"$exists": True}}
-                                        for f in ACCOUNT_FIELDS]}]}},
+    {
+        "$match": {
+            "operationType": "update",
+            "$or": [
+                {"ns.coll": "keys", "updateDescription.updatedFields.revoked": True},
+                {
+                    "ns.coll": "accounts",
+                    "$or": [{f"updateDescription.updatedFields.{f}": {"$exists": True}} for f in ACCOUNT_FIELDS],
+                },
+            ],
+        }
+    },
     {"$project": {f"fullDocument.{name}": 0 for name in _HIDDEN}},
 ]
 
 
 @dataclass(frozen=True)
 class Change:
-    kind: str               # "revoked": a key (by digest); "account": an account document
-    id: Any                 # the key's digest or the account id
+    kind: str  # "revoked": a key (by digest); "account": an account document
+    id: Any  # the key's digest or the account id
     fields: frozenset[str]  # for accounts: which of ACCOUNT_FIELDS changed
     doc: dict | None = None
 
@@ -39,8 +48,9 @@ class ChangeFeed:
         # One stream over the database, filtered server-side to the two collections and fields above.
         # Each read waits at most 50 ms on the server: the caller's pause between empty batches sets
         # the pace, and a cancelled read (shutdown) is answered at once.
-        return await self.db.watch(_PIPELINE, full_document="updateLookup", resume_after=resume_after,
-                                   max_await_time_ms=50)
+        return await self.db.watch(
+            _PIPELINE, full_document="updateLookup", resume_after=resume_after, max_await_time_ms=50
+        )
 
     @staticmethod
     def parse(event: dict) -> Change | None:

@@ -1,4 +1,5 @@
 """Connection and indexes. Every query lives in the store modules beside this one."""
+
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
@@ -10,7 +11,7 @@ INDEXES = {
         IndexModel([("email", ASCENDING)], unique=True),
         IndexModel([("created_at", DESCENDING)]),
         IndexModel([("lease_holders", ASCENDING)]),
-        # Polled by social/coherence.py when change streams are unavailable.
+        # Polled by accounting/coherence.py when change streams are unavailable.
         IndexModel([("changed_at", ASCENDING)], sparse=True),
         IndexModel([("lease_wanted_at", ASCENDING)], sparse=True),
     ],

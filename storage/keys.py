@@ -1,10 +1,20 @@
 """API keys: integer ids from a counter, digest for lookup, sealed secret for reveal."""
+
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 
 from storage.accounts import now_utc
 
-_ROW = {"_id": 0, "key_id": 1, "name": 1, "prefix": 1, "revoked": 1, "created_at": 1, "last_used_at": 1, "account_id": 1}
+_ROW = {
+    "_id": 0,
+    "key_id": 1,
+    "name": 1,
+    "prefix": 1,
+    "revoked": 1,
+    "created_at": 1,
+    "last_used_at": 1,
+    "account_id": 1,
+}
 
 
 class KeyStore:
@@ -14,14 +24,25 @@ class KeyStore:
 
     async def _next_id(self) -> int:
         doc = await self.counters.find_one_and_update(
-            {"_id": "key_id"}, {"$inc": {"value": 1}}, upsert=True, return_document=ReturnDocument.AFTER)
+            {"_id": "key_id"}, {"$inc": {"value": 1}}, upsert=True, return_document=ReturnDocument.AFTER
+        )
         return doc["value"]
 
     async def create(self, account_id: str, name: str, digest: str, prefix: str, seal) -> dict:
         """`seal(key_id)` encrypts the secret bound to its id, which is known only here."""
         key_id = await self._next_id()
-        doc = {"_id": key_id, "key_id": key_id, "account_id": account_id, "name": name, "prefix": prefix,
-               "digest": digest, "sealed": seal(key_id), "revoked": False, "created_at": now_utc(), "last_used_at": None}
+        doc = {
+            "_id": key_id,
+            "key_id": key_id,
+            "account_id": account_id,
+            "name": name,
+            "prefix": prefix,
+            "digest": digest,
+            "sealed": seal(key_id),
+            "revoked": False,
+            "created_at": now_utc(),
+            "last_used_at": None,
+        }
         await self.keys.insert_one(doc)
         return {k: doc[k] for k in _ROW if k in doc}
 
@@ -38,10 +59,14 @@ class KeyStore:
     async def revoke(self, account_id: str, key_id: int) -> dict | None:
         return await self.keys.find_one_and_update(
             {"_id": key_id, "account_id": account_id},
-            {"$set": {"revoked": True, "revoked_at": now_utc()}}, projection=_ROW, return_document=ReturnDocument.AFTER)
+            {"$set": {"revoked": True, "revoked_at": now_utc()}},
+            projection=_ROW,
+            return_document=ReturnDocument.AFTER,
+        )
 
     async def touch(self, last_used: dict[int, object]) -> None:
         """Batched last_used_at, written with the usage flush."""
         if last_used:
             await self.keys.bulk_write(
-                [UpdateOne({"_id": k}, {"$max": {"last_used_at": ts}}) for k, ts in last_used.items()], ordered=False)
+                [UpdateOne({"_id": k}, {"$max": {"last_used_at": ts}}) for k, ts in last_used.items()], ordered=False
+            )

@@ -5,9 +5,10 @@ correct with any number of processes and need no transactions. Operations that
 set an amount are guarded by the amount they expect (compare-and-set), so a
 retry after an uncertain outcome cannot apply twice.
 """
+
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from pymongo import ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
@@ -22,6 +23,7 @@ log = logging.getLogger("gateway.leases")
 class Grant:
     """What one take saw: this process's lease amount after it (None: nothing could be moved), the
     unleased balance left, and how many other processes hold leases on the account."""
+
     amount: int | None
     balance: int
     others: int
@@ -37,8 +39,9 @@ class LeaseStore:
         self._slot = f"leases.{process_id}.amount"
 
     async def register(self) -> None:
-        await self.processes.insert_one({"_id": self.process_id, "node": self.node,
-                                         "started_at": now_utc(), "heartbeat_at": now_utc()})
+        await self.processes.insert_one(
+            {"_id": self.process_id, "node": self.node, "started_at": now_utc(), "heartbeat_at": now_utc()}
+        )
 
     async def heartbeat(self) -> bool:
         """False when this process was declared dead and its leases reclaimed."""
@@ -50,8 +53,11 @@ class LeaseStore:
         update = lambda n: {"$inc": {"credits": -n, self._slot: n}, "$addToSet": {"lease_holders": self.process_id}}
         seen = {"leases": 1, "credits": 1, "lease_holders": 1}
         doc = await self.accounts.find_one_and_update(
-            {"_id": account_id, "credits": {"$gte": want}}, update(want),
-            projection=seen, return_document=ReturnDocument.AFTER)
+            {"_id": account_id, "credits": {"$gte": want}},
+            update(want),
+            projection=seen,
+            return_document=ReturnDocument.AFTER,
+        )
         current = None
         for _ in range(3):
             if doc is not None:
@@ -61,23 +67,27 @@ class LeaseStore:
                 break
             left = current["credits"]
             doc = await self.accounts.find_one_and_update(
-                {"_id": account_id, "credits": left}, update(left),
-                projection=seen, return_document=ReturnDocument.AFTER)
+                {"_id": account_id, "credits": left},
+                update(left),
+                projection=seen,
+                return_document=ReturnDocument.AFTER,
+            )
         return Grant(None, current["credits"] if current else 0, self._others(current or {}))
 
     def _others(self, doc: dict) -> int:
         return len(set(doc.get("lease_holders") or ()) - {self.process_id})
 
     async def want(self, account_id: str) -> None:
-        """Asks the other holders of the account's leases for their idle credits (social/coherence.py)."""
-        await self.accounts.update_one({"_id": account_id}, {"$set": {"lease_wanted_at": now_utc(),
-                                                                       "lease_wanted_by": self.process_id}})
+        """Asks the other holders of the account's leases for their idle credits (accounting/coherence.py)."""
+        await self.accounts.update_one(
+            {"_id": account_id}, {"$set": {"lease_wanted_at": now_utc(), "lease_wanted_by": self.process_id}}
+        )
 
     async def shrink(self, account_id: str, leased: int, keep: int) -> int:
         """Gives `leased - keep` back to the balance; returns the lease amount now in the database."""
         result = await self.accounts.update_one(
-            {"_id": account_id, self._slot: leased},
-            {"$inc": {"credits": leased - keep}, "$set": {self._slot: keep}})
+            {"_id": account_id, self._slot: leased}, {"$inc": {"credits": leased - keep}, "$set": {self._slot: keep}}
+        )
         if result.modified_count:
             return keep
         return await self.amount(account_id)
@@ -97,14 +107,18 @@ class LeaseStore:
     async def _close(self, account_id: str, process_id: str, leased: int, spent: int) -> bool:
         result = await self.accounts.update_one(
             {"_id": account_id, f"leases.{process_id}.amount": leased},
-            {"$inc": {"credits": leased - spent}, "$unset": {f"leases.{process_id}": ""},
-             "$pull": {"lease_holders": process_id}})
+            {
+                "$inc": {"credits": leased - spent},
+                "$unset": {f"leases.{process_id}": ""},
+                "$pull": {"lease_holders": process_id},
+            },
+        )
         return result.modified_count == 1
 
     async def reclaim_dead(self, timeout: float, same_node_now: bool = False) -> int:
         """Returns the leases of processes silent for `timeout` seconds (or, at start, of earlier
         incarnations of this node): unspent = lease - that lease's persisted usage."""
-        cutoff = datetime.now(timezone.utc) - timedelta(seconds=timeout)
+        cutoff = datetime.now(UTC) - timedelta(seconds=timeout)
         query = {"_id": {"$ne": self.process_id}, "$or": [{"heartbeat_at": {"$lt": cutoff}}]}
         if same_node_now:
             query["$or"].append({"node": self.node})
@@ -113,10 +127,15 @@ class LeaseStore:
             dead = proc["_id"]
             async for account in self.accounts.find({"lease_holders": dead}, {"leases": 1}):
                 amount = (account.get("leases") or {}).get(dead, {}).get("amount", 0)
-                spent = (await self.usage.spent_by_lease(dead, account["_id"]))
+                spent = await self.usage.spent_by_lease(dead, account["_id"])
                 if await self._close(account["_id"], dead, amount, spent):
                     reclaimed += 1
-                    log.warning("reclaimed lease of dead process %s on account %s: %d back", dead, account["_id"], amount - spent)
+                    log.warning(
+                        "reclaimed lease of dead process %s on account %s: %d back",
+                        dead,
+                        account["_id"],
+                        amount - spent,
+                    )
             await self.processes.delete_one({"_id": dead})
         return reclaimed
 

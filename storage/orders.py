@@ -4,17 +4,35 @@ An order changes only through `update_state`, a compare-and-set on its revision
 that also refuses orders in a final state, so concurrent notifications cannot
 both apply the same change and a final order never moves again.
 """
+
 from datetime import datetime
 
 from pymongo import ASCENDING, DESCENDING, IndexModel, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 
-from payments.provider import FINAL
+# Order payment statuses, as the most common processor names them (reference.md).
+STATUSES = (
+    "waiting",
+    "confirming",
+    "confirmed",
+    "sending",
+    "partially_paid",
+    "finished",
+    "failed",
+    "refunded",
+    "expired",
+)
+# The whole amount actually paid is confirmed by the network.
+CONFIRMED = frozenset({"confirmed", "sending", "finished"})
+# An order in one of these never changes again (credits included).
+FINAL = frozenset({"finished", "failed", "refunded", "expired"})
 
 INDEXES = {
-    "orders": [IndexModel([("account_id", ASCENDING), ("created_at", DESCENDING)]),
-               IndexModel([("status", ASCENDING), ("check_at", ASCENDING)]),
-               IndexModel([("pending.credit_id", ASCENDING)], sparse=True)],
+    "orders": [
+        IndexModel([("account_id", ASCENDING), ("created_at", DESCENDING)]),
+        IndexModel([("status", ASCENDING), ("check_at", ASCENDING)]),
+        IndexModel([("pending.credit_id", ASCENDING)], sparse=True),
+    ],
     "sandbox_chain": [IndexModel([("order_id", ASCENDING)], unique=True)],
 }
 
@@ -51,18 +69,29 @@ class OrderStore:
             update["$inc"]["credits_applied"] = credit["credits"]
             update["$push"] = {"pending": credit}
         return await self.orders.find_one_and_update(
-            {"_id": order_id, "rev": rev, "status": {"$nin": sorted(FINAL)}}, update,
-            return_document=ReturnDocument.AFTER)
+            {"_id": order_id, "rev": rev, "status": {"$nin": sorted(FINAL)}},
+            update,
+            return_document=ReturnDocument.AFTER,
+        )
 
     async def credit_settled(self, order_id: str, credit_id: str) -> None:
         await self.orders.update_one({"_id": order_id}, {"$pull": {"pending": {"credit_id": credit_id}}})
 
     async def due(self, now: datetime, limit: int) -> list[dict]:
         """Orders the reconciler should look at: unsettled credits, and open orders whose next check is due."""
-        return await self.orders.find({"$or": [
-            {"pending.0": {"$exists": True}},
-            {"status": {"$nin": sorted(FINAL)}, "check_at": {"$lte": now}, "reconcile_until": {"$gt": now}},
-        ]}).sort("check_at", 1).limit(limit).to_list(None)
+        return (
+            await self.orders.find(
+                {
+                    "$or": [
+                        {"pending.0": {"$exists": True}},
+                        {"status": {"$nin": sorted(FINAL)}, "check_at": {"$lte": now}, "reconcile_until": {"$gt": now}},
+                    ]
+                }
+            )
+            .sort("check_at", 1)
+            .limit(limit)
+            .to_list(None)
+        )
 
     async def schedule(self, order_id: str, check_at: datetime, attempts: int) -> None:
         await self.orders.update_one({"_id": order_id}, {"$set": {"check_at": check_at, "attempts": attempts}})
@@ -87,6 +116,7 @@ class ChainStore:
 
     async def replace_txs(self, payment_id: str, rev: int, txs: list[dict], updated_at: datetime) -> bool:
         """Compare-and-set of the transaction list; False when another writer got there first."""
-        result = await self.chain.update_one({"_id": payment_id, "rev": rev},
-                                             {"$set": {"txs": txs, "updated_at": updated_at}, "$inc": {"rev": 1}})
+        result = await self.chain.update_one(
+            {"_id": payment_id, "rev": rev}, {"$set": {"txs": txs, "updated_at": updated_at}, "$inc": {"rev": 1}}
+        )
         return result.modified_count == 1

@@ -10,6 +10,7 @@ embedded server). A bucket carries its records and their totals:
 
 Bucket ids derive from the batch, so a retried batch skips what an earlier try wrote.
 """
+
 from datetime import datetime
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -24,18 +25,33 @@ def buckets_of(batch_id: str, records: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for record in records:
         groups.setdefault((record["account_id"], record["lease"], record["ts"].date().isoformat()), []).append(record)
-    return [{
-        "_id": f"{batch_id}:{account_id}:{day}", "account_id": account_id, "lease": lease, "day": day,
-        "ts": group[0]["ts"], "ts_max": group[-1]["ts"], "n": len(group),
-        "credits": sum(r["credits"] for r in group),
-        "records": [{"id": r["_id"], **{f: r[f] for f in _RECORD_FIELDS}} for r in group],
-    } for (account_id, lease, day), group in groups.items()]
+    return [
+        {
+            "_id": f"{batch_id}:{account_id}:{day}",
+            "account_id": account_id,
+            "lease": lease,
+            "day": day,
+            "ts": group[0]["ts"],
+            "ts_max": group[-1]["ts"],
+            "n": len(group),
+            "credits": sum(r["credits"] for r in group),
+            "records": [{"id": r["_id"], **{f: r[f] for f in _RECORD_FIELDS}} for r in group],
+        }
+        for (account_id, lease, day), group in groups.items()
+    ]
 
 
 def flatten(bucket: dict) -> list[dict]:
     """A bucket's records in the shape the rest of the service uses (`_id`, `account_id`, `lease`)."""
-    return [{"_id": r["id"], "account_id": bucket["account_id"], "lease": bucket["lease"],
-             **{f: r[f] for f in _RECORD_FIELDS}} for r in bucket["records"]]
+    return [
+        {
+            "_id": r["id"],
+            "account_id": bucket["account_id"],
+            "lease": bucket["lease"],
+            **{f: r[f] for f in _RECORD_FIELDS},
+        }
+        for r in bucket["records"]
+    ]
 
 
 class UsageStore:
@@ -71,7 +87,9 @@ class UsageStore:
         return [r async for bucket in self.buckets.find(query) for r in flatten(bucket)]
 
     async def spent_by_lease(self, lease: str, account_id: str) -> int:
-        pipeline = [{"$match": {"lease": lease, "account_id": account_id}},
-                    {"$group": {"_id": None, "credits": {"$sum": "$credits"}}}]
+        pipeline = [
+            {"$match": {"lease": lease, "account_id": account_id}},
+            {"$group": {"_id": None, "credits": {"$sum": "$credits"}}},
+        ]
         cursor = await self.buckets.aggregate(pipeline)
         return next(iter([doc["credits"] async for doc in cursor]), 0)

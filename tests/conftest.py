@@ -1,9 +1,8 @@
 """Shared fixtures: a real SecantusDB server over TCP, the sandbox upstream as its own
-process, and the application built by gateway.build_context/make_app like in production."""
+process, and the application built by app.context.build_context and gateway.make_app like in production."""
+
 import asyncio
-import subprocess
-import sys
-import time
+import dataclasses
 import urllib.request
 import uuid
 
@@ -13,38 +12,30 @@ from tornado.httpclient import HTTPRequest
 
 import config
 import gateway
-from storage.embedded import EmbeddedMongo, free_port
+from app.context import build_context
+from app.embedded import EmbeddedMongo, start_helpers
+from app.tasks import start_background
 
 UPSTREAM_KEY = "test-upstream-key"
 PASSWORD = "correct horse battery"
 
 
 @pytest.fixture(scope="session")
-def mongo():
-    server = EmbeddedMongo(":memory:").start()
-    yield server
-    server.stop()
+def helpers():
+    """The in-memory database and the sandbox upstream, started by the same function as `serve` uses."""
+    started = start_helpers(make_settings(mongodb_uri="", upstream_url=""), storage_path=":memory:")
+    yield started
+    started.stop()
 
 
 @pytest.fixture(scope="session")
-def upstream_url():
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", str(port),
-                             "--api-key", UPSTREAM_KEY], stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/healthz", timeout=1)
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("sandbox upstream did not start")
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+def mongo(helpers):
+    return next(p for p in helpers.processes if isinstance(p, EmbeddedMongo))
+
+
+@pytest.fixture(scope="session")
+def upstream_url(helpers):
+    return helpers.settings.upstream_url
 
 
 @pytest.fixture(scope="session")
@@ -55,8 +46,15 @@ def catalog(upstream_url):
 
 def make_settings(**overrides) -> config.Settings:
     """Test settings: cheap password hashing, a fresh database per test, no environment."""
-    base = dict(jwt_secret="j" * 40, secrets_key="s" * 40, password_scrypt_n=2**10, mongodb_db=f"t_{uuid.uuid4().hex[:12]}",
-                upstream_api_key=UPSTREAM_KEY, data_dir="/nonexistent", port=0)
+    base = dict(
+        jwt_secret="j" * 40,
+        secrets_key="s" * 40,
+        password_scrypt_n=2**10,
+        mongodb_db=f"t_{uuid.uuid4().hex[:12]}",
+        upstream_api_key=UPSTREAM_KEY,
+        data_dir="/nonexistent",
+        port=0,
+    )
     return config.load(environ={}, **{**base, **overrides})
 
 
@@ -69,7 +67,9 @@ def settings(request):
 
 @pytest.fixture
 def ctx(io_loop, settings, mongo, upstream_url):
-    ctx = io_loop.run_sync(lambda: gateway.build_context(settings, mongo.uri, upstream_url))
+    ctx = io_loop.run_sync(
+        lambda: build_context(dataclasses.replace(settings, mongodb_uri=mongo.uri, upstream_url=upstream_url))
+    )
     tasks = io_loop.run_sync(_start_tasks(ctx))
     yield ctx
 
@@ -81,12 +81,14 @@ def ctx(io_loop, settings, mongo, upstream_url):
         await ctx.client.close()
         ctx.upstream.close()  # idempotent, also after gateway.shutdown
         ctx.executor.shutdown(wait=False)
+
     io_loop.run_sync(teardown)
 
 
 def _start_tasks(ctx):
     async def start():
-        return gateway.start_background(ctx)
+        return start_background(ctx)
+
     return start
 
 
@@ -101,8 +103,17 @@ class Api:
     def __init__(self, http_client, base_url):
         self.http, self.base = http_client, base_url
 
-    async def call(self, method: str, path: str, body=None, token: str | None = None, key: str | None = None,
-                   headers: dict | None = None, raw: bytes | None = None, timeout: float = 20):
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body=None,
+        token: str | None = None,
+        key: str | None = None,
+        headers: dict | None = None,
+        raw: bytes | None = None,
+        timeout: float = 20,
+    ):
         all_headers = dict(headers or {})
         if token:
             all_headers["Authorization"] = f"Bearer {token}"
@@ -113,8 +124,10 @@ class Api:
             data = None
         elif data is None:
             data = b""
-        response = await self.http.fetch(HTTPRequest(self.base + path, method=method, body=data, headers=all_headers,
-                                                     request_timeout=timeout), raise_error=False)
+        response = await self.http.fetch(
+            HTTPRequest(self.base + path, method=method, body=data, headers=all_headers, request_timeout=timeout),
+            raise_error=False,
+        )
         try:
             parsed = orjson.loads(response.body) if response.body else None
         except orjson.JSONDecodeError:
@@ -136,7 +149,9 @@ class Api:
         """A registered account with `credits` (a development top-up: paid plan) and one key."""
         user = await self.register()
         key = await self.new_key(user["token"])
-        status, body, _ = await self.call("POST", f"/keys/{key['key_id']}/topup", {"credits": credits}, token=user["token"])
+        status, body, _ = await self.call(
+            "POST", f"/keys/{key['key_id']}/topup", {"credits": credits}, token=user["token"]
+        )
         assert status == 200, body
         return user, key
 

@@ -4,7 +4,8 @@ Tests drive it like the network would: `settle` changes a payment's state (witho
 telling anyone, like a lost notification), `notify` posts the signed IPN to the
 payment's callback URL exactly as the processor does.
 """
-from datetime import datetime, timedelta, timezone
+
+from datetime import UTC, datetime, timedelta
 
 import orjson
 import tornado.web
@@ -16,7 +17,7 @@ RATES = {"btc": 60_000.0, "eth": 3_000.0, "usdttrc20": 1.0, "usdcsol": 1.0, "ltc
 
 
 def _now(later: timedelta = timedelta()) -> str:
-    return (datetime.now(timezone.utc) + later).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (datetime.now(UTC) + later).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class FakeProcessor:
@@ -28,9 +29,13 @@ class FakeProcessor:
         self.calls: list[str] = []
 
     def app(self) -> tornado.web.Application:
-        return tornado.web.Application([(r"/v1/min-amount", MinAmount, {"fake": self}),
-                                        (r"/v1/payment", CreatePayment, {"fake": self}),
-                                        (r"/v1/payment/([^/]+)", GetPayment, {"fake": self})])
+        return tornado.web.Application(
+            [
+                (r"/v1/min-amount", MinAmount, {"fake": self}),
+                (r"/v1/payment", CreatePayment, {"fake": self}),
+                (r"/v1/payment/([^/]+)", GetPayment, {"fake": self}),
+            ]
+        )
 
     def settle(self, payment_id: str, status: str, actually_paid: float | None = None) -> dict:
         payment = self.payments[payment_id]
@@ -47,8 +52,9 @@ class FakeProcessor:
     async def notify(self, payment_id: str) -> int:
         payment = self.payments[payment_id]
         body, headers = self.ipn(payment)
-        response = await AsyncHTTPClient().fetch(HTTPRequest(payment["ipn_callback_url"], "POST", headers, body),
-                                                 raise_error=False)
+        response = await AsyncHTTPClient().fetch(
+            HTTPRequest(payment["ipn_callback_url"], "POST", headers, body), raise_error=False
+        )
         return response.code
 
 
@@ -69,8 +75,14 @@ class MinAmount(FakeHandler):
     def get(self) -> None:
         code = self.get_query_argument("currency_from")
         usd = self.fake.min_usd[code]
-        self.finish({"currency_from": code, "currency_to": self.get_query_argument("currency_to"),
-                     "min_amount": usd / RATES[code], "fiat_equivalent": usd})
+        self.finish(
+            {
+                "currency_from": code,
+                "currency_to": self.get_query_argument("currency_to"),
+                "min_amount": usd / RATES[code],
+                "fiat_equivalent": usd,
+            }
+        )
 
 
 class CreatePayment(FakeHandler):
@@ -83,13 +95,24 @@ class CreatePayment(FakeHandler):
             return
         payment_id = str(5_000_000_000 + len(self.fake.payments))
         now = _now()
-        payment = {"payment_id": payment_id, "payment_status": "waiting", "pay_address": f"fake-{code}-{payment_id}",
-                   "price_amount": body["price_amount"], "price_currency": "usd",
-                   "pay_amount": round(body["price_amount"] / RATES[code], 8), "actually_paid": 0, "pay_currency": code,
-                   "order_id": body["order_id"], "order_description": body.get("order_description"),
-                   "ipn_callback_url": body["ipn_callback_url"], "created_at": now, "updated_at": now,
-                   "purchase_id": str(6_000_000_000 + len(self.fake.payments)), "outcome_amount": None,
-                   "outcome_currency": code}
+        payment = {
+            "payment_id": payment_id,
+            "payment_status": "waiting",
+            "pay_address": f"fake-{code}-{payment_id}",
+            "price_amount": body["price_amount"],
+            "price_currency": "usd",
+            "pay_amount": round(body["price_amount"] / RATES[code], 8),
+            "actually_paid": 0,
+            "pay_currency": code,
+            "order_id": body["order_id"],
+            "order_description": body.get("order_description"),
+            "ipn_callback_url": body["ipn_callback_url"],
+            "created_at": now,
+            "updated_at": now,
+            "purchase_id": str(6_000_000_000 + len(self.fake.payments)),
+            "outcome_amount": None,
+            "outcome_currency": code,
+        }
         self.fake.payments[payment_id] = payment
         self.set_status(201)
         self.finish({**payment, "expiration_estimate_date": _now(timedelta(days=1))})

@@ -1,10 +1,11 @@
 """Admin endpoints: authorization (401/403, no self-promotion), metrics and user rows on a known data
 set (identical before, during and after rollups), paging, validation, the CLI, and latency at scale."""
+
 import asyncio
 import random
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from bson import ObjectId
@@ -26,21 +27,43 @@ def stop_refresher() -> None:
 
 
 def account(email: str, created_at: datetime, **extra) -> dict:
-    return {"_id": str(ObjectId()), "email": email, "password_hash": "-", "created_at": created_at, "credits": 1000,
-            "leases": {}, "lease_holders": [], "paid_usd": 0.0, "topup_credits": 0, "is_admin": False,
-            "internal": False, **extra}
+    return {
+        "_id": str(ObjectId()),
+        "email": email,
+        "password_hash": "-",
+        "created_at": created_at,
+        "credits": 1000,
+        "leases": {},
+        "lease_holders": [],
+        "paid_usd": 0.0,
+        "topup_credits": 0,
+        "is_admin": False,
+        "internal": False,
+        **extra,
+    }
 
 
 def record(owner: dict, ts: datetime, endpoint: str, status: int, credits: int) -> dict:
-    return {"_id": uuid.uuid4().hex, "account_id": owner["_id"], "key_id": 1, "endpoint": "/social" + endpoint,
-            "ts": ts, "credits": credits, "status": status, "lease": "test-process", "request_id": uuid.uuid4().hex}
+    return {
+        "_id": uuid.uuid4().hex,
+        "account_id": owner["_id"],
+        "key_id": 1,
+        "endpoint": "/social" + endpoint,
+        "ts": ts,
+        "credits": credits,
+        "status": status,
+        "lease": "test-process",
+        "request_id": uuid.uuid4().hex,
+    }
 
 
 async def insert_usage(ctx, batches: list[list[dict]]) -> None:
     """Each list is one flush batch, stored as the flusher stores it (storage/usage.py buckets)."""
-    buckets = [b for i, batch in enumerate(batches) for b in buckets_of(f"test-{i}", sorted(batch, key=lambda r: r["ts"]))]
+    buckets = [
+        b for i, batch in enumerate(batches) for b in buckets_of(f"test-{i}", sorted(batch, key=lambda r: r["ts"]))
+    ]
     for i in range(0, len(buckets), 1000):
-        await ctx.usage.buckets.insert_many(buckets[i:i + 1000])
+        await ctx.usage.buckets.insert_many(buckets[i : i + 1000])
 
 
 async def admin_token(api) -> str:
@@ -58,13 +81,15 @@ async def test_non_admins_get_403_whatever_they_send(api):
     user = await api.register()
     key = await api.new_key(user["token"])
     # Mass assignment: nothing a user can store makes it an admin.
-    await api.call("POST", "/auth/attribution", {"first_touch": {"is_admin": True, "internal": True}}, token=user["token"])
+    await api.call(
+        "POST", "/auth/attribution", {"first_touch": {"is_admin": True, "internal": True}}, token=user["token"]
+    )
     for path in ENDPOINTS:
         for query in ("", "?include_internal=true", "?days=0", "?limit=999999"):
             status, body, _ = await api.call("GET", path + query, token=user["token"])
             assert status == 403 and body == {"detail": "Admins only"}, (path, query)
-        assert (await api.call("GET", path, token=key["key"]))[0] == 401          # an API key is not a session
-        assert (await api.call("GET", path, key=key["key"]))[0] == 401            # nor is it accepted as one
+        assert (await api.call("GET", path, token=key["key"]))[0] == 401  # an API key is not a session
+        assert (await api.call("GET", path, key=key["key"]))[0] == 401  # nor is it accepted as one
     status, me, _ = await api.call("GET", "/auth/me", token=user["token"])
     assert me["is_admin"] is False
 
@@ -76,17 +101,20 @@ async def test_admin_by_setting(api):
         assert (await api.call("GET", path, token=token))[0] == 200
 
 
-@pytest.mark.parametrize("query,loc,type_", [
-    ("/admin/metrics?days=0", ["query", "days"], "greater_than_equal"),
-    ("/admin/metrics?days=366", ["query", "days"], "less_than_equal"),
-    ("/admin/metrics?days=week", ["query", "days"], "int_parsing"),
-    ("/admin/metrics?include_internal=maybe", ["query", "include_internal"], "bool_parsing"),
-    ("/admin/users?include_internal=2", ["query", "include_internal"], "bool_parsing"),
-    ("/admin/users?limit=0", ["query", "limit"], "greater_than_equal"),
-    ("/admin/users?limit=501", ["query", "limit"], "less_than_equal"),
-    ("/admin/users?cursor=%21%21%21", ["query", "cursor"], "value_error"),
-    ("/admin/users?cursor=WzFd", ["query", "cursor"], "value_error"),  # base64 of [1]
-])
+@pytest.mark.parametrize(
+    "query,loc,type_",
+    [
+        ("/admin/metrics?days=0", ["query", "days"], "greater_than_equal"),
+        ("/admin/metrics?days=366", ["query", "days"], "less_than_equal"),
+        ("/admin/metrics?days=week", ["query", "days"], "int_parsing"),
+        ("/admin/metrics?include_internal=maybe", ["query", "include_internal"], "bool_parsing"),
+        ("/admin/users?include_internal=2", ["query", "include_internal"], "bool_parsing"),
+        ("/admin/users?limit=0", ["query", "limit"], "greater_than_equal"),
+        ("/admin/users?limit=501", ["query", "limit"], "less_than_equal"),
+        ("/admin/users?cursor=%21%21%21", ["query", "cursor"], "value_error"),
+        ("/admin/users?cursor=WzFd", ["query", "cursor"], "value_error"),  # base64 of [1]
+    ],
+)
 async def test_admin_validation(api, query, loc, type_):
     status, body, _ = await api.call("GET", query, token=await admin_token(api))
     assert status == 422 and body["detail"][0]["loc"] == loc and body["detail"][0]["type"] == type_
@@ -95,42 +123,92 @@ async def test_admin_validation(api, query, loc, type_):
 # --- a known data set ----------------------------------------------------------------------------------------
 async def known_data(ctx) -> dict:
     """Five accounts, usage on three days (one of them only live), one account internal and one admin."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     d1, d2, h = today - timedelta(days=1), today - timedelta(days=2), timedelta(hours=1)
     live = max(now - timedelta(seconds=2), today)  # newer than any watermark: read live, never rolled up
     people = {
         "alice": account("alice@example.com", d2 + 10 * h),
-        "bob": account("bob@example.com", d1 + 9 * h, first_touch={"utm_source": "newsletter", "page": "/"},
-                       paid_usd=2.5, credits=250_000),
+        "bob": account(
+            "bob@example.com",
+            d1 + 9 * h,
+            first_touch={"utm_source": "newsletter", "page": "/"},
+            paid_usd=2.5,
+            credits=250_000,
+        ),
         "carol": account("carol@example.com", d1 + 11 * h, internal=True),
         "old": account("old@example.com", today - timedelta(days=40), is_admin=True),
         "dave": account("dave@example.com", now),
     }
     await ctx.accounts.accounts.insert_many(list(people.values()))
     a, b, c, o = people["alice"], people["bob"], people["carol"], people["old"]
-    await insert_usage(ctx, [
-        [record(a, d2 + 12 * h + timedelta(seconds=i), "/user/info", 200, 18) for i in range(3)]
-        + [record(a, d2 + 13 * h, "/user/followers", 502, 0)],
-        [record(a, d1 + 8 * h, "/tweets", 200, 30), record(b, d1 + 10 * h, "/user/info", 404, 0)],
-        [record(a, d1 + 8 * h + timedelta(seconds=1), "/tweets", 200, 30),
-         record(b, d1 + 10 * h + timedelta(seconds=1), "/community/moderators", 501, 0)],
-        [record(c, d1 + 12 * h + timedelta(seconds=i), "/tweets", 200, 15) for i in range(5)],
-        [record(o, today - timedelta(days=40) + h, "/trends", 200, 15)],
-        [record(a, live, "/trends", 200, 15)],
-    ])
-    await ctx.admin.orders.insert_many([
-        {"_id": "ord_b", "account_id": b["_id"], "status": "finished", "credits_applied": 250_000, "updated_at": d1 + 11 * h},
-        {"_id": "ord_c", "account_id": c["_id"], "status": "finished", "credits_applied": 100_000, "updated_at": d1 + 13 * h},
-        {"_id": "ord_a", "account_id": a["_id"], "status": "expired", "credits_applied": 0, "updated_at": d2 + 11 * h},
-    ])
-    await ctx.keys.keys.insert_many([
-        {"_id": 9001, "key_id": 9001, "digest": "d9001", "account_id": a["_id"], "revoked": False, "created_at": d2},
-        {"_id": 9002, "key_id": 9002, "digest": "d9002", "account_id": a["_id"], "revoked": True, "created_at": d2},
-        {"_id": 9003, "key_id": 9003, "digest": "d9003", "account_id": b["_id"], "revoked": False, "created_at": d1},
-    ])
-    return {"now": now, "days": {"d2": d2.date().isoformat(), "d1": d1.date().isoformat(),
-                                 "today": today.date().isoformat()}, "live": live, **people}
+    await insert_usage(
+        ctx,
+        [
+            [record(a, d2 + 12 * h + timedelta(seconds=i), "/user/info", 200, 18) for i in range(3)]
+            + [record(a, d2 + 13 * h, "/user/followers", 502, 0)],
+            [record(a, d1 + 8 * h, "/tweets", 200, 30), record(b, d1 + 10 * h, "/user/info", 404, 0)],
+            [
+                record(a, d1 + 8 * h + timedelta(seconds=1), "/tweets", 200, 30),
+                record(b, d1 + 10 * h + timedelta(seconds=1), "/community/moderators", 501, 0),
+            ],
+            [record(c, d1 + 12 * h + timedelta(seconds=i), "/tweets", 200, 15) for i in range(5)],
+            [record(o, today - timedelta(days=40) + h, "/trends", 200, 15)],
+            [record(a, live, "/trends", 200, 15)],
+        ],
+    )
+    await ctx.admin.orders.insert_many(
+        [
+            {
+                "_id": "ord_b",
+                "account_id": b["_id"],
+                "status": "finished",
+                "credits_applied": 250_000,
+                "updated_at": d1 + 11 * h,
+            },
+            {
+                "_id": "ord_c",
+                "account_id": c["_id"],
+                "status": "finished",
+                "credits_applied": 100_000,
+                "updated_at": d1 + 13 * h,
+            },
+            {
+                "_id": "ord_a",
+                "account_id": a["_id"],
+                "status": "expired",
+                "credits_applied": 0,
+                "updated_at": d2 + 11 * h,
+            },
+        ]
+    )
+    await ctx.keys.keys.insert_many(
+        [
+            {
+                "_id": 9001,
+                "key_id": 9001,
+                "digest": "d9001",
+                "account_id": a["_id"],
+                "revoked": False,
+                "created_at": d2,
+            },
+            {"_id": 9002, "key_id": 9002, "digest": "d9002", "account_id": a["_id"], "revoked": True, "created_at": d2},
+            {
+                "_id": 9003,
+                "key_id": 9003,
+                "digest": "d9003",
+                "account_id": b["_id"],
+                "revoked": False,
+                "created_at": d1,
+            },
+        ]
+    )
+    return {
+        "now": now,
+        "days": {"d2": d2.date().isoformat(), "d1": d1.date().isoformat(), "today": today.date().isoformat()},
+        "live": live,
+        **people,
+    }
 
 
 def classes(**counts) -> dict:
@@ -143,31 +221,85 @@ async def check_metrics(api, token: str, data: dict) -> None:
     assert status == 200, m
     assert m["window"]["days"] == 30 and m["window"]["to"] == d["today"] and len(m["series"]) == 30
     by_day = {row["date"]: row for row in m["series"]}
-    assert by_day[d["d2"]] == {"date": d["d2"], "signups": 1, "active_accounts": 1, "calls": 4,
-                               "calls_by_status": classes(s2=3, s5=1), "credits_spent": 54, "revenue_usd": 0.0}
-    assert by_day[d["d1"]] == {"date": d["d1"], "signups": 1, "active_accounts": 2, "calls": 4,
-                               "calls_by_status": classes(s2=2, s4=1, s5=1), "credits_spent": 60, "revenue_usd": 2.5}
-    assert by_day[d["today"]] == {"date": d["today"], "signups": 1, "active_accounts": 1, "calls": 1,
-                                  "calls_by_status": classes(s2=1), "credits_spent": 15, "revenue_usd": 0.0}
+    assert by_day[d["d2"]] == {
+        "date": d["d2"],
+        "signups": 1,
+        "active_accounts": 1,
+        "calls": 4,
+        "calls_by_status": classes(s2=3, s5=1),
+        "credits_spent": 54,
+        "revenue_usd": 0.0,
+    }
+    assert by_day[d["d1"]] == {
+        "date": d["d1"],
+        "signups": 1,
+        "active_accounts": 2,
+        "calls": 4,
+        "calls_by_status": classes(s2=2, s4=1, s5=1),
+        "credits_spent": 60,
+        "revenue_usd": 2.5,
+    }
+    assert by_day[d["today"]] == {
+        "date": d["today"],
+        "signups": 1,
+        "active_accounts": 1,
+        "calls": 1,
+        "calls_by_status": classes(s2=1),
+        "credits_spent": 15,
+        "revenue_usd": 0.0,
+    }
     assert sum(row["calls"] for row in m["series"]) == 9
-    assert m["totals"] == {"signups": 3, "active_accounts": 2, "calls": 9, "calls_by_status": classes(s2=6, s4=1, s5=2),
-                           "credits_spent": 129, "revenue_usd": 2.5}
+    assert m["totals"] == {
+        "signups": 3,
+        "active_accounts": 2,
+        "calls": 9,
+        "calls_by_status": classes(s2=6, s4=1, s5=2),
+        "credits_spent": 129,
+        "revenue_usd": 2.5,
+    }
     assert [e["endpoint"] for e in m["top_endpoints"]["by_calls"]] == [
-        "/social/user/info", "/social/tweets", "/social/community/moderators", "/social/trends", "/social/user/followers"]
+        "/social/user/info",
+        "/social/tweets",
+        "/social/community/moderators",
+        "/social/trends",
+        "/social/user/followers",
+    ]
     assert m["top_endpoints"]["by_calls"][0] == {"endpoint": "/social/user/info", "calls": 4, "credits": 54}
     assert [(e["endpoint"], e["credits"]) for e in m["top_endpoints"]["by_credits"][:3]] == [
-        ("/social/tweets", 60), ("/social/user/info", 54), ("/social/trends", 15)]
-    assert {k: m["upstream"][k] for k in ("calls", "errors", "error_rate")} == {"calls": 8, "errors": 1, "error_rate": 0.125}
+        ("/social/tweets", 60),
+        ("/social/user/info", 54),
+        ("/social/trends", 15),
+    ]
+    assert {k: m["upstream"][k] for k in ("calls", "errors", "error_rate")} == {
+        "calls": 8,
+        "errors": 1,
+        "error_rate": 0.125,
+    }
 
     status, m, _ = await api.call("GET", "/admin/metrics?include_internal=true", token=token)
     by_day = {row["date"]: row for row in m["series"]}
-    assert (by_day[d["d1"]]["signups"], by_day[d["d1"]]["active_accounts"], by_day[d["d1"]]["calls"],
-            by_day[d["d1"]]["credits_spent"], by_day[d["d1"]]["revenue_usd"]) == (2, 3, 9, 135, 3.5)
-    assert m["totals"] == {"signups": 5, "active_accounts": 3, "calls": 14, "calls_by_status": classes(s2=11, s4=1, s5=2),
-                           "credits_spent": 204, "revenue_usd": 3.5}  # signups include the admin who is asking
+    assert (
+        by_day[d["d1"]]["signups"],
+        by_day[d["d1"]]["active_accounts"],
+        by_day[d["d1"]]["calls"],
+        by_day[d["d1"]]["credits_spent"],
+        by_day[d["d1"]]["revenue_usd"],
+    ) == (2, 3, 9, 135, 3.5)
+    assert m["totals"] == {
+        "signups": 5,
+        "active_accounts": 3,
+        "calls": 14,
+        "calls_by_status": classes(s2=11, s4=1, s5=2),
+        "credits_spent": 204,
+        "revenue_usd": 3.5,
+    }  # signups include the admin who is asking
     status, m, _ = await api.call("GET", "/admin/metrics?days=60&include_internal=true", token=token)
-    assert (m["totals"]["signups"], m["totals"]["active_accounts"], m["totals"]["calls"], m["totals"]["credits_spent"]) \
-        == (6, 4, 15, 219)
+    assert (
+        m["totals"]["signups"],
+        m["totals"]["active_accounts"],
+        m["totals"]["calls"],
+        m["totals"]["credits_spent"],
+    ) == (6, 4, 15, 219)
     status, m, _ = await api.call("GET", "/admin/metrics?days=1", token=token)
     assert len(m["series"]) == 1 and m["totals"]["calls"] == 1 and m["totals"]["active_accounts"] == 1
 
@@ -176,16 +308,16 @@ async def test_metrics_on_a_known_data_set(api, ctx):
     stop_refresher()
     token = await admin_token(api)
     data = await known_data(ctx)
-    await check_metrics(api, token, data)                      # nothing rolled up: all live
-    d1 = datetime.fromisoformat(data["days"]["d1"]).replace(tzinfo=timezone.utc)
+    await check_metrics(api, token, data)  # nothing rolled up: all live
+    d1 = datetime.fromisoformat(data["days"]["d1"]).replace(tzinfo=UTC)
     assert await ctx.admin.refresh(d1 + timedelta(hours=10, minutes=30) + GRACE)
     assert await ctx.admin.watermark() == d1 + timedelta(hours=10, minutes=30)
-    await check_metrics(api, token, data)                      # rolled up to the middle of yesterday
+    await check_metrics(api, token, data)  # rolled up to the middle of yesterday
     await asyncio.gather(ctx.admin.refresh(), ctx.admin.refresh(), ctx.admin.refresh())  # concurrent steps
     status, m, _ = await api.call("GET", "/admin/metrics", token=token)
     assert m["rolled_up_until"] is not None
-    await check_metrics(api, token, data)                      # rolled up to a minute ago
-    assert not await ctx.admin.refresh(data["now"])            # nothing new to fold
+    await check_metrics(api, token, data)  # rolled up to a minute ago
+    assert not await ctx.admin.refresh(data["now"])  # nothing new to fold
 
 
 async def test_user_rows_and_paging(api, ctx):
@@ -199,9 +331,15 @@ async def test_user_rows_and_paging(api, ctx):
     assert [row["email"] for row in page["users"]] == ["dave@example.com", "bob@example.com", "alice@example.com"]
     alice, bob, dave = rows["alice"], rows["bob"], rows["dave"]
     assert alice["account_id"] == data["alice"]["_id"] and alice["keys"] == {"active": 1, "revoked": 1}
-    assert (alice["calls"], alice["credits_spent"], alice["balance"], alice["first_touch_source"]) == (7, 129, 1000, None)
+    assert (alice["calls"], alice["credits_spent"], alice["balance"], alice["first_touch_source"]) == (
+        7,
+        129,
+        1000,
+        None,
+    )
     assert datetime.fromisoformat(alice["last_activity"]) == data["live"].replace(
-        microsecond=data["live"].microsecond // 1000 * 1000)  # as stored: milliseconds
+        microsecond=data["live"].microsecond // 1000 * 1000
+    )  # as stored: milliseconds
     assert (bob["calls"], bob["credits_spent"], bob["total_paid_usd"], bob["balance"]) == (2, 0, 2.5, 250_000)
     assert bob["first_touch_source"] == "newsletter" and bob["keys"] == {"active": 1, "revoked": 0}
     assert (dave["calls"], dave["last_activity"], dave["keys"]) == (0, None, {"active": 0, "revoked": 0})
@@ -209,19 +347,27 @@ async def test_user_rows_and_paging(api, ctx):
 
     emails, cursor = [], ""
     while True:
-        status, page, _ = await api.call("GET", f"/admin/users?include_internal=true&limit=2&cursor={cursor}", token=token)
+        status, page, _ = await api.call(
+            "GET", f"/admin/users?include_internal=true&limit=2&cursor={cursor}", token=token
+        )
         assert status == 200 and len(page["users"]) <= 2
         emails += [row["email"] for row in page["users"]]
         if not page["has_next_page"]:
             break
         cursor = page["next_cursor"]
-    assert emails == ["dave@example.com", ADMIN, "carol@example.com", "bob@example.com", "alice@example.com",
-                      "old@example.com"]
+    assert emails == [
+        "dave@example.com",
+        ADMIN,
+        "carol@example.com",
+        "bob@example.com",
+        "alice@example.com",
+        "old@example.com",
+    ]
 
 
 async def test_paging_through_equal_signup_times(api, ctx):
     token = await admin_token(api)
-    moment = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(days=3)
+    moment = datetime.now(UTC).replace(microsecond=0) - timedelta(days=3)
     twins = [account(f"twin{i}@example.com", moment) for i in range(5)]
     await ctx.accounts.accounts.insert_many(twins)
     seen, cursor = [], ""
@@ -277,7 +423,7 @@ async def test_admin_queries_stay_fast_at_scale(api, ctx, capsys):
     """3,000 accounts and 100,000 usage records: each admin request answers well under a second."""
     stop_refresher()
     token = await admin_token(api)
-    rnd, now = random.Random(7), datetime.now(timezone.utc)
+    rnd, now = random.Random(7), datetime.now(UTC)
     people = [account(f"user{i}@scale.example", now - timedelta(days=rnd.uniform(0, 90))) for i in range(3000)]
     people[0]["internal"], people[1]["is_admin"] = True, True
     await ctx.accounts.accounts.insert_many(people)
@@ -286,8 +432,12 @@ async def test_admin_queries_stay_fast_at_scale(api, ctx, capsys):
     for burst in range(10_000):  # a client paging through results: 10 calls within one flush
         who, (endpoint, price) = rnd.choice(people[:2000]), rnd.choice(endpoints)
         start = now - timedelta(seconds=10) if burst < 10 else now - timedelta(seconds=rnd.uniform(120, 40 * 86400))
-        batches.append([record(who, start + timedelta(milliseconds=i), endpoint, rnd.choice((200, 200, 200, 404, 502)),
-                               price) for i in range(10)])
+        batches.append(
+            [
+                record(who, start + timedelta(milliseconds=i), endpoint, rnd.choice((200, 200, 200, 404, 502)), price)
+                for i in range(10)
+            ]
+        )
     credits = sum(r["credits"] for batch in batches for r in batch)
     started = time.perf_counter()
     await insert_usage(ctx, batches)
@@ -297,8 +447,12 @@ async def test_admin_queries_stay_fast_at_scale(api, ctx, capsys):
     refreshed = time.perf_counter() - started
 
     timings = {}
-    for path in ("/admin/metrics?days=30", "/admin/metrics?days=365&include_internal=true", "/admin/users",
-                 "/admin/users?include_internal=true&limit=500"):
+    for path in (
+        "/admin/metrics?days=30",
+        "/admin/metrics?days=365&include_internal=true",
+        "/admin/users",
+        "/admin/users?include_internal=true&limit=500",
+    ):
         started = time.perf_counter()
         status, body, _ = await api.call("GET", path, token=token)
         timings[path] = time.perf_counter() - started
@@ -310,10 +464,13 @@ async def test_admin_queries_stay_fast_at_scale(api, ctx, capsys):
             started = time.perf_counter()
             status, deeper, _ = await api.call("GET", f"/admin/users?cursor={body['next_cursor']}", token=token)
             timings["/admin/users (page 2)"] = time.perf_counter() - started
-            assert status == 200 and datetime.fromisoformat(deeper["users"][0]["created_at"]) <= \
-                datetime.fromisoformat(body["users"][-1]["created_at"])
+            assert status == 200 and datetime.fromisoformat(deeper["users"][0]["created_at"]) <= datetime.fromisoformat(
+                body["users"][-1]["created_at"]
+            )
     with capsys.disabled():
-        print(f"\nadmin at scale: 3000 accounts, 100000 usage records in {len(batches)} buckets; "
-              f"insert {inserted:.1f}s, rollup {refreshed:.1f}s; "
-              + ", ".join(f"{path} {seconds * 1000:.0f} ms" for path, seconds in timings.items()))
+        print(
+            f"\nadmin at scale: 3000 accounts, 100000 usage records in {len(batches)} buckets; "
+            f"insert {inserted:.1f}s, rollup {refreshed:.1f}s; "
+            + ", ".join(f"{path} {seconds * 1000:.0f} ms" for path, seconds in timings.items())
+        )
     assert max(timings.values()) < 1.0, timings

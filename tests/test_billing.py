@@ -3,6 +3,7 @@
 The real-protocol client runs against tests/fake_processor.py served in the test loop;
 notifications are signed exactly as the processor signs them.
 """
+
 import asyncio
 import hashlib
 import hmac
@@ -13,16 +14,17 @@ from datetime import timedelta
 
 import pytest
 import tornado.httpserver
+from conftest import make_settings
+from fake_processor import FakeProcessor
 from hypothesis import given
 from hypothesis import settings as settings_
 from hypothesis import strategies as st
 from tornado.testing import bind_unused_port
 
-from conftest import make_settings
-from fake_processor import FakeProcessor
 from payments.crediting import plan_change
-from payments.provider import CONFIRMED, FINAL, SIGNATURE_HEADER, STATUSES, PaymentState, ms, sign
+from payments.provider import SIGNATURE_HEADER, PaymentState, ms, sign
 from storage.accounts import now_utc
+from storage.orders import CONFIRMED, FINAL, STATUSES
 
 pytestmark = pytest.mark.gen_test(timeout=30)
 
@@ -45,6 +47,7 @@ def processor(io_loop):
         server = tornado.httpserver.HTTPServer(fake.app())
         server.add_sockets([sock])
         return server
+
     server = io_loop.run_sync(start)
     fake.url = f"http://127.0.0.1:{port}"
     yield fake
@@ -57,8 +60,13 @@ def settings(request, processor, http_port):
     marker = request.node.get_closest_marker("settings")
     overrides = dict(marker.kwargs if marker else {})
     if overrides.get("payments_provider") == "nowpayments":
-        overrides = {"payments_api_url": processor.url, "payments_api_key": API_KEY, "payments_ipn_secret": IPN_SECRET,
-                     "public_url": f"http://localhost:{http_port}", **overrides}
+        overrides = {
+            "payments_api_url": processor.url,
+            "payments_api_key": API_KEY,
+            "payments_ipn_secret": IPN_SECRET,
+            "public_url": f"http://localhost:{http_port}",
+            **overrides,
+        }
     return make_settings(**overrides)
 
 
@@ -67,15 +75,20 @@ NOWPAYMENTS = pytest.mark.settings(payments_provider="nowpayments")
 
 # --- helpers -------------------------------------------------------------------------------------
 async def checkout(api, token, currency="USDTTRC20", amount=100):
-    status, body, _ = await api.call("POST", "/billing/crypto/checkout", {"currency": currency, "amount_usd": amount},
-                                     token=token)
+    status, body, _ = await api.call(
+        "POST", "/billing/crypto/checkout", {"currency": currency, "amount_usd": amount}, token=token
+    )
     assert status == 200, body
     return body
 
 
 async def pay(api, token, order_id, usd, confirmed=True, expect=200):
-    status, body, _ = await api.call("POST", "/billing/crypto/sandbox/pay",
-                                     {"order_id": order_id, "amount_usd": usd, "confirmed": confirmed}, token=token)
+    status, body, _ = await api.call(
+        "POST",
+        "/billing/crypto/sandbox/pay",
+        {"order_id": order_id, "amount_usd": usd, "confirmed": confirmed},
+        token=token,
+    )
     assert status == expect, body
     return body
 
@@ -121,22 +134,25 @@ async def test_checkout_returns_an_order(api):
     assert await order_of(api, user["token"], order["order_id"]) == order
 
 
-@pytest.mark.parametrize("payload,loc,type_", [
-    ({"currency": "BTC", "amount_usd": 9.99}, "amount_usd", "greater_than_equal"),
-    ({"currency": "ETH", "amount_usd": 4.99}, "amount_usd", "greater_than_equal"),
-    ({"currency": "LTC", "amount_usd": 1.5}, "amount_usd", "greater_than_equal"),
-    ({"currency": "USDTTRC20", "amount_usd": 0.994}, "amount_usd", "greater_than_equal"),  # 0.99 after rounding
-    ({"currency": "DOGE", "amount_usd": 50}, "currency", "enum"),
-    ({"currency": "BTC", "amount_usd": -20}, "amount_usd", "greater_than"),
-    ({"currency": "BTC", "amount_usd": 0}, "amount_usd", "greater_than"),
-    ({"currency": "BTC", "amount_usd": 1_000_000.01}, "amount_usd", "less_than_equal"),
-    ({"currency": "BTC", "amount_usd": 1e300}, "amount_usd", "less_than_equal"),
-    ({"currency": "BTC", "amount_usd": "50"}, "amount_usd", "float_type"),
-    ({"currency": "BTC", "amount_usd": True}, "amount_usd", "float_type"),
-    ({"currency": "BTC"}, "amount_usd", "missing"),
-    ({"currency": 5, "amount_usd": 50}, "currency", "string_type"),
-    ({"currency": "BTC", "amount_usd": 50, "credits": 10**9}, "credits", "extra_forbidden"),
-])
+@pytest.mark.parametrize(
+    "payload,loc,type_",
+    [
+        ({"currency": "BTC", "amount_usd": 9.99}, "amount_usd", "greater_than_equal"),
+        ({"currency": "ETH", "amount_usd": 4.99}, "amount_usd", "greater_than_equal"),
+        ({"currency": "LTC", "amount_usd": 1.5}, "amount_usd", "greater_than_equal"),
+        ({"currency": "USDTTRC20", "amount_usd": 0.994}, "amount_usd", "greater_than_equal"),  # 0.99 after rounding
+        ({"currency": "DOGE", "amount_usd": 50}, "currency", "enum"),
+        ({"currency": "BTC", "amount_usd": -20}, "amount_usd", "greater_than"),
+        ({"currency": "BTC", "amount_usd": 0}, "amount_usd", "greater_than"),
+        ({"currency": "BTC", "amount_usd": 1_000_000.01}, "amount_usd", "less_than_equal"),
+        ({"currency": "BTC", "amount_usd": 1e300}, "amount_usd", "less_than_equal"),
+        ({"currency": "BTC", "amount_usd": "50"}, "amount_usd", "float_type"),
+        ({"currency": "BTC", "amount_usd": True}, "amount_usd", "float_type"),
+        ({"currency": "BTC"}, "amount_usd", "missing"),
+        ({"currency": 5, "amount_usd": 50}, "currency", "string_type"),
+        ({"currency": "BTC", "amount_usd": 50, "credits": 10**9}, "credits", "extra_forbidden"),
+    ],
+)
 async def test_checkout_validation(api, payload, loc, type_):
     user = await api.register()
     status, body, _ = await api.call("POST", "/billing/crypto/checkout", payload, token=user["token"])
@@ -154,17 +170,21 @@ async def test_minimum_and_maximum_are_accepted(api):
 async def test_orders_need_a_session_and_are_private(api):
     owner, other = await api.register(), await api.register()
     order = await checkout(api, owner["token"])
-    for method, path in [("POST", "/billing/crypto/checkout"), ("GET", "/billing/crypto/orders"),
-                         ("GET", f"/billing/crypto/orders/{order['order_id']}"),
-                         ("POST", "/billing/crypto/sandbox/pay")]:
+    for method, path in [
+        ("POST", "/billing/crypto/checkout"),
+        ("GET", "/billing/crypto/orders"),
+        ("GET", f"/billing/crypto/orders/{order['order_id']}"),
+        ("POST", "/billing/crypto/sandbox/pay"),
+    ]:
         assert (await api.call(method, path, body={}))[0] == 401, path
     for order_id in [order["order_id"], "ord_" + "0" * 20, "nonsense", "ord_%24where"]:
         status, body, _ = await api.call("GET", f"/billing/crypto/orders/{order_id}", token=other["token"])
         assert status == 404 and body == {"detail": "Order not found"}
     assert (await api.call("GET", "/billing/crypto/orders", token=other["token"]))[1] == []
     # Paying into someone else's order is refused the same way, and changes nothing.
-    status, body, _ = await api.call("POST", "/billing/crypto/sandbox/pay",
-                                     {"order_id": order["order_id"], "amount_usd": 100}, token=other["token"])
+    status, body, _ = await api.call(
+        "POST", "/billing/crypto/sandbox/pay", {"order_id": order["order_id"], "amount_usd": 100}, token=other["token"]
+    )
     assert status == 404
     assert (await order_of(api, owner["token"], order["order_id"]))["amount_received"]["amount"] == 0
 
@@ -205,13 +225,15 @@ async def test_nothing_is_credited_before_confirmation(api):
     assert paid["order"]["status"] == "confirming" and paid["order"]["credits_applied"] == 0
     assert paid["order"]["amount_received"]["amount"] == 0.01
     assert (await account(api, user["token"]))["credits"] == 0
-    status, body, _ = await api.call("POST", "/billing/crypto/sandbox/confirm", {"order_id": order["order_id"]},
-                                     token=user["token"])
+    status, body, _ = await api.call(
+        "POST", "/billing/crypto/sandbox/confirm", {"order_id": order["order_id"]}, token=user["token"]
+    )
     assert status == 200 and body["confirmed_payments"] == 1 and body["order"]["status"] == "finished"
     assert (await account(api, user["token"]))["credits"] == 3_000_000
     # Confirming again finds nothing pending and credits nothing.
-    status, body, _ = await api.call("POST", "/billing/crypto/sandbox/confirm", {"order_id": order["order_id"]},
-                                     token=user["token"])
+    status, body, _ = await api.call(
+        "POST", "/billing/crypto/sandbox/confirm", {"order_id": order["order_id"]}, token=user["token"]
+    )
     assert status == 200 and body["confirmed_payments"] == 0
     assert (await account(api, user["token"]))["credits"] == 3_000_000
 
@@ -226,8 +248,9 @@ async def test_partial_then_full_payment(api):
     assert second["order"]["status"] == "confirming" and second["order"]["credits_applied"] == 2_000_000
     assert second["order"]["amount_received"] == {"amount": 80.0, "usd": 80.0}
     assert second["order"]["amount_confirmed"] == {"amount": 20.0, "usd": 20.0}
-    status, body, _ = await api.call("POST", "/billing/crypto/sandbox/confirm", {"order_id": order["order_id"]},
-                                     token=user["token"])
+    status, body, _ = await api.call(
+        "POST", "/billing/crypto/sandbox/confirm", {"order_id": order["order_id"]}, token=user["token"]
+    )
     assert body["order"]["status"] == "finished" and body["order"]["credits_applied"] == 8_000_000
     me = await account(api, user["token"])
     assert me["credits"] == 8_000_000 and me["total_paid_usd"] == 80
@@ -266,6 +289,7 @@ async def test_a_crash_between_the_two_writes_is_finished_once(api, ctx):
 
     async def crash(*args):
         raise ConnectionError("database went away")
+
     crediting.credit_account = crash
     with pytest.raises(ConnectionError):
         await ctx.payments.sandbox_pay(await ctx.payments.orders.get(order["order_id"]), 40, True)
@@ -289,6 +313,7 @@ async def test_out_of_order_states_never_move_an_order_back(api, ctx):
 
     def state(status, paid, confirmed, age):
         return PaymentState(payment_id, order["order_id"], status, paid, confirmed, now - timedelta(seconds=age))
+
     apply = ctx.payments.crediting.apply_payment_state
     await apply(order["order_id"], state("partially_paid", 20, 20, 5))
     stale = await apply(order["order_id"], state("waiting", 0, 0, 10))  # an older read arriving late
@@ -303,8 +328,14 @@ async def test_out_of_order_states_never_move_an_order_back(api, ctx):
 async def test_concurrent_applies_credit_once(api, ctx):
     user = await api.register()
     order = await checkout(api, user["token"], "USDTTRC20", 70)
-    finished = PaymentState((await ctx.payments.orders.get(order["order_id"]))["payment_id"], order["order_id"],
-                            "finished", 70, 70, ms(now_utc()))
+    finished = PaymentState(
+        (await ctx.payments.orders.get(order["order_id"]))["payment_id"],
+        order["order_id"],
+        "finished",
+        70,
+        70,
+        ms(now_utc()),
+    )
     store, lost, everyone_read = ctx.payments.orders, [], asyncio.Event()
     update_state = store.update_state
 
@@ -317,9 +348,11 @@ async def test_concurrent_applies_credit_once(api, ctx):
         result = await update_state(*args)
         lost.append(result is None)
         return result
+
     store.update_state = after_all_read
-    results = await asyncio.gather(*[ctx.payments.crediting.apply_payment_state(order["order_id"], finished)
-                                     for _ in range(25)])
+    results = await asyncio.gather(
+        *[ctx.payments.crediting.apply_payment_state(order["order_id"], finished) for _ in range(25)]
+    )
     assert lost.count(False) == 1 and lost.count(True) == 24  # one write won, 24 lost and re-read
     assert {r["credits_applied"] for r in results} == {7_000_000}
     assert (await account(api, user["token"]))["credits"] == 7_000_000
@@ -331,8 +364,14 @@ def test_credits_only_grow_and_never_exceed_the_confirmed_worth(steps):
     """Any sequence of processor reads, in any order: credits never shrink, never exceed what the most
     confirmed read is worth, each credit has a new id, and a final order never changes."""
     start = ms(now_utc())
-    order = {"_id": "ord_x", "status": "waiting", "price_usd": 100.0, "pay_amount": 200.0, "credits_applied": 0,
-             "provider_updated_at": None}
+    order = {
+        "_id": "ord_x",
+        "status": "waiting",
+        "price_usd": 100.0,
+        "pay_amount": 200.0,
+        "credits_applied": 0,
+        "provider_updated_at": None,
+    }
     ids, most_confirmed = set(), 0
     for status, paid, age in steps:
         confirmed = paid if status in CONFIRMED or status == "partially_paid" else 0
@@ -358,10 +397,18 @@ async def test_cli_pays_through_the_same_path(api, ctx, mongo):
     env.pop("PAYMENTS_PROVIDER", None)
 
     async def cli(*args):
-        proc = await asyncio.create_subprocess_exec(sys.executable, os.path.join(ROOT, "gateway.py"), *args, env=env,
-                                                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            os.path.join(ROOT, "gateway.py"),
+            *args,
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         out, err = await proc.communicate()
         return proc.returncode, out.decode(), err.decode()
+
     code, out, err = await cli("sandbox-pay", order["order_id"], "30", "--unconfirmed")
     assert code == 0, err
     assert '"status": "confirming"' in out and (await account(api, user["token"]))["credits"] == 0
@@ -386,15 +433,21 @@ async def test_bad_signatures_are_401_and_change_nothing(api, ctx):
     order = await checkout(api, user["token"], "USDTTRC20", 20)
     await pay(api, user["token"], order["order_id"], 20, confirmed=False)
     payment_id = (await ctx.payments.orders.get(order["order_id"]))["payment_id"]
-    payload = {"payment_id": payment_id, "order_id": order["order_id"], "payment_status": "finished",
-               "actually_paid": 20}
+    payload = {
+        "payment_id": payment_id,
+        "order_id": order["order_id"],
+        "payment_status": "finished",
+        "actually_paid": 20,
+    }
     body, headers = FakeProcessor(API_KEY, IPN_SECRET).ipn(payload)
-    for raw, sent in [(body, {}),                                                       # no signature
-                      (body, {SIGNATURE_HEADER: "0" * 128}),                             # wrong signature
-                      (body, {SIGNATURE_HEADER: sign("another secret", payload)}),       # another key
-                      (body.replace(b"20", b"99"), headers),                             # body changed after signing
-                      (b"not json", {SIGNATURE_HEADER: "ab"}),
-                      (body, {SIGNATURE_HEADER: "é" * 128})]:
+    for raw, sent in [
+        (body, {}),  # no signature
+        (body, {SIGNATURE_HEADER: "0" * 128}),  # wrong signature
+        (body, {SIGNATURE_HEADER: sign("another secret", payload)}),  # another key
+        (body.replace(b"20", b"99"), headers),  # body changed after signing
+        (b"not json", {SIGNATURE_HEADER: "ab"}),
+        (body, {SIGNATURE_HEADER: "é" * 128}),
+    ]:
         status, answer, _ = await api.call("POST", "/billing/crypto/ipn", raw=raw, headers=sent)
         assert status == 401 and answer == {"detail": "Invalid notification signature"}
     assert (await order_of(api, user["token"], order["order_id"]))["status"] == "confirming"
@@ -440,12 +493,14 @@ async def test_processor_checkout_and_notification(api, processor, http_port):
 @NOWPAYMENTS
 async def test_processor_minimum_and_outage(api, processor):
     user = await api.register()
-    status, body, _ = await api.call("POST", "/billing/crypto/checkout", {"currency": "USDTTRC20", "amount_usd": 2},
-                                     token=user["token"])
+    status, body, _ = await api.call(
+        "POST", "/billing/crypto/checkout", {"currency": "USDTTRC20", "amount_usd": 2}, token=user["token"]
+    )
     assert status == 422 and "2.5" in body["detail"][0]["msg"]
     processor.down = True
-    status, body, _ = await api.call("POST", "/billing/crypto/checkout", {"currency": "ETH", "amount_usd": 50},
-                                     token=user["token"])
+    status, body, _ = await api.call(
+        "POST", "/billing/crypto/checkout", {"currency": "ETH", "amount_usd": 50}, token=user["token"]
+    )
     assert status == 502 and body == {"detail": "The payment processor is unavailable; try again shortly"}
     assert (await api.call("GET", "/billing/crypto/orders", token=user["token"]))[1] == []
 
@@ -535,12 +590,15 @@ async def test_production_refusals(api):
     key = await api.new_key(user["token"])
     status, body, _ = await api.call("POST", f"/keys/{key['key_id']}/topup", {"credits": 100}, token=user["token"])
     assert status == 403
-    status, body, _ = await api.call("POST", "/billing/crypto/checkout", {"currency": "BTC", "amount_usd": 50},
-                                     token=user["token"])
+    status, body, _ = await api.call(
+        "POST", "/billing/crypto/checkout", {"currency": "BTC", "amount_usd": 50}, token=user["token"]
+    )
     assert status == 503 and body == {"detail": "Crypto payments are not configured on this server"}
     assert (await api.call("GET", "/billing/crypto/config"))[1]["currencies"] == []
-    for path, payload in [("/billing/crypto/sandbox/pay", {"order_id": "ord_" + "0" * 20, "amount_usd": 5}),
-                          ("/billing/crypto/sandbox/confirm", {"order_id": "ord_" + "0" * 20})]:
+    for path, payload in [
+        ("/billing/crypto/sandbox/pay", {"order_id": "ord_" + "0" * 20, "amount_usd": 5}),
+        ("/billing/crypto/sandbox/confirm", {"order_id": "ord_" + "0" * 20}),
+    ]:
         status, body, _ = await api.call("POST", path, payload, token=user["token"])
         assert status == 404 and body == {"detail": "Not found"}
     assert (await account(api, user["token"]))["credits"] == 0
@@ -549,8 +607,9 @@ async def test_production_refusals(api):
 @pytest.mark.settings(env="production", payments_provider="nowpayments")
 async def test_production_with_a_processor_has_no_sandbox(api, processor):
     user, order, payment_id = await nowpayments_order(api, processor, 50)
-    status, _, _ = await api.call("POST", "/billing/crypto/sandbox/pay",
-                                  {"order_id": order["order_id"], "amount_usd": 50}, token=user["token"])
+    status, _, _ = await api.call(
+        "POST", "/billing/crypto/sandbox/pay", {"order_id": order["order_id"], "amount_usd": 50}, token=user["token"]
+    )
     assert status == 404
     await ipn(api, processor.settle(payment_id, "finished", 50))
     assert (await account(api, user["token"]))["credits"] == 5_000_000
@@ -558,10 +617,15 @@ async def test_production_with_a_processor_has_no_sandbox(api, processor):
 
 def test_settings_validation():
     import config
+
     with pytest.raises(config.SettingsError, match="PAYMENTS_API_KEY"):
         make_settings(payments_provider="nowpayments")
     with pytest.raises(config.SettingsError, match="PAYMENTS_PROVIDER"):
         make_settings(payments_provider="coinbase")
-    masked = make_settings(payments_provider="nowpayments", payments_api_key="k" * 10, payments_ipn_secret="s" * 10,
-                           public_url="https://gw.example.com").safe_items()
+    masked = make_settings(
+        payments_provider="nowpayments",
+        payments_api_key="k" * 10,
+        payments_ipn_secret="s" * 10,
+        public_url="https://gw.example.com",
+    ).safe_items()
     assert masked["payments_api_key"] == masked["payments_ipn_secret"] == "***"

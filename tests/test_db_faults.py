@@ -4,6 +4,7 @@ once the database is back every buffered record and charge is persisted exactly 
 
 Each test runs its own SecantusDB on a real directory, so a restart on the same port finds the
 data again (the session-wide in-memory server of conftest is not touched)."""
+
 import asyncio
 import os
 import signal
@@ -12,11 +13,11 @@ import urllib.request
 
 import orjson
 import pytest
+from test_social import FAST
 
 import gateway
+from app.embedded import EmbeddedMongo, free_port
 from storage import db as database
-from storage.embedded import EmbeddedMongo, free_port
-from test_social import FAST
 
 pytestmark = pytest.mark.gen_test(timeout=90)
 
@@ -69,8 +70,9 @@ def data_path(catalog) -> str:
 
 
 @pytest.mark.settings(plan_rules=FAST, buffer_max=10, flush_interval=0.05)
-async def test_outage_serves_known_keys_until_the_buffer_is_full_then_fails_closed(api, ctx, mongo, catalog,
-                                                                                     upstream_url):
+async def test_outage_serves_known_keys_until_the_buffer_is_full_then_fails_closed(
+    api, ctx, mongo, catalog, upstream_url
+):
     user, key = await api.funded_key(INITIAL)
     path = data_path(catalog)
     before = [await api.call("GET", path, key=key["key"]) for _ in range(3)]
@@ -78,18 +80,18 @@ async def test_outage_serves_known_keys_until_the_buffer_is_full_then_fails_clos
     await ctx.meter.flush()
     mongo.kill()
     during = [await api.call("GET", path, key=key["key"]) for _ in range(10)]
-    assert [r[0] for r in during] == [200] * 10          # from memory: key, plan and lease are cached
+    assert [r[0] for r in during] == [200] * 10  # from memory: key, plan and lease are cached
     forwarded = upstream_requests(upstream_url)
     for _ in range(5):
         started = time.monotonic()
         status, body, headers = await api.call("GET", path, key=key["key"])
         assert status == 503 and headers["Retry-After"] == "1" and "recorded" in body["msg"]
-        assert time.monotonic() - started < 1.0        # refused at once, not after a database timeout
+        assert time.monotonic() - started < 1.0  # refused at once, not after a database timeout
     assert upstream_requests(upstream_url) == forwarded  # fail closed: nothing forwarded...
-    assert len(ctx.meter.buffer) == 10                   # ...nothing recorded, nothing charged
+    assert len(ctx.meter.buffer) == 10  # ...nothing recorded, nothing charged
     # What needs the database answers 503 too (not 500), after the driver's server selection timeout.
     assert (await api.call("GET", "/account", token=user["token"]))[0] == 503
-    assert (await api.call("GET", path, key=ctx.vault.generate()))[0] == 503   # a key never seen: cannot check it
+    assert (await api.call("GET", path, key=ctx.vault.generate()))[0] == 503  # a key never seen: cannot check it
     mongo.start()
     await drained(ctx)
     await reconcile(api, ctx, mongo, user, before + during)
@@ -104,9 +106,10 @@ async def test_database_killed_and_restarted_under_load_loses_and_doubles_nothin
     async def client():
         while not stop.is_set():
             results.append(await api.call("GET", path, key=key["key"]))
+
     workers = [asyncio.ensure_future(client()) for _ in range(4)]
     await asyncio.sleep(0.6)
-    mongo.kill()           # whatever the flusher was writing is left uncertain
+    mongo.kill()  # whatever the flusher was writing is left uncertain
     await asyncio.sleep(0.6)
     mongo.start()
     await asyncio.sleep(0.6)

@@ -5,21 +5,24 @@ operation of a real gateway process, with a session token and a funded API key p
 scheme. `bench/fuzz.py` is the same with a bigger budget. The documented links are also walked
 by hand, so the create -> reveal -> revoke -> reveal chain is checked on every run, not by chance.
 """
+
 import re
 
 import pytest
+from test_social import FAST
 
 from bench import fuzz
-from test_social import FAST
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 
 
 def test_schemathesis_finds_no_failure_on_any_operation():
-    figures = fuzz.run(max_examples=3, seed=20261121, workers=1)  # one worker: CPython 3.11 is not reliable compiling in threads
+    figures = fuzz.run(
+        max_examples=3, seed=20261121, workers=1
+    )  # one worker: CPython 3.11 is not reliable compiling in threads
     report = figures["output"][-4000:]
     assert figures["gateway_alive_after"], report
-    assert figures["operations"] >= 70, report          # 27 portal and operations + 2 x 24 data endpoints
+    assert figures["operations"] >= 70, report  # 27 portal and operations + 2 x 24 data endpoints
     assert figures["test_cases"] >= 1500, report
     assert figures["failures"] == [] and figures["errors"] == [], report
     assert figures["exit_code"] == 0, report
@@ -27,8 +30,12 @@ def test_schemathesis_finds_no_failure_on_any_operation():
 
 
 def _operation(doc: dict, operation_id: str) -> tuple[str, str]:
-    return next((method.upper(), path) for path, item in doc["paths"].items() for method, op in item.items()
-                if op["operationId"] == operation_id)
+    return next(
+        (method.upper(), path)
+        for path, item in doc["paths"].items()
+        for method, op in item.items()
+        if op["operationId"] == operation_id
+    )
 
 
 async def _follow(api, doc, answer: dict, link: dict, token: str):
@@ -53,9 +60,13 @@ async def test_documented_links_chain_create_reveal_revoke_reveal(api, catalog):
     assert status == 200 and revealed == {"key_id": created["key_id"], "key": created["key"]}
     status, topped, _ = await _follow(api, doc, created, links["TopUpKey"], token)
     assert status == 200 and topped["credits"] == 5
-    status, revoked, _ = await _follow(api, doc, revealed,
-                                       doc["paths"]["/keys/{key_id}/reveal"]["get"]["responses"]["200"]["links"]["RevokeKey"],
-                                       token)
+    status, revoked, _ = await _follow(
+        api,
+        doc,
+        revealed,
+        doc["paths"]["/keys/{key_id}/reveal"]["get"]["responses"]["200"]["links"]["RevokeKey"],
+        token,
+    )
     assert status == 200 and revoked["key_id"] == created["key_id"] and revoked["revoked"] is True
     after = doc["paths"]["/keys/{key_id}/revoke"]["post"]["responses"]["200"]["links"]["RevealRevokedKey"]
     status, again, _ = await _follow(api, doc, revoked, after, token)
@@ -71,8 +82,9 @@ async def test_documented_links_chain_create_reveal_revoke_reveal(api, catalog):
 async def test_documented_link_from_checkout_reaches_the_order(api):
     status, doc, _ = await api.call("GET", "/openapi.json")
     user = await api.register()
-    status, order, _ = await api.call("POST", "/billing/crypto/checkout", {"currency": "USDTTRC20", "amount_usd": 10},
-                                      token=user["token"])
+    status, order, _ = await api.call(
+        "POST", "/billing/crypto/checkout", {"currency": "USDTTRC20", "amount_usd": 10}, token=user["token"]
+    )
     assert status == 200
     link = doc["paths"]["/billing/crypto/checkout"]["post"]["responses"]["200"]["links"]["GetOrder"]
     status, fetched, _ = await _follow(api, doc, order, link, user["token"])

@@ -1,16 +1,17 @@
 """Example-based tests of the metering core (no I/O): limiter, prices, plans, ledger,
 usage buffer, the endpoint table, and the LoadingCache (with fake async loaders)."""
+
 import asyncio
 
 import pytest
 
+from accounting.cache import LoadingCache
 from metering.ledger import Ledger, Reservation
 from metering.limiter import RateLimiter
 from metering.plans import Plan, plan_for
 from metering.pricing import DEFAULT_RULES, PriceError, Prices
 from metering.usage import UsageBuffer
 from social.endpoints import BY_PATH, ENDPOINTS, count_items, page_size
-from storage.cache import LoadingCache
 
 DEFAULT_PLANS = (
     {"name": "free", "min_paid_usd": 0, "qps": 0.2},
@@ -21,6 +22,7 @@ DEFAULT_PLANS = (
 
 
 # --- limiter -------------------------------------------------------------------------------------
+
 
 def test_limiter_burst_is_rate_but_at_least_one():
     limiter = RateLimiter()
@@ -149,14 +151,14 @@ def test_follows_exact_boundary_amounts():
 
 
 def test_follower_ids_tiers_and_minimum():
-    assert P.cost("follower_ids", 4000, 4000) == 1800      # 0.45 * 4000, exactly
+    assert P.cost("follower_ids", 4000, 4000) == 1800  # 0.45 * 4000, exactly
     assert P.cost("follower_ids", 5000, 5000) == 2250
-    assert P.cost("follower_ids", 3999, 4000) == 1800      # 1799.55 rounds up
+    assert P.cost("follower_ids", 3999, 4000) == 1800  # 1799.55 rounds up
     assert P.cost("follower_ids", 3999, 3999) == 3999
     assert P.cost("follower_ids", 200, 200) == 200
     assert P.cost("follower_ids", 199, 199) == 398
     # Minimum 100 per call.
-    assert P.cost("follower_ids", 199, 4000) == 100        # 89.55 -> 100
+    assert P.cost("follower_ids", 199, 4000) == 100  # 89.55 -> 100
     assert P.cost("follower_ids", 99, 200) == 100
     assert P.cost("follower_ids", 100, 200) == 100
     assert P.cost("follower_ids", 101, 200) == 101
@@ -168,8 +170,8 @@ def test_follower_ids_tiers_and_minimum():
 def test_batch_profiles_cheaper_from_100_ids():
     assert P.cost("batch_profiles", 99, 99) == 990
     assert P.cost("batch_profiles", 100, 100) == 100
-    assert P.cost("batch_profiles", 99, 100) == 99         # tier by ids sent
-    assert P.cost("batch_profiles", 10, 100) == 15         # minimum
+    assert P.cost("batch_profiles", 99, 100) == 99  # tier by ids sent
+    assert P.cost("batch_profiles", 10, 100) == 15  # minimum
     assert P.cost("batch_profiles", 2, 99) == 20
     assert P.cost("batch_profiles", 1, 1) == 15
 
@@ -192,18 +194,21 @@ def test_price_overrides_replace_rules_and_minimum():
     assert DEFAULT_RULES["tweets"] == {"each": 15}
 
 
-@pytest.mark.parametrize("rule", [
-    15,
-    "each",
-    None,
-    [15],
-    {},
-    {"minimum": 3},
-    {"each": 1, "call": 2},
-    {"each": 1, "tiers": [[0, 1]]},
-    {"call": 1, "tiers": [[0, 1]]},
-    {"per": 1},
-])
+@pytest.mark.parametrize(
+    "rule",
+    [
+        15,
+        "each",
+        None,
+        [15],
+        {},
+        {"minimum": 3},
+        {"each": 1, "call": 2},
+        {"each": 1, "tiers": [[0, 1]]},
+        {"call": 1, "tiers": [[0, 1]]},
+        {"per": 1},
+    ],
+)
 def test_malformed_rules_are_rejected(rule):
     with pytest.raises(PriceError):
         Prices({"tweets": rule})
@@ -211,17 +216,20 @@ def test_malformed_rules_are_rejected(rule):
         Prices({"brand_new_rule": rule})
 
 
-@pytest.mark.parametrize("rule", [
-    {"tiers": []},                         # no price at all
-    {"tiers": [[100, 1]]},                 # no price for pages under 100
-    {"tiers": "cheap"},
-    {"tiers": [[0]]},
-    {"each": "15"},
-    {"call": None},
-    {"each": -1},
-    {"each": 1, "minimum": "lots"},
-    {"tiers": [[100, 1], [0, "2"]]},
-])
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"tiers": []},  # no price at all
+        {"tiers": [[100, 1]]},  # no price for pages under 100
+        {"tiers": "cheap"},
+        {"tiers": [[0]]},
+        {"each": "15"},
+        {"call": None},
+        {"each": -1},
+        {"each": 1, "minimum": "lots"},
+        {"tiers": [[100, 1], [0, "2"]]},
+    ],
+)
 def test_rules_that_cannot_price_every_call_are_rejected_up_front(rule):
     """Config validation runs Prices(): a rule that would crash at request time (StopIteration for a
     size no tier covers, str * int, ceil(None)) must be refused at start, not fail every call."""
@@ -231,10 +239,20 @@ def test_rules_that_cannot_price_every_call_are_rejected_up_front(rule):
 
 # --- plans ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("paid,name,qps", [
-    (0, "free", 0.2), (0.009, "free", 0.2), (0.01, "paid", 20.0), (499.99, "paid", 20.0),
-    (500, "pro", 50.0), (4999.99, "pro", 50.0), (5000, "scale", 500.0), (10**6, "scale", 500.0),
-])
+
+@pytest.mark.parametrize(
+    "paid,name,qps",
+    [
+        (0, "free", 0.2),
+        (0.009, "free", 0.2),
+        (0.01, "paid", 20.0),
+        (499.99, "paid", 20.0),
+        (500, "pro", 50.0),
+        (4999.99, "pro", 50.0),
+        (5000, "scale", 500.0),
+        (10**6, "scale", 500.0),
+    ],
+)
 def test_plan_tier_boundaries(paid, name, qps):
     assert plan_for(paid, DEFAULT_PLANS) == Plan(name, qps)
 
@@ -250,6 +268,7 @@ def test_plan_custom_rules_unordered_and_below_lowest():
 
 
 # --- ledger --------------------------------------------------------------------------------------
+
 
 def leased_ledger(amount=1000, now=0.0, lease_seconds=60.0):
     ledger = Ledger(lease_seconds)
@@ -414,6 +433,7 @@ def test_lease_request_tracks_the_real_spend_rate_between_calls():
 
 # --- usage buffer ------------------------------------------------------------------------------------
 
+
 def rec(i, account="a"):
     return {"_id": f"r{i}", "account_id": account, "credits": i, "lease": "p1"}
 
@@ -478,41 +498,68 @@ def test_usage_full_at_max_records_counting_in_flight():
 # Transcribed from the spec's data-endpoint table (seeds/000_*.txt): path -> (query parameters with
 # "req" for required, top-level response keys). The two unavailable endpoints show no response keys.
 SPEC_TABLE = {
-    "/tweet/advanced_search": ({"query": "req", "queryType": "", "cursor": ""},
-                               {"tweets", "status", "message", "has_next_page", "next_cursor"}),
-    "/user/tweet_timeline": ({"userId": "req", "cursor": "", "includeReplies": "", "includeParentTweet": ""},
-                             {"tweets", "status", "message", "has_next_page", "next_cursor"}),
-    "/tweet/thread_context": ({"tweetId": "req", "cursor": ""},
-                              {"replies", "has_next_page", "next_cursor", "status", "message"}),
-    "/user/verifiedFollowers": ({"user_id": "req", "cursor": ""},
-                                {"followers", "status", "message", "has_next_page", "next_cursor"}),
-    "/community/tweets": ({"community_id": "req", "cursor": ""},
-                          {"tweets", "status", "msg", "has_next_page", "next_cursor"}),
-    "/user/followers": ({"userName": "req", "cursor": "", "pageSize": ""},
-                        {"followers", "status", "message", "has_next_page", "next_cursor"}),
-    "/user/followings": ({"userName": "req", "cursor": "", "pageSize": ""},
-                         {"followings", "status", "message", "has_next_page", "next_cursor"}),
+    "/tweet/advanced_search": (
+        {"query": "req", "queryType": "", "cursor": ""},
+        {"tweets", "status", "message", "has_next_page", "next_cursor"},
+    ),
+    "/user/tweet_timeline": (
+        {"userId": "req", "cursor": "", "includeReplies": "", "includeParentTweet": ""},
+        {"tweets", "status", "message", "has_next_page", "next_cursor"},
+    ),
+    "/tweet/thread_context": (
+        {"tweetId": "req", "cursor": ""},
+        {"replies", "has_next_page", "next_cursor", "status", "message"},
+    ),
+    "/user/verifiedFollowers": (
+        {"user_id": "req", "cursor": ""},
+        {"followers", "status", "message", "has_next_page", "next_cursor"},
+    ),
+    "/community/tweets": (
+        {"community_id": "req", "cursor": ""},
+        {"tweets", "status", "msg", "has_next_page", "next_cursor"},
+    ),
+    "/user/followers": (
+        {"userName": "req", "cursor": "", "pageSize": ""},
+        {"followers", "status", "message", "has_next_page", "next_cursor"},
+    ),
+    "/user/followings": (
+        {"userName": "req", "cursor": "", "pageSize": ""},
+        {"followings", "status", "message", "has_next_page", "next_cursor"},
+    ),
     "/spaces/detail": ({"space_id": "req"}, {"status", "msg", "data"}),
     "/user_about": ({"userName": "req"}, {"status", "msg", "data"}),
     "/user/batch_info_by_ids": ({"userIds": "req"}, {"status", "msg", "users"}),
     "/user/info": ({"userName": "req"}, {"status", "msg", "data"}),
     "/trends": ({"woeid": "", "count": ""}, {"trends", "status", "msg"}),
-    "/list/tweets_timeline": ({"listId": "req", "cursor": ""},
-                              {"tweets", "status", "message", "has_next_page", "next_cursor"}),
-    "/user/followers_ids": ({"userName": "", "userId": "", "count": "", "cursor": ""},
-                            {"ids", "has_next_page", "next_cursor", "status", "msg"}),
-    "/tweet/quotes": ({"tweetId": "req", "cursor": ""},
-                      {"tweets", "status", "message", "has_next_page", "next_cursor"}),
-    "/user/last_tweets": ({"userName": "", "userId": "", "cursor": "", "includeReplies": ""},
-                          {"tweets", "status", "message", "has_next_page", "next_cursor"}),
-    "/tweet/replies/v2": ({"tweetId": "req", "cursor": "", "queryType": ""},
-                          {"tweets", "status", "message", "has_next_page", "next_cursor"}),
-    "/tweet/replies": ({"tweetId": "req", "cursor": ""},
-                       {"replies", "status", "message", "has_next_page", "next_cursor"}),
-    "/user/mentions": ({"userName": "req", "cursor": ""},
-                       {"tweets", "status", "message", "has_next_page", "next_cursor"}),
-    "/user/search": ({"query": "req", "cursor": ""},
-                     {"users", "status", "msg", "has_next_page", "next_cursor"}),
+    "/list/tweets_timeline": (
+        {"listId": "req", "cursor": ""},
+        {"tweets", "status", "message", "has_next_page", "next_cursor"},
+    ),
+    "/user/followers_ids": (
+        {"userName": "", "userId": "", "count": "", "cursor": ""},
+        {"ids", "has_next_page", "next_cursor", "status", "msg"},
+    ),
+    "/tweet/quotes": (
+        {"tweetId": "req", "cursor": ""},
+        {"tweets", "status", "message", "has_next_page", "next_cursor"},
+    ),
+    "/user/last_tweets": (
+        {"userName": "", "userId": "", "cursor": "", "includeReplies": ""},
+        {"tweets", "status", "message", "has_next_page", "next_cursor"},
+    ),
+    "/tweet/replies/v2": (
+        {"tweetId": "req", "cursor": "", "queryType": ""},
+        {"tweets", "status", "message", "has_next_page", "next_cursor"},
+    ),
+    "/tweet/replies": (
+        {"tweetId": "req", "cursor": ""},
+        {"replies", "status", "message", "has_next_page", "next_cursor"},
+    ),
+    "/user/mentions": (
+        {"userName": "req", "cursor": ""},
+        {"tweets", "status", "message", "has_next_page", "next_cursor"},
+    ),
+    "/user/search": ({"query": "req", "cursor": ""}, {"users", "status", "msg", "has_next_page", "next_cursor"}),
     "/tweets": ({"tweet_ids": "req"}, {"status", "message", "tweets"}),
     "/community/info": ({"community_id": "req"}, {"status", "msg", "data"}),
     "/community/get_tweets_from_all_community": ({"query": "req", "queryType": "", "cursor": ""}, None),
@@ -520,11 +567,17 @@ SPEC_TABLE = {
 }
 # Typed parameters the spec names (boolean, integer, comma-separated ids); all others are strings.
 SPEC_TYPES = {
-    ("/user/tweet_timeline", "includeReplies"): "bool", ("/user/tweet_timeline", "includeParentTweet"): "bool",
-    ("/user/followers", "pageSize"): "int", ("/user/followings", "pageSize"): "int",
-    ("/user/batch_info_by_ids", "userIds"): "ids", ("/trends", "woeid"): "int", ("/trends", "count"): "int",
-    ("/user/followers_ids", "count"): "int", ("/user/followers_ids", "cursor"): "int",
-    ("/user/last_tweets", "includeReplies"): "bool", ("/tweets", "tweet_ids"): "ids",
+    ("/user/tweet_timeline", "includeReplies"): "bool",
+    ("/user/tweet_timeline", "includeParentTweet"): "bool",
+    ("/user/followers", "pageSize"): "int",
+    ("/user/followings", "pageSize"): "int",
+    ("/user/batch_info_by_ids", "userIds"): "ids",
+    ("/trends", "woeid"): "int",
+    ("/trends", "count"): "int",
+    ("/user/followers_ids", "count"): "int",
+    ("/user/followers_ids", "cursor"): "int",
+    ("/user/last_tweets", "includeReplies"): "bool",
+    ("/tweets", "tweet_ids"): "ids",
 }
 RESULT_KEYS = {"tweets", "replies", "followers", "followings", "users", "ids", "trends", "data"}
 
@@ -603,6 +656,7 @@ def test_count_items():
 
 # --- LoadingCache ----------------------------------------------------------------------------------
 
+
 class Clock:
     def __init__(self, now=1000.0):
         self.now = now
@@ -634,6 +688,7 @@ def test_cache_concurrent_misses_load_once():
         assert await cache.get("k") == "value-k"
         assert calls == ["k", "other"]  # a hit
         assert cache.stats.hits == 1
+
     asyncio.run(main())
 
 
@@ -654,6 +709,7 @@ def test_cache_concurrent_misses_share_a_failure():
         results = await asyncio.gather(*tasks, return_exceptions=True)
         assert all(isinstance(r, ConnectionError) for r in results)
         assert calls == ["k"]
+
     asyncio.run(main())
 
 
@@ -688,6 +744,7 @@ def test_cache_ttl_and_negative_ttl_with_injected_clock():
         known["a"] = 11
         assert await cache.get("a") == 11
         assert calls.count("a") == 2
+
     asyncio.run(main())
 
 
@@ -711,6 +768,7 @@ def test_cache_serves_stale_value_when_loader_fails():
             await cache.get("never-seen")
         state["fail"] = False
         assert await cache.get("never-seen") == {"key": "never-seen"}
+
     asyncio.run(main())
 
 
@@ -732,6 +790,7 @@ def test_cache_put_invalidate_peek():
         cache.put("gone", None)  # put None: a negative entry
         assert await cache.get("gone") is None
         assert calls == ["k"]
+
     asyncio.run(main())
 
 
@@ -753,11 +812,13 @@ def test_cache_flood_of_unknown_keys_does_not_evict_known_ones():
             assert await cache.get(key) == f"v{key}"
         assert calls == []
         assert len(cache) == 8
+
     asyncio.run(main())
 
 
 def test_cache_change_during_a_load_is_not_overwritten_by_it():
     """A key revoked while its load is in flight must stay revoked: the load read the database before."""
+
     async def main():
         release = asyncio.Event()
         database = {"k": "active"}
@@ -771,21 +832,22 @@ def test_cache_change_during_a_load_is_not_overwritten_by_it():
         early = asyncio.ensure_future(cache.get("k"))
         await asyncio.sleep(0.01)
         database["k"] = "revoked"
-        cache.put("k", "revoked")                       # what the revoke handler does
-        late = asyncio.ensure_future(cache.get("k"))    # a hit on the new value, not the old load
+        cache.put("k", "revoked")  # what the revoke handler does
+        late = asyncio.ensure_future(cache.get("k"))  # a hit on the new value, not the old load
         release.set()
-        assert await early == "active"                  # it started before the revocation
+        assert await early == "active"  # it started before the revocation
         assert await late == "revoked"
-        assert await cache.get("k") == "revoked"        # the stale load was not stored
+        assert await cache.get("k") == "revoked"  # the stale load was not stored
 
         cache.invalidate("k")
         release.clear()
         first = asyncio.ensure_future(cache.get("k"))
         await asyncio.sleep(0.01)
-        cache.invalidate("k")                           # invalidated while loading: a newcomer loads afresh
+        cache.invalidate("k")  # invalidated while loading: a newcomer loads afresh
         database["k"] = "changed"
         second = asyncio.ensure_future(cache.get("k"))
         release.set()
         assert await first == "revoked" and await second == "changed"
         assert await cache.get("k") == "changed"
+
     asyncio.run(main())

@@ -1,9 +1,11 @@
 """Property tests of the metering core: random interleavings of lease grants, reservations,
 settlements, releases, top-ups, give-backs and lease closes against a model of the database,
 and the limiter's admission bound."""
+
 import copy
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from metering.ledger import Ledger
@@ -17,19 +19,19 @@ accounts = st.sampled_from(ACCOUNTS)
 class LedgerMachine(RuleBasedStateMachine):
     """One process's Ledger over a model database `{account: credits}` plus this process's lease
     amount per account, moved exactly like storage/leases.py (take, shrink, close) and driven like
-    social/meter.py (reserve, refill on shortfall unless known empty, settle or release)."""
+    accounting/meter.py (reserve, refill on shortfall unless known empty, settle or release)."""
 
     @initialize(initial=st.fixed_dictionaries({a: st.integers(0, 5000) for a in ACCOUNTS}))
     def setup(self, initial):
         self.ledger = Ledger(LEASE_SECONDS)
         self.now = 1000.0
-        self.db = dict(initial)                       # accounts.credits
-        self.db_lease = {a: 0 for a in ACCOUNTS}      # accounts.leases.<this process>.amount
+        self.db = dict(initial)  # accounts.credits
+        self.db_lease = {a: 0 for a in ACCOUNTS}  # accounts.leases.<this process>.amount
         self.initial = dict(initial)
         self.topups = {a: 0 for a in ACCOUNTS}
         self.closed_spent = {a: 0 for a in ACCOUNTS}  # spent by purses already closed
-        self.usage = []                               # the usage records: (account, credits)
-        self.outstanding = []                         # reservations of calls in flight
+        self.usage = []  # the usage records: (account, credits)
+        self.outstanding = []  # reservations of calls in flight
 
     # --- the database side (storage/leases.py) -------------------------------------------------
     def _take(self, account, want, least):
@@ -173,14 +175,19 @@ class LedgerMachine(RuleBasedStateMachine):
             # Usage records are the charges: their sum is everything ever spent.
             assert charged == spent + self.closed_spent[account]
             # Credits only move between the balance and the lease; a close takes the spent part out.
-            assert self.db[account] + leased == self.initial[account] + self.topups[account] - self.closed_spent[account]
+            assert (
+                self.db[account] + leased == self.initial[account] + self.topups[account] - self.closed_spent[account]
+            )
             # The balance (unleased + still held) is the top-ups minus the settled charges.
-            assert self.db[account] + self.ledger.held(account) == self.initial[account] + self.topups[account] - charged
+            assert (
+                self.db[account] + self.ledger.held(account) == self.initial[account] + self.topups[account] - charged
+            )
         assert self.ledger.in_flight() == sum(r.amount for r in self.outstanding)
 
 
-LedgerMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=50, deadline=None, database=None,
-                                           suppress_health_check=[HealthCheck.too_slow])
+LedgerMachine.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=50, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 TestLedgerMachine = LedgerMachine.TestCase
 
 
@@ -190,7 +197,9 @@ rates = st.one_of(st.sampled_from([0.2, 1.0, 20.0, 50.0, 500.0]), st.floats(0.05
 
 
 @settings(max_examples=300, deadline=None, database=None)
-@given(rate=rates, gaps=st.lists(st.one_of(st.just(0.0), st.floats(0, 0.5), st.floats(0, 10)), min_size=1, max_size=300))
+@given(
+    rate=rates, gaps=st.lists(st.one_of(st.just(0.0), st.floats(0, 0.5), st.floats(0, 10)), min_size=1, max_size=300)
+)
 def test_limiter_never_admits_more_than_burst_plus_rate(rate, gaps):
     limiter = RateLimiter()
     start = now = 5000.0

@@ -1,5 +1,7 @@
 """Operations: the OpenAPI round trip, /docs, health and readiness transitions, Prometheus metrics,
 access logs without secrets, trusted proxies, and the SIGHUP reload."""
+
+import dataclasses
 import logging
 import re
 import time
@@ -10,15 +12,16 @@ import pytest
 import tornado.httpserver
 import tornado.testing
 import tornado.web
+from conftest import PASSWORD, UPSTREAM_KEY
 from openapi_spec_validator import validate
 from prometheus_client.parser import text_string_to_metric_families
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 import gateway
-from conftest import PASSWORD, UPSTREAM_KEY
+from app.context import build_context
+from app.embedded import EmbeddedMongo, free_port
 from handlers import ops
 from social.endpoints import ENDPOINTS
-from storage.embedded import EmbeddedMongo, free_port
 
 pytestmark = [pytest.mark.gen_test(timeout=60), pytest.mark.settings(admin_emails="ops-admin@example.com")]
 
@@ -70,7 +73,9 @@ async def test_data_paths_come_from_the_endpoint_table(api):
             expected = {"int": "integer", "bool": "boolean"}.get(kinds[param["name"]], "string")
             assert param["schema"]["type"] == expected, (endpoint.path, param["name"])
         responses = op["responses"]
-        assert responses["422"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ValidationError"}
+        assert responses["422"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ValidationError"
+        }
         assert responses["401"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/DataError"}
         if endpoint.available:
             assert {"200", "401", "402", "422", "429"} <= set(responses)
@@ -92,15 +97,21 @@ async def test_answers_match_their_documented_schemas(api, ctx):
     admin = (await api.call("POST", "/auth/register", {"email": ctx.settings.admin_emails[0], "password": PASSWORD}))[1]
     user, key = await api.funded_key(100_000)
     for method, path, query, token, status in [
-            ("get", "/healthz", "", None, 200), ("get", "/readyz", "", None, 200),
-            ("get", "/admin/metrics", "?days=3", admin["token"], 200), ("get", "/admin/users", "?limit=1", admin["token"], 200),
-            ("get", "/admin/users", "", user["token"], 403), ("get", "/admin/metrics", "?days=0", admin["token"], 422),
-            ("get", "/account", "", user["token"], 200), ("get", "/keys", "", user["token"], 200)]:
+        ("get", "/healthz", "", None, 200),
+        ("get", "/readyz", "", None, 200),
+        ("get", "/admin/metrics", "?days=3", admin["token"], 200),
+        ("get", "/admin/users", "?limit=1", admin["token"], 200),
+        ("get", "/admin/users", "", user["token"], 403),
+        ("get", "/admin/metrics", "?days=0", admin["token"], 422),
+        ("get", "/account", "", user["token"], 200),
+        ("get", "/keys", "", user["token"], 200),
+    ]:
         code, body, _ = await api.call(method.upper(), path + query, token=token)
         assert code == status, (path, body)
         schema = doc["paths"][path][method]["responses"][str(status)]["content"]["application/json"]["schema"]
-        openapi_schema_validator.validate(body, {**schema, "components": doc["components"]},
-                                          cls=openapi_schema_validator.OAS31Validator)
+        openapi_schema_validator.validate(
+            body, {**schema, "components": doc["components"]}, cls=openapi_schema_validator.OAS31Validator
+        )
 
 
 async def test_docs_page_is_self_contained(api, http_client, base_url):
@@ -121,8 +132,12 @@ async def test_healthz(api):
 async def test_readiness_follows_breaker_buffer_and_draining(api, ctx):
     status, body, _ = await api.call("GET", "/readyz")
     assert status == 200 and body["status"] == "ready"
-    assert body["checks"] == {"database": "ok", "upstream_breaker": "closed", "draining": False,
-                              "usage_buffer": {"depth": 0, "max": ctx.settings.buffer_max}}
+    assert body["checks"] == {
+        "database": "ok",
+        "upstream_breaker": "closed",
+        "draining": False,
+        "usage_buffer": {"depth": 0, "max": ctx.settings.buffer_max},
+    }
     breaker = ctx.upstream.breaker
     for _ in range(breaker.threshold):
         breaker.failure()
@@ -141,7 +156,7 @@ async def test_readiness_follows_breaker_buffer_and_draining(api, ctx):
 
 async def test_database_stopped_means_not_ready(settings, upstream_url):
     server = EmbeddedMongo(":memory:").start()
-    ctx = await gateway.build_context(settings, server.uri, upstream_url)
+    ctx = await build_context(dataclasses.replace(settings, mongodb_uri=server.uri, upstream_url=upstream_url))
     http = tornado.httpserver.HTTPServer(gateway.make_app(ctx))
     sock, port = tornado.testing.bind_unused_port()
     http.add_sockets([sock])
@@ -167,8 +182,11 @@ async def test_database_stopped_means_not_ready(settings, upstream_url):
 # --- Prometheus -------------------------------------------------------------------------------------------
 def samples(text: str) -> dict:
     """{(name, frozenset(labels)): value} of a text exposition."""
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 async def test_metrics_exposition(api, ctx, catalog, http_client, base_url):
@@ -180,8 +198,9 @@ async def test_metrics_exposition(api, ctx, catalog, http_client, base_url):
     await api.call("GET", "/keys/999999/reveal", token=user["token"])
     await api.call("GET", "/no/such/path/12345")
     for path in ("/keys/777/reveal", "/nope/888"):  # methods Tornado does not support: 405 before routing args
-        await http_client.fetch(HTTPRequest(base_url + path, method="PROPFIND", allow_nonstandard_methods=True),
-                                raise_error=False)
+        await http_client.fetch(
+            HTTPRequest(base_url + path, method="PROPFIND", allow_nonstandard_methods=True), raise_error=False
+        )
     poor, poor_key = await api.funded_key(1)
     assert (await api.call("GET", f"/social/user/info?userName={name}", key=poor_key["key"]))[0] == 402
     await ctx.meter.flush()
@@ -242,19 +261,32 @@ async def test_access_log_lines_carry_no_secrets(api, ctx, catalog, caplog):
     user, key = await api.funded_key(100_000)
     await api.call("POST", "/auth/login", {"email": user["email"], "password": PASSWORD})
     await api.call("GET", f"/keys/{key['key_id']}/reveal", token=user["token"])
-    status, _, headers = await api.call("GET", f"/social/user/info?userName={catalog['big_accounts'][0]}",
-                                        key=key["key"], headers={"X-Request-ID": "trace-42_a"})
+    status, _, headers = await api.call(
+        "GET",
+        f"/social/user/info?userName={catalog['big_accounts'][0]}",
+        key=key["key"],
+        headers={"X-Request-ID": "trace-42_a"},
+    )
     assert status == 200 and headers["X-Request-ID"] == "trace-42_a"
     await api.call("GET", "/account", token=user["token"] + "x")
     await api.call("GET", "/social/user/info?userName=x", key=key["key"][:-3] + "abc")
     lines = access_lines(caplog)
     data = next(line for line in lines if line["request_id"] == "trace-42_a")
     assert data["route"] == "/social/user/info" and data["status"] == 200 and data["key_id"] == key["key_id"]
-    assert data["account"] == user["account_id"] and data["credits"] > 0 and data["ms"] >= 0 and data["ip"] == "127.0.0.1"
+    assert (
+        data["account"] == user["account_id"] and data["credits"] > 0 and data["ms"] >= 0 and data["ip"] == "127.0.0.1"
+    )
     assert all({"request_id", "method", "route", "status", "ms", "account"} <= set(line) for line in lines)
     text = caplog.text
-    for secret in (PASSWORD, user["token"], key["key"], key["key"][4:], UPSTREAM_KEY, ctx.settings.jwt_secret,
-                   ctx.settings.secrets_key):
+    for secret in (
+        PASSWORD,
+        user["token"],
+        key["key"],
+        key["key"][4:],
+        UPSTREAM_KEY,
+        ctx.settings.jwt_secret,
+        ctx.settings.secrets_key,
+    ):
         assert secret not in text
 
 
@@ -295,9 +327,11 @@ async def test_reload_swaps_prices_and_plans(api, ctx, tmp_path):
     user, key = await api.funded_key(100_000)
     assert (await api.call("GET", "/account", token=user["token"]))[1]["qps_limit"] == 20
     config_file = tmp_path / "gateway.toml"
-    config_file.write_text('price_rules = { minimum = 40 }\n'
-                           'plan_rules = [{ name = "free", min_paid_usd = 0, qps = 0.5 }, '
-                           '{ name = "paid", min_paid_usd = 0.01, qps = 7 }]\n')
+    config_file.write_text(
+        "price_rules = { minimum = 40 }\n"
+        'plan_rules = [{ name = "free", min_paid_usd = 0, qps = 0.5 }, '
+        '{ name = "paid", min_paid_usd = 0.01, qps = 7 }]\n'
+    )
     assert gateway.reload(ctx, {"CONFIG_FILE": str(config_file)})
     assert ctx.prices.minimum == 40 and ctx.meter.settings is ctx.settings
     status, account, _ = await api.call("GET", "/account", token=user["token"])

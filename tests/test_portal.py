@@ -1,9 +1,9 @@
 """Accounts, sessions, API keys, balance and usage: the portal contract, success and error paths."""
+
 import time
 
 import jwt
 import pytest
-
 from conftest import PASSWORD
 
 pytestmark = pytest.mark.gen_test(timeout=30)
@@ -26,16 +26,19 @@ async def test_duplicate_email_is_409(api):
     assert status == 409 and "already exists" in body["detail"]
 
 
-@pytest.mark.parametrize("payload,loc,type_", [
-    ({"email": "not-an-email", "password": PASSWORD}, ["body", "email"], "value_error"),
-    ({"email": "a@example.com", "password": "short"}, ["body", "password"], "string_too_short"),
-    ({"email": "a@example.com", "password": "aaaaaaaaaaaa"}, ["body", "password"], "value_error"),
-    ({"email": "a@example.com"}, ["body", "password"], "missing"),
-    ({"email": 5, "password": PASSWORD}, ["body", "email"], "string_type"),
-    ({"email": {"$gt": ""}, "password": PASSWORD}, ["body", "email"], "string_type"),
-    ({"email": "a@example.com", "password": PASSWORD, "admin": True}, ["body", "admin"], "extra_forbidden"),
-    ([1, 2], ["body"], "dict_type"),
-])
+@pytest.mark.parametrize(
+    "payload,loc,type_",
+    [
+        ({"email": "not-an-email", "password": PASSWORD}, ["body", "email"], "value_error"),
+        ({"email": "a@example.com", "password": "short"}, ["body", "password"], "string_too_short"),
+        ({"email": "a@example.com", "password": "aaaaaaaaaaaa"}, ["body", "password"], "value_error"),
+        ({"email": "a@example.com"}, ["body", "password"], "missing"),
+        ({"email": 5, "password": PASSWORD}, ["body", "email"], "string_type"),
+        ({"email": {"$gt": ""}, "password": PASSWORD}, ["body", "email"], "string_type"),
+        ({"email": "a@example.com", "password": PASSWORD, "admin": True}, ["body", "admin"], "extra_forbidden"),
+        ([1, 2], ["body"], "dict_type"),
+    ],
+)
 async def test_register_validation(api, payload, loc, type_):
     status, body, _ = await api.call("POST", "/auth/register", payload)
     assert status == 422
@@ -63,15 +66,31 @@ async def test_wrong_credentials_same_answer(api):
     assert wrong[1] == unknown[1] == {"detail": "Incorrect email or password"}
 
 
-@pytest.mark.parametrize("make_token", [
-    lambda s, a: jwt.encode({"sub": a, "iat": int(time.time()) - 100, "exp": int(time.time()) - 10, "typ": "session"}, s, "HS256"),
-    lambda s, a: jwt.encode({"sub": a, "iat": int(time.time()), "exp": int(time.time()) + 99, "typ": "session"}, "another-secret" * 3, "HS256"),
-    lambda s, a: jwt.encode({"sub": a, "iat": int(time.time()), "exp": int(time.time()) + 99, "typ": "session"}, None, "none"),
-    lambda s, a: jwt.encode({"sub": a, "iat": int(time.time()), "exp": int(time.time()) + 99, "typ": "session"}, s, "HS512"),
-    lambda s, a: jwt.encode({"sub": a, "iat": int(time.time()) + 3600, "exp": int(time.time()) + 7200, "typ": "session"}, s, "HS256"),
-    lambda s, a: jwt.encode({"sub": a, "iat": int(time.time())}, s, "HS256"),
-    lambda s, a: "not.a.token",
-], ids=["expired", "wrong-key", "alg-none", "wrong-alg", "future-iat", "no-exp", "garbage"])
+@pytest.mark.parametrize(
+    "make_token",
+    [
+        lambda s, a: jwt.encode(
+            {"sub": a, "iat": int(time.time()) - 100, "exp": int(time.time()) - 10, "typ": "session"}, s, "HS256"
+        ),
+        lambda s, a: jwt.encode(
+            {"sub": a, "iat": int(time.time()), "exp": int(time.time()) + 99, "typ": "session"},
+            "another-secret" * 3,
+            "HS256",
+        ),
+        lambda s, a: jwt.encode(
+            {"sub": a, "iat": int(time.time()), "exp": int(time.time()) + 99, "typ": "session"}, None, "none"
+        ),
+        lambda s, a: jwt.encode(
+            {"sub": a, "iat": int(time.time()), "exp": int(time.time()) + 99, "typ": "session"}, s, "HS512"
+        ),
+        lambda s, a: jwt.encode(
+            {"sub": a, "iat": int(time.time()) + 3600, "exp": int(time.time()) + 7200, "typ": "session"}, s, "HS256"
+        ),
+        lambda s, a: jwt.encode({"sub": a, "iat": int(time.time())}, s, "HS256"),
+        lambda s, a: "not.a.token",
+    ],
+    ids=["expired", "wrong-key", "alg-none", "wrong-alg", "future-iat", "no-exp", "garbage"],
+)
 async def test_bad_tokens_are_401(api, ctx, make_token):
     user = await api.register()
     token = make_token(ctx.settings.jwt_secret, user["account_id"])
@@ -88,9 +107,17 @@ async def test_tampered_token_is_401(api):
 
 
 async def test_missing_token_is_401_on_every_portal_endpoint(api):
-    for method, path in [("GET", "/auth/me"), ("GET", "/keys"), ("POST", "/keys"), ("GET", "/keys/1/reveal"),
-                         ("POST", "/keys/1/revoke"), ("POST", "/keys/1/topup"), ("GET", "/account"), ("GET", "/usage"),
-                         ("POST", "/auth/attribution")]:
+    for method, path in [
+        ("GET", "/auth/me"),
+        ("GET", "/keys"),
+        ("POST", "/keys"),
+        ("GET", "/keys/1/reveal"),
+        ("POST", "/keys/1/revoke"),
+        ("POST", "/keys/1/topup"),
+        ("GET", "/account"),
+        ("GET", "/usage"),
+        ("POST", "/auth/attribution"),
+    ]:
         status, body, _ = await api.call(method, path, body={})
         assert status == 401, (method, path)
         assert body == {"detail": "Not authenticated"}
@@ -133,9 +160,11 @@ async def test_key_create_defaults_and_validation(api):
 async def test_other_accounts_keys_are_404(api):
     owner, other = await api.register(), await api.register()
     key = await api.new_key(owner["token"])
-    for method, path, body in [("GET", f"/keys/{key['key_id']}/reveal", None),
-                               ("POST", f"/keys/{key['key_id']}/revoke", None),
-                               ("POST", f"/keys/{key['key_id']}/topup", {"credits": 100})]:
+    for method, path, body in [
+        ("GET", f"/keys/{key['key_id']}/reveal", None),
+        ("POST", f"/keys/{key['key_id']}/revoke", None),
+        ("POST", f"/keys/{key['key_id']}/topup", {"credits": 100}),
+    ]:
         status, answer, _ = await api.call(method, path, body, token=other["token"])
         assert status == 404 and answer == {"detail": "Key not found"}, path
     assert (await api.call("GET", "/keys/999999/reveal", token=owner["token"]))[0] == 404
@@ -164,7 +193,9 @@ async def test_topup_balance_and_plan(api):
     assert listed[0]["qps_limit"] == 20
 
 
-@pytest.mark.parametrize("payload", [{"credits": 0}, {"credits": -5}, {"credits": "100"}, {"credits": 1.5}, {}, {"credits": True}])
+@pytest.mark.parametrize(
+    "payload", [{"credits": 0}, {"credits": -5}, {"credits": "100"}, {"credits": 1.5}, {}, {"credits": True}]
+)
 async def test_topup_validation(api, payload):
     user = await api.register()
     key = await api.new_key(user["token"])
@@ -183,7 +214,13 @@ async def test_usage_params(api):
     user = await api.register()
     status, body, _ = await api.call("GET", "/usage", token=user["token"])
     assert status == 200 and body == []
-    for query, loc in [("days=0", "days"), ("days=366", "days"), ("days=x", "days"), ("limit=0", "limit"), ("limit=10001", "limit")]:
+    for query, loc in [
+        ("days=0", "days"),
+        ("days=366", "days"),
+        ("days=x", "days"),
+        ("limit=0", "limit"),
+        ("limit=10001", "limit"),
+    ]:
         status, body, _ = await api.call("GET", f"/usage?{query}", token=user["token"])
         assert status == 422 and body["detail"][0]["loc"] == ["query", loc], query
 
@@ -191,8 +228,12 @@ async def test_usage_params(api):
 async def test_attribution_set_once(api, ctx):
     user = await api.register()
     await ctx.accounts.events.insert_one({"anonymous_id": "anon-1", "account_id": None, "event": "page_view"})
-    status, body, _ = await api.call("POST", "/auth/attribution", {"first_touch": {"utm_source": "hn"}, "anonymous_id": "anon-1"},
-                                     token=user["token"])
+    status, body, _ = await api.call(
+        "POST",
+        "/auth/attribution",
+        {"first_touch": {"utm_source": "hn"}, "anonymous_id": "anon-1"},
+        token=user["token"],
+    )
     assert status == 200 and body["stored"] is True
     await api.call("POST", "/auth/attribution", {"first_touch": {"utm_source": "later"}}, token=user["token"])
     doc = await ctx.accounts.accounts.find_one({"_id": user["account_id"]})

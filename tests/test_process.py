@@ -1,5 +1,6 @@
 """The gateway as a real process: SIGTERM under load loses nothing; SIGKILL loses at most the
 flush window, never leaves a charge without its record, and a restart returns the dead lease."""
+
 import asyncio
 import os
 import signal
@@ -9,11 +10,11 @@ import uuid
 
 import orjson
 import pytest
+from conftest import UPSTREAM_KEY
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from conftest import UPSTREAM_KEY
+from app.embedded import free_port
 from storage import db as database
-from storage.embedded import free_port
 from storage.usage import UsageStore
 
 pytestmark = pytest.mark.gen_test(timeout=120)
@@ -24,15 +25,35 @@ INITIAL = 1_000_000
 class GatewayProcess:
     def __init__(self, mongo_uri: str, upstream_url: str, db_name: str, port: int):
         self.port = port
-        self.env = {**os.environ, "MONGODB_URI": mongo_uri, "MONGODB_DB": db_name, "UPSTREAM_URL": upstream_url,
-                    "UPSTREAM_API_KEY": UPSTREAM_KEY, "JWT_SECRET": "j" * 40, "SECRETS_KEY": "s" * 40,
-                    "PASSWORD_SCRYPT_N": "1024", "LOG_LEVEL": "WARNING", "FLUSH_INTERVAL": "0.3",
-                    "PLAN_RULES": '[{"name":"fast","min_paid_usd":0,"qps":100000}]'}
+        self.env = {
+            **os.environ,
+            "MONGODB_URI": mongo_uri,
+            "MONGODB_DB": db_name,
+            "UPSTREAM_URL": upstream_url,
+            "UPSTREAM_API_KEY": UPSTREAM_KEY,
+            "JWT_SECRET": "j" * 40,
+            "SECRETS_KEY": "s" * 40,
+            "PASSWORD_SCRYPT_N": "1024",
+            "LOG_LEVEL": "WARNING",
+            "FLUSH_INTERVAL": "0.3",
+            "PLAN_RULES": '[{"name":"fast","min_paid_usd":0,"qps":100000}]',
+        }
         self.proc = None
 
     async def start(self) -> "GatewayProcess":
-        self.proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--host", "127.0.0.1",
-                                      "--port", str(self.port)], env=self.env, stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(ROOT, "gateway.py"),
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+        )
         client = AsyncHTTPClient()
         for _ in range(300):
             try:
@@ -44,15 +65,29 @@ class GatewayProcess:
 
     async def call(self, method: str, path: str, body=None, **headers):
         client = AsyncHTTPClient(max_clients=100)
-        response = await client.fetch(HTTPRequest(f"http://127.0.0.1:{self.port}{path}", method=method,
-                                                  body=orjson.dumps(body) if body is not None else None,
-                                                  headers=headers, request_timeout=30), raise_error=False)
+        response = await client.fetch(
+            HTTPRequest(
+                f"http://127.0.0.1:{self.port}{path}",
+                method=method,
+                body=orjson.dumps(body) if body is not None else None,
+                headers=headers,
+                request_timeout=30,
+            ),
+            raise_error=False,
+        )
         return response
 
 
 async def funded_account(gw: GatewayProcess) -> tuple[dict, str]:
-    user = orjson.loads((await gw.call("POST", "/auth/register", {"email": f"p{uuid.uuid4().hex[:8]}@example.com",
-                                                                   "password": "process test pass"})).body)
+    user = orjson.loads(
+        (
+            await gw.call(
+                "POST",
+                "/auth/register",
+                {"email": f"p{uuid.uuid4().hex[:8]}@example.com", "password": "process test pass"},
+            )
+        ).body
+    )
     auth = {"Authorization": f"Bearer {user['token']}"}
     key = orjson.loads((await gw.call("POST", "/keys", {"name": "load"}, **auth)).body)
     await gw.call("POST", f"/keys/{key['key_id']}/topup", {"credits": INITIAL}, **auth)
@@ -67,6 +102,7 @@ async def load(gw: GatewayProcess, key: str, catalog: dict, count: int):
             return await gw.call("GET", path, **{"X-API-Key": key})
         except (OSError, HTTPClientError):  # the connection died with the process
             return None
+
     return [asyncio.ensure_future(one()) for _ in range(count)]
 
 
@@ -119,13 +155,15 @@ async def test_sigkill_then_restart_reconciles(mongo, upstream_url, catalog):
     served = [r for r in responses if r is not None and r.code == 200]
     account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
     assert len(records) <= len(served)  # at most the flush window is lost...
-    assert account["leases"]             # ...and the dead process still holds its lease
+    assert account["leases"]  # ...and the dead process still holds its lease
     # A restart on the same node returns the dead lease at once, counting only persisted usage.
     gw2 = await GatewayProcess(mongo.uri, upstream_url, db_name, port).start()
     account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
     assert account["leases"] == {}
     assert account["credits"] == INITIAL - sum(r["credits"] for r in records)
-    status = orjson.loads((await gw2.call("POST", "/auth/login", {"email": "x@example.com", "password": "nope nope"})).body)
+    status = orjson.loads(
+        (await gw2.call("POST", "/auth/login", {"email": "x@example.com", "password": "nope nope"})).body
+    )
     assert "detail" in status
     gw2.proc.send_signal(signal.SIGTERM)
     assert gw2.proc.wait(30) == 0

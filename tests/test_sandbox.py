@@ -1,13 +1,14 @@
 """The sandbox upstream against the spec: every endpoint's envelope and objects (checked
 field by field against schemas written from the spec's tables), paging, search operators,
 orderings, unknown ids, bad input, determinism, fault injection and connection counting."""
+
 import asyncio
 import re
 import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 import orjson
@@ -29,6 +30,7 @@ def app():
 
 # ---- schemas, written from the spec's field tables ------------------------------------
 
+
 class Nullable:
     def __init__(self, inner):
         self.inner = inner
@@ -40,8 +42,10 @@ class Const:
 
 
 NUMBER = (int, float)
-_CREATED_AT = re.compile(r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
-                         r" \d\d \d\d:\d\d:\d\d \+0000 \d{4}$")
+_CREATED_AT = re.compile(
+    r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+    r" \d\d \d\d:\d\d:\d\d \+0000 \d{4}$"
+)
 
 
 def parse_created_at(value):
@@ -68,98 +72,204 @@ def url_encoded(value, path):
 
 URL_ENTITY = {"display_url": str, "expanded_url": str, "indices": int_pair, "url": str}
 MEDIA = {
-    "display_url": str, "expanded_url": str, "features": dict, "id_str": digits,
-    "indices": int_pair, "url": str,
-    "media_results": {"id": str, "result": {
-        "__typename": str, "id": str, "media_availability_v2": {"status": str}, "media_id": digits,
-        "media_info": {
-            "__typename": str, "alt_text": Nullable(str),
-            "color_info": {"palette": [{"percentage": NUMBER,
-                                        "rgb": {"red": int, "green": int, "blue": int}}]},
-            "original_img_height": int, "original_img_url": str, "original_img_width": int,
-        }}},
+    "display_url": str,
+    "expanded_url": str,
+    "features": dict,
+    "id_str": digits,
+    "indices": int_pair,
+    "url": str,
+    "media_results": {
+        "id": str,
+        "result": {
+            "__typename": str,
+            "id": str,
+            "media_availability_v2": {"status": str},
+            "media_id": digits,
+            "media_info": {
+                "__typename": str,
+                "alt_text": Nullable(str),
+                "color_info": {"palette": [{"percentage": NUMBER, "rgb": {"red": int, "green": int, "blue": int}}]},
+                "original_img_height": int,
+                "original_img_url": str,
+                "original_img_width": int,
+            },
+        },
+    },
 }
 ENTITIES = {
-    "hashtags": list, "symbols": list, "urls": [URL_ENTITY],
+    "hashtags": list,
+    "symbols": list,
+    "urls": [URL_ENTITY],
     "user_mentions": [{"id_str": digits, "indices": int_pair, "name": str, "screen_name": str}],
     "media": [MEDIA],
 }
 USER = {
-    "type": Const("user"), "userName": str, "url": str, "id": digits, "name": str,
-    "isBlueVerified": bool, "description": str, "location": Nullable(str), "followers": int,
-    "following": int, "statusesCount": Nullable(int), "createdAt": created_at,
-    "profilePicture": str, "coverPicture": Nullable(str), "canDm": bool, "pinnedTweetIds": [digits],
-    "profile_bio": Nullable({"description": str,
-                             "entities": {"description": dict, "url": {"urls": [URL_ENTITY]}}}),
+    "type": Const("user"),
+    "userName": str,
+    "url": str,
+    "id": digits,
+    "name": str,
+    "isBlueVerified": bool,
+    "description": str,
+    "location": Nullable(str),
+    "followers": int,
+    "following": int,
+    "statusesCount": Nullable(int),
+    "createdAt": created_at,
+    "profilePicture": str,
+    "coverPicture": Nullable(str),
+    "canDm": bool,
+    "pinnedTweetIds": [digits],
+    "profile_bio": Nullable({"description": str, "entities": {"description": dict, "url": {"urls": [URL_ENTITY]}}}),
 }
 TWEET = {
-    "type": Const("tweet"), "id": digits, "url": str, "text": str, "retweetCount": int,
-    "replyCount": int, "likeCount": int, "quoteCount": int, "bookmarkCount": int,
-    "viewCount": Nullable(digits), "createdAt": created_at, "lang": str, "isReply": bool,
-    "inReplyToId": Nullable(digits), "conversationId": Nullable(digits),
-    "displayTextRange": Nullable(int_pair), "entities": Nullable(ENTITIES), "author": USER,
+    "type": Const("tweet"),
+    "id": digits,
+    "url": str,
+    "text": str,
+    "retweetCount": int,
+    "replyCount": int,
+    "likeCount": int,
+    "quoteCount": int,
+    "bookmarkCount": int,
+    "viewCount": Nullable(digits),
+    "createdAt": created_at,
+    "lang": str,
+    "isReply": bool,
+    "inReplyToId": Nullable(digits),
+    "conversationId": Nullable(digits),
+    "displayTextRange": Nullable(int_pair),
+    "entities": Nullable(ENTITIES),
+    "author": USER,
 }
 TWEET["quoted_tweet"] = Nullable(TWEET)
 TREND = {"name": str, "url": str, "query": url_encoded, "tweet_volume": Nullable(int)}
-VERIFICATION = {"is_blue_verified": bool, "is_verified_organization": bool,
-                "is_verified_organization_affiliate": bool, "verified": bool}
-PROFILE = {  # the user-profile object inside a Space
-    "__typename": str, "avatar": {"image_url": str}, "banner": {"image_url": Nullable(str)},
-    "core": {"created_at_ms": int, "name": str, "screen_name": str},
-    "dm_permissions": {"can_dm": bool}, "legacy": dict, "media_permissions": dict,
-    "notifications_settings": dict, "pinned_items": {"tweet_ids_str": [digits]},
-    "privacy": {"protected": bool, "suspended": bool}, "profile_bio": dict,
-    "profile_image_shape": str, "relationship_counts": {"followers": int, "following": int},
-    "relationship_perspectives": dict, "rest_id": digits, "verification": VERIFICATION,
+VERIFICATION = {
+    "is_blue_verified": bool,
+    "is_verified_organization": bool,
+    "is_verified_organization_affiliate": bool,
+    "verified": bool,
 }
-PARTICIPANT = {"avatar_url": str, "display_name": str, "is_muted_by_admin": bool,
-               "is_muted_by_guest": bool, "social_screen_name": str, "user_id": str,
-               "user_results": {"rest_id": digits, "result": PROFILE}}
+PROFILE = {  # the user-profile object inside a Space
+    "__typename": str,
+    "avatar": {"image_url": str},
+    "banner": {"image_url": Nullable(str)},
+    "core": {"created_at_ms": int, "name": str, "screen_name": str},
+    "dm_permissions": {"can_dm": bool},
+    "legacy": dict,
+    "media_permissions": dict,
+    "notifications_settings": dict,
+    "pinned_items": {"tweet_ids_str": [digits]},
+    "privacy": {"protected": bool, "suspended": bool},
+    "profile_bio": dict,
+    "profile_image_shape": str,
+    "relationship_counts": {"followers": int, "following": int},
+    "relationship_perspectives": dict,
+    "rest_id": digits,
+    "verification": VERIFICATION,
+}
+PARTICIPANT = {
+    "avatar_url": str,
+    "display_name": str,
+    "is_muted_by_admin": bool,
+    "is_muted_by_guest": bool,
+    "social_screen_name": str,
+    "user_id": str,
+    "user_results": {"rest_id": digits, "result": PROFILE},
+}
 SPACE = {
     "is_subscribed": bool,
     "metadata": {
-        "conversation_controls": int, "creator_results": {"rest_id": digits, "result": PROFILE},
-        "creator_user_id": digits, "disallow_join": bool, "is_muted": bool, "no_incognito": bool,
-        "is_space_available_for_clipping": bool, "is_space_available_for_replay": bool,
-        "max_admin_capacity": int, "media_key": str, "narrow_cast_space_type": int,
-        "participants": {"admins": [PARTICIPANT], "listeners": [PARTICIPANT],
-                         "speakers": [PARTICIPANT], "total": int, "poll_interval_sec": int},
-        "primary_admin_user_id": digits, "start": int, "state": Const("Running"),
-        "total_live_listeners": int, "total_participated": int, "total_replay_watched": int,
+        "conversation_controls": int,
+        "creator_results": {"rest_id": digits, "result": PROFILE},
+        "creator_user_id": digits,
+        "disallow_join": bool,
+        "is_muted": bool,
+        "no_incognito": bool,
+        "is_space_available_for_clipping": bool,
+        "is_space_available_for_replay": bool,
+        "max_admin_capacity": int,
+        "media_key": str,
+        "narrow_cast_space_type": int,
+        "participants": {
+            "admins": [PARTICIPANT],
+            "listeners": [PARTICIPANT],
+            "speakers": [PARTICIPANT],
+            "total": int,
+            "poll_interval_sec": int,
+        },
+        "primary_admin_user_id": digits,
+        "start": int,
+        "state": Const("Running"),
+        "total_live_listeners": int,
+        "total_participated": int,
+        "total_replay_watched": int,
         "tweet_results": {"rest_id": digits},
     },
 }
-USER_ABOUT = {"rest_id": digits, "result": {
-    "__typename": str,
-    "about_profile": {
-        "account_based_in": str, "affiliate_url": str, "affiliate_username": str,
-        "created_country_accurate": bool, "learn_more_url": str, "location_accurate": bool,
-        "report_problem_url": str, "source": str, "username_changes": {"count": digits},
-        "verified_since_msec": digits,
+USER_ABOUT = {
+    "rest_id": digits,
+    "result": {
+        "__typename": str,
+        "about_profile": {
+            "account_based_in": str,
+            "affiliate_url": str,
+            "affiliate_username": str,
+            "created_country_accurate": bool,
+            "learn_more_url": str,
+            "location_accurate": bool,
+            "report_problem_url": str,
+            "source": str,
+            "username_changes": {"count": digits},
+            "verified_since_msec": digits,
+        },
+        "affiliates_highlighted_label": {
+            "label": {
+                "badge": {"url": str},
+                "description": str,
+                "url": {"url": str, "url_type": str},
+                "user_label_display_type": str,
+                "user_label_type": str,
+            }
+        },
+        "avatar": {"image_url": str},
+        "core": {"created_at_ms": int, "name": str, "screen_name": str},
+        "is_blue_verified": bool,
+        "privacy": {"protected": bool, "suspended": bool},
+        "profile_image_shape": str,
+        "verification": VERIFICATION,
+        "verification_info": {"is_identity_verified": bool, "reason": dict},
     },
-    "affiliates_highlighted_label": {"label": {
-        "badge": {"url": str}, "description": str, "url": {"url": str, "url_type": str},
-        "user_label_display_type": str, "user_label_type": str}},
-    "avatar": {"image_url": str}, "core": {"created_at_ms": int, "name": str, "screen_name": str},
-    "is_blue_verified": bool, "privacy": {"protected": bool, "suspended": bool},
-    "profile_image_shape": str, "verification": VERIFICATION,
-    "verification_info": {"is_identity_verified": bool, "reason": dict},
-}}
-BANNER_INFO = {"__typename": str, "original_img_height": int, "original_img_url": str,
-               "original_img_width": int}
-COMMUNITY = {"rest_id": digits, "result": {
-    "__typename": Const("Community"),
-    "actions": {
-        "join_action_result": {"__typename": str, "message": str, "reason": Const("ViewerRequestRequired")},
-        "leave_action_result": {"__typename": str, "message": str, "reason": Const("ViewerNotMember")},
+}
+BANNER_INFO = {"__typename": str, "original_img_height": int, "original_img_url": str, "original_img_width": int}
+COMMUNITY = {
+    "rest_id": digits,
+    "result": {
+        "__typename": Const("Community"),
+        "actions": {
+            "join_action_result": {"__typename": str, "message": str, "reason": Const("ViewerRequestRequired")},
+            "leave_action_result": {"__typename": str, "message": str, "reason": Const("ViewerNotMember")},
+        },
+        "created_at": int,
+        "creator_results": {"result": {"__typename": str}},
+        "custom_banner_media_results": {
+            "result": {
+                "__typename": str,
+                "id": str,
+                "media_info": {**BANNER_INFO, "salient_rect": {"height": int, "left": int, "top": int, "width": int}},
+            }
+        },
+        "default_banner_media_results": {"result": {"__typename": str, "id": str, "media_info": BANNER_INFO}},
+        "description": str,
+        "is_pinned": bool,
+        "member_count": int,
+        "moderator_count": int,
+        "name": str,
+        "rest_id": digits,
+        "role": Const("NonMember"),
+        "rules": [{"name": str, "rest_id": str}],
     },
-    "created_at": int, "creator_results": {"result": {"__typename": str}},
-    "custom_banner_media_results": {"result": {"__typename": str, "id": str, "media_info": {
-        **BANNER_INFO, "salient_rect": {"height": int, "left": int, "top": int, "width": int}}}},
-    "default_banner_media_results": {"result": {"__typename": str, "id": str, "media_info": BANNER_INFO}},
-    "description": str, "is_pinned": bool, "member_count": int, "moderator_count": int,
-    "name": str, "rest_id": digits, "role": Const("NonMember"), "rules": [{"name": str, "rest_id": str}],
-}}
+}
 
 
 def check(value, schema, path="$"):
@@ -216,8 +326,15 @@ SPEC_KEYS = {
     "tweets": "status message tweets",
     "community/info": "status msg data",
 }
-RESULT_SCHEMAS = {"tweets": TWEET, "replies": TWEET, "followers": USER, "followings": USER,
-                  "users": USER, "ids": digits, "trends": TREND}
+RESULT_SCHEMAS = {
+    "tweets": TWEET,
+    "replies": TWEET,
+    "followers": USER,
+    "followings": USER,
+    "users": USER,
+    "ids": digits,
+    "trends": TREND,
+}
 DATA_SCHEMAS = {
     "user/info": (lambda d: d, USER),
     "spaces/detail": (lambda d: d["data"]["audio_space_by_rest_id"], SPACE),
@@ -256,6 +373,7 @@ def valid_params(path, cat):
 
 
 # ---- helpers ---------------------------------------------------------------------------
+
 
 async def fetch(client, base_url, path, params=None, headers=AUTH, **kwargs):
     url = base_url + path + ("?" + urlencode(params) if params else "")
@@ -301,6 +419,7 @@ def created(t):
 
 # ---- catalog, health, auth -------------------------------------------------------------
 
+
 @pytest.mark.gen_test
 async def test_catalog_contract(http_client, base_url):
     cat = await get_catalog(http_client, base_url)
@@ -333,8 +452,9 @@ async def test_provider_paths_need_the_upstream_key(http_client, base_url, heade
 
 
 @pytest.mark.gen_test
-@pytest.mark.parametrize("path", ["community/get_tweets_from_all_community", "community/moderators",
-                                  "no/such/endpoint"])
+@pytest.mark.parametrize(
+    "path", ["community/get_tweets_from_all_community", "community/moderators", "no/such/endpoint"]
+)
 async def test_unavailable_endpoints_are_not_served(http_client, base_url, path):
     response = await fetch(http_client, base_url, "/twitter/" + path, {"query": "a", "community_id": "1"})
     assert response.code == 404
@@ -342,6 +462,7 @@ async def test_unavailable_endpoints_are_not_served(http_client, base_url, path)
 
 
 # ---- every endpoint against the spec ---------------------------------------------------
+
 
 @pytest.mark.gen_test
 @pytest.mark.parametrize("path", sorted(SPEC_KEYS))
@@ -414,8 +535,9 @@ async def test_tweets_hydrates_ids_without_paging(http_client, base_url):
 async def test_batch_info_by_ids_resolves_full_profiles(http_client, base_url):
     cat = await get_catalog(http_client, base_url)
     users = cat["users"][:100]
-    body = await api(http_client, base_url, "user/batch_info_by_ids",
-                     userIds=",".join(u["id"] for u in users[:99]) + ",1")
+    body = await api(
+        http_client, base_url, "user/batch_info_by_ids", userIds=",".join(u["id"] for u in users[:99]) + ",1"
+    )
     assert [u["id"] for u in body["users"]] == [u["id"] for u in users[:99]]
     assert [u["userName"] for u in body["users"]] == [u["userName"] for u in users[:99]]
 
@@ -455,13 +577,13 @@ async def test_thread_context_has_ancestors_and_replies(http_client, base_url):
 
 # ---- paging ----------------------------------------------------------------------------
 
+
 @pytest.mark.gen_test(timeout=60)
 async def test_big_account_followers_page_to_the_end(http_client, base_url):
     cat = await get_catalog(http_client, base_url)
     big = cat["big_accounts"][0]
     total = (await api(http_client, base_url, "user/info", userName=big))["data"]["followers"]
-    items, pages = await all_pages(http_client, base_url, "user/followers", "followers",
-                                   userName=big, pageSize=200)
+    items, pages = await all_pages(http_client, base_url, "user/followers", "followers", userName=big, pageSize=200)
     ids = [u["id"] for u in items]
     assert len(ids) == len(set(ids)) == total > 20000
     assert pages == -(-total // 200)
@@ -475,8 +597,9 @@ async def test_followers_ids_integer_cursor(http_client, base_url):
     total = (await api(http_client, base_url, "user/info", userName=big))["data"]["followers"]
     ids, cursor, pages = [], None, 0
     while True:
-        body = await api(http_client, base_url, "user/followers_ids", userName=big,
-                         **({"cursor": int(cursor)} if cursor else {}))
+        body = await api(
+            http_client, base_url, "user/followers_ids", userName=big, **({"cursor": int(cursor)} if cursor else {})
+        )
         pages += 1
         assert len(body["ids"]) <= 5000
         ids.extend(body["ids"])
@@ -490,8 +613,7 @@ async def test_followers_ids_integer_cursor(http_client, base_url):
     assert [u["id"] for u in first["followers"]] == ids[:200]  # same order, newest first
     small = await api(http_client, base_url, "user/followers_ids", userName=big, count=10)
     assert len(small["ids"]) == 50  # count is clamped to 50..5000
-    response = await fetch(http_client, base_url, "/twitter/user/followers_ids",
-                           {"userName": big, "cursor": "abc"})
+    response = await fetch(http_client, base_url, "/twitter/user/followers_ids", {"userName": big, "cursor": "abc"})
     assert response.code == 400
 
 
@@ -501,15 +623,16 @@ async def test_page_sizes(http_client, base_url):
     big = cat["big_accounts"][0]
     default = await api(http_client, base_url, "user/followers", userName=big)
     assert len(default["followers"]) == 200
-    clamped = await api(http_client, base_url, "user/followings", userName=cat["users"][0]["userName"],
-                        pageSize=500)
+    clamped = await api(http_client, base_url, "user/followings", userName=cat["users"][0]["userName"], pageSize=500)
     assert 0 < len(clamped["followings"]) <= 200
     seven = await api(http_client, base_url, "user/followers", userName=big, pageSize=7)
     assert len(seven["followers"]) == 7 and seven["has_next_page"]
-    for path, params in [("tweet/advanced_search", {"query": "coffee"}),
-                         ("user/mentions", {"userName": big}),
-                         ("user/verifiedFollowers", {"user_id": cat["users"][-5]["id"]}),
-                         ("user/search", {"query": "a"})]:
+    for path, params in [
+        ("tweet/advanced_search", {"query": "coffee"}),
+        ("user/mentions", {"userName": big}),
+        ("user/verifiedFollowers", {"user_id": cat["users"][-5]["id"]}),
+        ("user/search", {"query": "a"}),
+    ]:
         body = await api(http_client, base_url, path, **params)
         key = next(k for k in body if isinstance(body[k], list))
         assert len(body[key]) == 20 and body["has_next_page"], path
@@ -522,10 +645,12 @@ async def test_page_sizes(http_client, base_url):
 async def test_timelines_page_newest_first(http_client, base_url):
     cat = await get_catalog(http_client, base_url)
     user = cat["users"][0]
-    for path, params in [("user/last_tweets", {"userName": user["userName"]}),
-                         ("user/tweet_timeline", {"userId": user["id"], "includeReplies": "True"}),
-                         ("list/tweets_timeline", {"listId": cat["lists"][0]}),
-                         ("community/tweets", {"community_id": cat["communities"][0]})]:
+    for path, params in [
+        ("user/last_tweets", {"userName": user["userName"]}),
+        ("user/tweet_timeline", {"userId": user["id"], "includeReplies": "True"}),
+        ("list/tweets_timeline", {"listId": cat["lists"][0]}),
+        ("community/tweets", {"community_id": cat["communities"][0]}),
+    ]:
         items, pages = await all_pages(http_client, base_url, path, "tweets", **params)
         assert pages > 1, path
         ids = [t["id"] for t in items]
@@ -533,29 +658,34 @@ async def test_timelines_page_newest_first(http_client, base_url):
         assert [created(t) for t in items] == sorted((created(t) for t in items), reverse=True), path
     own, _ = await all_pages(http_client, base_url, "user/last_tweets", "tweets", userName=user["userName"])
     assert all(not t["isReply"] and t["author"]["id"] == user["id"] for t in own)
-    mixed = await api(http_client, base_url, "user/tweet_timeline", userId=user["id"],
-                      includeReplies="true", includeParentTweet="true")
+    mixed = await api(
+        http_client,
+        base_url,
+        "user/tweet_timeline",
+        userId=user["id"],
+        includeReplies="true",
+        includeParentTweet="true",
+    )
     replies = [n for n, t in enumerate(mixed["tweets"]) if t["isReply"] and t["author"]["id"] == user["id"]]
-    assert replies and all(mixed["tweets"][n - 1]["id"] == mixed["tweets"][n]["inReplyToId"]
-                           for n in replies if n > 0)
+    assert replies and all(mixed["tweets"][n - 1]["id"] == mixed["tweets"][n]["inReplyToId"] for n in replies if n > 0)
 
 
 @pytest.mark.gen_test
 async def test_empty_list(http_client, base_url):
     cat = await get_catalog(http_client, base_url)
     body = await api(http_client, base_url, "list/tweets_timeline", listId=cat["empty_lists"][0])
-    assert body == {"tweets": [], "status": "success", "message": "", "has_next_page": False,
-                    "next_cursor": ""}
+    assert body == {"tweets": [], "status": "success", "message": "", "has_next_page": False, "next_cursor": ""}
 
 
 # ---- search ----------------------------------------------------------------------------
+
 
 def words(text):
     return re.findall(r"\w+", re.sub(r"https?://\S+", " ", text.lower()))
 
 
 def day(value):
-    return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=timezone.utc)
+    return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
 
 
 @pytest.mark.gen_test(timeout=60)
@@ -572,8 +702,7 @@ async def test_search_operators(http_client, base_url):
     cases = {
         f"from:{user}": lambda t: t["author"]["userName"] == user,
         "lang:es": lambda t: t["lang"] == "es",
-        "since:2024-03-01 until:2024-03-04":
-            lambda t: day("2024-03-01") <= created(t) < day("2024-03-04"),
+        "since:2024-03-01 until:2024-03-04": lambda t: day("2024-03-01") <= created(t) < day("2024-03-04"),
         f"since_time:{t0} until_time:{t1}": lambda t: t0 <= created(t).timestamp() < t1,
         "min_faves:2000": lambda t: t["likeCount"] >= 2000,
         "min_retweets:500": lambda t: t["retweetCount"] >= 500,
@@ -584,8 +713,9 @@ async def test_search_operators(http_client, base_url):
         '"machine learning"': lambda t: "machine learning" in " ".join(words(t["text"])),
         "coffee -today": lambda t: "coffee" in words(t["text"]) and "today" not in words(t["text"]),
         "chess OR jazz": lambda t: {"chess", "jazz"} & set(words(t["text"])),
-        "(chess OR jazz) lang:en -filter:replies":
-            lambda t: {"chess", "jazz"} & set(words(t["text"])) and t["lang"] == "en" and not t["isReply"],
+        "(chess OR jazz) lang:en -filter:replies": lambda t: (
+            {"chess", "jazz"} & set(words(t["text"])) and t["lang"] == "en" and not t["isReply"]
+        ),
         "#Coffee": lambda t: "Coffee" in [h["text"] for h in t["entities"]["hashtags"]],
     }
     for query, predicate in cases.items():
@@ -597,11 +727,11 @@ async def test_search_operators(http_client, base_url):
     assert {p["author"]["userName"] for p in await parents(body["tweets"])} == {big}
     # A whole result: every tweet of the user, each once.
     items, _ = await all_pages(http_client, base_url, "tweet/advanced_search", "tweets", query=f"from:{user}")
-    timeline, _ = await all_pages(http_client, base_url, "user/tweet_timeline", "tweets",
-                                  userId=cat["users"][0]["id"], includeReplies="true")
+    timeline, _ = await all_pages(
+        http_client, base_url, "user/tweet_timeline", "tweets", userId=cat["users"][0]["id"], includeReplies="true"
+    )
     assert sorted(t["id"] for t in items) == sorted(t["id"] for t in timeline)
-    response = await fetch(http_client, base_url, "/twitter/tweet/advanced_search",
-                           {"query": "since:yesterday"})
+    response = await fetch(http_client, base_url, "/twitter/tweet/advanced_search", {"query": "since:yesterday"})
     assert response.code == 400
 
 
@@ -617,8 +747,9 @@ async def test_search_latest_and_top_orderings(http_client, base_url):
     assert scores == sorted(scores, reverse=True)
     top_ids = {t["id"] for t in top["tweets"]}
     assert all(engagement(t) <= min(scores) for t in latest["tweets"] if t["id"] not in top_ids)
-    response = await fetch(http_client, base_url, "/twitter/tweet/advanced_search",
-                           {"query": "coffee", "queryType": "Sideways"})
+    response = await fetch(
+        http_client, base_url, "/twitter/tweet/advanced_search", {"query": "coffee", "queryType": "Sideways"}
+    )
     assert response.code == 400
 
 
@@ -633,8 +764,9 @@ async def test_replies_and_their_orderings(http_client, base_url):
     assert [created(t) for t in direct] == sorted((created(t) for t in direct), reverse=True)
     orders = {}
     for query_type in ("Relevance", "Latest", "Likes"):
-        items, _ = await all_pages(http_client, base_url, "tweet/replies/v2", "tweets",
-                                   tweetId=tid, queryType=query_type)
+        items, _ = await all_pages(
+            http_client, base_url, "tweet/replies/v2", "tweets", tweetId=tid, queryType=query_type
+        )
         assert all(t["conversationId"] == root["conversationId"] for t in items)
         orders[query_type] = [t for t in items if t["inReplyToId"] == tid]
         assert {t["id"] for t in orders[query_type]} == {t["id"] for t in direct}
@@ -662,6 +794,7 @@ async def test_mentions_and_user_search(http_client, base_url):
 
 
 # ---- unknown ids, bad input, determinism, prefix -----------------------------------------
+
 
 @pytest.mark.gen_test
 async def test_unknown_ids_answer_status_error(http_client, base_url):
@@ -691,13 +824,14 @@ async def test_unknown_ids_answer_status_error(http_client, base_url):
 async def test_bad_input_is_a_400(http_client, base_url):
     cat = await get_catalog(http_client, base_url)
     name = cat["users"][0]["userName"]
-    for path, params in [("user/followers", {"userName": name, "pageSize": "many"}),
-                         ("user/followers", {"userName": name, "cursor": "not-a-cursor!"}),
-                         ("user/info", {}),
-                         ("tweet/advanced_search", {"query": "  "}),
-                         ("trends", {"count": "1.5"}),
-                         ("user/tweet_timeline", {"userId": cat["users"][0]["id"],
-                                                  "includeReplies": "maybe"})]:
+    for path, params in [
+        ("user/followers", {"userName": name, "pageSize": "many"}),
+        ("user/followers", {"userName": name, "cursor": "not-a-cursor!"}),
+        ("user/info", {}),
+        ("tweet/advanced_search", {"query": "  "}),
+        ("trends", {"count": "1.5"}),
+        ("user/tweet_timeline", {"userId": cat["users"][0]["id"], "includeReplies": "maybe"}),
+    ]:
         response = await fetch(http_client, base_url, "/twitter/" + path, params)
         assert response.code == 400, path
         body = orjson.loads(response.body)
@@ -712,8 +846,12 @@ async def test_same_request_same_bytes(http_client, base_url):
     second = await fetch(http_client, base_url, "/twitter/user/followers", {"pageSize": 50, "userName": name})
     assert first.code == 200 and first.body == second.body
     cursor = orjson.loads(first.body)["next_cursor"]
-    page2 = [await fetch(http_client, base_url, "/twitter/user/followers",
-                         {"userName": name, "pageSize": 50, "cursor": cursor}) for _ in range(2)]
+    page2 = [
+        await fetch(
+            http_client, base_url, "/twitter/user/followers", {"userName": name, "pageSize": 50, "cursor": cursor}
+        )
+        for _ in range(2)
+    ]
     assert page2[0].body == page2[1].body != first.body
 
 
@@ -722,8 +860,10 @@ async def test_the_seed_picks_the_world(io_loop):
     servers = [sandbox.start("127.0.0.1", 0, KEY, seed=s) for s in (7, 8)]
     client = AsyncHTTPClient()
     try:
-        bodies = [(await fetch(client, server.url, "/twitter/user/info", {"userName": "NewsWireDaily"})).body
-                  for server in servers]
+        bodies = [
+            (await fetch(client, server.url, "/twitter/user/info", {"userName": "NewsWireDaily"})).body
+            for server in servers
+        ]
         assert orjson.loads(bodies[1])["status"] == "success" and bodies[0] != bodies[1]
     finally:
         for server in servers:
@@ -745,6 +885,7 @@ async def test_prefix_is_configurable(io_loop):
 
 # ---- faults ----------------------------------------------------------------------------
 
+
 @pytest.fixture
 def server(io_loop):
     server = sandbox.start("127.0.0.1", 0, KEY)
@@ -753,8 +894,14 @@ def server(io_loop):
 
 
 async def faulty(server, fault, **kwargs):
-    return await fetch(AsyncHTTPClient(), server.url, "/twitter/user/info", {"userName": "CodeDigest"},
-                       headers={**AUTH, "X-Sim-Fault": fault}, **kwargs)
+    return await fetch(
+        AsyncHTTPClient(),
+        server.url,
+        "/twitter/user/info",
+        {"userName": "CodeDigest"},
+        headers={**AUTH, "X-Sim-Fault": fault},
+        **kwargs,
+    )
 
 
 @pytest.mark.gen_test
@@ -815,8 +962,9 @@ async def test_fault_broken_connections_make_the_client_fail(server, fault):
     for client in (AsyncHTTPClient(force_instance=True), CurlAsyncHTTPClient(force_instance=True)):
         try:
             with pytest.raises((HTTPClientError, OSError)):
-                await client.fetch(server.url + "/twitter/user/info?userName=CodeDigest",
-                                   headers={**AUTH, "X-Sim-Fault": fault})
+                await client.fetch(
+                    server.url + "/twitter/user/info?userName=CodeDigest", headers={**AUTH, "X-Sim-Fault": fault}
+                )
         finally:
             client.close()
     assert (await faulty(server, "none")).code == 200
@@ -849,6 +997,7 @@ async def test_run_wide_faults_and_header_override(io_loop):
 
 # ---- connections, stats, command ---------------------------------------------------------
 
+
 @pytest.mark.gen_test
 async def test_keep_alive_requests_count_as_one_connection(server):
     client = CurlAsyncHTTPClient(force_instance=True)
@@ -873,14 +1022,17 @@ async def test_keep_alive_requests_count_as_one_connection(server):
 @pytest.mark.gen_test(timeout=30)
 async def test_command_line_serves_the_same_world_and_stops_on_sigterm(http_client, base_url):
     """`python -m sandbox` in another process (another hash seed) serves byte-identical pages."""
-    proc = subprocess.Popen([sys.executable, "-m", "sandbox", "--port", "0", "--api-key", KEY],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sandbox", "--port", "0", "--api-key", KEY], stdout=subprocess.PIPE, text=True
+    )
     try:
         line = await asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline)
         url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
-        for path, params in [("/twitter/tweet/advanced_search", {"query": "jazz OR chess"}),
-                             ("/twitter/user/followers", {"userName": "OrbitalFacts"}),
-                             ("/sandbox/catalog", None)]:
+        for path, params in [
+            ("/twitter/tweet/advanced_search", {"query": "jazz OR chess"}),
+            ("/twitter/user/followers", {"userName": "OrbitalFacts"}),
+            ("/sandbox/catalog", None),
+        ]:
             theirs = await fetch(http_client, url, path, params)
             ours = await fetch(http_client, base_url, path, params)
             assert theirs.code == 200 and theirs.body == ours.body, path

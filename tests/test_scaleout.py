@@ -2,6 +2,7 @@
 one account spread over all processes never overspend; a revocation made through one process stops
 the key in the others within a second; a killed process's lease goes back to the balance after
 LEASE_TIMEOUT and the ledger reconciles; `serve --workers N` drains all workers on SIGTERM."""
+
 import asyncio
 import itertools
 import os
@@ -11,16 +12,17 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
+from test_process import ROOT, GatewayProcess, ledger_of
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-import gateway
+from app.context import build_context
+from app.embedded import free_port
+from app.tasks import start_background
 from storage import db as database
-from storage.embedded import free_port
-from test_process import ROOT, GatewayProcess, ledger_of
 
 pytestmark = pytest.mark.gen_test(timeout=90)
 PRICE = 18  # user/info, one profile
@@ -28,6 +30,7 @@ PRICE = 18  # user/info, one profile
 
 class Gateway(GatewayProcess):
     """A gateway process with extra settings, optionally `serve --workers N`."""
+
     started: list["Gateway"] = []  # killed after each test, whatever its outcome (see `reap`)
 
     def __init__(self, mongo_uri: str, upstream_url: str, db_name: str, workers: int = 1, **env: str):
@@ -36,9 +39,21 @@ class Gateway(GatewayProcess):
         self.workers = workers
 
     async def start(self) -> "Gateway":
-        self.proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--host", "127.0.0.1",
-                                      "--port", str(self.port), "--workers", str(self.workers)],
-                                     env=self.env, stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(ROOT, "gateway.py"),
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(self.workers),
+            ],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+        )
         Gateway.started.append(self)
         client = AsyncHTTPClient()
         for _ in range(300):
@@ -70,8 +85,15 @@ async def start_all(*gateways: Gateway) -> None:
 
 
 async def account_with_keys(gw: Gateway, credits: int, keys: int) -> tuple[dict, list[str], dict]:
-    user = orjson.loads((await gw.call("POST", "/auth/register", {"email": f"s{uuid.uuid4().hex[:8]}@example.com",
-                                                                   "password": "scale out test pass"})).body)
+    user = orjson.loads(
+        (
+            await gw.call(
+                "POST",
+                "/auth/register",
+                {"email": f"s{uuid.uuid4().hex[:8]}@example.com", "password": "scale out test pass"},
+            )
+        ).body
+    )
     auth = {"Authorization": f"Bearer {user['token']}"}
     made = [orjson.loads((await gw.call("POST", "/keys", {"name": f"k{i}"}, **auth)).body) for i in range(keys)]
     if credits:
@@ -85,10 +107,13 @@ async def storm(targets: list[tuple[Gateway, str]], path: str, count: int) -> li
 
     async def one(gw: Gateway, key: str):
         try:
-            return await client.fetch(HTTPRequest(f"http://127.0.0.1:{gw.port}{path}", headers={"X-API-Key": key},
-                                                  request_timeout=30), raise_error=False)
+            return await client.fetch(
+                HTTPRequest(f"http://127.0.0.1:{gw.port}{path}", headers={"X-API-Key": key}, request_timeout=30),
+                raise_error=False,
+            )
         except (OSError, HTTPClientError):
             return None
+
     pairs = itertools.cycle(targets)
     return [asyncio.ensure_future(one(*next(pairs))) for _ in range(count)]
 
@@ -147,7 +172,8 @@ async def test_concurrent_calls_over_three_processes_never_overspend(mongo, upst
 
 @pytest.mark.parametrize("coherence", ["changestream", "poll"])
 async def test_revocation_through_one_process_stops_the_key_in_another_within_a_second(
-        mongo, upstream_url, catalog, coherence):
+    mongo, upstream_url, catalog, coherence
+):
     db_name = f"s_{uuid.uuid4().hex[:10]}"
     env = {"COHERENCE": coherence, "COHERENCE_POLL_SECONDS": "0.2"}
     a, b = Gateway(mongo.uri, upstream_url, db_name, **env), Gateway(mongo.uri, upstream_url, db_name, **env)
@@ -165,8 +191,7 @@ async def test_revocation_through_one_process_stops_the_key_in_another_within_a_
     assert a.stop() == 0 and b.stop() == 0
 
 
-async def test_sigkill_mid_load_the_survivor_reclaims_the_lease_and_the_ledger_reconciles(
-        mongo, upstream_url, catalog):
+async def test_sigkill_mid_load_the_survivor_reclaims_the_lease_and_the_ledger_reconciles(mongo, upstream_url, catalog):
     db_name = f"s_{uuid.uuid4().hex[:10]}"
     timeout = 3.0  # LEASE_TIMEOUT; maintenance (heartbeat, reclaim) runs every timeout / 6
     a = Gateway(mongo.uri, upstream_url, db_name, LEASE_TIMEOUT=str(timeout))
@@ -193,7 +218,7 @@ async def test_sigkill_mid_load_the_survivor_reclaims_the_lease_and_the_ledger_r
         await asyncio.sleep(0.1)
         account, _ = await ledger_of(mongo.uri, db_name, user["account_id"])
     # Not before the timeout either, counted from the last heartbeat (which a busy process may send late).
-    assert datetime.now(timezone.utc) - last_heartbeat >= timedelta(seconds=timeout)
+    assert datetime.now(UTC) - last_heartbeat >= timedelta(seconds=timeout)
     assert b.stop() == 0
     account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
     assert account["leases"] == {}
@@ -237,9 +262,11 @@ async def test_workers_restart_after_a_crash_and_drain_on_sigterm(mongo, upstrea
 def second(io_loop, ctx, mongo, upstream_url):
     """A second gateway context on the same database, in this process: another process's meter as
     far as the database can tell (its own process id and node name, its own coherence task)."""
+
     async def start():
-        other = await gateway.build_context(ctx.settings, mongo.uri, upstream_url, worker=1)
-        return other, gateway.start_background(other)
+        other = await build_context(ctx.settings, worker=1)
+        return other, start_background(other)
+
     other, tasks = io_loop.run_sync(start)
     yield other
 
@@ -250,6 +277,7 @@ def second(io_loop, ctx, mongo, upstream_url):
         await other.client.close()
         other.upstream.close()
         other.executor.shutdown(wait=False)
+
     io_loop.run_sync(stop)
 
 
@@ -266,11 +294,13 @@ async def test_topups_and_plans_made_elsewhere_apply_within_a_second(ctx, second
     aid = account["_id"]
     assert (await second.meter.account_view(aid)).plan.name == "free"
     assert await second.meter.reserve(aid, PRICE, PRICE) is None  # 402, and remembered for a second
-    await ctx.meter.add_credits(aid, 1000, topup_credits=1000)    # through the other process
+    await ctx.meter.add_credits(aid, 1000, topup_credits=1000)  # through the other process
 
     async def seen():
-        return (second.account_cache.peek(aid).plan.name == "paid"
-                and not second.meter.ledger.is_known_empty(aid, second.meter.clock()))
+        return second.account_cache.peek(aid).plan.name == "paid" and not second.meter.ledger.is_known_empty(
+            aid, second.meter.clock()
+        )
+
     await eventually(seen)
     assert await second.meter.reserve(aid, PRICE, PRICE) is not None
 
@@ -284,6 +314,7 @@ async def test_a_process_finding_the_balance_empty_gets_half_of_what_another_hol
 
     async def given_back():
         return (await ctx.accounts.get(aid))["credits"] == 500
+
     await eventually(given_back)
     assert second.meter.ledger.purses[aid].leased == 500
     # The giver does not lease it back at once; the asker finds it when it asks again.

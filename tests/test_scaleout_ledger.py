@@ -1,9 +1,11 @@
 """Lease sizing when several processes spend from one account (metering/ledger.py, no I/O), and the
 bound it gives: a simulation of processes sharing one balance never overspends, and the credits
 held elsewhere while a process finds the balance empty stay within the lease-size bound."""
+
 import random
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metering.ledger import Ledger
 
@@ -105,7 +107,7 @@ class Db:
 def run_processes(ledgers: list[Ledger], db: Db, calls, asking: bool) -> tuple[int, list[int]]:
     """Meter.reserve/_refill for several processes over one account, one call at a time from
     `calls` (process, price, clock). With `asking`, a process whose take fails makes the others give
-    half their unreserved credits back (social/coherence.py, as if the change stream were instant).
+    half their unreserved credits back (accounting/coherence.py, as if the change stream were instant).
     Returns the credits charged and, at each 402, what the other processes held unreserved."""
     charged, held_at_402 = 0, []
     for pid, price, t in calls:
@@ -125,7 +127,9 @@ def run_processes(ledgers: list[Ledger], db: Db, calls, asking: bool) -> tuple[i
                 ledger.lease_is("a", leased, t, db.balance, db.others(pid))
             r = ledger.reserve("a", price, price, t)
         if r is None:
-            held_at_402.append(sum(o.purses["a"].available for i, o in enumerate(ledgers) if i != pid and "a" in o.purses))
+            held_at_402.append(
+                sum(o.purses["a"].available for i, o in enumerate(ledgers) if i != pid and "a" in o.purses)
+            )
         else:
             charged += ledger.settle(r, price, t)
         for i, other in enumerate(ledgers):
@@ -135,8 +139,13 @@ def run_processes(ledgers: list[Ledger], db: Db, calls, asking: bool) -> tuple[i
 
 
 @settings(max_examples=60, deadline=None)
-@given(balance=st.integers(0, 200_000), processes=st.integers(2, 4), seed=st.integers(0, 10**6),
-       prices=st.lists(st.sampled_from([15, 18, 30, 100, 300]), min_size=1, max_size=3), asking=st.booleans())
+@given(
+    balance=st.integers(0, 200_000),
+    processes=st.integers(2, 4),
+    seed=st.integers(0, 10**6),
+    prices=st.lists(st.sampled_from([15, 18, 30, 100, 300]), min_size=1, max_size=3),
+    asking=st.booleans(),
+)
 def test_processes_sharing_a_balance_never_overspend(balance, processes, seed, prices, asking):
     rng = random.Random(seed)
     db = Db(balance)

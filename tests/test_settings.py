@@ -1,4 +1,5 @@
 """Settings: declared once, read from a TOML file and the environment (which wins), validated at start."""
+
 import subprocess
 import sys
 
@@ -15,10 +16,13 @@ def test_environment_wins_over_the_config_file(tmp_path):
     assert settings.signup_credits == 7 and settings.upstream_path_prefix == "/v2"
 
 
-@pytest.mark.parametrize("content,message", [
-    ("price_rules = {minimum: 20}\n", "CONFIG_FILE"),          # not TOML
-    ("no_such_setting = 1\n", "unknown settings"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("price_rules = {minimum: 20}\n", "CONFIG_FILE"),  # not TOML
+        ("no_such_setting = 1\n", "unknown settings"),
+    ],
+)
 def test_a_bad_config_file_is_refused_with_a_reason(tmp_path, content, message):
     path = tmp_path / "gateway.toml"
     path.write_text(content)
@@ -26,16 +30,19 @@ def test_a_bad_config_file_is_refused_with_a_reason(tmp_path, content, message):
         config.load({"CONFIG_FILE": str(path)})
 
 
-@pytest.mark.parametrize("environ,message", [
-    ({"GATEWAY_ENV": "staging"}, "GATEWAY_ENV"),
-    ({"GATEWAY_ENV": "production"}, "required in production"),
-    ({"JWT_SECRET": "short"}, "at least 32"),
-    ({"GATEWAY_PORT": "eighty"}, "GATEWAY_PORT"),
-    ({"TWITTER_ALIAS": "maybe"}, "TWITTER_ALIAS"),
-    ({"PLAN_RULES": '[{"name": "x", "qps": 5}]'}, "PLAN_RULES"),
-    ({"PRICE_RULES": '{"tweets": {"each": "15"}}'}, "PRICE_RULES"),
-    ({"UPSTREAM_PATH_PREFIX": "twitter"}, "UPSTREAM_PATH_PREFIX"),
-])
+@pytest.mark.parametrize(
+    "environ,message",
+    [
+        ({"GATEWAY_ENV": "staging"}, "GATEWAY_ENV"),
+        ({"GATEWAY_ENV": "production"}, "required in production"),
+        ({"JWT_SECRET": "short"}, "at least 32"),
+        ({"GATEWAY_PORT": "eighty"}, "GATEWAY_PORT"),
+        ({"TWITTER_ALIAS": "maybe"}, "TWITTER_ALIAS"),
+        ({"PLAN_RULES": '[{"name": "x", "qps": 5}]'}, "PLAN_RULES"),
+        ({"PRICE_RULES": '{"tweets": {"each": "15"}}'}, "PRICE_RULES"),
+        ({"UPSTREAM_PATH_PREFIX": "twitter"}, "UPSTREAM_PATH_PREFIX"),
+    ],
+)
 def test_invalid_settings_stop_the_start(environ, message):
     with pytest.raises(config.SettingsError, match=message):
         config.load(environ)
@@ -48,8 +55,9 @@ def test_settings_are_immutable():
 
 
 def test_help_documents_every_setting_and_a_bad_one_exits_2():
-    run = lambda *args, **env: subprocess.run([sys.executable, "gateway.py", *args], capture_output=True, text=True,
-                                              env={"PATH": "/usr/bin:/bin", **env})
+    run = lambda *args, **env: subprocess.run(
+        [sys.executable, "gateway.py", *args], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", **env}
+    )
     shown = run("serve", "--help")
     assert shown.returncode == 0
     for f in fields():

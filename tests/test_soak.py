@@ -1,14 +1,16 @@
 """A short soak (bench/soak.py, CI-sized): real processes, many accounts and keys, faults from the
 upstream, revocations, top-ups and a SIGTERM + restart under load; then the ledger, account by account."""
+
 from bench import soak
 
 
 def test_graceful_restart_under_mixed_load_and_faults_loses_nothing():
-    args = soak.parser().parse_args(["--seconds", "10", "--accounts", "6", "--keys-per-account", "3",
-                                     "--concurrency", "8", "--seed", "7"])
+    args = soak.parser().parse_args(
+        ["--seconds", "10", "--accounts", "6", "--keys-per-account", "3", "--concurrency", "8", "--seed", "7"]
+    )
     figures = soak.run(args)
     assert figures["data_calls_served"] > 300, figures
-    assert figures["faults"]["upstream_failures_seen"] > 0, figures          # the faults were real...
+    assert figures["faults"]["upstream_failures_seen"] > 0, figures  # the faults were real...
     assert [e["exit_code"] for e in figures["faults"]["restarts"]] == [0, 0]  # ...and so were the SIGTERMs
     assert figures["records_lost"] == 0 and figures["records_without_a_client_200"] == 0, figures
     assert figures["duplicate_records"] == 0 and figures["revoked_key_violations"] == 0, figures

@@ -1,5 +1,6 @@
 """The data plane: every endpoint, validation, 401/402/429/501/502/503/504, exact charges,
 concurrency without overspend, revocation, persistence, the /twitter alias."""
+
 import asyncio
 import time
 
@@ -13,6 +14,7 @@ import gateway
 from handlers.social import parse_args
 from social.endpoints import ENDPOINTS, page_size
 from social.upstream import Breaker, UpstreamClient
+from storage import db as database
 from storage.usage import UsageStore
 
 pytestmark = pytest.mark.gen_test(timeout=60)
@@ -25,10 +27,16 @@ def valid_query(endpoint, catalog) -> dict:
     """Values from the sandbox catalog for every required parameter (and the usual optional ones)."""
     users, tweets = catalog["users"], catalog["tweets"]
     values = {
-        "query": "from:" + users[0]["userName"], "userId": users[0]["id"], "user_id": users[0]["id"],
-        "userName": catalog["big_accounts"][0], "tweetId": tweets[0], "community_id": catalog["communities"][0],
-        "space_id": catalog["spaces"][0], "listId": catalog["lists"][0],
-        "userIds": ",".join(u["id"] for u in users[:3]), "tweet_ids": ",".join(tweets[:2]),
+        "query": "from:" + users[0]["userName"],
+        "userId": users[0]["id"],
+        "user_id": users[0]["id"],
+        "userName": catalog["big_accounts"][0],
+        "tweetId": tweets[0],
+        "community_id": catalog["communities"][0],
+        "space_id": catalog["spaces"][0],
+        "listId": catalog["lists"][0],
+        "userIds": ",".join(u["id"] for u in users[:3]),
+        "tweet_ids": ",".join(tweets[:2]),
     }
     # followers_ids and last_tweets take userName or userId, both optional in the spec.
     return {p.name: values[p.name] for p in endpoint.params if p.required or p.name == "userName"}
@@ -36,6 +44,7 @@ def valid_query(endpoint, catalog) -> dict:
 
 def qs(params: dict) -> str:
     from urllib.parse import urlencode
+
     return urlencode(params)
 
 
@@ -43,9 +52,16 @@ def use_upstream(ctx, url: str, **kw) -> None:
     """Points the app under test at another upstream (a faulty sandbox, a recorder)."""
     s = ctx.settings
     ctx.upstream.close()
-    ctx.upstream = UpstreamClient(url, s.upstream_api_key, s.upstream_path_prefix, kw.get("connect_timeout", 1.0),
-                                  kw.get("timeout", s.upstream_timeout), 8, kw.get("max_body", s.upstream_max_body_bytes),
-                                  Breaker(kw.get("breaker_failures", 1000), 0.3))
+    ctx.upstream = UpstreamClient(
+        url,
+        s.upstream_api_key,
+        s.upstream_path_prefix,
+        kw.get("connect_timeout", 1.0),
+        kw.get("timeout", s.upstream_timeout),
+        8,
+        kw.get("max_body", s.upstream_max_body_bytes),
+        Breaker(kw.get("breaker_failures", 1000), 0.3),
+    )
 
 
 async def balance(api, user) -> int:
@@ -56,7 +72,9 @@ async def balance(api, user) -> int:
 @pytest.mark.parametrize("endpoint", AVAILABLE, ids=[e.path for e in AVAILABLE])
 async def test_every_endpoint_forwards_and_charges(api, ctx, catalog, endpoint):
     user, key = await api.funded_key(100_000)
-    status, body, headers = await api.call("GET", f"/social{endpoint.path}?{qs(valid_query(endpoint, catalog))}", key=key["key"])
+    status, body, headers = await api.call(
+        "GET", f"/social{endpoint.path}?{qs(valid_query(endpoint, catalog))}", key=key["key"]
+    )
     assert status == 200, body
     assert body["status"] == "success" and endpoint.results in body and endpoint.msg_key in body
     charged = int(headers["X-Credits-Charged"])
@@ -67,35 +85,44 @@ async def test_every_endpoint_forwards_and_charges(api, ctx, catalog, endpoint):
     assert charged == ctx.prices.cost(endpoint.price, items, size)
     assert await balance(api, user) == 100_000 - charged
     status, usage, _ = await api.call("GET", "/usage", token=user["token"])
-    assert [(u["endpoint"], u["credits"], u["status"], u["key_id"]) for u in usage] == \
-        [(f"/social{endpoint.path}", charged, 200, key["key_id"])]
+    assert [(u["endpoint"], u["credits"], u["status"], u["key_id"]) for u in usage] == [
+        (f"/social{endpoint.path}", charged, 200, key["key_id"])
+    ]
 
 
 @pytest.mark.settings(plan_rules=FAST)
-@pytest.mark.parametrize("endpoint", [e for e in ENDPOINTS if any(p.required for p in e.params)],
-                         ids=[e.path for e in ENDPOINTS if any(p.required for p in e.params)])
+@pytest.mark.parametrize(
+    "endpoint",
+    [e for e in ENDPOINTS if any(p.required for p in e.params)],
+    ids=[e.path for e in ENDPOINTS if any(p.required for p in e.params)],
+)
 async def test_missing_required_parameter_is_422_and_free(api, endpoint):
     user, key = await api.funded_key(10_000)
     status, body, _ = await api.call("GET", f"/social{endpoint.path}", key=key["key"])
     assert status == 422
     required = [p.name for p in endpoint.params if p.required]
-    assert body == {"detail": [{"loc": ["query", name], "msg": "Field required", "type": "missing"} for name in required]}
+    assert body == {
+        "detail": [{"loc": ["query", name], "msg": "Field required", "type": "missing"} for name in required]
+    }
     assert await balance(api, user) == 10_000
 
 
 @pytest.mark.settings(plan_rules=FAST)
-@pytest.mark.parametrize("path,query,loc,type_", [
-    ("/user/followers", "userName=a&pageSize=ten", "pageSize", "int_parsing"),
-    ("/user/followers", "userName=a&pageSize=201", "pageSize", "less_than_equal"),
-    ("/user/followers", "userName=a&pageSize=0", "pageSize", "greater_than_equal"),
-    ("/user/followers_ids", "userName=a&count=10", "count", "greater_than_equal"),
-    ("/user/followers_ids", "userName=a&cursor=abc", "cursor", "int_parsing"),
-    ("/trends", "woeid=x", "woeid", "int_parsing"),
-    ("/user/tweet_timeline", "userId=1&includeReplies=maybe", "includeReplies", "bool_parsing"),
-    ("/user/batch_info_by_ids", "userIds=1,abc", "userIds", "value_error"),
-    ("/user/batch_info_by_ids", "userIds=1,,2", "userIds", "value_error"),
-    ("/tweets", "tweet_ids=" + ",".join(str(i) for i in range(101)), "tweet_ids", "too_long"),
-])
+@pytest.mark.parametrize(
+    "path,query,loc,type_",
+    [
+        ("/user/followers", "userName=a&pageSize=ten", "pageSize", "int_parsing"),
+        ("/user/followers", "userName=a&pageSize=201", "pageSize", "less_than_equal"),
+        ("/user/followers", "userName=a&pageSize=0", "pageSize", "greater_than_equal"),
+        ("/user/followers_ids", "userName=a&count=10", "count", "greater_than_equal"),
+        ("/user/followers_ids", "userName=a&cursor=abc", "cursor", "int_parsing"),
+        ("/trends", "woeid=x", "woeid", "int_parsing"),
+        ("/user/tweet_timeline", "userId=1&includeReplies=maybe", "includeReplies", "bool_parsing"),
+        ("/user/batch_info_by_ids", "userIds=1,abc", "userIds", "value_error"),
+        ("/user/batch_info_by_ids", "userIds=1,,2", "userIds", "value_error"),
+        ("/tweets", "tweet_ids=" + ",".join(str(i) for i in range(101)), "tweet_ids", "too_long"),
+    ],
+)
 async def test_invalid_parameters_are_422(api, path, query, loc, type_):
     user, key = await api.funded_key(10_000)
     status, body, _ = await api.call("GET", f"/social{path}?{query}", key=key["key"])
@@ -107,8 +134,9 @@ async def test_invalid_parameters_are_422(api, path, query, loc, type_):
 @pytest.mark.parametrize("value", ["true", "False", "TRUE", "1", "0"])
 async def test_booleans_in_any_case(api, catalog, value):
     _, key = await api.funded_key(10_000)
-    status, _, _ = await api.call("GET", f"/social/user/tweet_timeline?userId={catalog['users'][0]['id']}&includeReplies={value}",
-                                  key=key["key"])
+    status, _, _ = await api.call(
+        "GET", f"/social/user/tweet_timeline?userId={catalog['users'][0]['id']}&includeReplies={value}", key=key["key"]
+    )
     assert status == 200
 
 
@@ -165,14 +193,18 @@ async def test_insufficient_credits_is_402_without_upstream_call(api, ctx, catal
     user, key = await api.funded_key(10)
     stats = lambda: http_client.fetch(upstream_url + "/sandbox/stats")
     before = orjson.loads((await stats()).body)["requests"]
-    status, body, _ = await api.call("GET", f"/social/user/info?userName={catalog['users'][0]['userName']}", key=key["key"])
+    status, body, _ = await api.call(
+        "GET", f"/social/user/info?userName={catalog['users'][0]['userName']}", key=key["key"]
+    )
     assert status == 402 and body["status"] == "error" and "credits" in body["msg"]
     assert orjson.loads((await stats()).body)["requests"] == before
     assert await balance(api, user) == 10
 
 
 @pytest.mark.settings(plan_rules=FAST)
-@pytest.mark.parametrize("path", ["/community/get_tweets_from_all_community?query=x", "/community/moderators?community_id=1"])
+@pytest.mark.parametrize(
+    "path", ["/community/get_tweets_from_all_community?query=x", "/community/moderators?community_id=1"]
+)
 async def test_unavailable_endpoints_are_501_and_free(api, path):
     user, key = await api.funded_key(1000)
     status, body, _ = await api.call("GET", "/social" + path, key=key["key"])
@@ -183,15 +215,23 @@ async def test_unavailable_endpoints_are_501_and_free(api, path):
 
 
 @pytest.mark.settings(plan_rules=FAST)
-@pytest.mark.parametrize("path,expected", [
-    ("/user/followers?pageSize=200", 200 * 1), ("/user/followers?pageSize=150", 150 * 2),
-    ("/user/followers?pageSize=50", 50 * 3), ("/user/followers_ids?count=5000", 2250),
-    ("/user/followers_ids?count=1000", 1000), ("/user/followers_ids?count=50", 100),
-])
+@pytest.mark.parametrize(
+    "path,expected",
+    [
+        ("/user/followers?pageSize=200", 200 * 1),
+        ("/user/followers?pageSize=150", 150 * 2),
+        ("/user/followers?pageSize=50", 50 * 3),
+        ("/user/followers_ids?count=5000", 2250),
+        ("/user/followers_ids?count=1000", 1000),
+        ("/user/followers_ids?count=50", 100),
+    ],
+)
 async def test_exact_charges_by_page_size(api, catalog, path, expected):
     user, key = await api.funded_key(100_000)
     sep = "&" if "?" in path else "?"
-    status, body, headers = await api.call("GET", f"/social{path}{sep}userName={catalog['big_accounts'][0]}", key=key["key"])
+    status, body, headers = await api.call(
+        "GET", f"/social{path}{sep}userName={catalog['big_accounts'][0]}", key=key["key"]
+    )
     assert status == 200
     assert int(headers["X-Credits-Charged"]) == expected
     assert await balance(api, user) == 100_000 - expected
@@ -240,7 +280,9 @@ async def test_revocation_mid_load(api, catalog):
 @pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
 async def test_portal_reads_its_writes_before_flush(api, ctx, catalog):
     user, key = await api.funded_key(1000)
-    status, _, headers = await api.call("GET", f"/social/user/info?userName={catalog['users'][0]['userName']}", key=key["key"])
+    status, _, headers = await api.call(
+        "GET", f"/social/user/info?userName={catalog['users'][0]['userName']}", key=key["key"]
+    )
     assert status == 200 and len(ctx.meter.buffer) == 1
     assert await balance(api, user) == 1000 - int(headers["X-Credits-Charged"])
     usage = (await api.call("GET", "/usage", token=user["token"]))[1]
@@ -259,6 +301,7 @@ async def test_flush_is_idempotent_after_an_uncertain_failure(api, ctx, catalog)
     async def written_but_unacknowledged(batch_id, records):
         await real_insert(batch_id, records)  # the batch reached the database...
         raise ConnectionError("...and the acknowledgement was lost")
+
     ctx.meter.usage.insert_batch = written_but_unacknowledged
     with pytest.raises(ConnectionError):
         await ctx.meter.flush()
@@ -277,7 +320,7 @@ async def test_shutdown_flushes_and_returns_leases(api, ctx, catalog, mongo):
     results = await asyncio.gather(*[api.call("GET", path, key=key["key"]) for _ in range(10)])
     charged = sum(int(r[2]["X-Credits-Charged"]) for r in results)
     await gateway.shutdown(ctx, [])
-    ctx.client = gateway.database.connect(mongo.uri)  # shutdown closed the app's client
+    ctx.client = database.connect(mongo.uri)  # shutdown closed the app's client
     db = ctx.client[ctx.settings.mongodb_db]
     account = await db.accounts.find_one({"_id": user["account_id"]})
     assert account["credits"] == 10_000 - charged and account["leases"] == {}
@@ -287,7 +330,9 @@ async def test_shutdown_flushes_and_returns_leases(api, ctx, catalog, mongo):
 @pytest.mark.settings(plan_rules=FAST)
 async def test_twitter_alias_is_metered(api, catalog):
     user, key = await api.funded_key(1000)
-    status, body, headers = await api.call("GET", f"/twitter/user/info?userName={catalog['users'][0]['userName']}", key=key["key"])
+    status, body, headers = await api.call(
+        "GET", f"/twitter/user/info?userName={catalog['users'][0]['userName']}", key=key["key"]
+    )
     assert status == 200 and int(headers["X-Credits-Charged"]) == 18
     assert (await api.call("GET", "/usage", token=user["token"]))[1][0]["endpoint"] == "/social/user/info"
 
@@ -304,7 +349,9 @@ class Recorder(tornado.web.RequestHandler):
         self.seen, self.status, self.body = seen, status, body
 
     def get(self, path):
-        self.seen.append({"path": self.request.path, "query": self.request.query, "headers": dict(self.request.headers)})
+        self.seen.append(
+            {"path": self.request.path, "query": self.request.query, "headers": dict(self.request.headers)}
+        )
         self.set_status(self.status)
         self.finish(self.body)
 
@@ -312,7 +359,9 @@ class Recorder(tornado.web.RequestHandler):
 async def recorder(status=200, body=b'{"status":"success","msg":"","data":{"id":"1"}}'):
     seen = []
     sock, port = tornado.testing.bind_unused_port()
-    server = tornado.httpserver.HTTPServer(tornado.web.Application([(r"(.*)", Recorder, dict(seen=seen, status=status, body=body))]))
+    server = tornado.httpserver.HTTPServer(
+        tornado.web.Application([(r"(.*)", Recorder, dict(seen=seen, status=status, body=body))])
+    )
     server.add_sockets([sock])
     return server, f"http://127.0.0.1:{port}", seen
 
@@ -322,8 +371,12 @@ async def test_forwarding_contract(api, ctx):
     server, url, seen = await recorder()
     use_upstream(ctx, url)
     _, key = await api.funded_key(1000)
-    status, body, headers = await api.call("GET", "/social/user/info?userName=jack&extra=1&includeReplies=True", key=key["key"],
-                                           headers={"Connection": "keep-alive", "Cookie": "a=b"})
+    status, body, headers = await api.call(
+        "GET",
+        "/social/user/info?userName=jack&extra=1&includeReplies=True",
+        key=key["key"],
+        headers={"Connection": "keep-alive", "Cookie": "a=b"},
+    )
     assert status == 200 and body == {"status": "success", "msg": "", "data": {"id": "1"}}
     request = seen[0]
     assert request["path"] == "/twitter/user/info"
@@ -334,11 +387,18 @@ async def test_forwarding_contract(api, ctx):
 
 
 @pytest.mark.settings(plan_rules=FAST)
-@pytest.mark.parametrize("status,body,expected", [
-    (500, b'{"error":"boom"}', 502), (503, b"", 502), (200, b"not json", 502), (200, b"[1,2]", 502),
-    (401, b'{"msg":"bad upstream key"}', 502), (404, b'{"status":"error","msg":"not found"}', 404),
-    (200, b'{"status":"error","msg":"User not found"}', 200),
-])
+@pytest.mark.parametrize(
+    "status,body,expected",
+    [
+        (500, b'{"error":"boom"}', 502),
+        (503, b"", 502),
+        (200, b"not json", 502),
+        (200, b"[1,2]", 502),
+        (401, b'{"msg":"bad upstream key"}', 502),
+        (404, b'{"status":"error","msg":"not found"}', 404),
+        (200, b'{"status":"error","msg":"User not found"}', 200),
+    ],
+)
 async def test_upstream_failures_are_not_charged(api, ctx, status, body, expected):
     server, url, _ = await recorder(status, body)
     use_upstream(ctx, url)
@@ -364,6 +424,7 @@ async def test_oversize_upstream_body_is_502(api, ctx):
 @pytest.mark.settings(plan_rules=FAST)
 async def test_upstream_timeout_is_504_and_free(api, ctx):
     import sandbox
+
     sim = sandbox.start("127.0.0.1", 0, ctx.settings.upstream_api_key, faults="hang")
     use_upstream(ctx, sim.url, timeout=0.3)
     user, key = await api.funded_key(1000)
@@ -377,7 +438,8 @@ async def test_upstream_timeout_is_504_and_free(api, ctx):
 
 @pytest.mark.settings(plan_rules=FAST)
 async def test_connection_refused_is_502(api, ctx):
-    from storage.embedded import free_port
+    from app.embedded import free_port
+
     use_upstream(ctx, f"http://127.0.0.1:{free_port()}")
     user, key = await api.funded_key(1000)
     assert (await api.call("GET", "/social/user/info?userName=jack", key=key["key"]))[0] == 502
@@ -387,6 +449,7 @@ async def test_connection_refused_is_502(api, ctx):
 @pytest.mark.settings(plan_rules=FAST)
 async def test_breaker_opens_then_recovers(api, ctx, catalog):
     import sandbox
+
     sim = sandbox.start("127.0.0.1", 0, ctx.settings.upstream_api_key, faults="error=503:1")
     use_upstream(ctx, sim.url, breaker_failures=3)
     _, key = await api.funded_key(10_000)
@@ -402,12 +465,14 @@ async def test_breaker_opens_then_recovers(api, ctx, catalog):
 
 async def _healthy(ctx):
     import sandbox
+
     return sandbox.start("127.0.0.1", 0, ctx.settings.upstream_api_key).url
 
 
 @pytest.mark.settings(plan_rules=FAST)
 async def test_upstream_connections_are_reused(api, ctx, catalog):
     import sandbox
+
     sim = sandbox.start("127.0.0.1", 0, ctx.settings.upstream_api_key)
     use_upstream(ctx, sim.url)
     _, key = await api.funded_key(1_000_000)

@@ -1,20 +1,21 @@
 """Cache coherence across gateway processes.
 
-Every process caches keys and accounts (social/meter.py). What another process changes reaches
+Every process caches keys and accounts (accounting/meter.py). What another process changes reaches
 this one through a MongoDB change stream within milliseconds; where change streams are
 unavailable (a standalone server), by polling every COHERENCE_POLL_SECONDS. Applied here:
 - a key revoked elsewhere stops working here (the revoking process already stopped it);
 - a top-up, payment or admin change elsewhere: new plan at once, and a remembered 402 is forgotten;
 - another process found the balance empty while this one holds leased credits: give half back.
 """
+
 import asyncio
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from pymongo.errors import InvalidOperation, OperationFailure, PyMongoError
 
+from accounting.meter import Meter
 from config.settings import Settings
-from social.meter import Meter
 from storage.changes import Change, ChangeFeed
 
 log = logging.getLogger("gateway.coherence")
@@ -23,7 +24,9 @@ log = logging.getLogger("gateway.coherence")
 # write may land after a poll that started later. Changes seen twice are applied once.
 POLL_OVERLAP = timedelta(seconds=2)
 MAX_BACKOFF = 5.0
-STREAM_PAUSE = 0.5  # seconds between empty change-stream batches: at most 2 round trips a second, revocations within ~0.6 s
+STREAM_PAUSE = (
+    0.5  # seconds between empty change-stream batches: at most 2 round trips a second, revocations within ~0.6 s
+)
 PLAN_FIELDS = frozenset(("changed_at", "paid_usd", "topup_credits", "is_admin"))
 
 
@@ -51,8 +54,9 @@ class Coherence:
             if give:
                 meter.spawn(self._give_back(account_id, give))
         # Only accounts this process serves: the others load fresh when first needed.
-        if change.fields & PLAN_FIELDS and (account_id in meter.ledger.purses
-                                           or meter.account_cache.peek(account_id) is not None):
+        if change.fields & PLAN_FIELDS and (
+            account_id in meter.ledger.purses or meter.account_cache.peek(account_id) is not None
+        ):
             meter.account_changed(account_id, doc)
 
     async def _give_back(self, account_id: str, give: int) -> None:
@@ -88,14 +92,17 @@ class Coherence:
                 return True  # the client was closed: the process is stopping
             except OperationFailure as exc:
                 if not opened:
-                    log.warning("change streams unavailable (code %s); polling every %gs instead",
-                                exc.code, self.settings.coherence_poll_seconds)
+                    log.warning(
+                        "change streams unavailable (code %s); polling every %gs instead",
+                        exc.code,
+                        self.settings.coherence_poll_seconds,
+                    )
                     return False
                 token = None  # the resume point is gone (history lost): start afresh after a catch-up
-                failed_at = failed_at or datetime.now(timezone.utc)
+                failed_at = failed_at or datetime.now(UTC)
                 self._failed("change stream", exc)
             except PyMongoError as exc:
-                failed_at = failed_at or datetime.now(timezone.utc)
+                failed_at = failed_at or datetime.now(UTC)
                 self._failed("change stream", exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF)
@@ -106,12 +113,12 @@ class Coherence:
 
     # --- polling ----------------------------------------------------------------------------------
     async def _poll_forever(self) -> None:
-        since = datetime.now(timezone.utc)
+        since = datetime.now(UTC)
         applied: dict[tuple, datetime] = {}  # changes applied within the overlap: not again
         delay = self.settings.coherence_poll_seconds
         while True:
             await asyncio.sleep(delay)
-            started = datetime.now(timezone.utc)
+            started = datetime.now(UTC)
             try:
                 found = await self.feed.poll(since - POLL_OVERLAP)
             except InvalidOperation:
@@ -133,8 +140,9 @@ class Coherence:
     # --- logging once per outage ----------------------------------------------------------------------
     def _failed(self, what: str, exc: Exception) -> None:
         if not self._failing:
-            log.warning("%s failed (%s); caches follow other processes only by TTL until it is back",
-                        what, type(exc).__name__)
+            log.warning(
+                "%s failed (%s); caches follow other processes only by TTL until it is back", what, type(exc).__name__
+            )
         self._failing = True
 
     def _recovered(self, what: str) -> None:

@@ -10,23 +10,21 @@ predecessor's leases at once, see build_context), and the parent exits when all 
 Not tornado.process.fork_processes: it keeps the children's ids to itself, so a SIGTERM to the
 parent could not drain them, and it restarts workers after a shutdown too.
 """
+
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
-import urllib.request
-from typing import Callable
+from collections.abc import Callable
 
 from tornado.netutil import bind_sockets
 
+from app.embedded import die_with_parent
 from config.settings import Settings
-from storage.embedded import EmbeddedMongo, free_port
 
 log = logging.getLogger("gateway.workers")
 
@@ -34,55 +32,12 @@ MAX_RESTARTS = 100
 QUICK_DEATH = 2.0  # seconds: a worker dying sooner than this after its start is restarted after a pause
 
 
-def _die_with_parent() -> None:
-    # PR_SET_PDEATHSIG: a worker or helper drains (SIGTERM) even if the parent is SIGKILLed.
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-
-
-def start_helpers(settings: Settings) -> tuple[Settings, list]:
-    """The embedded database and the sandbox upstream as processes, when the settings name none;
-    returns the settings pointing at them and the helpers to stop at the end."""
-    helpers = []
-    if not settings.mongodb_uri:
-        embedded = EmbeddedMongo(os.path.join(settings.data_dir, "db")).start()
-        helpers.append(embedded)
-        settings = dataclasses.replace(settings, mongodb_uri=embedded.uri)
-    if not settings.upstream_url:
-        port = free_port()
-        env = {**os.environ, "UPSTREAM_API_KEY": settings.upstream_api_key,
-               "UPSTREAM_PATH_PREFIX": settings.upstream_path_prefix}  # not on the command line: ps shows it
-        sandbox = subprocess.Popen([sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", str(port)],
-                                   env=env, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent,
-                                   start_new_session=True)  # signals to the group are for the workers
-        helpers.append(sandbox)
-        url = f"http://127.0.0.1:{port}"
-        _wait_for(url + "/healthz", sandbox)
-        settings = dataclasses.replace(settings, upstream_url=url)
-    return settings, helpers
-
-
-def _wait_for(url: str, proc: subprocess.Popen, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while proc.poll() is None and time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=1)
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("the sandbox upstream did not start")
-
-
-def stop_helpers(helpers: list) -> None:
-    for helper in reversed(helpers):
-        if isinstance(helper, EmbeddedMongo):
-            helper.stop()
-        elif helper.poll() is None:
-            helper.terminate()
-            helper.wait(10)
-
-
-def run(settings: Settings, count: int, serve_one: Callable[[Settings, list, int], None],
-        announce: Callable[[Settings], None]) -> int:
+def run(
+    settings: Settings,
+    count: int,
+    serve_one: Callable[[Settings, list, int], None],
+    announce: Callable[[Settings], None],
+) -> int:
     """Runs `count` workers, each `serve_one(settings, sockets, index)`, until SIGTERM/SIGINT."""
     sockets = bind_sockets(settings.port, settings.host)
     settings = dataclasses.replace(settings, port=sockets[0].getsockname()[1])  # port 0: the one picked
@@ -159,7 +114,7 @@ def _worker(settings: Settings, sockets: list, index: int, serve_one) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the loop installs the reload handler
     code = 0
     try:
-        _die_with_parent()
+        die_with_parent()
         serve_one(settings, sockets, index)
     except BaseException:
         log.exception("worker %d failed", index)

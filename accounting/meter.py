@@ -5,22 +5,22 @@ without I/O; this module only feeds them and persists what they decide:
 key and account views from caches, lease refills, batched usage flushes,
 heartbeats and lease reclaims.
 """
+
 import asyncio
 import itertools
 import logging
 import time
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from config.metrics import Metrics
-from config.tasks import every
+from accounting.cache import LoadingCache
+from accounting.metrics import Metrics
 from config.settings import Settings
 from metering.ledger import Ledger, Reservation
 from metering.plans import Plan, plan_for
 from metering.usage import UsageBuffer
 from security.apikeys import KeyVault
 from storage.accounts import AccountStore
-from storage.cache import LoadingCache
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
 from storage.usage import UsageStore
@@ -49,22 +49,33 @@ class LeasesExpired(Exception):
 
 
 class Meter:
-    def __init__(self, settings: Settings, accounts: AccountStore, keys: KeyStore, usage: UsageStore,
-                 leases: LeaseStore, vault: KeyVault, metrics: Metrics, clock=time.monotonic):
+    def __init__(
+        self,
+        settings: Settings,
+        accounts: AccountStore,
+        keys: KeyStore,
+        usage: UsageStore,
+        leases: LeaseStore,
+        vault: KeyVault,
+        metrics: Metrics,
+        clock=time.monotonic,
+    ):
         self.settings, self.accounts, self.keys, self.usage, self.leases = settings, accounts, keys, usage, leases
         self.vault, self.metrics, self.clock = vault, metrics, clock
         self.ledger = Ledger(settings.lease_seconds)
         self.buffer = UsageBuffer(settings.buffer_max)
-        self.key_cache = LoadingCache(self._load_key, settings.key_cache_size, settings.key_cache_ttl,
-                                      settings.negative_cache_ttl)
-        self.account_cache = LoadingCache(self._load_account, settings.key_cache_size, settings.key_cache_ttl,
-                                          settings.negative_cache_ttl)
+        self.key_cache = LoadingCache(
+            self._load_key, settings.key_cache_size, settings.key_cache_ttl, settings.negative_cache_ttl
+        )
+        self.account_cache = LoadingCache(
+            self._load_account, settings.key_cache_size, settings.key_cache_ttl, settings.negative_cache_ttl
+        )
         self._refills: dict[str, asyncio.Future] = {}  # account -> the lease operation (take or give-back) under way
         self._background: set[asyncio.Task] = set()
         self._topups_paused_until = 0.0
         self._last_used: dict[int, datetime] = {}
         self._record_ids = itertools.count()
-        self._batch_ready = asyncio.Event()
+        self.batch_ready = asyncio.Event()  # FLUSH_BATCH records wait: app/tasks.py flushes now
         self._touched_at = 0.0
         self._flush_lock = asyncio.Lock()
         self.last_flush_ok = time.time()
@@ -110,8 +121,11 @@ class Meter:
             now = self.clock()
             reservation = self.ledger.reserve(account_id, most, least, now)
             if reservation is not None:
-                if (account_id not in self._refills and now >= self._topups_paused_until
-                        and self.ledger.needs_topup(account_id, most, now)):
+                if (
+                    account_id not in self._refills
+                    and now >= self._topups_paused_until
+                    and self.ledger.needs_topup(account_id, most, now)
+                ):
                     self.spawn(self._topup(account_id, most, least))
                 return reservation
             if not self.ledger.usable(now):
@@ -131,6 +145,7 @@ class Meter:
                     self.spawn(self._want(account_id))
             else:
                 self.ledger.lease_is(account_id, grant.amount, now, grant.balance, grant.others)
+
         await self._lease_operation(account_id, take)
 
     async def _topup(self, account_id: str, most: int, least: int) -> None:
@@ -150,6 +165,7 @@ class Meter:
 
     async def give_back(self, account_id: str, give: int) -> None:
         """Returns up to `give` unreserved credits of this process's lease to the account's balance."""
+
         async def shrink() -> None:
             purse = self.ledger.purses.get(account_id)
             give_now = min(give, purse.available) if purse else 0  # calls may have reserved meanwhile
@@ -161,6 +177,7 @@ class Meter:
             before = purse.leased
             purse.leased -= give_now
             purse.leased = await self.leases.shrink(account_id, before, before - give_now)
+
         await self._lease_operation(account_id, shrink)
 
     async def _lease_operation(self, account_id: str, operation) -> None:
@@ -190,21 +207,37 @@ class Meter:
 
     def record(self, key: KeyEntry, endpoint: str, status: int, credits: int, request_id: str) -> None:
         """One usage record per call; its credits are the charge (0 when not charged)."""
-        ts = datetime.now(timezone.utc)
+        ts = datetime.now(UTC)
         # Unique across processes and restarts (the process id is a fresh uuid) without a syscall per call.
-        self.buffer.add({"_id": f"{self.leases.process_id}-{next(self._record_ids):x}", "account_id": key.account_id,
-                         "key_id": key.key_id, "endpoint": endpoint, "ts": ts, "credits": credits, "status": status,
-                         "lease": self.leases.process_id, "request_id": request_id})
+        self.buffer.add(
+            {
+                "_id": f"{self.leases.process_id}-{next(self._record_ids):x}",
+                "account_id": key.account_id,
+                "key_id": key.key_id,
+                "endpoint": endpoint,
+                "ts": ts,
+                "credits": credits,
+                "status": status,
+                "lease": self.leases.process_id,
+                "request_id": request_id,
+            }
+        )
         self._last_used[key.key_id] = ts
         if len(self.buffer) >= self.settings.flush_batch:
-            self._batch_ready.set()
+            self.batch_ready.set()
 
-    async def add_credits(self, account_id: str, credits: int, paid_usd: float = 0.0, topup_credits: int = 0) -> AccountView:
-        return self.account_changed(account_id, await self.accounts.add_credits(account_id, credits, paid_usd, topup_credits))
+    async def add_credits(
+        self, account_id: str, credits: int, paid_usd: float = 0.0, topup_credits: int = 0
+    ) -> AccountView:
+        return self.account_changed(
+            account_id, await self.accounts.add_credits(account_id, credits, paid_usd, topup_credits)
+        )
 
     async def apply_credit(self, account_id: str, credit_id: str, credits: int, paid_usd: float) -> AccountView:
         """A settled payment's credits, once per credit id, with the same in-memory effects as add_credits."""
-        return self.account_changed(account_id, await self.accounts.apply_credit(account_id, credit_id, credits, paid_usd))
+        return self.account_changed(
+            account_id, await self.accounts.apply_credit(account_id, credit_id, credits, paid_usd)
+        )
 
     def account_changed(self, account_id: str, doc: dict | None) -> AccountView:
         """The balance or payments of an account changed: new plan at once, and a 402 is no longer remembered."""
@@ -264,21 +297,6 @@ class Meter:
             for key_id, ts in last_used.items():
                 self._last_used.setdefault(key_id, ts)
 
-    async def run_flusher(self) -> None:
-        """Flushes every FLUSH_INTERVAL, or as soon as FLUSH_BATCH records wait."""
-        while True:
-            try:
-                await asyncio.wait_for(self._batch_ready.wait(), self.settings.flush_interval)
-            except asyncio.TimeoutError:
-                pass
-            self._batch_ready.clear()
-            if not len(self.buffer):
-                continue
-            try:
-                await self.flush()
-            except Exception as exc:
-                log.warning("usage flush failed (%s); %d records kept for retry", type(exc).__name__, len(self.buffer))
-
     async def start(self) -> None:
         await self.leases.register()
         # Registering is the first heartbeat: spend only until others could consider this process dead
@@ -293,11 +311,8 @@ class Meter:
         self._background.add(task)  # a reference until done: the loop keeps only weak ones
         task.add_done_callback(self._background.discard)
 
-    async def run_maintenance(self) -> None:
-        """Heartbeat, give back idle surplus, reclaim leases of dead processes."""
-        await every(self.settings.lease_timeout / 6, self._maintain, "lease maintenance", log)
-
-    async def _maintain(self) -> None:
+    async def maintain(self) -> None:
+        """One round of lease upkeep: heartbeat, give back idle surplus, reclaim leases of dead processes."""
         if await self.leases.heartbeat():
             # Spend only while others cannot yet consider us dead.
             self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2

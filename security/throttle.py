@@ -12,6 +12,7 @@ Each counter keeps only its last `limit` timestamps, and each table is an LRU of
 so a flood of distinct emails or addresses costs bounded memory (the oldest, coldest entries go
 first). Refused attempts are not counted: `retry_after` is exactly when the next one is allowed.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,8 +54,14 @@ class _Windows:
 
 
 class LoginThrottle:
-    def __init__(self, max_failures: int, window: float, max_attempts: int,
-                 address_window: float = ADDRESS_WINDOW_SECONDS, max_entries: int = MAX_ENTRIES):
+    def __init__(
+        self,
+        max_failures: int,
+        window: float,
+        max_attempts: int,
+        address_window: float = ADDRESS_WINDOW_SECONDS,
+        max_entries: int = MAX_ENTRIES,
+    ):
         if max_failures < 1 or max_attempts < 1 or window <= 0 or address_window <= 0:
             raise ValueError("login throttle limits and windows must be positive")
         self.failures = _Windows(max_failures, window, max_entries)

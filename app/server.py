@@ -7,6 +7,7 @@ whose head is larger than MAX_HEADER_BYTES; only heads larger than the hard cap 
 without an answer. Slow clients: a client still sending its request head after
 HTTP_IDLE_TIMEOUT seconds, or its body after HTTP_BODY_TIMEOUT seconds, is disconnected.
 """
+
 from __future__ import annotations
 
 import orjson
@@ -37,8 +38,16 @@ class _HeaderLimit(httputil.HTTPMessageDelegate):
         body = orjson.dumps({"detail": f"Request headers are larger than {self.limit} bytes"})
         self.connection.write_headers(
             httputil.ResponseStartLine("HTTP/1.1", 431, "Request Header Fields Too Large"),
-            httputil.HTTPHeaders({"Content-Type": "application/json", "Content-Length": str(len(body)),
-                                  "Connection": "close", "Cache-Control": "no-store"}), body)
+            httputil.HTTPHeaders(
+                {
+                    "Content-Type": "application/json",
+                    "Content-Length": str(len(body)),
+                    "Connection": "close",
+                    "Cache-Control": "no-store",
+                }
+            ),
+            body,
+        )
         # Finishing before the request is read makes Tornado close the connection after the answer.
         self.connection.finish()
         return None
@@ -77,4 +86,6 @@ def make_server(app: tornado.web.Application, settings) -> tornado.httpserver.HT
         # Bodies up to 16x the limit are read and answered with a JSON 413; larger ones close the connection.
         max_body_size=max(settings.max_body_bytes * 16, 1 << 20),
         max_header_size=settings.max_header_bytes * HARD_CAP_FACTOR,
-        idle_connection_timeout=settings.http_idle_timeout, body_timeout=settings.http_body_timeout)
+        idle_connection_timeout=settings.http_idle_timeout,
+        body_timeout=settings.http_body_timeout,
+    )

@@ -1,9 +1,11 @@
 """In-memory caches backed by MongoDB: one load per key however many callers miss at once,
 short negative caching, and stale entries served while the database is unreachable."""
+
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from cachetools import LRUCache
 
@@ -26,15 +28,21 @@ class CacheStats:
 @dataclass
 class _Load:
     future: asyncio.Future
-    superseded: bool = False   # the key was put or invalidated while loading: the result is out of date
+    superseded: bool = False  # the key was put or invalidated while loading: the result is out of date
 
 
 class LoadingCache:
-    def __init__(self, load: Callable[[Any], Awaitable[Any]], size: int, ttl: float, negative_ttl: float,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        load: Callable[[Any], Awaitable[Any]],
+        size: int,
+        ttl: float,
+        negative_ttl: float,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self._load = load
         self._ttl, self._negative_ttl, self._clock = ttl, negative_ttl, clock
-        self._items = LRUCache(size)                 # key -> (value, fresh_until)
+        self._items = LRUCache(size)  # key -> (value, fresh_until)
         # Unknown keys live apart so that a flood of them cannot evict known ones.
         self._unknown = LRUCache(max(1024, size // 4))
         self._loading: dict[Any, _Load] = {}

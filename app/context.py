@@ -1,0 +1,97 @@
+"""Builds the one context (handlers/context.py) every handler and background task works from."""
+
+import asyncio
+import socket
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from pymongo import monitoring
+
+from accounting.meter import Meter
+from accounting.metrics import Metrics
+from config.settings import Settings
+from handlers.context import Context
+from metering.limiter import RateLimiter
+from metering.pricing import Prices
+from payments.service import build_payments
+from security import passwords
+from security.apikeys import KeyVault
+from security.throttle import LoginThrottle
+from social.upstream import Breaker, UpstreamClient
+from storage import db as database
+from storage.accounts import AccountStore
+from storage.admin import AdminStore
+from storage.keys import KeyStore
+from storage.leases import LeaseStore
+from storage.usage import UsageStore
+
+
+class RoundTrips(monitoring.CommandListener):
+    """Counts database round trips, for /metrics and the benchmark's round-trips-per-call figure."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def started(self, event) -> None:
+        self.metrics.db_round_trips += 1
+        self.metrics.db_commands[event.command_name] += 1
+
+    def succeeded(self, event) -> None:
+        pass
+
+    def failed(self, event) -> None:
+        pass
+
+
+async def build_context(settings: Settings, worker: int | None = None) -> Context:
+    """Connects to settings.mongodb_uri, prepares every store and service; the upstream is settings.upstream_url."""
+    metrics = Metrics()
+    client = database.connect(settings.mongodb_uri, event_listeners=[RoundTrips(metrics)])
+    db = client[settings.mongodb_db]
+    await database.ensure_indexes(db)
+    accounts, keys_, usage = AccountStore(db), KeyStore(db), UsageStore(db)
+    # A process restarted on the same node reclaims its predecessor's leases at once (Meter.start).
+    node = f"{socket.gethostname()}:{settings.port}" + (f":{worker}" if worker is not None else "")
+    leases = LeaseStore(db, usage, process_id=uuid.uuid4().hex, node=node)
+    vault = KeyVault(settings.secrets_key)
+    meter = Meter(settings, accounts, keys_, usage, leases, vault, metrics)
+    await meter.start()
+    upstream = UpstreamClient(
+        settings.upstream_url,
+        settings.upstream_api_key,
+        settings.upstream_path_prefix,
+        settings.upstream_connect_timeout,
+        settings.upstream_timeout,
+        settings.upstream_max_connections,
+        settings.upstream_max_body_bytes,
+        Breaker(settings.breaker_failures, settings.breaker_reset_seconds),
+    )
+    executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hash")
+    decoy = await asyncio.get_running_loop().run_in_executor(executor, passwords.decoy_hash, settings.password_scrypt_n)
+    payments = await build_payments(settings, db, meter.apply_credit)
+    admin_store = AdminStore(db)
+    await admin_store.ensure_indexes()
+    return Context(
+        settings=settings,
+        client=client,
+        accounts=accounts,
+        keys=keys_,
+        usage=usage,
+        vault=vault,
+        key_cache=meter.key_cache,
+        account_cache=meter.account_cache,
+        limiter=RateLimiter(),
+        prices=Prices(settings.price_rules),
+        meter=meter,
+        upstream=upstream,
+        metrics=metrics,
+        executor=executor,
+        decoy_hash=decoy,
+        payments=payments,
+        login_throttle=LoginThrottle(
+            settings.login_max_failures_per_email,
+            settings.login_window_seconds,
+            settings.login_max_attempts_per_address,
+        ),
+        admin=admin_store,
+    )

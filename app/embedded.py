@@ -1,0 +1,166 @@
+"""What the settings leave embedded, as child processes: the database and the sandbox upstream.
+
+The database is SecantusDB (MongoDB wire protocol on WiredTiger); it is GPL-2.0, so it runs as a
+separate process and is never imported here. The sandbox upstream runs in its own process too, so
+that its work (a search over the seeded world) never lands on the gateway's event loop.
+`start_helpers` is the one entry point: serve, serve --workers, the admin commands and the tests.
+"""
+
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+from config.settings import Settings
+
+log = logging.getLogger("gateway.db")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child
+    # PR_SET_PDEATHSIG: the database stops even if the gateway is SIGKILLed.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+class EmbeddedMongo:
+    """Starts `python -m secantus` on a free loopback port; `uri` is ready once start() returns."""
+
+    def __init__(self, storage_path: str, port: int | None = None):
+        self.storage_path = storage_path
+        self.port = port or free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
+
+    def start(self, timeout: float = 30.0) -> "EmbeddedMongo":
+        if self.storage_path != ":memory:":
+            os.makedirs(self.storage_path, exist_ok=True)
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "secantus",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--storage-path",
+                self.storage_path,
+                "--log-level",
+                "WARNING",
+            ],
+            # Its own session: a terminal's Ctrl-C (sent to the whole process group) must not stop the
+            # database while the gateway still flushes usage and returns leases; stop() does that after.
+            stdout=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"embedded database exited with code {self.process.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("embedded database did not answer in time")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """Hard stop, for crash tests."""
+        if self.process:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+@dataclass
+class Helpers:
+    """What start_helpers started, the settings that point at it, and labels for the start-up message."""
+
+    settings: Settings
+    processes: list = field(default_factory=list)
+    database: str = "MongoDB from MONGODB_URI"
+    upstream: str = ""
+
+    def stop(self) -> None:
+        for helper in reversed(self.processes):
+            if isinstance(helper, EmbeddedMongo):
+                helper.stop()
+            elif helper.poll() is None:
+                helper.terminate()
+                helper.wait(10)
+        self.processes.clear()
+
+
+def start_helpers(settings: Settings, storage_path: str | None = None, sandbox: bool = True) -> Helpers:
+    """The embedded database (on DATA_DIR/db, or `storage_path`, ":memory:" included) and the sandbox
+    upstream as processes, for whichever of MONGODB_URI and UPSTREAM_URL is unset (the sandbox only when
+    `sandbox`); returns settings pointing at them. Stop them with Helpers.stop()."""
+    helpers = Helpers(settings, upstream=settings.upstream_url)
+    try:
+        if not settings.mongodb_uri:
+            path = storage_path or os.path.join(settings.data_dir, "db")
+            embedded = EmbeddedMongo(path).start()
+            helpers.processes.append(embedded)
+            helpers.settings = dataclasses.replace(helpers.settings, mongodb_uri=embedded.uri)
+            helpers.database = f"embedded SecantusDB at {embedded.uri} (data in {path})"
+        if sandbox and not settings.upstream_url:
+            port = free_port()
+            env = {
+                **os.environ,
+                "UPSTREAM_API_KEY": settings.upstream_api_key,
+                "UPSTREAM_PATH_PREFIX": settings.upstream_path_prefix,
+            }  # not on the command line: ps shows it
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", str(port)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,
+                start_new_session=True,
+            )  # signals to the group are for the gateway
+            helpers.processes.append(proc)
+            url = f"http://127.0.0.1:{port}"
+            _wait_for(url + "/healthz", proc)
+            helpers.settings = dataclasses.replace(helpers.settings, upstream_url=url)
+            helpers.upstream = f"sandbox (own process) at {url}"
+    except BaseException:
+        helpers.stop()
+        raise
+    return helpers
+
+
+def _wait_for(url: str, proc: subprocess.Popen, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("the sandbox upstream did not start")

@@ -1,0 +1,56 @@
+"""Every loop of background work this process runs, in one place: stores and services expose single
+steps (Meter.flush, Meter.maintain, Payments.reconcile_once, AdminStore.refresh); this module decides
+when they run."""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from accounting.coherence import Coherence
+from handlers.context import Context
+from storage.admin import REFRESH_SECONDS
+from storage.changes import ChangeFeed
+
+log = logging.getLogger("gateway.tasks")
+
+
+async def every(interval: float, step: Callable[[], Awaitable[object]], what: str) -> None:
+    """Runs `step` every `interval` seconds until cancelled; a failed step is logged (no exception text
+    beyond its type) and tried again next time."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await step()
+        except Exception as exc:
+            log.warning("%s failed (%s); retrying next interval", what, type(exc).__name__)
+
+
+async def flush_usage(ctx: Context) -> None:
+    """Flushes buffered usage every FLUSH_INTERVAL, or as soon as FLUSH_BATCH records wait."""
+    meter = ctx.meter
+    while True:
+        try:
+            await asyncio.wait_for(meter.batch_ready.wait(), ctx.settings.flush_interval)
+        except TimeoutError:
+            pass
+        meter.batch_ready.clear()
+        if not len(meter.buffer):
+            continue
+        try:
+            await meter.flush()
+        except Exception as exc:
+            log.warning("usage flush failed (%s); %d records kept for retry", type(exc).__name__, len(meter.buffer))
+
+
+def start_background(ctx: Context) -> list[asyncio.Task]:
+    settings = ctx.settings
+    tasks = {
+        "flusher": flush_usage(ctx),
+        # Heartbeat, idle surplus back to the balance, dead processes' leases reclaimed.
+        "leases": every(settings.lease_timeout / 6, ctx.meter.maintain, "lease maintenance"),
+        "admin-rollups": every(REFRESH_SECONDS, ctx.admin.refresh, "admin rollup refresh"),
+        "coherence": Coherence(settings, ChangeFeed(ctx.client[settings.mongodb_db]), ctx.meter).run(),
+    }
+    if ctx.payments.provider is not None:  # a missed notification still credits within a few intervals
+        tasks["reconcile"] = every(settings.reconcile_interval, ctx.payments.reconcile_once, "reconciliation")
+    return [asyncio.create_task(work, name=name) for name, work in tasks.items()]

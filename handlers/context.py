@@ -1,0 +1,44 @@
+"""The one typed context every handler and background task works from (built by app/context.py)."""
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from pymongo import AsyncMongoClient
+
+from accounting.cache import LoadingCache
+from accounting.meter import Meter
+from accounting.metrics import Metrics
+from config.settings import Settings
+from metering.limiter import RateLimiter
+from metering.pricing import Prices
+from payments.service import Payments
+from security.apikeys import KeyVault
+from security.throttle import LoginThrottle
+from social.upstream import UpstreamClient
+from storage.accounts import AccountStore
+from storage.admin import AdminStore
+from storage.keys import KeyStore
+from storage.usage import UsageStore
+
+
+@dataclass
+class Context:
+    settings: Settings
+    client: AsyncMongoClient
+    accounts: AccountStore
+    keys: KeyStore
+    usage: UsageStore
+    vault: KeyVault
+    key_cache: LoadingCache  # digest -> KeyEntry
+    account_cache: LoadingCache  # account id -> AccountView
+    limiter: RateLimiter
+    prices: Prices
+    meter: Meter
+    upstream: UpstreamClient
+    metrics: Metrics
+    executor: ThreadPoolExecutor  # CPU-heavy work (password hashing) off the event loop
+    decoy_hash: str  # verified for unknown emails so login takes the same time
+    payments: Payments  # crypto top-ups: processor, orders, crediting
+    login_throttle: LoginThrottle  # failed logins per email, attempts per address (429)
+    admin: AdminStore  # /admin queries and usage rollups (storage/admin.py)
+    draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish

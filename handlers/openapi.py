@@ -1,0 +1,700 @@
+"""The OpenAPI 3.1.0 document, built from tables.
+
+Data paths come from social.endpoints.ENDPOINTS, the table the data plane runs on;
+every other path is one `Operation` in OPERATIONS below. A new route needs its
+Operation here: tests/test_ops.py compares the document with the application's
+route table in both directions.
+"""
+
+import functools
+from dataclasses import dataclass, field
+
+import orjson
+
+from payments.currencies import CURRENCIES
+from social.endpoints import ENDPOINTS, Endpoint, Param
+
+VERSION = "0.1.0"
+
+
+def ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: dict) -> dict:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def array(items: dict) -> dict:
+    return {"type": "array", "items": items}
+
+
+def obj(required: tuple = (), closed: bool = False, **properties) -> dict:
+    schema = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+S, I, N, B = {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}
+TIME = {"type": "string", "format": "date-time"}
+
+
+def query(name: str, schema: dict, description: str = "", required: bool = False) -> dict:
+    return {"name": name, "in": "query", "required": required, "schema": schema, "description": description}
+
+
+def path_param(name: str, schema: dict, description: str = "") -> dict:
+    return {"name": name, "in": "path", "required": True, "schema": schema, "description": description}
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str  # get | post
+    path: str  # OpenAPI template: /keys/{key_id}/reveal
+    summary: str
+    tag: str
+    response: dict  # schema of the success body
+    status: int = 200
+    security: str | None = "bearer"  # bearer | metrics | None (public)
+    params: tuple = ()
+    body: str | None = None  # a components schema name
+    body_required: bool = True
+    errors: tuple = (401,)
+    media: str = "application/json"
+    extra: dict = field(default_factory=dict)  # further responses: status -> response object
+
+
+SCHEMAS: dict = {
+    # --- errors --------------------------------------------------------------------------------------
+    "PortalError": obj(("detail",), detail=S),
+    "DataError": obj(("status", "msg"), status={"const": "error"}, msg=S),
+    "ValidationError": obj(
+        ("detail",),
+        detail=array(obj(("loc", "msg", "type"), loc=array({"type": ["string", "integer"]}), msg=S, type=S)),
+    ),
+    # --- portal --------------------------------------------------------------------------------------
+    "Credentials": obj(
+        ("email", "password"),
+        True,
+        email={"type": "string", "format": "email", "maxLength": 254},
+        password={"type": "string", "minLength": 8, "maxLength": 128},
+    ),
+    "Session": obj(
+        ("token", "token_type", "account_id", "expires_in"),
+        token=S,
+        token_type={"const": "bearer"},
+        account_id=S,
+        expires_in=I,
+    ),
+    "Me": obj(("account_id", "email", "is_admin", "created_at"), account_id=S, email=S, is_admin=B, created_at=TIME),
+    "Attribution": obj(
+        (),
+        True,
+        first_touch={"type": "object", "description": "First-touch blob (utm_source, ...), stored once"},
+        anonymous_id={"type": "string", "minLength": 1, "maxLength": 128},
+    ),
+    "AttributionResult": obj(("ok", "stored"), ok=B, stored=B),
+    "KeyCreate": obj((), True, name=nullable({"type": "string", "minLength": 1, "maxLength": 100})),  # null: "default"
+    "Key": obj(
+        ("key_id", "name", "prefix", "qps_limit", "revoked", "created_at"),
+        key_id=I,
+        name=S,
+        prefix=S,
+        qps_limit=N,
+        revoked=B,
+        created_at=TIME,
+        last_used_at=nullable(TIME),
+    ),
+    "NewKey": {"allOf": [ref("Key"), obj(("key",), key={"type": "string", "description": "The secret, shown once"})]},
+    "RevealedKey": obj(("key_id", "key"), key_id=I, key=S),
+    "TopUp": obj(("credits",), True, credits={"type": "integer", "minimum": 1, "maximum": 10**12}),
+    "TopUpResult": obj(
+        ("account_id", "credits_added", "credits", "plan", "qps_limit"),
+        account_id=S,
+        credits_added=I,
+        credits=I,
+        plan=S,
+        qps_limit=N,
+    ),
+    "Account": obj(
+        ("account_id", "credits", "plan", "qps_limit"),
+        account_id=S,
+        email=S,
+        credits=I,
+        plan=S,
+        qps_limit=N,
+        total_paid_usd=N,
+        credits_per_usd=I,
+        created_at=TIME,
+    ),
+    "UsageRecord": obj(
+        ("endpoint", "timestamp", "credits", "status"),
+        endpoint=S,
+        timestamp=TIME,
+        credits=I,
+        status=I,
+        key_id=I,
+        request_id=S,
+    ),
+    # --- billing -------------------------------------------------------------------------------------
+    "Currency": obj(("code", "min_usd"), code=S, name=S, network=S, min_usd=N),
+    "BillingConfig": obj(("currencies",), currencies=array(ref("Currency")), credits_per_usd=I),
+    "Checkout": obj(
+        ("currency", "amount_usd"),
+        True,
+        currency={"enum": sorted(CURRENCIES)},
+        amount_usd={"type": "number", "exclusiveMinimum": 0, "maximum": 1_000_000},
+    ),
+    "Amount": obj(("amount", "usd"), amount=N, usd=N),
+    "Order": obj(
+        ("order_id", "status", "credits_applied"),
+        order_id=S,
+        status=S,
+        pay_address=S,
+        pay_currency=S,
+        pay_amount=N,
+        price_usd=N,
+        credits_expected=I,
+        created_at=TIME,
+        expires_at=TIME,
+        updated_at=TIME,
+        amount_received=ref("Amount"),
+        amount_confirmed=ref("Amount"),
+        credits_applied=I,
+    ),
+    "SandboxPay": obj(
+        ("order_id", "amount_usd"),
+        True,
+        order_id=S,
+        amount_usd={"type": "number", "exclusiveMinimum": 0, "maximum": 1_000_000},
+        confirmed=nullable(B),
+    ),
+    "SandboxConfirm": obj(("order_id",), True, order_id=S),
+    # --- admin ---------------------------------------------------------------------------------------
+    "StatusClasses": obj((), **{name: I for name in ("2xx", "3xx", "4xx", "5xx")}),
+    "EndpointTotal": obj(("endpoint", "calls", "credits"), endpoint=S, calls=I, credits=I),
+    "MetricsDay": obj(
+        ("date", "calls"),
+        date={"type": "string", "format": "date"},
+        signups=I,
+        active_accounts=I,
+        calls=I,
+        calls_by_status=ref("StatusClasses"),
+        credits_spent=I,
+        revenue_usd=N,
+    ),
+    "AdminMetrics": obj(
+        ("window", "totals", "series", "top_endpoints", "upstream"),
+        window=obj(
+            (),
+            days=I,
+            include_internal=B,
+            **{"from": {"type": "string", "format": "date"}, "to": {"type": "string", "format": "date"}},
+        ),
+        totals=obj(
+            (),
+            signups=I,
+            active_accounts=I,
+            calls=I,
+            calls_by_status=ref("StatusClasses"),
+            credits_spent=I,
+            revenue_usd=N,
+        ),
+        series=array(ref("MetricsDay")),
+        top_endpoints=obj((), by_calls=array(ref("EndpointTotal")), by_credits=array(ref("EndpointTotal"))),
+        upstream=obj(
+            (),
+            calls=I,
+            errors=I,
+            error_rate=N,
+            latency_ms=obj((), p50=nullable(N), p90=nullable(N), p99=nullable(N), samples=I, scope=S),
+        ),
+        rolled_up_until=nullable(TIME),
+        generated_at=TIME,
+    ),
+    "AdminUser": obj(
+        ("account_id", "email", "created_at"),
+        account_id=S,
+        email=S,
+        created_at=TIME,
+        keys=obj((), active=I, revoked=I),
+        calls=I,
+        credits_spent=I,
+        total_paid_usd=N,
+        balance=I,
+        first_touch_source=nullable(S),
+        last_activity=nullable(TIME),
+        is_admin=B,
+        internal=B,
+    ),
+    "AdminUsersPage": obj(
+        ("users", "has_next_page", "next_cursor"), users=array(ref("AdminUser")), has_next_page=B, next_cursor=S
+    ),
+    # --- operations ----------------------------------------------------------------------------------
+    "Health": obj(("status",), status={"const": "ok"}),
+    "Ready": obj(
+        ("status", "checks"),
+        status={"enum": ["ready", "not ready"]},
+        checks=obj((), database=S, upstream_breaker=S, draining=B, usage_buffer=obj((), depth=I, max=I)),
+    ),
+    # --- data ----------------------------------------------------------------------------------------
+    "User": obj(
+        ("type", "id", "userName"),
+        type={"const": "user"},
+        userName=S,
+        url=S,
+        id=S,
+        name=S,
+        isBlueVerified=B,
+        description=S,
+        location=nullable(S),
+        followers=I,
+        following=I,
+        statusesCount=nullable(I),
+        createdAt=S,
+        profilePicture=S,
+        coverPicture=nullable(S),
+        canDm=B,
+        pinnedTweetIds=array(S),
+        profile_bio=nullable({"type": "object"}),
+    ),
+    "Tweet": obj(
+        ("type", "id"),
+        type={"const": "tweet"},
+        id=S,
+        url=S,
+        text=S,
+        retweetCount=I,
+        replyCount=I,
+        likeCount=I,
+        quoteCount=I,
+        bookmarkCount=I,
+        viewCount=nullable(S),
+        createdAt={"type": "string", "description": "Www Mmm dd HH:MM:SS +0000 yyyy"},
+        lang=S,
+        isReply=B,
+        inReplyToId=nullable(S),
+        conversationId=nullable(S),
+        displayTextRange=nullable({"type": "array", "items": I, "minItems": 2, "maxItems": 2}),
+        entities=nullable({"type": "object"}),
+        quoted_tweet=nullable(ref("Tweet")),
+        author=ref("User"),
+    ),
+    "Trend": obj(("name",), name=S, url=S, query=S, tweet_volume=nullable(I)),
+}
+
+_ERRORS = {
+    400: "The data provider refused the parameters (its answer, passed through; not charged)",
+    401: "Missing, invalid or expired credential",
+    402: "Not enough credits for this call: stop, do not retry",
+    403: "Not allowed for this account",
+    404: "Not found (or not yours)",
+    409: "Conflict",
+    413: "Request body too large",
+    422: "Invalid input",
+    429: "Too many requests: retry after Retry-After seconds",
+    501: "Announced but not available; never charged",
+    502: "The data provider failed; not charged",
+    503: "Temporarily unavailable: retry after Retry-After seconds",
+    504: "The data provider did not answer in time; not charged",
+}
+_RETRY_AFTER = {"Retry-After": {"schema": I, "description": "Seconds to wait before retrying"}}
+
+BILLING, KEY_ID = "/billing/crypto", path_param("key_id", I, "The key's integer id")
+DAYS = query(
+    "days", {"type": "integer", "minimum": 1, "maximum": 365, "default": 30}, "Window in days, ending today (UTC)"
+)
+INTERNAL = query("include_internal", {"type": "boolean", "default": False}, "Include admins and internal accounts")
+
+OPERATIONS: list[Operation] = [
+    # auth
+    Operation(
+        "post",
+        "/auth/register",
+        "Create an account; returns a session token",
+        "auth",
+        ref("Session"),
+        security=None,
+        body="Credentials",
+        errors=(409, 413, 422, 429),
+    ),
+    Operation(
+        "post",
+        "/auth/login",
+        "Log in; returns a session token",
+        "auth",
+        ref("Session"),
+        security=None,
+        body="Credentials",
+        errors=(401, 413, 422, 429),
+    ),
+    Operation("get", "/auth/me", "The account behind the token", "auth", ref("Me")),
+    Operation(
+        "post",
+        "/auth/attribution",
+        "Store first-touch data once and link earlier anonymous events",
+        "auth",
+        ref("AttributionResult"),
+        body="Attribution",
+        errors=(401, 413, 422),
+    ),
+    # keys
+    Operation(
+        "get", "/keys", "The account's keys with QPS limit and revocation state (no secrets)", "keys", array(ref("Key"))
+    ),
+    Operation(
+        "post",
+        "/keys",
+        "Issue a key; the secret is returned once",
+        "keys",
+        ref("NewKey"),
+        body="KeyCreate",
+        body_required=False,
+        errors=(401, 413, 422),
+    ),
+    Operation(
+        "get",
+        "/keys/{key_id}/reveal",
+        "The full key string, to its owner",
+        "keys",
+        ref("RevealedKey"),
+        params=(KEY_ID,),
+        errors=(401, 404, 422),
+    ),
+    Operation(
+        "post",
+        "/keys/{key_id}/revoke",
+        "Revoke the key permanently",
+        "keys",
+        ref("Key"),
+        params=(KEY_ID,),
+        errors=(401, 404, 422),
+    ),
+    Operation(
+        "post",
+        "/keys/{key_id}/topup",
+        "Add credits to the key's account (development only)",
+        "keys",
+        ref("TopUpResult"),
+        params=(KEY_ID,),
+        body="TopUp",
+        errors=(401, 403, 404, 413, 422),
+    ),
+    # account
+    Operation("get", "/account", "Credit balance and plan", "account", ref("Account")),
+    Operation(
+        "get",
+        "/usage",
+        "Per-call history, newest first",
+        "account",
+        array(ref("UsageRecord")),
+        params=(
+            query("days", {"type": "integer", "minimum": 1, "maximum": 365, "default": 14}),
+            query("limit", {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 1000}),
+        ),
+        errors=(401, 422),
+    ),
+    # billing
+    Operation(
+        "get",
+        f"{BILLING}/config",
+        "Accepted currencies with their minimum order (public)",
+        "billing",
+        ref("BillingConfig"),
+        security=None,
+        errors=(),
+    ),
+    Operation(
+        "post",
+        f"{BILLING}/checkout",
+        "Create a top-up order; returns the payment address",
+        "billing",
+        ref("Order"),
+        body="Checkout",
+        errors=(401, 413, 422, 502, 503),
+    ),
+    Operation(
+        "get",
+        f"{BILLING}/orders",
+        "The account's orders, newest first",
+        "billing",
+        array(ref("Order")),
+        params=(query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),),
+        errors=(401, 422),
+    ),
+    Operation(
+        "get",
+        f"{BILLING}/orders/{{order_id}}",
+        "One order with amounts received and credits applied",
+        "billing",
+        ref("Order"),
+        params=(path_param("order_id", S),),
+        errors=(401, 404),
+    ),
+    Operation(
+        "post",
+        f"{BILLING}/ipn",
+        "The payment processor's signed notification",
+        "billing",
+        obj(("status",), status={"enum": ["ok", "ignored"]}),
+        security=None,
+        params=(
+            {
+                "name": "x-nowpayments-sig",
+                "in": "header",
+                "required": True,
+                "schema": S,
+                "description": "Hex HMAC-SHA512 of the sorted JSON body",
+            },
+        ),
+        body=None,
+        errors=(401, 503),
+    ),
+    Operation(
+        "post",
+        f"{BILLING}/sandbox/pay",
+        "Send a simulated payment to an order (development only)",
+        "billing",
+        obj(("tx", "order"), tx={"type": "object"}, order=ref("Order")),
+        body="SandboxPay",
+        errors=(401, 404, 409, 413, 422),
+    ),
+    Operation(
+        "post",
+        f"{BILLING}/sandbox/confirm",
+        "Confirm an order's pending simulated payments (development only)",
+        "billing",
+        obj(("confirmed_payments", "order"), confirmed_payments=I, order=ref("Order")),
+        body="SandboxConfirm",
+        errors=(401, 404, 409, 413, 422),
+    ),
+    # admin
+    Operation(
+        "get",
+        "/admin/metrics",
+        "Per-day series and totals for the window (admins only)",
+        "admin",
+        ref("AdminMetrics"),
+        params=(DAYS, INTERNAL),
+        errors=(401, 403, 422),
+    ),
+    Operation(
+        "get",
+        "/admin/users",
+        "One row per account, newest signup first (admins only)",
+        "admin",
+        ref("AdminUsersPage"),
+        params=(
+            INTERNAL,
+            query("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}),
+            query("cursor", S, "next_cursor of the previous page"),
+        ),
+        errors=(401, 403, 422),
+    ),
+    # operations
+    Operation("get", "/healthz", "The process is alive", "operations", ref("Health"), security=None, errors=()),
+    Operation(
+        "get",
+        "/readyz",
+        "Database reachable, upstream breaker closed, usage buffer under its bound",
+        "operations",
+        ref("Ready"),
+        security=None,
+        errors=(),
+        extra={"503": {"description": "Not ready", "content": {"application/json": {"schema": ref("Ready")}}}},
+    ),
+    Operation(
+        "get",
+        "/metrics",
+        "Prometheus metrics (bearer METRICS_TOKEN when set)",
+        "operations",
+        {"type": "string"},
+        security="metrics",
+        media="text/plain",
+    ),
+    Operation("get", "/openapi.json", "This document", "operations", {"type": "object"}, security=None, errors=()),
+    Operation(
+        "get",
+        "/docs",
+        "A human page for this document",
+        "operations",
+        {"type": "string"},
+        security=None,
+        errors=(),
+        media="text/html",
+    ),
+]
+
+_SECURITY = {"bearer": [{"bearerAuth": []}], "metrics": [{"metricsToken": []}, {}], None: []}
+
+
+# Any operation: the server's own limit on the request line and headers (app/server.py).
+_HEADERS_TOO_LARGE = {
+    "431": {
+        "description": "Request line and headers larger than MAX_HEADER_BYTES; the connection is closed",
+        "content": {"application/json": {"schema": ref("PortalError")}},
+    }
+}
+
+
+def _error(status: int, schema: str) -> dict:
+    response = {
+        "description": _ERRORS[status],
+        "content": {"application/json": {"schema": ref("ValidationError" if status == 422 else schema)}},
+    }
+    if status in (429, 503):
+        response["headers"] = _RETRY_AFTER
+    return response
+
+
+# OpenAPI links: how one answer's ids feed the next call (stateful fuzzing follows them):
+# create key -> reveal / revoke / top up; revoke -> reveal; checkout -> the order.
+_LINKS = {
+    ("post", "/keys"): {
+        "RevealKey": ("get_keys_key_id_reveal", "key_id"),
+        "RevokeKey": ("post_keys_key_id_revoke", "key_id"),
+        "TopUpKey": ("post_keys_key_id_topup", "key_id"),
+    },
+    ("get", "/keys/{key_id}/reveal"): {"RevokeKey": ("post_keys_key_id_revoke", "key_id")},
+    ("post", "/keys/{key_id}/revoke"): {"RevealRevokedKey": ("get_keys_key_id_reveal", "key_id")},
+    ("post", "/billing/crypto/checkout"): {"GetOrder": ("get_billing_crypto_orders_order_id", "order_id")},
+}
+
+
+def _portal(op: Operation) -> dict:
+    responses = {str(op.status): {"description": "Success", "content": {op.media: {"schema": op.response}}}}
+    links = _LINKS.get((op.method, op.path))
+    if links:
+        responses[str(op.status)]["links"] = {
+            name: {"operationId": operation_id, "parameters": {field: f"$response.body#/{field}"}}
+            for name, (operation_id, field) in links.items()
+        }
+    responses.update({str(s): _error(s, "PortalError") for s in op.errors})
+    responses.update(op.extra)
+    responses.update(_HEADERS_TOO_LARGE)
+    spec = {
+        "operationId": f"{op.method}_{op.path.strip('/').replace('/', '_').replace('{', '').replace('}', '').replace('.', '_')}",
+        "summary": op.summary,
+        "tags": [op.tag],
+        "security": _SECURITY[op.security],
+        "parameters": list(op.params),
+        "responses": responses,
+    }
+    if op.body:
+        spec["requestBody"] = {"required": op.body_required, "content": {"application/json": {"schema": ref(op.body)}}}
+    return spec
+
+
+def _param_schema(param: Param) -> dict:
+    if param.kind == "int":
+        # Integers are read with at most 18 digits (int64-safe); that is the bound when the table has none.
+        return {
+            "type": "integer",
+            "minimum": -(10**18 - 1) if param.minimum is None else param.minimum,
+            "maximum": 10**18 - 1 if param.maximum is None else param.maximum,
+        }
+    if param.kind == "bool":
+        return {"type": "boolean"}
+    if param.kind == "ids":
+        return {
+            "type": "string",
+            "pattern": r"^\d{1,20}(,\d{1,20})*$",
+            "description": f"Comma-separated numeric ids, at most {param.maximum}",
+        }
+    if param.required:  # blank (ASCII whitespace only) counts as missing: 422
+        return {"type": "string", "minLength": 1, "maxLength": 1000, "pattern": "[^ \\t\\n\\r\\v\\f]"}
+    return {"type": "string", "maxLength": 1000}
+
+
+_RESULT_ITEMS = {
+    "tweets": ref("Tweet"),
+    "replies": ref("Tweet"),
+    "followers": ref("User"),
+    "followings": ref("User"),
+    "users": ref("User"),
+    "ids": S,
+    "trends": ref("Trend"),
+}
+
+
+def _envelope(endpoint: Endpoint) -> dict:
+    """The success body: status, message or msg (as the spec's table names it), the results and paging."""
+    if endpoint.results == "data":  # null when the provider does not know the id (status "error")
+        results = nullable(ref("User") if endpoint.path == "/user/info" else {"type": "object"})
+    else:
+        results = array(_RESULT_ITEMS[endpoint.results])
+    properties = {"status": {"type": "string", "examples": ["success"]}, endpoint.msg_key: S, endpoint.results: results}
+    if endpoint.paged:
+        properties.update(has_next_page=B, next_cursor={"type": "string", "description": "Empty on the last page"})
+    return {"type": "object", "properties": properties, "required": ["status"]}
+
+
+def _data(endpoint: Endpoint, prefix: str, tag: str) -> dict:
+    if endpoint.available:
+        ok = {
+            "200": {
+                "description": "Success; charged per X-Credits-Charged",
+                "headers": {
+                    "X-Credits-Charged": {"schema": I, "description": "Credits charged for this call"},
+                    **{h: {"schema": I} for h in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")},
+                },
+                "content": {"application/json": {"schema": _envelope(endpoint)}},
+            }
+        }
+        errors = (400, 401, 402, 404, 422, 429, 502, 503, 504)  # 400, 404: the provider's own, passed through
+    else:
+        ok, errors = {}, (401, 422, 429, 501)
+    return {
+        "operationId": (prefix + endpoint.path).strip("/").replace("/", "_"),
+        "summary": endpoint.summary,
+        "tags": [tag],
+        "security": [{"apiKey": []}],
+        "parameters": [query(p.name, _param_schema(p), p.description, p.required) for p in endpoint.params],
+        "responses": {**ok, **{str(s): _error(s, "DataError") for s in errors}, **_HEADERS_TOO_LARGE},
+    }
+
+
+def build(twitter_alias: bool, metrics_here: bool) -> dict:
+    """The document for an application: aliases and /metrics appear only where the application serves them."""
+    paths: dict = {}
+    for op in OPERATIONS:
+        if op.path != "/metrics" or metrics_here:
+            paths.setdefault(op.path, {})[op.method] = _portal(op)
+    prefixes = [("/social", "data")] + ([("/twitter", "data (provider-compatible paths)")] if twitter_alias else [])
+    for prefix, tag in prefixes:
+        for endpoint in ENDPOINTS:
+            paths[prefix + endpoint.path] = {"get": _data(endpoint, prefix, tag)}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Social Data Gateway API",
+            "version": VERSION,
+            "description": "Portal endpoints use a bearer session token; data endpoints use X-API-Key and are "
+            "charged in credits (100,000 credits = 1 USD).",
+        },
+        "tags": [{"name": t} for t in ("auth", "keys", "account", "billing", "admin", "operations", "data")]
+        + ([{"name": prefixes[1][1]}] if twitter_alias else []),
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "Session token from /auth/register or /auth/login",
+                },
+                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+                "metricsToken": {"type": "http", "scheme": "bearer", "description": "METRICS_TOKEN, when it is set"},
+            },
+        },
+    }
+
+
+@functools.lru_cache(maxsize=4)
+def serialized(twitter_alias: bool, metrics_here: bool) -> bytes:
+    """The document as JSON, built once per application shape."""
+    return orjson.dumps(build(twitter_alias, metrics_here))
