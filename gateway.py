@@ -26,7 +26,7 @@ from app.context import build_context
 from app.embedded import Helpers, start_helpers
 from app.server import make_server
 from app.tasks import start_background
-from handlers import account, admin, auth, billing, keys, ops, social
+from handlers import account, admin, auth, billing, keys, ops, portal, social
 from handlers.base import NotFoundHandler
 from handlers.context import Context
 from metering.pricing import Prices
@@ -59,6 +59,7 @@ def with_dev_secrets(settings: config.Settings) -> config.Settings:
 # --- 2. the application (the context is built by app/context.py) --------------------------------------------------------------------------
 def make_app(ctx: Context) -> tornado.web.Application:
     routes = auth.routes + keys.routes + account.routes + social.routes + billing.routes + admin.routes + ops.routes
+    routes += portal.routes  # the web portal at / and the interactive docs at /docs
     if ctx.settings.twitter_alias:
         routes += social.alias_routes
     if not ctx.settings.metrics_port:
@@ -71,6 +72,7 @@ def make_app(ctx: Context) -> tornado.web.Application:
         compress_response=False,
         xheaders=False,
         log_function=lambda handler: None,  # BaseHandler.on_finish writes the access log
+        **portal.app_settings(ctx),  # templates, versioned static URLs, XSRF cookies
     )
 
 

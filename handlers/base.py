@@ -172,13 +172,39 @@ class BaseHandler(tornado.web.RequestHandler):
             raise ValidationError([error(["body"], "JSON decode error", "json_invalid")]) from None
 
     # --- session authentication -------------------------------------------------------------
+    # Browsers send cookies on their own, so writes authenticated by the portal's cookie need the page's
+    # XSRF token; handlers that set or clear that cookie (portal login, logout) need it always.
+    xsrf_always = False
+
+    def session_cookie(self) -> str:
+        """The portal's cookie name; in production the __Host- prefix pins it to this exact origin over HTTPS."""
+        return "__Host-session" if self.ctx.settings.production else "session"
+
+    def session_token(self) -> str | None:
+        """The one place a session token comes from: `Authorization: Bearer`, else the portal's HttpOnly cookie."""
+        header = self.request.headers.get("Authorization")
+        if header is not None:  # an explicit header wins; a cookie beside it is ignored
+            scheme, _, token = header.partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+        return self.get_cookie(self.session_cookie()) or None
+
+    def check_xsrf_cookie(self) -> None:
+        """Tornado's XSRF check, for cookie-authenticated writes only: a bearer token or an API key cannot be
+        attached by another site, so those requests (and requests with no credentials) need no XSRF token."""
+        cookie_auth = "Authorization" not in self.request.headers and self.get_cookie(self.session_cookie())
+        if not (cookie_auth or self.xsrf_always):
+            return
+        try:
+            super().check_xsrf_cookie()
+        except tornado.web.HTTPError:
+            raise ApiError(403, "Missing or invalid XSRF token: reload the page and try again") from None
+
     def bearer_account(self) -> str:
-        """The account id of a valid session token, else 401."""
-        header = self.request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        """The account id of a valid session token (header or portal cookie), else 401."""
+        token = self.session_token()
+        if token is None:
             raise ApiError(401, "Not authenticated", {"WWW-Authenticate": "Bearer"})
-        account_id = tokens.account_of(self.ctx.settings.jwt_secret, token.strip())
+        account_id = tokens.account_of(self.ctx.settings.jwt_secret, token)
         if account_id is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
         self.account_id = account_id

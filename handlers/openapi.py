@@ -75,6 +75,7 @@ SCHEMAS: dict = {
         ("detail",),
         detail=array(obj(("loc", "msg", "type"), loc=array({"type": ["string", "integer"]}), msg=S, type=S)),
     ),
+    "CookieSession": obj(("account_id", "expires_in"), account_id=S, expires_in=I),
     # --- portal --------------------------------------------------------------------------------------
     "Credentials": obj(
         ("email", "password"),
@@ -156,6 +157,7 @@ SCHEMAS: dict = {
         pay_address=S,
         pay_currency=S,
         pay_amount=N,
+        payment_uri={"type": "string", "description": "network:address?amount=coins, what a wallet scans"},
         price_usd=N,
         credits_expected=I,
         created_at=TIME,
@@ -290,7 +292,7 @@ _ERRORS = {
     400: "The data provider refused the parameters (its answer, passed through; not charged)",
     401: "Missing, invalid or expired credential",
     402: "Not enough credits for this call: stop, do not retry",
-    403: "Not allowed for this account",
+    403: "Not allowed for this account (or, with the portal cookie, a write without its XSRF token)",
     404: "Not found (or not yours)",
     409: "Conflict",
     413: "Request body too large",
@@ -435,6 +437,16 @@ OPERATIONS: list[Operation] = [
         errors=(401, 404),
     ),
     Operation(
+        "get",
+        f"{BILLING}/orders/{{order_id}}/qr",
+        "A QR code (SVG) of the order's payment_uri",
+        "billing",
+        {"type": "string"},
+        params=(path_param("order_id", S),),
+        errors=(401, 404),
+        media="image/svg+xml",
+    ),
+    Operation(
         "post",
         f"{BILLING}/ipn",
         "The payment processor's signed notification",
@@ -516,10 +528,50 @@ OPERATIONS: list[Operation] = [
         media="text/plain",
     ),
     Operation("get", "/openapi.json", "This document", "operations", {"type": "object"}, security=None, errors=()),
+    # the web portal (cookie sessions; handlers/portal.py)
+    Operation(
+        "get",
+        "/",
+        "The web portal for account holders",
+        "portal",
+        {"type": "string"},
+        security=None,
+        errors=(),
+        media="text/html",
+    ),
+    Operation(
+        "post",
+        "/portal/register",
+        "Create an account; the session goes to an HttpOnly cookie (needs the page's XSRF token)",
+        "portal",
+        ref("CookieSession"),
+        security=None,
+        body="Credentials",
+        errors=(403, 409, 413, 422, 429),
+    ),
+    Operation(
+        "post",
+        "/portal/login",
+        "Log in; the session goes to an HttpOnly cookie (needs the page's XSRF token)",
+        "portal",
+        ref("CookieSession"),
+        security=None,
+        body="Credentials",
+        errors=(401, 403, 413, 422, 429),
+    ),
+    Operation(
+        "post",
+        "/portal/logout",
+        "Clear the session cookie (needs the page's XSRF token)",
+        "portal",
+        obj(("ok",), ok=B),
+        security=None,
+        errors=(403,),
+    ),
     Operation(
         "get",
         "/docs",
-        "A human page for this document",
+        "Interactive API docs (Swagger UI, served by this gateway)",
         "operations",
         {"type": "string"},
         security=None,
@@ -672,10 +724,11 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
         "info": {
             "title": "Social Data Gateway API",
             "version": VERSION,
-            "description": "Portal endpoints use a bearer session token; data endpoints use X-API-Key and are "
-            "charged in credits (100,000 credits = 1 USD).",
+            "description": "Portal endpoints use a bearer session token (the web portal at / keeps it in an "
+            "HttpOnly cookie instead, and its writes carry an X-XSRFToken header); data endpoints use X-API-Key "
+            "and are charged in credits (100,000 credits = 1 USD).",
         },
-        "tags": [{"name": t} for t in ("auth", "keys", "account", "billing", "admin", "operations", "data")]
+        "tags": [{"name": t} for t in ("auth", "keys", "account", "billing", "admin", "operations", "portal", "data")]
         + ([{"name": prefixes[1][1]}] if twitter_alias else []),
         "paths": paths,
         "components": {
