@@ -573,7 +573,8 @@
       const cy = top + plotH - (v.credits / maxCredits) * plotH;
       points.push(cx.toFixed(1) + "," + cy.toFixed(1));
       if (entries.length <= 31) chart.append(svg("circle", { cx: cx.toFixed(1), cy: cy.toFixed(1), r: 2.5, class: "dot" }));
-      if (i % labelEvery === 0 || i === entries.length - 1) {
+      const last = i === entries.length - 1 && i % labelEvery >= labelEvery / 2;
+      if (i % labelEvery === 0 || last) {
         chart.append(svg("text", { x: cx.toFixed(1), y: H - 8, "text-anchor": "middle" }, date.slice(5)));
       }
     });
@@ -605,7 +606,7 @@
       const row = el("tr");
       row.dataset.testid = "usage-row";
       cell(row, r.endpoint);
-      cell(row, when(r.timestamp));
+      cell(row, when(r.timestamp), "nowrap");
       cell(row, String(r.status), "num");
       cell(row, number.format(r.credits), "num");
       const id = cell(row, "");
@@ -773,7 +774,8 @@
     state.usersCursor = "";
     $("#users-table tbody").textContent = "";
     await act(adminView, null, async () => {
-      const metrics = await api("GET", "/admin/metrics?days=30");
+      const internal = $("#include-internal").checked ? "&include_internal=true" : "";
+      const metrics = await api("GET", "/admin/metrics?days=30" + internal);
       const totals = $("#admin-totals");
       totals.textContent = "";
       const t = metrics.totals;
@@ -793,7 +795,8 @@
     });
   }
   async function moreUsers() {
-    const query = "/admin/users?limit=50" + (state.usersCursor ? "&cursor=" + encodeURIComponent(state.usersCursor) : "");
+    const internal = $("#include-internal").checked ? "&include_internal=true" : "";
+    const query = "/admin/users?limit=50" + internal + (state.usersCursor ? "&cursor=" + encodeURIComponent(state.usersCursor) : "");
     const page = await api("GET", query);
     const body = $("#users-table tbody");
     page.users.forEach((u) => {
@@ -811,6 +814,7 @@
     $("#users-more").hidden = !page.has_next_page;
   }
   $("#users-more").addEventListener("click", () => act(adminView, $("#users-more"), moreUsers));
+  $("#include-internal").addEventListener("change", loadAdmin);
 
   window.addEventListener("hashchange", route);
   start();
