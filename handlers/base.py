@@ -191,6 +191,8 @@ class BaseHandler(tornado.web.RequestHandler):
     def check_xsrf_cookie(self) -> None:
         """Tornado's XSRF check, for cookie-authenticated writes only: a bearer token or an API key cannot be
         attached by another site, so those requests (and requests with no credentials) need no XSRF token."""
+        if self.request.method not in self.allowed_methods():
+            return  # 405 follows; nothing will be done
         cookie_auth = "Authorization" not in self.request.headers and self.get_cookie(self.session_cookie())
         if not (cookie_auth or self.xsrf_always):
             return

@@ -628,7 +628,7 @@ def _portal(op: Operation) -> dict:
     responses.update(op.extra)
     responses.update(_HEADERS_TOO_LARGE)
     spec = {
-        "operationId": f"{op.method}_{op.path.strip('/').replace('/', '_').replace('{', '').replace('}', '').replace('.', '_')}",
+        "operationId": f"{op.method}_{op.path.strip('/').replace('/', '_').replace('{', '').replace('}', '').replace('.', '_') or 'portal_page'}",
         "summary": op.summary,
         "tags": [op.tag],
         "security": _SECURITY[op.security],

@@ -126,6 +126,9 @@ async def test_cookie_authenticated_writes_need_the_xsrf_token(api):
     fresh = Browser(api)
     status, _, _ = await fresh.call("POST", "/portal/login", {"email": "a@example.com", "password": "x" * 8})
     assert status == 403
+    # A method the route does not have is 405 whatever the cookies, as everywhere else.
+    status, _, headers = await browser.call("PUT", "/portal/login", {}, xsrf=False)
+    assert status == 405 and headers["Allow"] == "POST"
 
 
 async def test_bearer_tokens_work_as_before_without_xsrf(api):

@@ -200,6 +200,8 @@
 
   function signedIn(me) {
     state.me = me;
+    $("#example-call").textContent =
+      'curl -H "X-API-Key: YOUR_KEY" "' + location.origin + '/social/user/info?userName=jack"';
     $("#who-email").textContent = me.email;
     $("#view-auth").hidden = true;
     $("#nav").hidden = false;
