@@ -34,8 +34,6 @@ PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
-# Swagger UI (React) sets style attributes while it renders; scripts stay as strict as the portal's.
-DOCS_POLICY = PAGE_POLICY.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
 
 # Operations the page offers only once the API serves them (other branches add them).
 OPTIONAL = {
@@ -87,12 +85,10 @@ class SwaggerAssetHandler(StaticHandler):
 class PageHandler(BaseHandler):
     """HTML pages: the strict policy, no referrer, not cached."""
 
-    policy = PAGE_POLICY
-
     def set_default_headers(self) -> None:
         super().set_default_headers()
         self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.set_header("Content-Security-Policy", self.policy)
+        self.set_header("Content-Security-Policy", PAGE_POLICY)
         self.set_header("Referrer-Policy", "no-referrer")
         self.set_header("X-Frame-Options", "DENY")
 
@@ -117,8 +113,6 @@ class PortalHandler(PageHandler):
 
 class DocsHandler(PageHandler):
     """Interactive API docs (Swagger UI, served offline); "try it out" calls this gateway."""
-
-    policy = DOCS_POLICY
 
     def get(self) -> None:
         self.render("docs.html", asset=SwaggerAssetHandler.url)

@@ -122,6 +122,7 @@ async def test_docs_page_is_swagger_ui_served_offline(api, http_client, base_url
     page = response.body.decode()
     policy = response.headers["Content-Security-Policy"]
     assert "default-src 'none'" in policy and "script-src 'self';" in policy and "connect-src 'self'" in policy
+    assert "unsafe" not in policy
     assert "<script>" not in page and "http" not in page  # no inline script, nothing from another origin
     scripts = re.findall(r'<script src="([^"]+)"', page)
     assert any("/docs/assets/swagger-ui-bundle.js?v=" in s for s in scripts), scripts

@@ -13,7 +13,7 @@ window.addEventListener("DOMContentLoaded", function () {
     displayRequestDuration: true,
     // The portal's session cookie rides along on same-origin calls: its writes need the XSRF token.
     requestInterceptor: function (request) {
-      request.headers["X-XSRFToken"] = xsrf;
+      if ((request.method || "GET").toUpperCase() !== "GET") request.headers["X-XSRFToken"] = xsrf;
       return request;
     },
   });

@@ -521,6 +521,9 @@
         perEndpoint.set(r.endpoint, e);
       });
       drawChart(perDay, days);
+      if (records.length >= 10000) {
+        $("#usage-totals").textContent += " Counted from the latest 10,000 calls only; the CSV has those too.";
+      }
       drawEndpoints(perEndpoint);
       drawCalls(records.slice(0, 50));
       offerCsv(records, days);
