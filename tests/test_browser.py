@@ -189,6 +189,7 @@ def test_low_balance_checkout_pay_and_balance_updates_without_reload(watched, st
     expect(status).to_have_text("finished", timeout=20_000)
     expect(page.locator("#billing-balance")).to_have_text(f"{SIGNUP_CREDITS + 500_000:,} credits", timeout=20_000)
     expect(warning).to_be_hidden()
+    expect(page.locator("#orders-table tbody tr").first).to_contain_text("finished")
     shot(page, tmp_path, "billing-finished")
     page.get_by_role("link", name="Overview").click()
     expect(page.get_by_test_id("balance")).to_have_text(f"{SIGNUP_CREDITS + 500_000:,} credits")

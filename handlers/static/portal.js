@@ -322,7 +322,11 @@
     if (key.expires_at) parts.push("expires " + when(key.expires_at));
     if (key.allowed_endpoints && key.allowed_endpoints.length) parts.push("endpoints: " + key.allowed_endpoints.join(", "));
     if (key.allowed_ips && key.allowed_ips.length) parts.push("addresses: " + key.allowed_ips.join(", "));
-    if (key.credit_limit !== undefined && key.credit_limit !== null) parts.push("budget " + number.format(key.credit_limit) + " credits");
+    if (key.credit_limit !== undefined && key.credit_limit !== null) {
+      parts.push("budget " + number.format(key.credit_limit) + " credits" +
+        (key.credit_limit_period ? " per " + key.credit_limit_period : ""));
+    }
+    if (typeof key.credits_used === "number") parts.push(number.format(key.credits_used) + " credits used");
     return parts.join(" · ");
   }
 
@@ -397,13 +401,16 @@
   }
 
   async function rollKey(key, trigger) {
+    $("#roll-grace-box").hidden = false;
     const sure = await confirmAction(
       "Roll " + key.name + "?",
-      "A new secret replaces this one; the old secret stops working.",
+      "A new secret with the same properties replaces this one; the old secret stops working after the grace period.",
       "Roll key",
     );
+    $("#roll-grace-box").hidden = true;
     if (!sure) return;
-    const rolled = await act($("#key-form"), trigger, () => api("POST", "/keys/" + key.key_id + "/roll"));
+    const body = { grace_seconds: Number($("#roll-grace").value) };
+    const rolled = await act($("#key-form"), trigger, () => api("POST", "/keys/" + key.key_id + "/roll", body));
     if (rolled) {
       showSecret(rolled.key);
       await loadKeys();
@@ -454,6 +461,7 @@
     $("#edit-endpoints").value = listText(key.allowed_endpoints);
     $("#edit-ips").value = listText(key.allowed_ips);
     $("#edit-limit").value = key.credit_limit === null || key.credit_limit === undefined ? "" : key.credit_limit;
+    $("#edit-period").value = key.credit_limit_period || "month";
     keyDialog.showModal();
   }
   $("#key-edit-cancel").addEventListener("click", () => keyDialog.close());
@@ -477,6 +485,7 @@
     if ("credit_limit" in editing) {
       const value = $("#edit-limit").value;
       body.credit_limit = value === "" ? null : Number(value);
+      if ("credit_limit_period" in editing) body.credit_limit_period = value === "" ? null : $("#edit-period").value;
     }
     const saved = await act(form, $("#key-edit-save"), () => api("PATCH", "/keys/" + editing.key_id, body));
     if (saved) {
@@ -506,9 +515,24 @@
   async function loadUsage() {
     const days = selectedDays();
     await act(usageView, $("#usage-refresh"), async () => {
-      const records = await api("GET", "/usage?days=" + days + "&limit=10000");
       const perDay = new Map(dayKeys(days).map((d) => [d, { calls: 0, credits: 0 }]));
       const perEndpoint = new Map();
+      if (FEATURES.has("usage-summary")) {
+        // Totals computed by the server over every call; the table shows only the latest ones.
+        const [byDay, byEndpoint, latest] = await Promise.all([
+          api("GET", "/usage/summary?days=" + days + "&group_by=day"),
+          api("GET", "/usage/summary?days=" + days + "&group_by=endpoint"),
+          api("GET", "/usage?days=" + days + "&limit=50"),
+        ]);
+        byDay.forEach((r) => perDay.has(r.day) && perDay.set(r.day, { calls: r.calls, credits: r.credits }));
+        byEndpoint.forEach((r) => perEndpoint.set(r.endpoint, { calls: r.calls, credits: r.credits }));
+        drawChart(perDay, days);
+        drawEndpoints(perEndpoint);
+        drawCalls(latest);
+        offerCsv(latest, days);
+        return;
+      }
+      const records = await api("GET", "/usage?days=" + days + "&limit=10000");
       records.forEach((r) => {
         const day = perDay.get(r.timestamp.slice(0, 10));
         if (day) {
@@ -712,6 +736,9 @@
     $$(".sandbox button", orderBox).forEach((b) => (b.disabled = !open));
     if (before && before.order_id === order.order_id && before.credits_applied !== order.credits_applied) {
       loadAccount(null);
+    }
+    if (before && before.order_id === order.order_id && before.status !== order.status) {
+      loadOrders().catch((err) => showError(orderBox, err));
     }
     if (open) pollOrder();
     else {
