@@ -38,7 +38,6 @@ PAGE_POLICY = (
 # Operations the page offers only once the API serves them (other branches add them).
 OPTIONAL = {
     "password": ("post", "/auth/password"),
-    "logout-api": ("post", "/auth/logout"),
     "key-edit": ("patch", "/keys/{key_id}"),
     "key-roll": ("post", "/keys/{key_id}/roll"),
     "usage-summary": ("get", "/usage/summary"),

@@ -415,3 +415,19 @@ def test_docs_try_it_out_with_a_session_token_and_an_api_key(watched, stack, use
     expect(data_op.locator(".live-responses-table tbody .response-col_status")).to_have_text("200")
     shot(page, tmp_path, "docs", full_page=False)
     w.check()
+
+
+def test_docs_try_it_out_with_the_portal_session(watched, stack):
+    """Signed in to the portal, /docs calls the API with the session cookie; its writes carry the XSRF token."""
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.goto(stack.url + "/docs")
+    create = page.locator("#operations-keys-post_keys")
+    create.locator(".opblock-summary").click()
+    create.locator(".try-out__btn").click()
+    create.locator(".execute").click()
+    expect(create.locator(".live-responses-table tbody .response-col_status")).to_have_text("200")
+    page.goto(stack.url + "/#keys")
+    expect(page.get_by_test_id("key-row")).to_have_count(1)
+    w.check()

@@ -247,7 +247,6 @@
   $("#register").addEventListener("click", () => authenticate("/portal/register", $("#register")));
   $("#logout").addEventListener("click", async () => {
     try {
-      if (FEATURES.has("logout-api")) await api("POST", "/auth/logout").catch(() => null);
       await api("POST", "/portal/logout");
     } catch (err) {
       console.warn("logout", err.message);
@@ -299,7 +298,7 @@
     ok.hidden = true;
     const body = { current_password: $("#current-password").value, new_password: $("#new-password").value };
     const done = await act(passwordForm, $('button[type="submit"]', passwordForm), () =>
-      api("POST", "/auth/password", body));
+      api("POST", "/portal/password", body));
     if (done !== undefined) {
       passwordForm.reset();
       ok.textContent = "Password changed.";
