@@ -37,7 +37,7 @@ PAGE_POLICY = (
 
 # Operations the page offers only once the API serves them (other branches add them).
 OPTIONAL = {
-    "password": ("post", "/auth/password"),
+    "password": ("post", "/portal/password"),  # the cookie variant of POST /auth/password
     "key-edit": ("patch", "/keys/{key_id}"),
     "key-roll": ("post", "/keys/{key_id}/roll"),
     "usage-summary": ("get", "/usage/summary"),

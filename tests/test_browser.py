@@ -142,6 +142,10 @@ def test_register_create_key_use_it_revoke_it(watched, stack, user_name, tmp_pat
     shot(page, tmp_path, "keys")
 
     assert data_call(stack, key, user_name) == 200  # the secret shown works on a data call
+    w.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.url)
+    page.get_by_role("button", name="Copy", exact=True).click()
+    expect(page.locator("#copy-status")).to_have_text("Copied.")
+    assert page.evaluate("navigator.clipboard.readText()") == key
 
     # Reveal shows the same secret in the row; revoke asks first, and cancelling keeps the key.
     rows.first.get_by_role("button", name="Reveal key browser key").click()
@@ -375,6 +379,15 @@ def test_phone_sized_screen_and_keyboard(watched, stack, tmp_path):
     page.keyboard.press("Tab")
     expect(page.get_by_test_id("email")).to_be_focused()
     register(page, stack)
+    unlabelled = page.evaluate(
+        """() => [...document.querySelectorAll('input, select')]
+                 .filter(el => el.type !== 'hidden' && el.labels.length === 0).map(el => el.id || el.name)"""
+    )
+    assert unlabelled == [], unlabelled
+    nameless = page.evaluate(
+        "() => [...document.querySelectorAll('button')].filter(b => !b.textContent.trim()).map(b => b.id)"
+    )
+    assert nameless == [], nameless
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, f"the page scrolls sideways on a phone ({width} px)"
     shot(page, tmp_path, "phone-overview")
@@ -431,3 +444,17 @@ def test_docs_try_it_out_with_the_portal_session(watched, stack):
     page.goto(stack.url + "/#keys")
     expect(page.get_by_test_id("key-row")).to_have_count(1)
     w.check()
+
+
+def test_an_ended_session_sends_the_user_back_to_log_in(watched, stack):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.get_by_role("link", name="Usage").click()
+    expect(page.get_by_test_id("usage-chart").locator("svg")).to_be_visible()
+    w.context.clear_cookies()  # the session is gone (expired, or logged out in another tab)
+    page.get_by_role("button", name="Refresh").click()
+    expect(page.get_by_test_id("login")).to_be_visible()
+    expect(page.locator("#auth-form").get_by_test_id("error")).to_have_text(re.compile("session has ended"))
+    expect(page.get_by_test_id("logout")).to_be_hidden()
+    w.check(allowed_errors=r"Failed to load resource: the server responded with a status of 401")
