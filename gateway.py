@@ -151,8 +151,10 @@ async def serve(
 
 
 def announce(settings: config.Settings, helpers: Helpers, workers_line: str = "") -> None:
+    browse = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
     print(
         f"social-gateway listening on http://{settings.host}:{settings.port}\n{workers_line}"
+        f"  portal:      http://{browse}:{settings.port}/ (API docs: /docs)\n"
         f"  environment: {settings.env}\n  database:    {helpers.database}\n  upstream:    {helpers.upstream}",
         flush=True,
     )
