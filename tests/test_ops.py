@@ -12,9 +12,9 @@ import pytest
 import tornado.httpserver
 import tornado.testing
 import tornado.web
-from conftest import PASSWORD, UPSTREAM_KEY
 from openapi_spec_validator import validate
 from prometheus_client.parser import text_string_to_metric_families
+from support import PASSWORD, UPSTREAM_KEY
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 import gateway
