@@ -9,6 +9,7 @@ import pytest
 from support import FAST, qs, recorder, use_upstream, valid_query
 
 import gateway
+from app import tasks
 from handlers.social import parse_args
 from social.endpoints import ENDPOINTS, page_size
 from storage import db as database
@@ -130,6 +131,23 @@ async def test_free_plan_is_rate_limited(api, catalog):
     status, body, headers = await api.call("GET", path, key=key["key"])
     assert status == 429 and body["status"] == "error"
     assert 1 <= int(headers["Retry-After"]) <= 5
+
+
+async def test_idle_keys_rate_limit_state_is_dropped_by_the_background_sweep(api, ctx, catalog):
+    """Memory holds a bucket per recently active key only; a dropped bucket answers like a full one."""
+    assert "idle-buckets" in {t.get_name() for t in asyncio.all_tasks()}  # scheduled by app/tasks.py
+    user = await api.register()
+    key = await api.new_key(user["token"])
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    assert (await api.call("GET", path, key=key["key"]))[0] == 402  # one call: the free plan's burst
+    assert (await api.call("GET", path, key=key["key"]))[0] == 429
+    await tasks.forget_idle_buckets(ctx)  # not idle yet: kept, still limited
+    assert key["key_id"] in ctx.limiter._buckets
+    assert (await api.call("GET", path, key=key["key"]))[0] == 429
+    await tasks.forget_idle_buckets(ctx, time.monotonic() + tasks.BUCKET_IDLE_SECONDS + 1)
+    assert key["key_id"] not in ctx.limiter._buckets
+    status, _, headers = await api.call("GET", path, key=key["key"])
+    assert status == 402 and headers["X-RateLimit-Remaining"] == "0" and headers["X-RateLimit-Limit"] == "1"
 
 
 async def test_paid_plan_burst_then_429(api, catalog):
