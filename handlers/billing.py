@@ -30,9 +30,8 @@ class BillingBase(BaseHandler):
 
     async def owned_order(self, order_id: str) -> dict:
         """The caller's order; another account's order or an unknown id is 404 (no existence oracle)."""
-        order = (
-            await self.ctx.payments.orders.owned(self.current_user, order_id) if ORDER_ID.fullmatch(order_id) else None
-        )
+        account_id = self.current_user
+        order = await self.ctx.payments.orders.owned(account_id, order_id) if ORDER_ID.fullmatch(order_id) else None
         if order is None:
             raise ApiError(404, "Order not found")
         return order
