@@ -131,6 +131,24 @@ class Gateway(GatewayProcess):
         return response
 
 
+async def account_with_keys(gw: Gateway, credits: int, keys: int) -> tuple[dict, list[str], dict]:
+    """A new account on `gw` with `keys` API keys and `credits` (a development top-up): (user, secrets, auth headers)."""
+    user = orjson.loads(
+        (
+            await gw.call(
+                "POST",
+                "/auth/register",
+                {"email": f"s{uuid.uuid4().hex[:8]}@example.com", "password": "process test pass"},
+            )
+        ).body
+    )
+    auth = {"Authorization": f"Bearer {user['token']}"}
+    made = [orjson.loads((await gw.call("POST", "/keys", {"name": f"k{i}"}, **auth)).body) for i in range(keys)]
+    if credits:
+        await gw.call("POST", f"/keys/{made[0]['key_id']}/topup", {"credits": credits}, **auth)
+    return user, [k["key"] for k in made], auth
+
+
 async def ledger_of(mongo_uri: str, db_name: str, account_id: str) -> tuple[dict, list[dict]]:
     """The account document and its usage records, read straight from the database."""
     client = database.connect(mongo_uri)

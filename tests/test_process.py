@@ -7,29 +7,13 @@ import uuid
 
 import orjson
 import pytest
-from support import Gateway, ledger_of
+from support import Gateway, account_with_keys, ledger_of
 from tornado.httpclient import HTTPClientError
 
 from app.embedded import free_port
 
 pytestmark = pytest.mark.gen_test(timeout=120)
 INITIAL = 1_000_000
-
-
-async def funded_account(gw: Gateway) -> tuple[dict, str]:
-    user = orjson.loads(
-        (
-            await gw.call(
-                "POST",
-                "/auth/register",
-                {"email": f"p{uuid.uuid4().hex[:8]}@example.com", "password": "process test pass"},
-            )
-        ).body
-    )
-    auth = {"Authorization": f"Bearer {user['token']}"}
-    key = orjson.loads((await gw.call("POST", "/keys", {"name": "load"}, **auth)).body)
-    await gw.call("POST", f"/keys/{key['key_id']}/topup", {"credits": INITIAL}, **auth)
-    return user, key["key"]
 
 
 async def load(gw: Gateway, key: str, catalog: dict, count: int):
@@ -55,7 +39,7 @@ async def served_some(calls, at_least: int = 20) -> None:
 async def test_sigterm_under_load_loses_nothing(mongo, upstream_url, catalog):
     db_name = f"p_{uuid.uuid4().hex[:10]}"
     gw = await Gateway(mongo.uri, upstream_url, db_name).launch()
-    user, key = await funded_account(gw)
+    user, (key,), _ = await account_with_keys(gw, INITIAL, 1)
     calls = await load(gw, key, catalog, 300)
     await served_some(calls)
     gw.proc.send_signal(signal.SIGTERM)
@@ -75,7 +59,7 @@ async def test_sigkill_then_restart_reconciles(mongo, upstream_url, catalog):
     db_name = f"p_{uuid.uuid4().hex[:10]}"
     port = free_port()
     gw = await Gateway(mongo.uri, upstream_url, db_name, port).launch()
-    user, key = await funded_account(gw)
+    user, (key,), _ = await account_with_keys(gw, INITIAL, 1)
     calls = await load(gw, key, catalog, 300)
     await served_some(calls)
     gw.proc.send_signal(signal.SIGKILL)

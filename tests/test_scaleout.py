@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
-from support import Gateway, ledger_of
+from support import Gateway, account_with_keys, ledger_of
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from app.context import build_context
@@ -28,23 +28,6 @@ PRICE = 18  # user/info, one profile
 
 async def start_all(*gateways: Gateway) -> None:
     await asyncio.gather(*(g.launch() for g in gateways))
-
-
-async def account_with_keys(gw: Gateway, credits: int, keys: int) -> tuple[dict, list[str], dict]:
-    user = orjson.loads(
-        (
-            await gw.call(
-                "POST",
-                "/auth/register",
-                {"email": f"s{uuid.uuid4().hex[:8]}@example.com", "password": "scale out test pass"},
-            )
-        ).body
-    )
-    auth = {"Authorization": f"Bearer {user['token']}"}
-    made = [orjson.loads((await gw.call("POST", "/keys", {"name": f"k{i}"}, **auth)).body) for i in range(keys)]
-    if credits:
-        await gw.call("POST", f"/keys/{made[0]['key_id']}/topup", {"credits": credits}, **auth)
-    return user, [k["key"] for k in made], auth
 
 
 async def storm(targets: list[tuple[Gateway, str]], path: str, count: int) -> list:
