@@ -5,7 +5,7 @@ cookie variants of register and login, logout, and /docs: Swagger UI from the sw
 served from this process. Nothing is loaded from anywhere else, and no page runs an inline script.
 
 Browser sessions: the session token lives in an HttpOnly, SameSite=Strict cookie (Secure and
-__Host- in production) that page scripts cannot read; BaseHandler.session_token reads it when no
+__Host- in production) that page scripts cannot read; BaseHandler.bearer_token reads it when no
 Authorization header is sent, and BaseHandler.check_xsrf_cookie asks cookie-authenticated writes for
 the XSRF token the page carries in a meta tag.
 """
@@ -100,7 +100,7 @@ class PortalHandler(PageHandler):
     """The portal page; the signed-in view when the session cookie holds a valid token."""
 
     def get(self) -> None:
-        token = self.session_token()
+        token = self.bearer_token()
         signed_in = token is not None and tokens.account_of(self.ctx.settings.jwt_secret, token) is not None
         served = {(op.method, op.path) for op in openapi.OPERATIONS}
         features = [name for name, operation in OPTIONAL.items() if operation in served]

@@ -7,7 +7,7 @@ import uuid
 from http.cookies import SimpleCookie
 
 import pytest
-from conftest import PASSWORD
+from support import PASSWORD
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 
