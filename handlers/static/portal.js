@@ -132,6 +132,12 @@
     row.append(td);
     return td;
   }
+  // Each cell names its column, shown beside the value where a phone screen stacks the table (portal.css).
+  function labelCells(table) {
+    const names = Array.from(table.tHead.rows[0].cells).map((th) => th.textContent);
+    Array.from(table.tBodies[0].rows).forEach((row) =>
+      Array.from(row.cells).forEach((td, i) => (td.dataset.label = names[i] || "")));
+  }
   function el(tag, text, cls) {
     const node = document.createElement(tag);
     if (text !== undefined) node.textContent = text;
@@ -371,6 +377,7 @@
       }
       body.append(row);
     });
+    labelCells($("#keys-table"));
   }
 
   async function toggleReveal(key, code, trigger) {
@@ -641,6 +648,7 @@
       id.append(el("code", r.request_id));
       body.append(row);
     });
+    labelCells($("#calls-table"));
   }
 
   function csvField(value) {
