@@ -215,7 +215,7 @@
     $('#nav a[data-view="admin"]').hidden = !me.is_admin;
     route();
     $("#main").focus();
-    loadAccount(null);
+    if (currentView() !== "overview") loadAccount(null); // the balance warning shows on every view
   }
 
   function signedOut(message) {
