@@ -404,6 +404,8 @@ def test_docs_try_it_out_with_a_session_token_and_an_api_key(watched, stack, use
     w = watched()
     page = w.page
     page.goto(stack.url + "/docs")
+    expect(page.locator("#operations-account-get_account")).to_be_visible()
+    shot(page, tmp_path, "docs-top", full_page=False)
     page.locator(".auth-wrapper .authorize").click()
     bearer = page.locator(".auth-container", has_text="bearerAuth")
     bearer.locator("input").fill(account["token"])
