@@ -362,6 +362,7 @@ def test_admin_sees_metrics_and_accounts(watched, stack, tmp_path):
         page.get_by_test_id("login").click()
     page.get_by_role("link", name="Admin").click()
     expect(page.locator("#admin-totals .card")).to_have_count(6)
+    expect(page.locator("#admin-chart rect.bar")).to_have_count(30)
     users = page.locator("#users-table tbody")
     expect(users).to_contain_text(customer["email"])
     expect(users).not_to_contain_text(ADMIN)

@@ -532,7 +532,7 @@
         ]);
         byDay.forEach((r) => perDay.has(r.day) && perDay.set(r.day, { calls: r.calls, credits: r.credits }));
         byEndpoint.forEach((r) => perEndpoint.set(r.endpoint, { calls: r.calls, credits: r.credits }));
-        drawChart(perDay, days);
+        drawChart($("#usage-chart"), $("#usage-totals"), perDay, days);
         drawEndpoints(perEndpoint);
         drawCalls(latest);
         offerCsv(latest, days);
@@ -550,7 +550,7 @@
         e.credits += r.credits;
         perEndpoint.set(r.endpoint, e);
       });
-      drawChart(perDay, days);
+      drawChart($("#usage-chart"), $("#usage-totals"), perDay, days);
       if (records.length >= 10000) {
         $("#usage-totals").textContent += " Counted from the latest 10,000 calls only; the CSV has those too.";
       }
@@ -570,8 +570,7 @@
     return node;
   }
 
-  function drawChart(perDay, days) {
-    const box = $("#usage-chart");
+  function drawChart(box, totalsLine, perDay, days) {
     box.textContent = "";
     const entries = Array.from(perDay.entries());
     const W = 720, H = 240, left = 44, right = 52, top = 12, bottom = 28;
@@ -615,7 +614,7 @@
     });
     chart.append(svg("polyline", { points: points.join(" "), class: "line" }));
     box.append(chart);
-    $("#usage-totals").textContent = number.format(totalCalls) + " calls and " + number.format(totalCredits) +
+    totalsLine.textContent = number.format(totalCalls) + " calls and " + number.format(totalCredits) +
       " credits in the last " + days + " days (UTC).";
   }
 
@@ -818,6 +817,8 @@
       const totals = $("#admin-totals");
       totals.textContent = "";
       const t = metrics.totals;
+      const perDay = new Map(metrics.series.map((d) => [d.date, { calls: d.calls, credits: d.credits_spent }]));
+      drawChart($("#admin-chart"), $("#admin-chart-totals"), perDay, perDay.size);
       [
         ["Signups (30 days)", number.format(t.signups)],
         ["Active accounts", number.format(t.active_accounts)],
