@@ -3,7 +3,8 @@
 Client-facing messages come only from ApiError (ValidationError is its 422 form); every error
 reaches the client through Tornado's write_error, and exception text goes to the log, never to
 the client. Sessions: get_current_user reads the bearer token; @authenticated and @admin_only
-guard the methods that need one.
+guard the methods that need one. The session token comes from `Authorization: Bearer` or, for the
+web portal, from its HttpOnly cookie (bearer_token); cookie-authenticated writes need the XSRF token.
 """
 
 import functools
@@ -176,8 +177,9 @@ class BaseHandler(tornado.web.RequestHandler):
     xsrf_always = False
 
     def session_cookie(self) -> str:
-        """The portal's cookie name; in production the __Host- prefix pins it to this exact origin over HTTPS."""
-        return "__Host-session" if self.ctx.settings.production else "session"
+        """The portal's cookie name; in production the __Host- prefix pins it to this exact origin over HTTPS.
+        Named for this service: browsers share localhost cookies across ports, so "session" would collide."""
+        return "__Host-gw_session" if self.ctx.settings.production else "gw_session"
 
     def bearer_token(self) -> str | None:
         """The session token the request carries, if any: the one place that reads it.

@@ -54,7 +54,7 @@ def app_settings(ctx: Context) -> dict:
         "static_handler_class": StaticHandler,
         "xsrf_cookies": True,
         # The page reads the token from its meta tag, so the cookie itself can be HttpOnly too.
-        "xsrf_cookie_name": "__Host-xsrf" if production else "_xsrf",
+        "xsrf_cookie_name": "__Host-gw_xsrf" if production else "gw_xsrf",
         "xsrf_cookie_kwargs": {"httponly": True, "samesite": "Strict", "secure": production},
     }
 

@@ -330,10 +330,10 @@ def test_session_cookie_is_out_of_reach_of_page_scripts(watched, stack):
     page = w.page
     register(page, stack)
     cookies = {c["name"]: c for c in w.context.cookies()}
-    session = cookies["session"]
+    session = cookies["gw_session"]
     assert session["httpOnly"] and session["sameSite"] == "Strict"
-    assert cookies["_xsrf"]["httpOnly"] and cookies["_xsrf"]["sameSite"] == "Strict"
-    assert "session" not in page.evaluate("document.cookie")
+    assert cookies["gw_xsrf"]["httpOnly"] and cookies["gw_xsrf"]["sameSite"] == "Strict"
+    assert page.evaluate("document.cookie") == ""  # neither cookie is readable by scripts
     # An inline script is refused by the page's policy.
     page.evaluate("""() => { const s = document.createElement('script'); s.textContent = 'window.__ran = 1';
                              document.body.append(s); }""")
@@ -341,7 +341,7 @@ def test_session_cookie_is_out_of_reach_of_page_scripts(watched, stack):
     # Logging out clears the cookie: the API no longer knows this browser.
     page.get_by_test_id("logout").click()
     expect(page.get_by_test_id("login")).to_be_visible()
-    assert "session" not in {c["name"] for c in w.context.cookies()}
+    assert "gw_session" not in {c["name"] for c in w.context.cookies()}
     page.reload()
     expect(page.get_by_test_id("login")).to_be_visible()
     w.check(allowed_errors=r"Content Security Policy")

@@ -71,7 +71,7 @@ async def test_page_is_served_with_a_strict_policy(api):
     assert response.code == 200 and "max-age=31536000" in response.headers["Cache-Control"]
     for testid in ("email", "password", "register", "login", "logout", "balance", "plan", "create-key"):
         assert f'data-testid="{testid}"' in page
-    xsrf = next(m for m in browser.keep(headers) if m.key == "_xsrf")
+    xsrf = next(m for m in browser.keep(headers) if m.key == "gw_xsrf")
     assert xsrf["httponly"] and xsrf["samesite"] == "Strict"
 
 
@@ -82,7 +82,7 @@ async def test_cookie_session_is_httponly_strict_and_not_in_the_body(api):
     status, body, headers = await browser.call("POST", "/portal/register", {"email": email, "password": PASSWORD})
     assert status == 200 and "token" not in body and body["expires_in"] > 0
     session = next(m for m in SimpleCookie(headers.get_list("Set-Cookie")[-1]).values())
-    assert session.key == "session" and session["httponly"] and session["samesite"] == "Strict"
+    assert session.key == "gw_session" and session["httponly"] and session["samesite"] == "Strict"
     assert not session["secure"]  # development over plain HTTP; production below
     status, me, _ = await browser.call("GET", "/auth/me")
     assert status == 200 and me["email"] == email
@@ -90,7 +90,7 @@ async def test_cookie_session_is_httponly_strict_and_not_in_the_body(api):
     other = Browser(api)
     await other.open()
     status, body, _ = await other.call("POST", "/portal/login", {"email": email, "password": PASSWORD})
-    assert status == 200 and "session" in other.cookies
+    assert status == 200 and "gw_session" in other.cookies
     status, body, _ = await other.call("POST", "/portal/login", {"email": email, "password": "wrong password"})
     assert status == 401 and body == {"detail": "Incorrect email or password"}
 
@@ -99,13 +99,13 @@ async def test_cookie_session_is_httponly_strict_and_not_in_the_body(api):
 async def test_production_cookies_are_secure_and_host_only(api):
     browser = Browser(api)
     _, _, headers = await browser.open()
-    assert any(m.key == "__Host-xsrf" and m["secure"] for m in browser.keep(headers))
+    assert any(m.key == "__Host-gw_xsrf" and m["secure"] for m in browser.keep(headers))
     status, _, headers = await browser.call(
         "POST", "/portal/register", {"email": f"p-{uuid.uuid4().hex[:8]}@example.com", "password": PASSWORD}
     )
     assert status == 200
     session = next(m for m in SimpleCookie(headers.get_list("Set-Cookie")[-1]).values())
-    assert session.key == "__Host-session" and session["secure"] and session["path"] == "/"
+    assert session.key == "__Host-gw_session" and session["secure"] and session["path"] == "/"
     assert (await browser.call("GET", "/account"))[0] == 200
 
 
@@ -151,7 +151,7 @@ async def test_logout_clears_the_cookie(api):
     browser, _ = await signed_in(api)
     status, body, headers = await browser.call("POST", "/portal/logout")
     assert status == 200 and body == {"ok": True}
-    assert "session" not in browser.cookies
+    assert "gw_session" not in browser.cookies
     assert (await browser.call("GET", "/account"))[0] == 401
     status, _, _ = await browser.call("POST", "/portal/logout")  # idempotent
     assert status == 200
