@@ -39,7 +39,13 @@ pytestmark = pytest.mark.skipif(
 def stack():
     with Stack(
         in_memory=True,
-        gateway_env={"SIGNUP_CREDITS": str(SIGNUP_CREDITS), "ADMIN_EMAILS": ADMIN, "FLUSH_INTERVAL": "0.2"},
+        gateway_env={
+            "SIGNUP_CREDITS": str(SIGNUP_CREDITS),
+            "ADMIN_EMAILS": ADMIN,
+            "FLUSH_INTERVAL": "0.2",
+            # One /user_about call spends a whole signup balance (the zero-balance test); others are unchanged.
+            "PRICE_RULES": json.dumps({"panel": {"call": SIGNUP_CREDITS}}),
+        },
     ) as running:
         yield running
 
@@ -199,6 +205,25 @@ def test_low_balance_checkout_pay_and_balance_updates_without_reload(watched, st
     expect(page.get_by_test_id("balance")).to_have_text(f"{SIGNUP_CREDITS + 500_000:,} credits")
     expect(page.locator("#paid")).to_have_text("$5.00")
     assert page.evaluate("window.__same_page") is True
+    w.check()
+
+
+def test_zero_balance_warning_says_what_to_do(watched, stack, user_name):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_test_id("create-key").click()
+    expect(page.get_by_test_id("key-secret")).to_have_text(re.compile(r"\S{20,}"))
+    key = page.get_by_test_id("key-secret").inner_text()
+    status, _, _ = stack.call("GET", f"/social/user_about?userName={user_name}", key=key)
+    assert status == 200  # priced at the whole balance here
+    assert data_call(stack, key, user_name) == 402
+    page.get_by_role("link", name="Overview").click()
+    expect(page.get_by_test_id("balance")).to_have_text("0 credits")
+    warning = page.get_by_test_id("balance-warning")
+    expect(warning).to_contain_text("Your balance is zero: data calls are refused (HTTP 402) until you buy credits")
+    expect(warning.get_by_role("link", name="Buy credits now")).to_have_attribute("href", "#billing")
     w.check()
 
 
