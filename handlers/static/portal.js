@@ -375,6 +375,11 @@
         revoke.addEventListener("click", () => revokeKey(key, revoke));
         actions.append(revoke);
       }
+      const failed = el("p", "", "error");  // a failed action is reported in its own row
+      failed.dataset.testid = "error";
+      failed.setAttribute("role", "alert");
+      failed.hidden = true;
+      actions.append(failed);
       body.append(row);
     });
     labelCells($("#keys-table"));
@@ -387,7 +392,7 @@
       trigger.textContent = "Reveal";
       return;
     }
-    const shown = await act($("#key-form"), trigger, () => api("GET", "/keys/" + key.key_id + "/reveal"));
+    const shown = await act(trigger.parentNode, trigger, () => api("GET", "/keys/" + key.key_id + "/reveal"));
     if (shown) {
       code.textContent = shown.key;
       code.dataset.shown = "1";
@@ -402,7 +407,7 @@
       "Revoke key",
     );
     if (!sure) return;
-    const done = await act($("#key-form"), trigger, () => api("POST", "/keys/" + key.key_id + "/revoke"));
+    const done = await act(trigger.parentNode, trigger, () => api("POST", "/keys/" + key.key_id + "/revoke"));
     if (done) await loadKeys();
   }
 
@@ -416,7 +421,7 @@
     $("#roll-grace-box").hidden = true;
     if (!sure) return;
     const body = { grace_seconds: Number($("#roll-grace").value) };
-    const rolled = await act($("#key-form"), trigger, () => api("POST", "/keys/" + key.key_id + "/roll", body));
+    const rolled = await act(trigger.parentNode, trigger, () => api("POST", "/keys/" + key.key_id + "/roll", body));
     if (rolled) {
       showSecret(rolled.key);
       await loadKeys();
