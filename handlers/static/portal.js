@@ -663,6 +663,7 @@
     const link = $("#usage-csv");
     if (FEATURES.has("usage-export")) {
       link.href = "/usage/export?days=" + days;
+      link.setAttribute("download", ""); // the server names the file
       return;
     }
     const lines = [["timestamp", "endpoint", "status", "credits", "key_id", "request_id"].join(",")];
