@@ -16,7 +16,7 @@ import orjson
 
 import config
 import sandbox
-from app.embedded import start_helpers
+from app.embedded import DataDirBusy, start_helpers
 from payments.sandbox_chain import SandboxRefused
 from payments.service import build_payments, view
 from storage import db as database
@@ -86,6 +86,13 @@ def run_admin(args: argparse.Namespace) -> int:
             return 2
     try:
         helpers = start_helpers(settings, sandbox=False)
+    except DataDirBusy as exc:
+        print(
+            f"social-gateway: {exc}: stop it first, or set MONGODB_URI to the database it uses "
+            "(serve prints it at start-up)",
+            file=sys.stderr,
+        )
+        return 2
     except RuntimeError:
         print(
             "social-gateway: cannot open the embedded database in DATA_DIR/db; if the service is running, "
