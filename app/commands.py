@@ -17,6 +17,7 @@ import orjson
 import config
 import sandbox
 from app.embedded import DataDirBusy, start_helpers
+from handlers.base import dumps
 from payments.sandbox_chain import SandboxRefused
 from payments.service import build_payments, view
 from storage import db as database
@@ -163,7 +164,7 @@ def run_sandbox_chain(args: argparse.Namespace) -> int:
     except SandboxRefused as exc:
         print(f"social-gateway: {exc}", file=sys.stderr)
         return 1
-    print(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_NAIVE_UTC).decode())
+    print(dumps(result, orjson.OPT_INDENT_2).decode())  # the timestamps of the HTTP answers
     return 0
 
 

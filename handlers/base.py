@@ -52,9 +52,9 @@ def _json_default(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def dumps(data: Any) -> bytes:
+def dumps(data: Any, option: int = 0) -> bytes:
     """JSON for an answer; datetimes (naive ones are UTC) in the format of `timestamp`."""
-    return orjson.dumps(data, default=_json_default, option=orjson.OPT_PASSTHROUGH_DATETIME)
+    return orjson.dumps(data, default=_json_default, option=orjson.OPT_PASSTHROUGH_DATETIME | option)
 
 
 _REASONS = {

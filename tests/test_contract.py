@@ -323,3 +323,16 @@ async def test_the_gateway_serves_the_sandbox_catalog_in_development(api, catalo
 async def test_no_sandbox_catalog_in_production(api):
     status, body, _ = await api.call("GET", "/sandbox/catalog")
     assert status == 404 and body == {"detail": "Not found"}
+
+
+def test_the_spec_page_lists_every_endpoint_and_parameter_of_the_table():
+    with open(__file__.replace("tests/test_contract.py", "docs/spec.md")) as fh:
+        rows = {line.split("|")[1].strip(" `"): line for line in fh if line.startswith("| `/social/")}
+    assert set(rows) == {"/social" + e.path for e in ENDPOINTS}
+    for endpoint in ENDPOINTS:
+        row = rows["/social" + endpoint.path]
+        for param in endpoint.params:
+            assert f"`{param.name}`" in row, (endpoint.path, param.name)
+        for choice in next((p.choices for p in endpoint.params if p.choices), ()):
+            assert choice in row
+        assert ("one of" in row) == bool(endpoint.one_of) and ("501" in row) == (not endpoint.available)

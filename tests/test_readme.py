@@ -298,6 +298,7 @@ def test_every_documented_command_and_option_works(served, tmp_path):
     order = http("POST", served.url + "/billing/crypto/checkout", {"currency": "USDTTRC20", "amount_usd": 25}, auth)[1]
     paid = json.loads(runner.run("sandbox-pay", order["order_id"], "25", "--unconfirmed", **db).stdout)
     assert paid["order"]["credits_applied"] == 0
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", paid["order"]["created_at"])  # as over HTTP
     confirmed = json.loads(runner.run("sandbox-confirm", order["order_id"], **db).stdout)
     assert confirmed["order"]["credits_applied"] == 2_500_000
     assert (
