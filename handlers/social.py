@@ -5,6 +5,7 @@ Order of checks: key (401) -> rate limit (429) -> input (422) -> unavailable (50
 unless the upstream answered with data.
 """
 
+import re
 import time
 
 import orjson
@@ -73,9 +74,12 @@ def _cursor(value: str, loc: list) -> str:
     return value
 
 
+_ID = re.compile(r"[0-9]{1,20}")
+
+
 def _ids(value: str, loc: list, maximum: int) -> list[str]:
     ids = [part.strip() for part in value.split(",")]
-    if any(not i.isdigit() or len(i) > 20 for i in ids):
+    if any(not _ID.fullmatch(i) for i in ids):  # ASCII digits only: str.isdigit() also takes "²" and "٣"
         raise ValidationError([error(loc, "Input should be a comma-separated list of numeric ids", "value_error")])
     if len(ids) > maximum:
         raise ValidationError([error(loc, f"List should have at most {maximum} items", "too_long")])

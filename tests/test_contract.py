@@ -52,6 +52,7 @@ def invalid_calls():
                 yield e, f"{p.name} blank", {p.name: "  "}, loc, "missing"
             if p.kind == "int":
                 yield e, f"{p.name} not an integer", {p.name: "ten"}, loc, "int_parsing"
+                yield e, f"{p.name} in non-ASCII digits", {p.name: "\u0663"}, loc, "int_parsing"
                 if p.minimum is not None:
                     yield e, f"{p.name} below minimum", {p.name: str(p.minimum - 1)}, loc, "greater_than_equal"
                 if p.maximum is not None:
@@ -60,6 +61,7 @@ def invalid_calls():
                 yield e, f"{p.name} not a boolean", {p.name: "maybe"}, loc, "bool_parsing"
             elif p.kind == "ids":
                 yield e, f"{p.name} not numeric", {p.name: "12,abc"}, loc, "value_error"
+                yield e, f"{p.name} with non-ASCII digits", {p.name: "12,\u0663"}, loc, "value_error"
                 many = ",".join(str(i) for i in range(1, p.maximum + 2))
                 yield e, f"{p.name} too many", {p.name: many}, loc, "too_long"
             elif p.kind == "cursor":
