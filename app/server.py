@@ -75,10 +75,16 @@ class _Limits(httputil.HTTPMessageDelegate):
         declared = _declared_length(headers)
         if declared is not None and declared > self.server.max_body_bytes:
             # Read and drop the body, then finish (self.finish): the client gets the answer, not a reset.
-            # A client waiting for "100 Continue" has sent no body: answer and close (Tornado would send
-            # its 100 after our answer otherwise).
-            waiting = headers.get("Expect", "").lower() == "100-continue"
-            self.refuse(413, "Content Too Large", self.too_large(), declared > DRAIN_BYTES or waiting)
+            # Close at once instead when draining would not help or would answer twice: a body past
+            # DRAIN_BYTES; a client waiting for "100 Continue" (it has sent nothing; Tornado would send its
+            # 100 after our answer); a head Tornado itself refuses next (both lengths, or a list of lengths).
+            close = (
+                declared > DRAIN_BYTES
+                or headers.get("Expect", "").lower() == "100-continue"
+                or "Transfer-Encoding" in headers
+                or "," in headers["Content-Length"]
+            )
+            self.refuse(413, "Content Too Large", self.too_large(), close)
             return None
         return self.inner.headers_received(start_line, headers)
 
