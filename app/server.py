@@ -27,6 +27,8 @@ import tornado.httpserver
 import tornado.web
 from tornado import httputil
 
+from handlers.errors import portal_error
+
 HARD_CAP_FACTOR = 4
 DATA_PREFIXES = ("/social/", "/twitter/")  # answered in the data plane's error shape
 DRAIN_BYTES = 64 << 20  # the most of an over-limit body read (and dropped) to answer it cleanly
@@ -55,7 +57,7 @@ class _Limits(httputil.HTTPMessageDelegate):
     def refuse(self, status: int, reason: str, message: str, close: bool) -> None:
         """Answers at once, in the error shape of the part addressed; the application never sees the request."""
         self.refused = True
-        body = orjson.dumps({"status": "error", "msg": message} if self.data_plane else {"detail": message})
+        body = orjson.dumps({"status": "error", "msg": message} if self.data_plane else portal_error(message))
         headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "Cache-Control": "no-store"}
         if close:
             headers["Connection"] = "close"

@@ -57,10 +57,8 @@ def parse_args(endpoint: Endpoint, arguments: dict[str, list[bytes]]) -> dict:
 
 
 def _choice(value: str, loc: list, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        names = [f"'{c}'" for c in choices]
-        listed = ", ".join(names[:-1]) + f" or {names[-1]}"
-        raise ValidationError([error(loc, f"Input should be {listed}", "enum")])
+    if value not in choices:  # worded like a body field's enumeration (handlers/validation.py)
+        raise ValidationError([error(loc, f"Input should be one of {', '.join(choices)}", "enum")])
     return value
 
 
