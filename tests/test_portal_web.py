@@ -69,8 +69,29 @@ async def test_page_is_served_with_a_strict_policy(api):
     script = re.search(r'<script src="(/static/portal\.js\?v=[0-9a-f]+)"', page).group(1)
     response = await api.http.fetch(api.base + script)
     assert response.code == 200 and "max-age=31536000" in response.headers["Cache-Control"]
-    for testid in ("email", "password", "register", "login", "logout", "balance", "plan", "create-key"):
-        assert f'data-testid="{testid}"' in page
+    # The data-testid contract; key-row, revoke-key and usage-row are drawn by the script (test_browser.py).
+    for testid in (
+        "email",
+        "password",
+        "register",
+        "login",
+        "logout",
+        "balance",
+        "plan",
+        "create-key",
+        "key-name",
+        "key-secret",
+        "usage-chart",
+        "checkout-currency",
+        "checkout-amount",
+        "checkout-submit",
+        "order-status",
+        "error",
+    ):
+        assert f'data-testid="{testid}"' in page, testid
+    script = (await api.http.fetch(api.base + re.search(r'src="(/static/portal\.js[^"]*)"', page).group(1))).body
+    for testid in (b'"key-row"', b'"revoke-key"', b'"usage-row"'):
+        assert testid in script
     xsrf = next(m for m in browser.keep(headers) if m.key == "gw_xsrf")
     assert xsrf["httponly"] and xsrf["samesite"] == "Strict"
 
