@@ -41,6 +41,7 @@ def stack():
         in_memory=True,
         gateway_env={
             "SIGNUP_CREDITS": str(SIGNUP_CREDITS),
+            "SIGNUP_CREDITED_PER_NETWORK": "1000000",  # every test account registers from 127.0.0.1
             "ADMIN_EMAILS": ADMIN,
             "FLUSH_INTERVAL": "0.2",
             # One /user_about call spends a whole signup balance (the zero-balance test); others are unchanged.
