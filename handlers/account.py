@@ -1,9 +1,17 @@
-"""The account's balance and plan, and its usage history (buffered calls included)."""
+"""The account's balance and plan, and its usage history (buffered calls included): per call, summed
+by day / endpoint / key, and exported as CSV or JSON lines."""
 
 from datetime import UTC, datetime, timedelta
 
+import orjson
+
 from handlers.base import BaseHandler
-from handlers.validation import parse_int
+from handlers.validation import ValidationError, error, parse_int
+
+GROUPS = {"day": "day", "endpoint": "endpoint", "key": "key_id"}  # group_by value -> row field
+EXPORT_COLUMNS = ("timestamp", "key_id", "endpoint", "status", "credits", "request_id")
+EXPORT_CHUNK = 1000  # rows per write + flush: the period is never held in memory
+FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 
 
 class AccountHandler(BaseHandler):
@@ -50,7 +58,73 @@ class UsageHandler(BaseHandler):
         )
 
 
+def _days(handler: BaseHandler, default: str) -> int:
+    return parse_int(handler.get_query_argument("days", default), ["query", "days"], 1, 365)
+
+
+class UsageSummaryHandler(BaseHandler):
+    """Calls, credits and errors per day, endpoint and/or key over the last `days` UTC days, newest first."""
+
+    async def get(self) -> None:
+        account_id = self.bearer_account()
+        days = _days(self, "30")
+        names = [n.strip() for raw in self.get_query_arguments("group_by") for n in raw.split(",") if n.strip()]
+        wrong = [n for n in names if n not in GROUPS]
+        if wrong:
+            raise ValidationError([error(["query", "group_by"], "Input should be 'day', 'endpoint' or 'key'", "enum")])
+        fields = tuple(dict.fromkeys(GROUPS[n] for n in names or ["day"]))
+        since_day = (datetime.now(UTC).date() - timedelta(days=days - 1)).isoformat()
+        sums = await self.ctx.meter.usage_summary(account_id, since_day, fields)
+        rows = [
+            {**dict(zip(fields, group, strict=True)), "calls": n, "credits": c, "errors": x}
+            for group, (n, c, x) in sums.items()
+        ]
+        # Newest day first; within a day (or without days) the biggest spend first.
+        rows.sort(key=lambda r: (r.get("day", ""), r["credits"], r["calls"]), reverse=True)
+        self.send_json(rows)
+
+
+def _line(fmt: str, ts: datetime, record: dict) -> bytes:
+    stamp = ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    values = (stamp, record["key_id"], record["endpoint"], record["status"], record["credits"], record["request_id"])
+    if fmt == "csv":  # no value can hold a comma or a quote: ids, routes and numbers
+        return (",".join(str(v) for v in values) + "\n").encode()
+    return orjson.dumps(dict(zip(EXPORT_COLUMNS, values, strict=True))) + b"\n"
+
+
+class UsageExportHandler(BaseHandler):
+    """Every call of the last `days` days, one row each, streamed in chunks (CSV or JSON lines)."""
+
+    async def get(self) -> None:
+        account_id = self.bearer_account()
+        days = _days(self, "30")
+        fmt = self.get_query_argument("format", "csv")
+        if fmt not in FORMATS:
+            raise ValidationError([error(["query", "format"], "Input should be 'csv' or 'jsonl'", "enum")])
+        until = datetime.now(UTC)
+        since = until - timedelta(days=days)
+        # What this process has not written yet: exported from memory, and skipped if a flush writes it
+        # while the stored records stream (each record exactly once).
+        buffered, _ = self.ctx.meter.buffered(account_id)
+        skip = {r["_id"] for r in buffered}
+        self.set_header("Content-Type", FORMATS[fmt])
+        name = f"usage-{since:%Y%m%d}-{until:%Y%m%d}.{fmt}"
+        self.set_header("Content-Disposition", f'attachment; filename="{name}"')
+        chunk = [(",".join(EXPORT_COLUMNS) + "\n").encode()] if fmt == "csv" else []
+        async for record in self.ctx.usage.stream(account_id, since, until):
+            if record["id"] not in skip:
+                chunk.append(_line(fmt, record["ts"], record))
+                if len(chunk) >= EXPORT_CHUNK:
+                    self.write(b"".join(chunk))
+                    chunk = []
+                    await self.flush()  # waits for the client: a slow reader slows the read, not memory
+        chunk.extend(_line(fmt, r["ts"], r) for r in buffered if since <= r["ts"] <= until)
+        self.finish(b"".join(chunk))
+
+
 routes = [
     (r"/account", AccountHandler),
     (r"/usage", UsageHandler),
+    (r"/usage/summary", UsageSummaryHandler),
+    (r"/usage/export", UsageExportHandler),
 ]

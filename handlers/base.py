@@ -213,6 +213,10 @@ class BaseHandler(tornado.web.RequestHandler):
                 return str(address)
         return str(_address(hops[0])) if hops else peer
 
+    def client_address(self):
+        """client_ip() as an address object (IPv4-mapped IPv6 as IPv4), None if it is not one."""
+        return _address(self.client_ip())
+
     def route_label(self) -> str:
         """The matched route pattern, not the path: metric labels must not grow with key or order ids."""
         route = self.log_fields.get("route")
