@@ -113,6 +113,8 @@ def _networks(values: list, loc: list) -> list[str]:
 
 def properties_of(data: dict, fields: list[Field]) -> dict:
     """The body's fields in stored form (validated, normalised); a field sent as null maps to None."""
+    if not isinstance(data, dict):
+        validate_body(data, fields)  # the 422 for a body that is not an object
     given = validate_body({k: v for k, v in data.items() if v is not None}, fields)
     out: dict = {name: None for name, value in data.items() if value is None}
     errors: list = []
