@@ -5,16 +5,21 @@ this one within a second; rolling a key with a grace period; budgets under 400 c
 
 import asyncio
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
+import orjson
 import pytest
 import tornado.httpserver
 import tornado.testing
 from conftest import Api
+from test_process import ledger_of
+from test_scaleout import Gateway, account_with_keys, charged, reap, start_all, storm  # noqa: F401 (reap: autouse)
 
 import gateway
 from app.context import build_context
 from app.tasks import start_background
+from storage import db as database
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 
@@ -382,3 +387,32 @@ async def test_changes_through_another_context_apply_here_within_a_second(api, c
         assert (await api.call("GET", info(catalog), key=key["key"]))[1]["msg"] == "This API key has expired"
     finally:
         server.stop()
+
+
+@pytest.mark.gen_test(timeout=120)
+async def test_budget_over_two_processes_never_overspends(mongo, upstream_url, catalog):
+    """Two gateway processes, one key with a budget of about 50 calls, 400 concurrent calls spread
+    over both: never over the budget, and short of it by less than one call per process (README)."""
+    db_name = f"b_{uuid.uuid4().hex[:10]}"
+    a, b = Gateway(mongo.uri, upstream_url, db_name), Gateway(mongo.uri, upstream_url, db_name)
+    await start_all(a, b)
+    user, (key,), auth = await account_with_keys(a, 1_000_000, 1)
+    key_id = orjson.loads((await a.call("GET", "/keys", **auth)).body)[0]["key_id"]
+    limit = 50 * PRICE + 7
+    changed = await b.call("PATCH", f"/keys/{key_id}", {"credit_limit": limit, "credit_limit_period": "total"}, **auth)
+    assert changed.code == 200
+    path = info(catalog)
+    responses = await asyncio.gather(*await storm([(a, key), (b, key)], path, 400))
+    assert {r.code for r in responses} == {200, 402}
+    refused = orjson.loads(next(r for r in responses if r.code == 402).body)
+    assert "credit budget is exhausted" in refused["msg"]
+    spent = charged(responses)
+    assert limit - 2 * PRICE < spent <= limit
+    assert a.stop() == 0 and b.stop() == 0
+    account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
+    assert sum(r["credits"] for r in records) == spent and account["credits"] == 1_000_000 - spent
+    # Both processes gave back what they held unspent on shutdown: the budget's books match the spend.
+    client = database.connect(mongo.uri)
+    budget = await client[db_name].key_budgets.find_one({"_id": f"{key_id}:total"})
+    await client.close()
+    assert budget["taken"] == spent
