@@ -379,24 +379,14 @@ class Meter:
         doc = doc or await self.accounts.get(account_id)
         return doc["credits"] + self.ledger.held(account_id) + await self.leases.others_held(account_id, doc)
 
-    def buffered(self, account_id: str) -> tuple[list[dict], list[str]]:
-        """This process's unflushed records of the account, and the ids of every bucket they may be
-        written to while the caller reads the stored ones (skip those: the records count instead)."""
-        records = self.buffer.for_account(account_id)
-        if not records:
-            return [], []
-        first, batches = self.buffer.next_batches(self.settings.flush_batch)
-        days = {r["ts"].date().isoformat() for r in records}
-        pid = self.leases.process_id
-        return records, [f"{pid}-{seq}:{account_id}:{day}" for seq in range(first, first + batches) for day in days]
-
     async def usage_summary(self, account_id: str, since_day: str, group_by: tuple[str, ...]) -> dict[tuple, list]:
-        """(group values) -> [calls, credits, errors] from `since_day` (an ISO date, "" for all), stored and buffered."""
-        records, skip = self.buffered(account_id)
-        out = await self.usage.summary(account_id, since_day, group_by, skip)
-        for r in records:
+        """(group values) -> [calls, credits, errors] from `since_day` (an ISO date, "" for all): the day
+        rollups plus what this process has not folded into them yet, each call counted once."""
+        buffered = self.buffer.with_batches(account_id, self.settings.flush_batch)
+        out, folded = await self.usage.summary(account_id, since_day, group_by, self.leases.process_id)
+        for seq, r in buffered:
             day = r["ts"].date().isoformat()
-            if day >= since_day:
+            if day >= since_day and seq > folded.get(day, 0):  # its batch is not in the rollup read
                 values = {"day": day, "endpoint": r["endpoint"], "key_id": r["key_id"]}
                 add(out, tuple(values[name] for name in group_by), totals_of([r])[0])
         return out
@@ -477,6 +467,16 @@ class Meter:
         self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
         # Leases of an earlier incarnation of this node are known dead: return them now.
         await self.leases.reclaim_dead(self.settings.lease_timeout, same_node_now=True)
+        self.spawn(self._backfill())
+
+    async def _backfill(self) -> None:
+        try:
+            folded = await self.usage.backfill()
+        except Exception as exc:
+            log.warning("could not fold older usage into the day rollups: %s", type(exc).__name__)
+            return
+        if folded:
+            log.info("folded %d usage buckets written before day rollups existed", folded)
 
     def spawn(self, work) -> None:
         """Runs `work` in the background; close() waits for it."""

@@ -105,7 +105,7 @@ class UsageExportHandler(BaseHandler):
         since = until - timedelta(days=days)
         # What this process has not written yet: exported from memory, and skipped if a flush writes it
         # while the stored records stream (each record exactly once).
-        buffered, _ = self.ctx.meter.buffered(account_id)
+        buffered = self.ctx.meter.buffer.for_account(account_id)
         skip = {r["_id"] for r in buffered}
         self.set_header("Content-Type", FORMATS[fmt])
         name = f"usage-{since:%Y%m%d}-{until:%Y%m%d}.{fmt}"

@@ -6,7 +6,6 @@ documents (same ids) and is idempotent. A record is the charge itself (its
 `credits`), so a charge can never be persisted without its record.
 """
 
-import math
 from collections import deque
 
 
@@ -38,11 +37,13 @@ class UsageBuffer:
     def done(self) -> None:
         self._in_flight = []
 
-    def next_batches(self, limit: int) -> tuple[int, int]:
-        """The sequence number of the next batch the database will confirm, and how many batches of
-        `limit` records hold what is buffered now (records added later go after them)."""
-        first = self._batch_seq if self._in_flight else self._batch_seq + 1
-        return first, (1 if self._in_flight else 0) + math.ceil(len(self._pending) / limit)
+    def with_batches(self, account_id: str, limit: int) -> list[tuple[int, dict]]:
+        """The account's records, each with the sequence number of the batch that writes or will write
+        it (batches of `limit` records, taken in order)."""
+        found = [(self._batch_seq, r) for r in self._in_flight if r["account_id"] == account_id]
+        first = self._batch_seq + 1
+        found.extend((first + i // limit, r) for i, r in enumerate(self._pending) if r["account_id"] == account_id)
+        return found
 
     def for_account(self, account_id: str) -> list[dict]:
         return [r for r in (*self._in_flight, *self._pending) if r["account_id"] == account_id]

@@ -26,8 +26,12 @@ INDEXES = {
         IndexModel([("account_id", ASCENDING), ("ts_max", DESCENDING)]),
         IndexModel([("lease", ASCENDING), ("account_id", ASCENDING)]),
         IndexModel([("ts", DESCENDING)]),
-        # Summaries and exports read an account's buckets by day (storage/usage.py).
+        # Exports read an account's buckets day by day (storage/usage.py).
         IndexModel([("account_id", ASCENDING), ("day", ASCENDING)]),
+    ],
+    "usage_days": [
+        IndexModel([("account_id", ASCENDING), ("day", ASCENDING)]),
+        IndexModel([("process", ASCENDING)]),
     ],
     "processes": [IndexModel([("heartbeat_at", ASCENDING)])],
     "events": [IndexModel([("anonymous_id", ASCENDING)])],

@@ -6,19 +6,26 @@ per account per batch instead of per call (about 25x less database CPU on the
 embedded server). A bucket carries its records and their totals:
 
     {_id: "<process>-<batch>:<account>:<day>", account_id, lease, day, ts, ts_max,
-     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id}],
-     totals: [{key_id, endpoint, n, credits, errors}]}
-
-`totals` (one entry per key and endpoint of the bucket) lets summaries and key budgets read a few
-numbers per bucket instead of every record; buckets written before it existed are summed from
-their records.
+     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id}]}
 
 Bucket ids derive from the batch, so a retried batch skips what an earlier try wrote.
+
+Right after its buckets, a batch is folded into day rollups, one document per account, day and
+process, for GET /usage/summary and key budgets (reading buckets means decoding every record:
+seconds for a year of heavy use; the rollups hold one entry per key and endpoint):
+
+    {_id: "<account>:<day>:<process>", account_id, day, seq, rows: {"<key_id>|<endpoint>": {n, credits, errors}}}
+
+`seq` is the last batch folded: a retried batch is folded once. A process killed between the two
+writes of a batch leaves that batch (at most FLUSH_BATCH records) out of the rollups; its records,
+charges and export rows are unaffected. Buckets of processes that never wrote rollups (written before
+rollups existed) are folded by `backfill`.
 """
 
 from collections.abc import AsyncIterator
 from datetime import datetime
 
+from pymongo import UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
@@ -42,7 +49,6 @@ def buckets_of(batch_id: str, records: list[dict]) -> list[dict]:
             "n": len(group),
             "credits": sum(r["credits"] for r in group),
             "records": [{"id": r["_id"], **{f: r[f] for f in _RECORD_FIELDS}} for r in group],
-            "totals": totals_of(group),
         }
         for (account_id, lease, day), group in groups.items()
     ]
@@ -79,18 +85,82 @@ def flatten(bucket: dict) -> list[dict]:
 class UsageStore:
     def __init__(self, db: AsyncDatabase):
         self.buckets = db.usage_buckets
+        self.days = db.usage_days
 
     async def insert_batch(self, batch_id: str, records: list[dict]) -> int:
-        """Writes a batch; buckets already written by an earlier try of the same batch are skipped."""
+        """Writes a batch ("<process>-<seq>"), then folds it into the day rollups; buckets already
+        written by an earlier try of the same batch are skipped, and a batch is folded once."""
         if not records:
             return 0
         try:
             result = await self.buckets.insert_many(buckets_of(batch_id, records), ordered=False)
-            return len(result.inserted_ids)
+            inserted = len(result.inserted_ids)
         except BulkWriteError as exc:
             if not only_duplicates(exc):
                 raise
-            return exc.details["nInserted"]
+            inserted = exc.details["nInserted"]
+        process, _, seq = batch_id.rpartition("-")
+        await self._fold(process, int(seq), records)
+        return inserted
+
+    async def _fold(self, process: str, seq: int, records) -> None:
+        groups: dict[tuple, list[dict]] = {}
+        for record in records:
+            groups.setdefault((record["account_id"], record["ts"].date().isoformat()), []).append(record)
+        updates = []
+        for (account_id, day), group in groups.items():
+            inc = {}
+            for t in totals_of(group):
+                for name in ("n", "credits", "errors"):
+                    inc[f"rows.{t['key_id']}|{t['endpoint']}.{name}"] = t[name]
+            # Matches only if this batch is newer than the last one folded; else the upsert's insert
+            # collides with the existing document: a duplicate, i.e. already folded.
+            updates.append(
+                UpdateOne(
+                    {"_id": f"{account_id}:{day}:{process}", "seq": {"$lt": seq}},
+                    {"$inc": inc, "$set": {"seq": seq, "account_id": account_id, "day": day, "process": process}},
+                    upsert=True,
+                )
+            )
+        try:
+            await self.days.bulk_write(updates, ordered=False)
+        except BulkWriteError as exc:
+            if not only_duplicates(exc):
+                raise
+
+    async def summary(
+        self, account_id: str, since_day: str, group_by: tuple[str, ...], process: str
+    ) -> tuple[dict[tuple, list[int]], dict[str, int]]:
+        """(day?, endpoint?, key_id?) -> [calls, credits, errors] from the rollups of days from `since_day`
+        (an ISO date, "" for all); and per day, the last batch of `process` they hold."""
+        out: dict[tuple, list[int]] = {}
+        folded: dict[str, int] = {}
+        query = {"account_id": account_id, "day": {"$gte": since_day}}
+        async for doc in self.days.find(query, {"day": 1, "rows": 1, "seq": 1}):
+            day = doc["day"]
+            if doc["_id"].endswith(":" + process):
+                folded[day] = doc["seq"]
+            for name, totals in doc["rows"].items():
+                key_id, _, endpoint = name.partition("|")
+                values = {"day": day, "endpoint": endpoint, "key_id": int(key_id)}
+                add(out, tuple(values[g] for g in group_by), totals)
+        return out, folded
+
+    async def backfill(self) -> int:
+        """Folds the buckets of processes that never wrote rollups (buckets from before they existed)."""
+        processes = set(await self.days.distinct("process"))
+        count = 0
+        for lease in await self.buckets.distinct("lease"):
+            if lease in processes:
+                continue
+            # In batch order, one bucket in memory at a time: a fold is skipped unless newer than the last.
+            ids = [doc["_id"] async for doc in self.buckets.find({"lease": lease}, {"_id": 1})]
+            for _id in sorted(ids, key=_batch_seq):
+                bucket = await self.buckets.find_one({"_id": _id})
+                if bucket is not None:
+                    await self._fold(lease, _batch_seq(_id), flatten(bucket))
+                    count += 1
+        return count
 
     async def recent(self, account_id: str, since: datetime, limit: int) -> list[dict]:
         """The newest `limit` records since `since`, reading buckets newest first only as far as needed."""
@@ -103,38 +173,6 @@ class UsageStore:
             found.extend(r for r in flatten(bucket) if r["ts"] >= since)
             found.sort(key=lambda r: r["ts"], reverse=True)
         return found[:limit]
-
-    async def summary(
-        self, account_id: str, since_day: str, group_by: tuple[str, ...], skip_ids: list[str] = ()
-    ) -> dict[tuple, list[int]]:
-        """(day?, endpoint?, key_id?) -> [calls, credits, errors] over the account's buckets from `since_day`
-        (an ISO date), except the buckets `skip_ids` (a batch still in this process's buffer)."""
-        match = {"account_id": account_id, "day": {"$gte": since_day}}
-        if skip_ids:
-            match["_id"] = {"$nin": list(skip_ids)}
-        fields = {"day": "$day", "endpoint": "$totals.endpoint", "key_id": "$totals.key_id"}
-        pipeline = [
-            {"$match": {**match, "totals": {"$exists": True}}},
-            {"$project": {"day": 1, "totals": 1}},
-            {"$unwind": "$totals"},
-            {
-                "$group": {
-                    "_id": {name: fields[name] for name in group_by},
-                    "n": {"$sum": "$totals.n"},
-                    "credits": {"$sum": "$totals.credits"},
-                    "errors": {"$sum": "$totals.errors"},
-                }
-            },
-        ]
-        out: dict[tuple, list[int]] = {}
-        async for row in await self.buckets.aggregate(pipeline):
-            out[tuple(row["_id"].get(name) for name in group_by)] = [row["n"], row["credits"], row["errors"]]
-        # Buckets from before `totals` existed: summed here from their records.
-        async for bucket in self.buckets.find({**match, "totals": {"$exists": False}}):
-            for t in totals_of(bucket["records"]):
-                t["day"] = bucket["day"]
-                add(out, tuple(t[name] for name in group_by), t)
-        return out
 
     async def stream(self, account_id: str, since: datetime, until: datetime) -> AsyncIterator[dict]:
         """Every stored record of the account in [since, until], bucket by bucket, day by day (the index
@@ -163,3 +201,8 @@ def add(out: dict[tuple, list[int]], group: tuple, totals: dict) -> None:
     row[0] += totals["n"]
     row[1] += totals["credits"]
     row[2] += totals["errors"]
+
+
+def _batch_seq(bucket_id: str) -> int:
+    seq = bucket_id.split(":", 1)[0].rpartition("-")[2]
+    return int(seq) if seq.isdigit() else 0

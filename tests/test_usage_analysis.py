@@ -67,27 +67,55 @@ async def test_summary_by_key_endpoint_and_day(api, ctx, catalog):
 
 
 @pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
-async def test_summary_reads_older_days_and_buckets_without_totals(api, ctx, catalog):
+async def test_summary_reads_older_days_and_folds_buckets_written_before_rollups(api, ctx, catalog):
     user, a, b, charges = await known_calls(api, ctx, catalog)
     old = datetime.now(UTC) - timedelta(days=10)
-    record = {
-        "_id": "old-1",
-        "account_id": user["account_id"],
-        "key_id": a["key_id"],
-        "endpoint": "/social/user/info",
-        "ts": old,
-        "credits": 18,
-        "status": 200,
-        "lease": "gone",
-        "request_id": "r-old",
-    }
-    (bucket,) = buckets_of("old-batch", [record])
-    del bucket["totals"]  # as written before buckets carried totals
-    await ctx.usage.buckets.insert_one(bucket)
+    records = [
+        {
+            "_id": f"old-{i}",
+            "account_id": user["account_id"],
+            "key_id": a["key_id"],
+            "endpoint": "/social/user/info",
+            "ts": old + timedelta(seconds=i),
+            "credits": 18 if i else 0,
+            "status": 200 if i else 502,
+            "lease": "gone",
+            "request_id": f"r-old-{i}",
+        }
+        for i in range(3)
+    ]
+    # As a process from before the day rollups wrote them: buckets only, two batches.
+    for seq, batch in ((1, records[:1]), (2, records[1:])):
+        await ctx.usage.buckets.insert_many(buckets_of(f"gone-{seq}", batch))
     rows = (await api.call("GET", "/usage/summary?days=30&group_by=day", token=user["token"]))[1]
-    assert rows[-1] == {"day": old.date().isoformat(), "calls": 1, "credits": 18, "errors": 0}
+    assert [r["day"] for r in rows] == [datetime.now(UTC).date().isoformat()]
+    assert await ctx.usage.backfill() == 2
+    assert await ctx.usage.backfill() == 0  # once
+    rows = (await api.call("GET", "/usage/summary?days=30&group_by=day", token=user["token"]))[1]
+    assert rows[-1] == {"day": old.date().isoformat(), "calls": 3, "credits": 36, "errors": 1}
     assert rows[0]["day"] > rows[-1]["day"]  # newest first
     assert len((await api.call("GET", "/usage/summary?days=10", token=user["token"]))[1]) == 1  # outside the window
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
+async def test_a_retried_flush_is_counted_once(api, ctx, catalog):
+    user, a, b, charges = await known_calls(api, ctx, catalog)
+    real_insert = ctx.meter.usage.insert_batch
+
+    async def written_but_unacknowledged(batch_id, records):
+        await real_insert(batch_id, records)
+        raise ConnectionError("acknowledgement lost")
+
+    ctx.meter.usage.insert_batch = written_but_unacknowledged
+    with pytest.raises(ConnectionError):
+        await ctx.meter.flush()
+    # Written and folded, still buffered: counted once, not from both.
+    rows = (await api.call("GET", "/usage/summary?group_by=key", token=user["token"]))[1]
+    assert sum(r["calls"] for r in rows) == 7
+    ctx.meter.usage.insert_batch = real_insert
+    await ctx.meter.flush()  # the retry folds nothing twice
+    rows = (await api.call("GET", "/usage/summary?group_by=key", token=user["token"]))[1]
+    assert sum(r["calls"] for r in rows) == 7 and len(ctx.meter.buffer) == 0
 
 
 @pytest.mark.parametrize(
