@@ -26,7 +26,7 @@ from storage.accounts import AccountStore
 from storage.budgets import BudgetStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
-from storage.usage import UsageStore, add, totals_of
+from storage.usage import UsageStore, is_error
 
 log = logging.getLogger("gateway.meter")
 
@@ -380,15 +380,22 @@ class Meter:
         return doc["credits"] + self.ledger.held(account_id) + await self.leases.others_held(account_id, doc)
 
     async def usage_summary(self, account_id: str, since_day: str, group_by: tuple[str, ...]) -> dict[tuple, list]:
-        """(group values) -> [calls, credits, errors] from `since_day` (an ISO date, "" for all): the day
-        rollups plus what this process has not folded into them yet, each call counted once."""
+        """(group values) -> [calls, credits, errors] from `since_day` (an ISO date, "" for all): stored
+        totals plus this process's buffered calls, each call counted once."""
         buffered = self.buffer.with_batches(account_id, self.settings.flush_batch)
-        out, folded = await self.usage.summary(account_id, since_day, group_by, self.leases.process_id)
-        for seq, r in buffered:
+        # The buckets the buffered records are (or will be) written to: their stored totals are skipped,
+        # the records counted instead, whether or not a flush writes them meanwhile.
+        pid = self.leases.process_id
+        skip = {f"{pid}-{seq}:{account_id}:{r['ts'].date().isoformat()}" for seq, r in buffered}
+        out = await self.usage.summary(account_id, since_day, group_by, skip)
+        for _, r in buffered:
             day = r["ts"].date().isoformat()
-            if day >= since_day and seq > folded.get(day, 0):  # its batch is not in the rollup read
+            if day >= since_day:
                 values = {"day": day, "endpoint": r["endpoint"], "key_id": r["key_id"]}
-                add(out, tuple(values[name] for name in group_by), totals_of([r])[0])
+                row = out.setdefault(tuple(values[name] for name in group_by), [0, 0, 0])
+                row[0] += 1
+                row[1] += r["credits"]
+                row[2] += is_error(r["status"])
         return out
 
     async def credits_used(self, account_id: str, keys: list[dict]) -> dict[int, int]:
@@ -473,10 +480,10 @@ class Meter:
         try:
             folded = await self.usage.backfill()
         except Exception as exc:
-            log.warning("could not fold older usage into the day rollups: %s", type(exc).__name__)
+            log.warning("could not sum older usage buckets for summaries: %s", type(exc).__name__)
             return
         if folded:
-            log.info("folded %d usage buckets written before day rollups existed", folded)
+            log.info("summed %d usage buckets written before usage totals existed", folded)
 
     def spawn(self, work) -> None:
         """Runs `work` in the background; close() waits for it."""

@@ -29,9 +29,9 @@ INDEXES = {
         # Exports read an account's buckets day by day (storage/usage.py).
         IndexModel([("account_id", ASCENDING), ("day", ASCENDING)]),
     ],
-    "usage_days": [
+    "usage_totals": [
         IndexModel([("account_id", ASCENDING), ("day", ASCENDING)]),
-        IndexModel([("process", ASCENDING)]),
+        IndexModel([("lease", ASCENDING)]),
     ],
     "processes": [IndexModel([("heartbeat_at", ASCENDING)])],
     "events": [IndexModel([("anonymous_id", ASCENDING)])],

@@ -10,22 +10,21 @@ embedded server). A bucket carries its records and their totals:
 
 Bucket ids derive from the batch, so a retried batch skips what an earlier try wrote.
 
-Right after its buckets, a batch is folded into day rollups, one document per account, day and
-process, for GET /usage/summary and key budgets (reading buckets means decoding every record:
-seconds for a year of heavy use; the rollups hold one entry per key and endpoint):
+Right after its buckets, a batch writes their totals, one small document per bucket (same id) with
+one row per key and endpoint, for GET /usage/summary and key budgets (reading the buckets themselves
+means decoding every record: seconds for a year of heavy use):
 
-    {_id: "<account>:<day>:<process>", account_id, day, seq, rows: {"<key_id>|<endpoint>": {n, credits, errors}}}
+    {_id: <bucket id>, account_id, lease, day, rows: [[key_id, endpoint, calls, credits, errors], ...]}
 
-`seq` is the last batch folded: a retried batch is folded once. A process killed between the two
-writes of a batch leaves that batch (at most FLUSH_BATCH records) out of the rollups; its records,
-charges and export rows are unaffected. Buckets of processes that never wrote rollups (written before
-rollups existed) are folded by `backfill`.
+Both writes are idempotent (ids from the batch). A process killed between the two writes of a batch
+leaves that batch (at most FLUSH_BATCH records) out of summaries; its records, charges and export
+rows are unaffected. Buckets of processes that never wrote totals (from before they existed) are
+summed by `backfill`.
 """
 
 from collections.abc import AsyncIterator
 from datetime import datetime
 
-from pymongo import UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
@@ -58,6 +57,18 @@ def is_error(status: int) -> bool:
     return not 200 <= status < 300
 
 
+def totals_doc(bucket: dict) -> dict:
+    """The totals document of a bucket: one row [key_id, endpoint, calls, credits, errors] per key and endpoint."""
+    rows = totals_of(bucket["records"])
+    return {
+        "_id": bucket["_id"],
+        "account_id": bucket["account_id"],
+        "lease": bucket["lease"],
+        "day": bucket["day"],
+        "rows": [[t["key_id"], t["endpoint"], t["n"], t["credits"], t["errors"]] for t in rows],
+    }
+
+
 def totals_of(records) -> list[dict]:
     """Calls, credits and errors per (key, endpoint) of some records."""
     sums: dict[tuple, list[int]] = {}
@@ -85,81 +96,55 @@ def flatten(bucket: dict) -> list[dict]:
 class UsageStore:
     def __init__(self, db: AsyncDatabase):
         self.buckets = db.usage_buckets
-        self.days = db.usage_days
+        self.totals = db.usage_totals
 
     async def insert_batch(self, batch_id: str, records: list[dict]) -> int:
-        """Writes a batch ("<process>-<seq>"), then folds it into the day rollups; buckets already
-        written by an earlier try of the same batch are skipped, and a batch is folded once."""
+        """Writes a batch's buckets, then their totals; what an earlier try of the same batch wrote is skipped."""
         if not records:
             return 0
-        try:
-            result = await self.buckets.insert_many(buckets_of(batch_id, records), ordered=False)
-            inserted = len(result.inserted_ids)
-        except BulkWriteError as exc:
-            if not only_duplicates(exc):
-                raise
-            inserted = exc.details["nInserted"]
-        process, _, seq = batch_id.rpartition("-")
-        await self._fold(process, int(seq), records)
+        buckets = buckets_of(batch_id, records)
+        inserted = await self._insert(self.buckets, buckets)
+        await self._insert(self.totals, [totals_doc(b) for b in buckets])
         return inserted
 
-    async def _fold(self, process: str, seq: int, records) -> None:
-        groups: dict[tuple, list[dict]] = {}
-        for record in records:
-            groups.setdefault((record["account_id"], record["ts"].date().isoformat()), []).append(record)
-        updates = []
-        for (account_id, day), group in groups.items():
-            inc = {}
-            for t in totals_of(group):
-                for name in ("n", "credits", "errors"):
-                    inc[f"rows.{t['key_id']}|{t['endpoint']}.{name}"] = t[name]
-            # Matches only if this batch is newer than the last one folded; else the upsert's insert
-            # collides with the existing document: a duplicate, i.e. already folded.
-            updates.append(
-                UpdateOne(
-                    {"_id": f"{account_id}:{day}:{process}", "seq": {"$lt": seq}},
-                    {"$inc": inc, "$set": {"seq": seq, "account_id": account_id, "day": day, "process": process}},
-                    upsert=True,
-                )
-            )
+    @staticmethod
+    async def _insert(collection, docs: list[dict]) -> int:
         try:
-            await self.days.bulk_write(updates, ordered=False)
+            result = await collection.insert_many(docs, ordered=False)
+            return len(result.inserted_ids)
         except BulkWriteError as exc:
             if not only_duplicates(exc):
                 raise
+            return exc.details["nInserted"]
 
     async def summary(
-        self, account_id: str, since_day: str, group_by: tuple[str, ...], process: str
-    ) -> tuple[dict[tuple, list[int]], dict[str, int]]:
-        """(day?, endpoint?, key_id?) -> [calls, credits, errors] from the rollups of days from `since_day`
-        (an ISO date, "" for all); and per day, the last batch of `process` they hold."""
+        self, account_id: str, since_day: str, group_by: tuple[str, ...], skip: set[str] = frozenset()
+    ) -> dict[tuple, list[int]]:
+        """(day?, endpoint?, key_id?) -> [calls, credits, errors] over the totals of days from `since_day`
+        (an ISO date, "" for all), except the buckets `skip` (batches this process still holds)."""
         out: dict[tuple, list[int]] = {}
-        folded: dict[str, int] = {}
+        pick = [("day", "endpoint", "key_id").index(name) for name in group_by]
         query = {"account_id": account_id, "day": {"$gte": since_day}}
-        async for doc in self.days.find(query, {"day": 1, "rows": 1, "seq": 1}):
+        async for doc in self.totals.find(query, {"day": 1, "rows": 1}):
+            if doc["_id"] in skip:
+                continue
             day = doc["day"]
-            if doc["_id"].endswith(":" + process):
-                folded[day] = doc["seq"]
-            for name, totals in doc["rows"].items():
-                key_id, _, endpoint = name.partition("|")
-                values = {"day": day, "endpoint": endpoint, "key_id": int(key_id)}
-                add(out, tuple(values[g] for g in group_by), totals)
-        return out, folded
+            for key_id, endpoint, n, credits, errors in doc["rows"]:
+                values = (day, endpoint, key_id)
+                row = out.setdefault(tuple(values[i] for i in pick), [0, 0, 0])
+                row[0] += n
+                row[1] += credits
+                row[2] += errors
+        return out
 
     async def backfill(self) -> int:
-        """Folds the buckets of processes that never wrote rollups (buckets from before they existed)."""
-        processes = set(await self.days.distinct("process"))
+        """Writes the totals of buckets of processes that never wrote any (buckets from before totals existed)."""
+        done = set(await self.totals.distinct("lease"))
         count = 0
         for lease in await self.buckets.distinct("lease"):
-            if lease in processes:
-                continue
-            # In batch order, one bucket in memory at a time: a fold is skipped unless newer than the last.
-            ids = [doc["_id"] async for doc in self.buckets.find({"lease": lease}, {"_id": 1})]
-            for _id in sorted(ids, key=_batch_seq):
-                bucket = await self.buckets.find_one({"_id": _id})
-                if bucket is not None:
-                    await self._fold(lease, _batch_seq(_id), flatten(bucket))
-                    count += 1
+            if lease not in done:
+                async for bucket in self.buckets.find({"lease": lease}):  # one bucket in memory at a time
+                    count += await self._insert(self.totals, [totals_doc(bucket)])
         return count
 
     async def recent(self, account_id: str, since: datetime, limit: int) -> list[dict]:
@@ -194,15 +179,3 @@ class UsageStore:
         ]
         cursor = await self.buckets.aggregate(pipeline)
         return next(iter([doc["credits"] async for doc in cursor]), 0)
-
-
-def add(out: dict[tuple, list[int]], group: tuple, totals: dict) -> None:
-    row = out.setdefault(group, [0, 0, 0])
-    row[0] += totals["n"]
-    row[1] += totals["credits"]
-    row[2] += totals["errors"]
-
-
-def _batch_seq(bucket_id: str) -> int:
-    seq = bucket_id.split(":", 1)[0].rpartition("-")[2]
-    return int(seq) if seq.isdigit() else 0
