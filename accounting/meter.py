@@ -10,8 +10,9 @@ import asyncio
 import ipaddress
 import itertools
 import logging
+import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from accounting.cache import LoadingCache
@@ -32,6 +33,7 @@ log = logging.getLogger("gateway.meter")
 
 TOUCH_INTERVAL = 5.0  # seconds between writes of keys' last_used_at
 REFILL_ATTEMPTS = 4
+ADDRESS_MEMO = 1024  # client addresses remembered per key with allowed_ips
 BUDGET_ATTEMPTS = 64  # each attempt either reserves, takes a slice of at least one credit, or finds none left
 
 
@@ -48,6 +50,20 @@ class KeyEntry:
     credit_limit: int | None = None
     period: str | None = None  # credit_limit_period: day | month | total
     budget_id: int = 0  # shared by a key and the keys rolled from it
+    # client address -> allowed, for keys with allowed_ips: a dict lookup per call instead of parsing
+    # the address and testing each network (bounded; a new entry per key change starts it afresh).
+    verdicts: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def allows(self, address: str, parse) -> bool:
+        """Whether a call from `address` may use this key; `parse` turns it into an address object (or None)."""
+        verdict = self.verdicts.get(address)
+        if verdict is None:
+            parsed = parse(address)
+            verdict = parsed is not None and any(parsed in network for network in self.networks)
+            if len(self.verdicts) >= ADDRESS_MEMO:
+                self.verdicts.clear()
+            self.verdicts[address] = verdict
+        return verdict
 
 
 def entry_of(doc: dict) -> KeyEntry:
@@ -96,6 +112,8 @@ class Meter:
         self.budget_store = BudgetStore(usage.buckets.database)
         self.budgets: dict[int, Budget] = {}  # budget id -> this process's slice for the current period
         self._budget_takes: dict[int, asyncio.Future] = {}
+        self._periods: dict[str, tuple[str, str]] = {}
+        self._periods_until = 0.0
         self.vault, self.metrics, self.clock = vault, metrics, clock
         self.ledger = Ledger(settings.lease_seconds)
         self.buffer = UsageBuffer(settings.buffer_max)
@@ -168,10 +186,10 @@ class Meter:
             budget.reserved -= amount
             return None
         budget.reserved -= amount - reservation.amount  # the account may hold less than the budget did
-        return replace(reservation, budget=budget)
+        return Reservation(account_id, reservation.amount, budget)
 
     async def _reserve_budget(self, key: KeyEntry, most: int, least: int) -> tuple[Budget, int]:
-        period, since_day = budget_period(key.period, datetime.now(UTC))
+        period, since_day = self._period(key.period)
         budget = self.budgets.get(key.budget_id)
         if budget is None or budget.period != period or budget.limit != key.credit_limit:
             if budget is not None and budget.period == period:
@@ -191,6 +209,14 @@ class Meter:
             if self.budgets.get(key.budget_id) is not budget:
                 break  # replaced meanwhile (its limit changed): the call is refused, the next sees the new one
         raise BudgetExhausted()
+
+    def _period(self, kind: str) -> tuple[str, str]:
+        """budget_period for now, recomputed once a second rather than per call."""
+        now = time.time()
+        if now >= self._periods_until:
+            self._periods = {k: budget_period(k, datetime.fromtimestamp(now, UTC)) for k in ("day", "month", "total")}
+            self._periods_until = math.floor(now) + 1.0
+        return self._periods[kind]
 
     async def _take_slice(self, key: KeyEntry, budget: Budget, most: int, since_day: str) -> None:
         """One take per budget at a time; callers arriving meanwhile wait for it."""

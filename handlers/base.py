@@ -213,10 +213,6 @@ class BaseHandler(tornado.web.RequestHandler):
                 return str(address)
         return str(_address(hops[0])) if hops else peer
 
-    def client_address(self):
-        """client_ip() as an address object (IPv4-mapped IPv6 as IPv4), None if it is not one."""
-        return _address(self.client_ip())
-
     def route_label(self) -> str:
         """The matched route pattern, not the path: metric labels must not grow with key or order ids."""
         route = self.log_fields.get("route")
@@ -264,6 +260,11 @@ _ROUTE_LABELS: dict[type, str | None] = {}
 @functools.lru_cache(maxsize=8)
 def _networks(trusted: tuple) -> tuple:
     return tuple(ipaddress.ip_network(n) for n in trusted)
+
+
+def parse_address(text: str):
+    """An address object (IPv4-mapped IPv6 as IPv4), None if `text` is not an address."""
+    return _address(text)
 
 
 def _address(text: str):

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import orjson
 
 from accounting.meter import BudgetExhausted, KeyEntry, LeasesExpired
-from handlers.base import ApiError, BaseHandler
+from handlers.base import ApiError, BaseHandler, parse_address
 from handlers.validation import ValidationError, error, length, missing, parse_bool, parse_int
 from metering.ledger import Reservation, period_end
 from social.endpoints import ENDPOINTS, Endpoint, count_items, page_size
@@ -114,10 +114,8 @@ class DataHandler(BaseHandler):
         self.log_fields["key_id"] = key.key_id
         if key.expires_at is not None and time.time() >= key.expires_at:
             raise ApiError(401, "This API key has expired")
-        if key.networks is not None:
-            address = self.client_address()
-            if address is None or not any(address in network for network in key.networks):
-                raise ApiError(403, "This API key is not allowed from this address")
+        if key.networks is not None and not key.allows(self.client_ip(), parse_address):
+            raise ApiError(403, "This API key is not allowed from this address")
         if key.scope is not None and self.endpoint.path not in key.scope:
             raise ApiError(403, "This API key may not call this endpoint")
         return key
