@@ -5,18 +5,37 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from handlers.base import BaseHandler
-from handlers.validation import ValidationError, error, parse_int
+from handlers.base import BaseHandler, authenticated
+from handlers.errors import ValidationError, error
+from handlers.validation import Field
 
 GROUPS = {"day": "day", "endpoint": "endpoint", "key": "key_id"}  # group_by value -> row field
 EXPORT_COLUMNS = ("timestamp", "key_id", "endpoint", "status", "credits", "request_id")
 EXPORT_CHUNK = 1000  # rows per write + flush: the period is never held in memory
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 
+DAYS = Field("days", int, required=False, default=14, minimum=1, maximum=365, description="Window in days, ending now")
+LIMIT = Field(
+    "limit", int, required=False, default=1000, minimum=1, maximum=10_000, description="At most this many records"
+)
+
+PERIOD_DAYS = Field(
+    "days", int, required=False, default=30, minimum=1, maximum=365, description="UTC days, today included"
+)
+
+
+def _format(value: str, loc: list) -> None:
+    if value not in FORMATS:
+        raise ValidationError([error(loc, "Input should be 'csv' or 'jsonl'", "enum")])
+
+
+FORMAT = Field("format", str, required=False, default="csv", check=_format, description="csv or jsonl")
+
 
 class AccountHandler(BaseHandler):
     """Credit balance and plan state."""
 
+    @authenticated
     async def get(self) -> None:
         account = await self.current_account()
         view = await self.ctx.meter.account_view(account["_id"])
@@ -37,12 +56,10 @@ class AccountHandler(BaseHandler):
 class UsageHandler(BaseHandler):
     """Per-call history, newest first."""
 
+    @authenticated
     async def get(self) -> None:
-        account_id = self.bearer_account()
-        days = parse_int(self.get_query_argument("days", "14"), ["query", "days"], 1, 365)
-        limit = parse_int(self.get_query_argument("limit", "1000"), ["query", "limit"], 1, 10_000)
-        since = datetime.now(UTC) - timedelta(days=days)
-        records = await self.ctx.meter.usage_of(account_id, since, limit)
+        since = datetime.now(UTC) - timedelta(days=self.query_arg(DAYS))
+        records = await self.ctx.meter.usage_of(self.current_user, since, self.query_arg(LIMIT))
         self.send_json(
             [
                 {
@@ -58,16 +75,13 @@ class UsageHandler(BaseHandler):
         )
 
 
-def _days(handler: BaseHandler, default: str) -> int:
-    return parse_int(handler.get_query_argument("days", default), ["query", "days"], 1, 365)
-
-
 class UsageSummaryHandler(BaseHandler):
     """Calls, credits and errors per day, endpoint and/or key over the last `days` UTC days, newest first."""
 
+    @authenticated
     async def get(self) -> None:
-        account_id = self.bearer_account()
-        days = _days(self, "30")
+        account_id = self.current_user
+        days = self.query_arg(PERIOD_DAYS)
         names = [n.strip() for raw in self.get_query_arguments("group_by") for n in raw.split(",") if n.strip()]
         wrong = [n for n in names if n not in GROUPS]
         if wrong:
@@ -95,12 +109,11 @@ def _line(fmt: str, ts: datetime, record: dict) -> bytes:
 class UsageExportHandler(BaseHandler):
     """Every call of the last `days` days, one row each, streamed in chunks (CSV or JSON lines)."""
 
+    @authenticated
     async def get(self) -> None:
-        account_id = self.bearer_account()
-        days = _days(self, "30")
-        fmt = self.get_query_argument("format", "csv")
-        if fmt not in FORMATS:
-            raise ValidationError([error(["query", "format"], "Input should be 'csv' or 'jsonl'", "enum")])
+        account_id = self.current_user
+        days = self.query_arg(PERIOD_DAYS)
+        fmt = self.query_arg(FORMAT)
         until = datetime.now(UTC)
         since = until - timedelta(days=days)
         # What this process has not written yet: exported from memory, and skipped if a flush writes it

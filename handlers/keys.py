@@ -11,24 +11,16 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from handlers.base import ApiError, BaseHandler
-from handlers.validation import (
-    Field,
-    ValidationError,
-    check_range,
-    error,
-    length,
-    missing,
-    parse_int,
-    validate_body,
-)
+from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.errors import ValidationError, error, missing
+from handlers.validation import Field, parse_int, validate_body
 from security.apikeys import KeyVault
 from social.endpoints import BY_PATH, GROUPS
 from storage.keys import PROPERTIES
 
 PERIODS = ("day", "month", "total")
 MAX_ENDPOINTS, MAX_IPS, MAX_CREDIT_LIMIT, MAX_GRACE = 100, 100, 10**15, 604_800
-NAME = Field("name", str, required=False, check=length(1, 100))
+NAME = Field("name", str, required=False, min_length=1, max_length=100, description='Absent or null: "default"')
 
 
 def _one_of(choices: tuple) -> Callable:
@@ -50,17 +42,20 @@ def _items(maximum: int) -> Callable:
     return check
 
 
+# The list items, the future date and the period are checked by `properties_of` and `check`; the OpenAPI
+# document states them (handlers/openapi.py KEY_PROPERTIES).
 PROPERTY_FIELDS = [
-    Field("expires_at", str, required=False, check=length(1, 64)),
+    Field("expires_at", str, required=False, min_length=1, max_length=64, description="ISO 8601, in the future"),
     Field("allowed_endpoints", list, required=False, check=_items(MAX_ENDPOINTS)),
     Field("allowed_ips", list, required=False, check=_items(MAX_IPS)),
-    Field("credit_limit", int, required=False, check=lambda v, loc: check_range(v, loc, 1, MAX_CREDIT_LIMIT)),
+    Field("credit_limit", int, required=False, minimum=1, maximum=MAX_CREDIT_LIMIT),
     Field("credit_limit_period", str, required=False, check=_one_of(PERIODS)),
 ]
 KEY_CREATE = [NAME, *PROPERTY_FIELDS]
 KEY_PATCH = KEY_CREATE
-ROLL = [Field("grace_seconds", int, check=lambda v, loc: check_range(v, loc, 0, MAX_GRACE))]
-TOP_UP = [Field("credits", int, check=lambda v, loc: check_range(v, loc, 1, 10**12))]
+ROLL = [Field("grace_seconds", int, minimum=0, maximum=MAX_GRACE, description="Seconds the old key keeps working")]
+CREDITS = Field("credits", int, minimum=1, maximum=10**12)  # also the bound of `social-gateway admin credit`
+TOP_UP = [CREDITS]
 
 
 def _expiry(value: str, loc: list) -> datetime:
@@ -141,7 +136,7 @@ def check_budget(final: dict) -> None:
 class KeysBase(BaseHandler):
     async def owned_key(self, key_id: str) -> dict:
         """The caller's key; another account's key or a missing one is 404 (no existence oracle)."""
-        account_id = self.bearer_account()
+        account_id = self.current_user
         if re.fullmatch(r"[+-]?\d+", key_id) and not (len(key_id) <= 19 and 0 < int(key_id) < 10**18):
             raise ApiError(404, "Key not found")  # an integer no key can have is unknown, like any other
         key = await self.ctx.keys.get(account_id, parse_int(key_id, ["path", "key_id"], 1))
@@ -178,11 +173,13 @@ def _row(key: dict, qps: float, credits_used: int) -> dict:
 class KeysHandler(KeysBase):
     """Lists the account's keys (never secrets) and issues new ones."""
 
+    @authenticated
     async def get(self) -> None:
-        self.send_json(await self.rows(self.bearer_account()))
+        self.send_json(await self.rows(self.current_user))
 
+    @authenticated
     async def post(self) -> None:
-        account_id = self.bearer_account()
+        account_id = self.current_user
         body = properties_of(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
         check_budget(body)
         secret, key = await issue(self.ctx, account_id, body.pop("name", None) or "default", body)
@@ -209,6 +206,7 @@ async def issue(ctx, account_id: str, name: str, properties: dict) -> tuple[str,
 class KeyHandler(KeysBase):
     """Changes a key's name and properties (never its secret); null removes a restriction."""
 
+    @authenticated
     async def patch(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
         changes = properties_of(self.json_body(), KEY_PATCH)
@@ -227,6 +225,7 @@ class KeyHandler(KeysBase):
 class RollHandler(KeysBase):
     """Issues a new secret with the same properties; the old key expires after grace_seconds."""
 
+    @authenticated
     async def post(self, key_id: str) -> None:
         old = await self.owned_key(key_id)
         grace = validate_body(self.json_body(), ROLL)["grace_seconds"]
@@ -252,6 +251,7 @@ class RollHandler(KeysBase):
 class RevealHandler(KeysBase):
     """Returns the full key string to its owner."""
 
+    @authenticated
     async def get(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
         self.send_json({"key_id": key["key_id"], "key": self.ctx.vault.decrypt(key["sealed"], key["key_id"])})
@@ -260,6 +260,7 @@ class RevealHandler(KeysBase):
 class RevokeHandler(KeysBase):
     """Revokes the key permanently; idempotent; effective before the answer is sent."""
 
+    @authenticated
     async def post(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
         await self.ctx.keys.revoke(key["account_id"], key["key_id"])
@@ -270,9 +271,9 @@ class RevokeHandler(KeysBase):
 class TopUpHandler(KeysBase):
     """Adds credits to the key's account; development only."""
 
+    @authenticated
     async def post(self, key_id: str) -> None:
         if self.ctx.settings.production:
-            self.bearer_account()
             raise ApiError(403, "Direct top-ups are disabled in production; buy credits with a crypto payment")
         key = await self.owned_key(key_id)
         body = validate_body(self.json_body(), TOP_UP)

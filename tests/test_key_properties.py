@@ -12,9 +12,8 @@ import orjson
 import pytest
 import tornado.httpserver
 import tornado.testing
-from conftest import Api
-from test_process import ledger_of
-from test_scaleout import Gateway, account_with_keys, charged, reap, start_all, storm  # noqa: F401 (reap: autouse)
+from support import FAST, Gateway, account_with_keys, ledger_of
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 import gateway
 from app.context import build_context
@@ -23,7 +22,6 @@ from storage import db as database
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 
-FAST = ({"name": "fast", "min_paid_usd": 0, "qps": 100000},)
 PRICE = 18  # user/info: one profile
 
 
@@ -352,7 +350,7 @@ async def test_roll_without_grace_stops_the_old_key_at_once(api, catalog):
 @pytest.mark.settings(plan_rules=FAST)
 async def test_changes_through_another_context_apply_here_within_a_second(api, ctx, second, http_client, catalog):
     url, server = await serve(second)
-    elsewhere = Api(http_client, url)
+    elsewhere = type(api)(http_client, url)  # the same client, for the other context
     try:
         user, key = await keyed(api)
         assert (await api.call("GET", info(catalog), key=key["key"]))[0] == 200  # cached here, unrestricted
@@ -393,18 +391,24 @@ async def test_budget_over_two_processes_never_overspends(mongo, upstream_url, c
     over both: never over the budget, and short of it by less than one call per process (README)."""
     db_name = f"b_{uuid.uuid4().hex[:10]}"
     a, b = Gateway(mongo.uri, upstream_url, db_name), Gateway(mongo.uri, upstream_url, db_name)
-    await start_all(a, b)
+    await asyncio.gather(a.launch(), b.launch())
     user, (key,), auth = await account_with_keys(a, 1_000_000, 1)
     key_id = orjson.loads((await a.call("GET", "/keys", **auth)).body)[0]["key_id"]
     limit = 50 * PRICE + 7
     changed = await b.call("PATCH", f"/keys/{key_id}", {"credit_limit": limit, "credit_limit_period": "total"}, **auth)
     assert changed.code == 200
     path = info(catalog)
-    responses = await asyncio.gather(*await storm([(a, key), (b, key)], path, 400))
+    client = AsyncHTTPClient(force_instance=True, max_clients=400)
+    responses = await asyncio.gather(
+        *[
+            client.fetch(HTTPRequest(gw.url + path, headers={"X-API-Key": key}, request_timeout=30), raise_error=False)
+            for gw in (a, b) * 200
+        ]
+    )
     assert {r.code for r in responses} == {200, 402}
     refused = orjson.loads(next(r for r in responses if r.code == 402).body)
     assert "credit budget is exhausted" in refused["msg"]
-    spent = charged(responses)
+    spent = sum(int(r.headers["X-Credits-Charged"]) for r in responses if r.code == 200)
     assert limit - 2 * PRICE < spent <= limit
     assert a.stop() == 0 and b.stop() == 0
     account, records = await ledger_of(mongo.uri, db_name, user["account_id"])

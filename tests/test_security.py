@@ -13,9 +13,8 @@ import uuid
 import orjson
 import pytest
 import tornado.web
-from conftest import PASSWORD
 from cryptography.exceptions import InvalidTag
-from test_social import FAST, qs, recorder, use_upstream, valid_query
+from support import FAST, PASSWORD, qs, recorder, use_upstream, valid_query
 from tornado.testing import bind_unused_port
 
 import config
@@ -459,7 +458,17 @@ OPERATOR = {"$gt": ""}
 BODIES = {  # every JSON body the portal takes, with a valid value for each field
     "/auth/register": (auth.CREDENTIALS, {"email": "x@example.com", "password": PASSWORD}),
     "/auth/login": (auth.LOGIN, {"email": "x@example.com", "password": PASSWORD}),
-    "/keys": (keys.KEY_CREATE, {"name": "n"}),
+    "/keys": (
+        keys.KEY_CREATE,
+        {
+            "name": "n",
+            "expires_at": "2999-01-01T00:00:00Z",
+            "allowed_endpoints": ["users"],
+            "allowed_ips": ["10.0.0.0/8"],
+            "credit_limit": 100,
+            "credit_limit_period": "day",
+        },
+    ),
     "/keys/1/topup": (keys.TOP_UP, {"credits": 5}),
     "/billing/crypto/checkout": (billing.CHECKOUT, {"currency": "USDTTRC20", "amount_usd": 10}),
     "/billing/crypto/sandbox/pay": (

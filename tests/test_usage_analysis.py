@@ -7,13 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
+from support import FAST
 from tornado.httpclient import HTTPRequest
 
 from storage.usage import buckets_of
 
 pytestmark = pytest.mark.gen_test(timeout=60)
-
-FAST = ({"name": "fast", "min_paid_usd": 0, "qps": 100000},)
 
 
 async def known_calls(api, ctx, catalog) -> tuple[dict, dict, dict, dict]:
