@@ -244,6 +244,8 @@ async def test_every_object_route_answers_404_to_another_account(api, app, catal
         r"/keys/([^/]+)/reveal$": ("GET", f"/keys/{key['key_id']}/reveal", None, "Key not found"),
         r"/keys/([^/]+)/revoke$": ("POST", f"/keys/{key['key_id']}/revoke", None, "Key not found"),
         r"/keys/([^/]+)/topup$": ("POST", f"/keys/{key['key_id']}/topup", {"credits": 5}, "Key not found"),
+        r"/keys/([^/]+)$": ("PATCH", f"/keys/{key['key_id']}", {"allowed_ips": ["10.0.0.1"]}, "Key not found"),
+        r"/keys/([^/]+)/roll$": ("POST", f"/keys/{key['key_id']}/roll", {"grace_seconds": 0}, "Key not found"),
         r"/billing/crypto/orders/([^/]+)$": (
             "GET",
             f"/billing/crypto/orders/{order['order_id']}",
@@ -264,8 +266,9 @@ async def test_every_object_route_answers_404_to_another_account(api, app, catal
     for method, path, body in by_body:
         status, answer, _ = await api.call(method, path, body, token=other["token"])
         assert status == 404 and answer == {"detail": "Order not found"}, path
-    # Nothing changed for the owner: key live, credits and order untouched.
-    assert (await api.call("GET", "/keys", token=owner["token"]))[1][0]["revoked"] is False
+    # Nothing changed for the owner: key live and unrestricted, not rolled, credits and order untouched.
+    (row,) = (await api.call("GET", "/keys", token=owner["token"]))[1]
+    assert row["revoked"] is False and row["allowed_ips"] is None and row["expires_at"] is None
     assert (await api.call("GET", "/account", token=owner["token"]))[1]["credits"] == 1000
     status, mine, _ = await api.call("GET", f"/billing/crypto/orders/{order['order_id']}", token=owner["token"])
     assert status == 200 and mine["amount_received"]["amount"] == 0
