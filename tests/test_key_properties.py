@@ -16,8 +16,10 @@ from support import FAST, Gateway, account_with_keys, ledger_of
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 import gateway
+from accounting.meter import BudgetExhausted, KeyEntry
 from app.context import build_context
 from app.tasks import start_background
+from metering.ledger import budget_period, period_end
 from storage import db as database
 
 pytestmark = pytest.mark.gen_test(timeout=60)
@@ -306,6 +308,42 @@ async def test_an_empty_balance_is_still_the_balances_402(api, catalog):
     assert status == 402 and body["msg"].startswith("Insufficient credits")
 
 
+async def test_an_idle_process_gives_its_budget_slice_back_for_another(ctx, second):
+    """The bound across processes: one may answer 402 while another holds an unspent slice, until the
+    holder is idle for 3 x LEASE_SECONDS (or shuts down, or the limit changes) and gives it back."""
+    account = await ctx.accounts.create(f"b{uuid.uuid4().hex[:8]}@example.com", "unused", 10_000)
+    aid = account["_id"]
+    entry = KeyEntry(777, aid, False, credit_limit=2 * PRICE + 5, period="total", budget_id=777)
+    held = await ctx.meter.reserve(aid, PRICE, 15, entry)  # this process takes a slice of one call...
+    ctx.meter.release(held)  # ...and the call is not charged: the slice stays here, unspent
+    spent = await second.meter.reserve(aid, PRICE, 15, entry)
+    second.meter.settle(spent, PRICE)
+    with pytest.raises(BudgetExhausted):  # 5 credits left in the budget, one call unspent elsewhere
+        await second.meter.reserve(aid, PRICE, 15, entry)
+    ctx.meter.budgets[777].last_used -= 3 * ctx.settings.lease_seconds + 1  # idle
+    await ctx.meter.maintain()
+    await asyncio.gather(*ctx.meter._background)
+    assert 777 not in ctx.meter.budgets
+    second.meter.budgets[777].empty_until = 0.0  # the remembered 402 lasts a second
+    again = await second.meter.reserve(aid, PRICE, 15, entry)
+    assert again is not None and again.amount == PRICE
+    second.meter.settle(again, PRICE)
+    with pytest.raises(BudgetExhausted):
+        second.meter.budgets[777].empty_until = 0.0
+        await second.meter.reserve(aid, PRICE, 15, entry)
+
+
+def test_budget_periods_are_utc_days_months_or_ever():
+    now = datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC)
+    assert budget_period("day", now) == ("2026-12-31", "2026-12-31")
+    assert budget_period("month", now) == ("2026-12", "2026-12-01")
+    assert budget_period("total", now) == ("total", "")
+    assert period_end("day", now) == datetime(2027, 1, 1, tzinfo=UTC)
+    assert period_end("month", now) == datetime(2027, 1, 1, tzinfo=UTC)
+    assert period_end("month", datetime(2026, 2, 10, tzinfo=UTC)) == datetime(2026, 3, 1, tzinfo=UTC)
+    assert period_end("total", now) is None
+
+
 # --- roll -----------------------------------------------------------------------------------------
 
 
@@ -349,6 +387,16 @@ async def test_roll_without_grace_stops_the_old_key_at_once(api, catalog):
 
 @pytest.mark.settings(plan_rules=FAST)
 async def test_changes_through_another_context_apply_here_within_a_second(api, ctx, second, http_client, catalog):
+    await changes_elsewhere_apply_here(api, ctx, second, http_client, catalog)
+
+
+@pytest.mark.settings(plan_rules=FAST, coherence="poll", coherence_poll_seconds=0.2)
+async def test_changes_elsewhere_apply_within_a_second_by_polling_too(api, ctx, second, http_client, catalog):
+    """Where change streams are unavailable, the poll reads keys stamped props_changed_at."""
+    await changes_elsewhere_apply_here(api, ctx, second, http_client, catalog)
+
+
+async def changes_elsewhere_apply_here(api, ctx, second, http_client, catalog) -> None:
     url, server = await serve(second)
     elsewhere = type(api)(http_client, url)  # the same client, for the other context
     try:
