@@ -212,6 +212,9 @@ class KeyHandler(KeysBase):
         changes = properties_of(self.json_body(), KEY_PATCH)
         if "name" in changes and changes["name"] is None:
             raise ValidationError([error(["body", "name"], "Input should be a valid string", "string_type")])
+        if "expires_at" in changes and key.get("expires_at") is not None and key["expires_at"] <= datetime.now(UTC):
+            # An expired key (a rolled one's grace included) stays expired: revived, a leaked key would work again.
+            raise ApiError(409, "This API key has expired; its expiry cannot be changed")
         if "credit_limit" in changes and changes["credit_limit"] is None:
             changes["credit_limit_period"] = None  # removing the budget removes its period with it
         check_budget({**{name: key.get(name) for name in PROPERTIES}, **changes})

@@ -478,7 +478,7 @@ OPERATIONS: list[Operation] = [
         ref("Key"),
         params=(KEY_ID,),
         body="KeyPatch",
-        errors=(401, 404, 413, 422),
+        errors=(401, 404, 409, 413, 422),
     ),
     Operation(
         "post",

@@ -366,8 +366,13 @@ async def test_roll_keeps_the_old_key_for_the_grace_then_401(api, ctx, catalog):
     status, body, _ = await api.call("GET", info(catalog), key=old["key"])
     assert status == 401 and body["msg"] == "This API key has expired"
     assert (await api.call("GET", info(catalog), key=new["key"]))[0] == 200
-    # An expired key cannot be rolled again; grace is bounded.
+    # An expired key cannot be rolled again nor revived; grace is bounded.
     assert (await api.call("POST", f"/keys/{old['key_id']}/roll", {"grace_seconds": 0}, token=user["token"]))[0] == 409
+    for revive in ({"expires_at": None}, {"expires_at": future(3600)}):
+        status, body = await patch(api, user, old, revive)
+        assert status == 409 and body == {"detail": "This API key has expired; its expiry cannot be changed"}
+    assert (await api.call("GET", info(catalog), key=old["key"]))[1]["msg"] == "This API key has expired"
+    assert (await patch(api, user, old, {"name": "old one"}))[0] == 200  # the name still can
     for bad in ({"grace_seconds": -1}, {"grace_seconds": 604_801}, {}):
         assert (await api.call("POST", f"/keys/{new['key_id']}/roll", bad, token=user["token"]))[0] == 422
 
