@@ -5,6 +5,7 @@ import csv
 import io
 from datetime import UTC, datetime, timedelta
 
+import openapi_schema_validator
 import orjson
 import pytest
 from support import FAST
@@ -180,3 +181,36 @@ async def test_export_rejects_bad_queries_as_json(api):
     assert status == 401 and body == {"detail": "Not authenticated"}
     status, body, headers = await api.call("GET", "/usage/export?format=csv", token=user["token"])
     assert status == 200 and body.decode() == "timestamp,key_id,endpoint,status,credits,request_id\n"
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
+async def test_new_answers_match_the_document(api, ctx, catalog):
+    """Key rows with properties, PATCH, roll and the summary, checked against /openapi.json."""
+    _, doc, _ = await api.call("GET", "/openapi.json")
+    user, a, b, charges = await known_calls(api, ctx, catalog)
+    token = user["token"]
+    body = {
+        "allowed_ips": ["10.0.0.0/8"],
+        "allowed_endpoints": ["users"],
+        "credit_limit": 9,
+        "credit_limit_period": "day",
+    }
+    checks = [
+        ("get", "/keys", "/keys", None),
+        ("post", "/keys", "/keys", {"name": "x", "expires_at": "2999-01-01T00:00:00Z", **body}),
+        ("patch", "/keys/{key_id}", f"/keys/{a['key_id']}", body),
+        ("post", "/keys/{key_id}/roll", f"/keys/{b['key_id']}/roll", {"grace_seconds": 60}),
+        ("get", "/usage/summary", "/usage/summary?group_by=day,endpoint,key", None),
+    ]
+    for method, template, path, payload in checks:
+        status, answer, _ = await api.call(method.upper(), path, payload, token=token)
+        assert status == 200, (path, answer)
+        schema = doc["paths"][template][method]["responses"]["200"]["content"]["application/json"]["schema"]
+        openapi_schema_validator.validate(
+            answer, {**schema, "components": doc["components"]}, cls=openapi_schema_validator.OAS31Validator
+        )
+    export = doc["paths"]["/usage/export"]["get"]
+    assert set(export["responses"]["200"]["content"]) == {"text/csv", "application/x-ndjson"}
+    assert "Content-Disposition" in export["responses"]["200"]["headers"]
+    data = doc["paths"]["/social/user/info"]["get"]["responses"]
+    assert "403" in data and "expired" in data["401"]["description"]
