@@ -110,8 +110,10 @@ class Meter:
     ):
         self.settings, self.accounts, self.keys, self.usage, self.leases = settings, accounts, keys, usage, leases
         self.budget_store = BudgetStore(usage.buckets.database)
-        self.budgets: dict[int, Budget] = {}  # budget id -> this process's slice for the current period
-        self._budget_takes: dict[int, asyncio.Future] = {}
+        # (budget id, limit, period) -> this process's slice. Keys rolled from one another share a budget
+        # id and may carry different limits: each checks its own against the shared spend.
+        self.budgets: dict[tuple, Budget] = {}
+        self._budget_takes: dict[tuple, asyncio.Future] = {}
         self._periods: dict[str, tuple[str, str]] = {}
         self._periods_until = 0.0
         self.vault, self.metrics, self.clock = vault, metrics, clock
@@ -190,11 +192,11 @@ class Meter:
 
     async def _reserve_budget(self, key: KeyEntry, most: int, least: int) -> tuple[Budget, int]:
         period, since_day = self._period(key.period)
-        budget = self.budgets.get(key.budget_id)
-        if budget is None or budget.period != period or budget.limit != key.credit_limit:
-            if budget is not None and budget.period == period:
-                self._retire(budget)  # the limit changed: what this process holds goes back
-            budget = self.budgets[key.budget_id] = Budget(key.budget_id, period, key.credit_limit)
+        # A new period or a changed limit is a new slot; the old one goes back once idle (maintain).
+        slot = (key.budget_id, key.credit_limit, period)
+        budget = self.budgets.get(slot)
+        if budget is None:
+            budget = self.budgets[slot] = Budget(key.budget_id, period, key.credit_limit)
         for _ in range(BUDGET_ATTEMPTS):
             now = self.clock()
             empty = budget.empty_until > now
@@ -205,9 +207,7 @@ class Meter:
                 return budget, amount
             if empty:
                 break
-            await self._take_slice(key, budget, most, since_day)
-            if self.budgets.get(key.budget_id) is not budget:
-                break  # replaced meanwhile (its limit changed): the call is refused, the next sees the new one
+            await self._take_slice(key, budget, slot, most, since_day)
         raise BudgetExhausted()
 
     def _period(self, kind: str) -> tuple[str, str]:
@@ -218,12 +218,12 @@ class Meter:
             self._periods_until = math.floor(now) + 1.0
         return self._periods[kind]
 
-    async def _take_slice(self, key: KeyEntry, budget: Budget, most: int, since_day: str) -> None:
-        """One take per budget at a time; callers arriving meanwhile wait for it."""
-        pending = self._budget_takes.get(budget.budget_id)
+    async def _take_slice(self, key: KeyEntry, budget: Budget, slot: tuple, most: int, since_day: str) -> None:
+        """One take per slot at a time; callers arriving meanwhile wait for it."""
+        pending = self._budget_takes.get(slot)
         if pending is not None:
             return await asyncio.shield(pending)
-        future = self._budget_takes[budget.budget_id] = asyncio.get_running_loop().create_future()
+        future = self._budget_takes[slot] = asyncio.get_running_loop().create_future()
         try:
             grant = await self.budget_store.take(
                 budget.budget_id,
@@ -243,7 +243,7 @@ class Meter:
             future.exception()
             raise
         finally:
-            del self._budget_takes[budget.budget_id]
+            del self._budget_takes[slot]
 
     def _retire(self, budget: Budget) -> None:
         """Gives back what this process holds unreserved of a budget it stops spending from."""
@@ -535,11 +535,13 @@ class Meter:
         """Slices of budgets idle for 3 lease windows (or of a past period) go back for other processes."""
         now, today = self.clock(), datetime.now(UTC)
         current = {budget_period(kind, today)[0] for kind in ("day", "month", "total")}
-        for budget_id, budget in list(self.budgets.items()):
-            if budget.reserved == 0 and (
-                now - budget.last_used > self.settings.lease_seconds * 3 or budget.period not in current
+        for slot, budget in list(self.budgets.items()):
+            if (
+                budget.reserved == 0
+                and slot not in self._budget_takes  # a take under way grants to this very slot
+                and (now - budget.last_used > self.settings.lease_seconds * 3 or budget.period not in current)
             ):
-                del self.budgets[budget_id]
+                del self.budgets[slot]
                 if budget.period in current:
                     self._retire(budget)
 
