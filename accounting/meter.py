@@ -106,10 +106,11 @@ class Meter:
         leases: LeaseStore,
         vault: KeyVault,
         metrics: Metrics,
+        budget_store: BudgetStore,
         clock=time.monotonic,
     ):
         self.settings, self.accounts, self.keys, self.usage, self.leases = settings, accounts, keys, usage, leases
-        self.budget_store = BudgetStore(usage.buckets.database)
+        self.budget_store = budget_store
         # (budget id, limit, period) -> this process's slice. Keys rolled from one another share a budget
         # id and may carry different limits: each checks its own against the shared spend.
         self.budgets: dict[tuple, Budget] = {}

@@ -47,9 +47,8 @@ class CachedKeys:
 
 
 def make_meter(settings) -> Meter:
-    usage = SimpleNamespace(buckets=SimpleNamespace(database=SimpleNamespace(key_budgets=None)))
     leases = SimpleNamespace(process_id="bench")
-    meter = Meter(settings, None, None, usage, leases, None, Metrics())
+    meter = Meter(settings, None, None, None, leases, None, Metrics(), None)  # no store is reached
     meter.ledger.lease_is("acct", 10**15, meter.clock())  # a lease held: no database on the path
     return meter
 
