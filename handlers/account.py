@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from handlers.base import BaseHandler, authenticated
+from handlers.base import BaseHandler, authenticated, timestamp
 from handlers.errors import ValidationError, error
 from handlers.validation import Field
 
@@ -99,8 +99,14 @@ class UsageSummaryHandler(BaseHandler):
 
 
 def _line(fmt: str, ts: datetime, record: dict) -> bytes:
-    stamp = ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    values = (stamp, record["key_id"], record["endpoint"], record["status"], record["credits"], record["request_id"])
+    values = (
+        timestamp(ts),
+        record["key_id"],
+        record["endpoint"],
+        record["status"],
+        record["credits"],
+        record["request_id"],
+    )
     if fmt == "csv":  # no value can hold a comma or a quote: ids, routes and numbers
         return (",".join(str(v) for v in values) + "\n").encode()
     return orjson.dumps(dict(zip(EXPORT_COLUMNS, values, strict=True))) + b"\n"

@@ -167,7 +167,10 @@ async def test_export_streams_every_record_once(api, ctx, catalog, http_client, 
     assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in charges.items()}
     usage = (await api.call("GET", "/usage", token=user["token"]))[1]
     assert len({r["request_id"] for r in rows}) == 7  # one row per call
-    assert len(usage) == 7
+    # The same calls as /usage, in the service's one time format.
+    assert {(r["request_id"], r["timestamp"], r["credits"]) for r in rows} == {
+        (u["request_id"], u["timestamp"], u["credits"]) for u in usage
+    }
 
 
 @pytest.mark.settings(plan_rules=FAST)
