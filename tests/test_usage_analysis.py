@@ -217,3 +217,46 @@ async def test_new_answers_match_the_document(api, ctx, catalog):
     assert "Content-Disposition" in export["responses"]["200"]["headers"]
     data = doc["paths"]["/social/user/info"]["get"]["responses"]
     assert "403" in data and "expired" in data["401"]["description"]
+
+
+@pytest.mark.settings(plan_rules=FAST)
+async def test_a_year_of_stored_calls_exports_whole_and_sums_right(api, ctx, http_client, base_url):
+    """2,500 stored calls over 300 days, more than two export chunks: every one exported, summed once."""
+    user = await api.register()
+    now = datetime.now(UTC)
+    for batch in range(5):
+        records = [
+            {
+                "_id": f"y-{batch}-{i}",
+                "account_id": user["account_id"],
+                "key_id": 1 + i % 2,
+                "endpoint": "/social/user/info",
+                "ts": now - timedelta(days=60 * batch, seconds=i),
+                "credits": 18,
+                "status": 200 if i % 10 else 502,
+                "lease": "year",
+                "request_id": f"y{batch}x{i}",
+            }
+            for i in range(500)
+        ]
+        await ctx.usage.insert_batch(f"year-{batch + 1}", records)
+    chunks: list[bytes] = []
+    response = await http_client.fetch(
+        HTTPRequest(
+            f"{base_url}/usage/export?days=365&format=jsonl",
+            headers={"Authorization": f"Bearer {user['token']}"},
+            streaming_callback=chunks.append,
+            request_timeout=60,
+        )
+    )
+    rows = [orjson.loads(line) for line in b"".join(chunks).splitlines()]
+    assert response.code == 200 and len(rows) == 2500 and len({r["request_id"] for r in rows}) == 2500
+    days = [r["timestamp"][:10] for r in rows]
+    assert days == sorted(days)  # day by day, oldest first
+    summary = (await api.call("GET", "/usage/summary?days=365&group_by=key", token=user["token"]))[1]
+    assert {r["key_id"]: (r["calls"], r["errors"]) for r in summary} == {
+        1: (1250, 250),
+        2: (1250, 0),
+    }  # errors on even i: key 1
+    recent = (await api.call("GET", "/usage/summary?days=100", token=user["token"]))[1]
+    assert sum(r["calls"] for r in recent) == 1000  # the batches of today and 60 days ago
