@@ -108,6 +108,9 @@ def _line(fmt: str, ts: datetime, record: dict) -> bytes:
         record["request_id"],
     )
     if fmt == "csv":  # no value can hold a comma or a quote: ids, routes and numbers
+        request_id = record["request_id"]
+        if request_id.startswith("-"):  # a caller's X-Request-ID: never a formula in a spreadsheet (OWASP)
+            values = (*values[:-1], "'" + request_id)
         return (",".join(str(v) for v in values) + "\n").encode()
     return orjson.dumps(dict(zip(EXPORT_COLUMNS, values, strict=True))) + b"\n"
 

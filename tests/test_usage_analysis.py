@@ -260,3 +260,14 @@ async def test_a_year_of_stored_calls_exports_whole_and_sums_right(api, ctx, htt
     }  # errors on even i: key 1
     recent = (await api.call("GET", "/usage/summary?days=100", token=user["token"]))[1]
     assert sum(r["calls"] for r in recent) == 1000  # the batches of today and 60 days ago
+
+
+@pytest.mark.settings(plan_rules=FAST)
+async def test_a_request_id_cannot_become_a_spreadsheet_formula(api, catalog):
+    user, key = await api.funded_key(1000)
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    assert (await api.call("GET", path, key=key["key"], headers={"X-Request-ID": "-A1"}))[0] == 200
+    csv_body = (await api.call("GET", "/usage/export?format=csv", token=user["token"]))[1].decode()
+    assert csv_body.splitlines()[1].endswith(",'-A1")
+    status, line, _ = await api.call("GET", "/usage/export?format=jsonl", token=user["token"])
+    assert status == 200 and line["request_id"] == "-A1"  # one line, which the test client reads as JSON: as sent
