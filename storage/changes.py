@@ -1,6 +1,7 @@
 """What other processes change that this one caches: key revocations and property changes (expiry,
-scopes, address lists, budgets), account top-ups and plan changes, and requests for leased credits. Read from a change stream (replica sets and the embedded
-server), or by polling indexed timestamps where change streams are unavailable."""
+scopes, address lists, budgets), account top-ups and plan changes, and requests for leased credits.
+Read from a change stream (replica sets and the embedded server), or by polling indexed timestamps
+where change streams are unavailable."""
 
 from dataclasses import dataclass
 from datetime import datetime
