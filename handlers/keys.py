@@ -72,7 +72,7 @@ def _expiry(value: str, loc: list) -> datetime:
 def _endpoints(values: list, loc: list) -> list[str]:
     out, errors = [], []
     for i, value in enumerate(values):
-        name = re.sub(r"^/(social|twitter)(?=/)", "", value) if isinstance(value, str) else None
+        name = value if isinstance(value, str) else None
         if name in GROUPS or name in BY_PATH:
             if name not in out:
                 out.append(name)

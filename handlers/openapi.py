@@ -124,7 +124,7 @@ KEY_PROPERTIES = {
             "minItems": 1,
             "maxItems": 100,
             "items": {"enum": sorted(BY_PATH) + list(GROUPS)},
-            "description": "Data paths (as under /social, which may be written with it) or groups: "
+            "description": "Data paths as written after /social (they cover the /twitter aliases too) or groups: "
             + "; ".join(f"{name} = {', '.join(sorted(paths))}" for name, paths in GROUPS.items())
             + ". Other endpoints get 403 'This API key may not call this endpoint'",
         }

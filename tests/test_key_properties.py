@@ -99,7 +99,7 @@ async def test_properties_are_set_listed_changed_and_removed(api):
     user, key = await keyed(
         api,
         expires_at=expires,
-        allowed_endpoints=["/user/info", "tweets", "/social/trends", "tweets"],
+        allowed_endpoints=["/user/info", "tweets", "/trends", "tweets"],
         allowed_ips=["10.1.2.3", "192.168.0.0/16", "2001:db8::/32"],
         credit_limit=5000,
         credit_limit_period="month",
@@ -135,6 +135,7 @@ async def test_properties_are_set_listed_changed_and_removed(api):
         ({"expires_at": "tomorrow"}, ["body", "expires_at"], "datetime_parsing"),
         ({"expires_at": 12}, ["body", "expires_at"], "string_type"),
         ({"allowed_endpoints": ["/user/nope"]}, ["body", "allowed_endpoints", 0], "value_error"),
+        ({"allowed_endpoints": ["/social/user/info"]}, ["body", "allowed_endpoints", 0], "value_error"),
         ({"allowed_endpoints": []}, ["body", "allowed_endpoints"], "too_short"),
         ({"allowed_endpoints": "/user/info"}, ["body", "allowed_endpoints"], "list_type"),
         ({"allowed_ips": ["10.0.0.0/33"]}, ["body", "allowed_ips", 0], "ip_any_network"),
