@@ -169,6 +169,53 @@ def test_register_create_key_use_it_revoke_it(watched, stack, user_name, tmp_pat
     w.check()
 
 
+def test_key_properties_edit_and_roll(watched, stack, user_name, tmp_path):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_test_id("key-name").fill("scoped")
+    page.get_by_test_id("create-key").click()
+    expect(page.get_by_test_id("key-secret")).to_have_text(re.compile(r"\S{20,}"))
+    old = page.get_by_test_id("key-secret").inner_text()
+    row = page.get_by_test_id("key-row").first
+    row.get_by_role("button", name="Edit key scoped").click()
+    dialog = page.locator("#key-dialog")
+    dialog.get_by_label("Name").fill("profiles only")
+    dialog.get_by_label("Allowed endpoints").fill("/user/info")
+    dialog.get_by_label("Credit budget").fill("1000")
+    dialog.get_by_label("Budget period").select_option("day")
+    shot(page, tmp_path, "key-edit", full_page=False)
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog).to_be_hidden()
+    expect(row).to_contain_text("profiles only")
+    expect(row).to_contain_text("endpoints: /user/info")
+    expect(row).to_contain_text("budget 1,000 credits per day")
+    assert data_call(stack, old, user_name) == 200
+    status, _, _ = stack.call("GET", f"/social/user_about?userName={user_name}", key=old)
+    assert status == 403  # outside the key's allowed endpoints
+
+    # A bad value is refused with the API's reason, in the dialog, and nothing changes.
+    row.get_by_role("button", name="Edit key profiles only").click()
+    dialog.get_by_label("Allowed addresses").fill("not-an-address")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.get_by_test_id("error")).to_contain_text("allowed_ips")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(row).not_to_contain_text("addresses:")
+
+    shot(page, tmp_path, "keys-properties")
+    row.get_by_role("button", name="Roll key profiles only").click()
+    page.get_by_label("The old secret keeps working for").select_option("0")
+    page.get_by_test_id("confirm").click()
+    secret = page.get_by_test_id("key-secret")
+    expect(secret).not_to_have_text(old)
+    new = secret.inner_text()
+    expect(page.get_by_test_id("key-row")).to_have_count(2)
+    assert data_call(stack, new, user_name) == 200  # same properties, new secret
+    assert data_call(stack, old, user_name) == 401  # no grace asked for: the old one stopped
+    w.check(allowed_errors=r"Failed to load resource: the server responded with a status of 422")
+
+
 # --- buying credits ----------------------------------------------------------------------------------
 def test_low_balance_checkout_pay_and_balance_updates_without_reload(watched, stack, tmp_path):
     w = watched()
@@ -278,7 +325,7 @@ def test_usage_chart_and_table_show_the_calls_just_made(watched, stack, user_nam
     with page.expect_download() as download:
         page.get_by_role("link", name="Download CSV").click()
     lines = open(download.value.path()).read().splitlines()
-    assert lines[0] == "timestamp,endpoint,status,credits,key_id,request_id" and len(lines) == 4
+    assert lines[0] == "timestamp,key_id,endpoint,status,credits,request_id" and len(lines) == 4  # GET /usage/export
     assert all(",/social/user/info,200,18," in line for line in lines[1:])
     w.check()
 

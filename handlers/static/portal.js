@@ -351,7 +351,9 @@
       cell(row, when(key.last_used_at));
       cell(row, limitsText(key), "limits");
       const stateCell = cell(row, "");
-      stateCell.append(el("span", key.revoked ? "revoked" : "active", key.revoked ? "badge off" : "badge"));
+      const expired = !key.revoked && key.expires_at && new Date(key.expires_at) <= new Date();
+      const word = key.revoked ? "revoked" : expired ? "expired" : "active";
+      stateCell.append(el("span", word, word === "active" ? "badge" : "badge off"));
       const actions = cell(row, "", "actions");
       const reveal = button("Reveal", "secondary small");
       reveal.setAttribute("aria-label", "Reveal key " + key.name);
@@ -480,23 +482,33 @@
     event.preventDefault();
     const form = $("#key-edit-form");
     const split = (text) => text.split(",").map((s) => s.trim()).filter(Boolean);
-    const body = { name: $("#edit-name").value.trim() };
-    if ("expires_at" in editing) {
-      const value = $("#edit-expires").value;
-      body.expires_at = value ? new Date(value + "Z").toISOString() : null;
+    const same = (a, b) => JSON.stringify(a === undefined ? null : a) === JSON.stringify(b === undefined ? null : b);
+    // What the form says, in the API's terms (null: no restriction)...
+    const wanted = { name: $("#edit-name").value.trim() };
+    const expires = $("#edit-expires").value;
+    wanted.expires_at = expires ? new Date(expires + "Z").toISOString() : null;
+    const endpoints = split($("#edit-endpoints").value);
+    wanted.allowed_endpoints = endpoints.length ? endpoints : null;
+    const ips = split($("#edit-ips").value);
+    wanted.allowed_ips = ips.length ? ips : null;
+    const limit = $("#edit-limit").value;
+    wanted.credit_limit = limit === "" ? null : Number(limit);
+    wanted.credit_limit_period = limit === "" ? null : $("#edit-period").value;
+    // ...and only what changed is sent: an untouched expiry of an expired key must not be rewritten.
+    const body = {};
+    Object.entries(wanted).forEach(([name, value]) => {
+      if (!(name in editing)) return;
+      const before = name === "expires_at" && editing.expires_at ? new Date(editing.expires_at).toISOString().slice(0, 16) : editing[name];
+      const now = name === "expires_at" && value ? value.slice(0, 16) : value;
+      if (!same(before, now)) body[name] = value;
+    });
+    if ("credit_limit" in body || "credit_limit_period" in body) {
+      body.credit_limit = wanted.credit_limit;
+      body.credit_limit_period = wanted.credit_limit_period;
     }
-    if ("allowed_endpoints" in editing) {
-      const list = split($("#edit-endpoints").value);
-      body.allowed_endpoints = list.length ? list : null;
-    }
-    if ("allowed_ips" in editing) {
-      const list = split($("#edit-ips").value);
-      body.allowed_ips = list.length ? list : null;
-    }
-    if ("credit_limit" in editing) {
-      const value = $("#edit-limit").value;
-      body.credit_limit = value === "" ? null : Number(value);
-      if ("credit_limit_period" in editing) body.credit_limit_period = value === "" ? null : $("#edit-period").value;
+    if (!Object.keys(body).length) {
+      keyDialog.close();
+      return;
     }
     const saved = await act(form, $("#key-edit-save"), () => api("PATCH", "/keys/" + editing.key_id, body));
     if (saved) {
