@@ -515,10 +515,12 @@ def test_docs_try_it_out_with_the_portal_session(watched, stack):
     create = page.locator("#operations-keys-post_keys")
     create.locator(".opblock-summary").click()
     create.locator(".try-out__btn").click()
+    create.locator("textarea.body-param__text").fill('{"name": "from the docs"}')
     create.locator(".execute").click()
     expect(create.locator(".live-responses-table tbody .response-col_status")).to_have_text("200")
     page.goto(stack.url + "/#keys")
     expect(page.get_by_test_id("key-row")).to_have_count(1)
+    expect(page.get_by_test_id("key-row")).to_contain_text("from the docs")
     w.check()
 
 
