@@ -7,13 +7,11 @@ unless the upstream answered with data.
 
 import time
 
-import orjson
-
 from accounting.meter import KeyEntry, LeasesExpired
 from handlers.base import ApiError, BaseHandler
 from handlers.validation import ValidationError, error, length, missing, parse_bool, parse_int
 from metering.ledger import Reservation
-from social.endpoints import ENDPOINTS, Endpoint, count_items, page_size
+from social.endpoints import ENDPOINTS, Endpoint, page_size, read_answer
 from social.upstream import UpstreamError
 
 
@@ -138,13 +136,11 @@ class DataHandler(BaseHandler):
         except BaseException:
             meter.release(reservation)
             raise
-        charged, status, body = 0, upstream.status, None
+        charged, status, answer = 0, upstream.status, None
         if 200 <= status < 300:
-            try:
-                body = orjson.loads(upstream.body)
-            except orjson.JSONDecodeError:
-                body = None
-            if not isinstance(body, dict):
+            # Only the status and the item count, read without building the page (social/endpoints.py).
+            answer = read_answer(endpoint, upstream.body)
+            if answer is None:
                 status = 502  # untrusted upstream: a 2xx that is not a JSON object is a failure
         if status in (401, 403) or status >= 500:
             # Upstream auth failures are ours, not the client's: never pass them off as a bad client key.
@@ -152,9 +148,8 @@ class DataHandler(BaseHandler):
             meter.record(key, route, 502, 0, self.request_id)
             ctx.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")
-        if body is not None and body.get("status") != "error":
-            items = count_items(endpoint, body)
-            charged = meter.settle(reservation, ctx.prices.cost(endpoint.price, items, size))
+        if answer is not None and not answer[0]:
+            charged = meter.settle(reservation, ctx.prices.cost(endpoint.price, answer[1], size))
         else:
             meter.release(reservation)  # upstream 4xx or an error body: passed through, not charged
         meter.record(key, route, status, charged, self.request_id)

@@ -9,6 +9,9 @@ a full page of that size.
 
 from dataclasses import dataclass
 
+import msgspec
+import orjson
+
 
 @dataclass(frozen=True)
 class Param:
@@ -308,3 +311,69 @@ def count_items(endpoint: Endpoint, body: dict) -> int:
     if isinstance(results, list):
         return len(results)
     return 1 if results else 0
+
+
+# --- reading an answer without building it ---------------------------------------------------------
+# A charge needs two facts of the upstream's answer: does it say "status": "error", and how many items
+# does its results field hold. Parsing a 36 KB page into Python objects to learn them cost ~0.25 ms per
+# call; msgspec decodes into a struct that keeps only `status` and the results as raw, unparsed slices
+# (skipping everything else at C speed), ~6x cheaper. Whatever the struct does not describe (a status
+# that is not a string, results of an unexpected type, invalid JSON) falls back to the full parse, so
+# both paths give the same answer; tests/test_metering.py compares them over every sandbox endpoint.
+
+
+def _decoder(results: str, as_list: bool) -> msgspec.json.Decoder:
+    kind = list[msgspec.Raw] | None if as_list else msgspec.Raw
+    default = None if as_list else msgspec.Raw(b"")
+    fields = [("status", str | None, None), ("results", kind, default)]
+    return msgspec.json.Decoder(msgspec.defstruct(f"Answer_{results}", fields, rename={"results": results}))
+
+
+# Endpoints whose results are one object ("data") get the raw value; the others a list of raw items.
+_DECODERS = {e.results: _decoder(e.results, e.results != "data") for e in ENDPOINTS}
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_FALSY = {b"", b"null", b"false", b'""', b"0", b"[]", b"{}"}
+
+
+def read_answer(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
+    """(says error, items) of an upstream answer; None when it is not a JSON object."""
+    try:
+        if not body.isascii():
+            body.decode()  # the full parse refuses invalid UTF-8; msgspec does not check skipped strings
+        answer = _DECODERS[endpoint.results].decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return _read_fully(endpoint, body)
+    results = answer.results
+    if results is None:
+        items = 0
+    elif isinstance(results, list):
+        items = len(results)
+    else:
+        items = _single(bytes(results).strip())
+        if items is None:
+            return _read_fully(endpoint, body)
+    return answer.status == "error", items
+
+
+def _single(raw: bytes) -> int | None:
+    """count_items for a results value kept raw: 1 if it is truthy; None when only a full parse can tell."""
+    if raw in _FALSY:
+        return 0
+    first = raw[:1]
+    if first == b"{":
+        return 1 if raw[1:-1].strip() else 0
+    if first == b"[":
+        return len(_RAW_LIST.decode(raw))
+    if first == b'"' or raw == b"true":
+        return 1
+    return None  # a number: let the full parse say whether it is zero
+
+
+def _read_fully(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    return parsed.get("status") == "error", count_items(endpoint, parsed)
