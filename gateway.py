@@ -26,7 +26,7 @@ from app.context import build_context
 from app.embedded import Helpers, start_helpers
 from app.server import make_server
 from app.tasks import start_background
-from handlers import account, admin, auth, billing, keys, ops, social
+from handlers import accesslog, account, admin, auth, billing, keys, ops, social
 from handlers.base import NotFoundHandler
 from handlers.context import Context
 from metering.pricing import Prices
@@ -121,6 +121,8 @@ async def serve(
     """One gateway process; with `sockets`, worker `worker` of `serve --workers N` (app/workers.py).
     `settings` name the database and upstream; `helpers` are what was started for them here."""
     ctx = await build_context(settings, worker)
+    # main() sent logging to stderr in LOG_FORMAT: access lines go there in batches, in the same format.
+    ctx.access_log.stream = sys.stderr
     server = make_server(make_app(ctx), settings)  # body, header and slow-client limits (app/server.py)
     if sockets:
         server.add_sockets(sockets)
@@ -145,6 +147,7 @@ async def serve(
         metrics_server.stop()
     await shutdown(ctx, tasks)
     await server.close_all_connections()
+    ctx.access_log.flush()  # the lines of the last calls
     log.info("stopped cleanly")
 
 
@@ -199,9 +202,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"), format=accesslog.LOG_FORMAT)
     if args.command != "serve":
         return commands.run(args)
     settings = config.load_for_command(host=args.host, port=args.port)

@@ -1,6 +1,7 @@
 """API keys: list, create (secret shown once), reveal to the owner, revoke, development top-up."""
 
 import re
+from datetime import datetime
 
 from handlers.base import ApiError, BaseHandler
 from handlers.validation import Field, check_range, length, parse_int, validate_body
@@ -26,7 +27,9 @@ class KeysBase(BaseHandler):
         return view.plan.qps
 
 
-def _row(key: dict, qps: float) -> dict:
+def _row(key: dict, qps: float, seen: datetime | None = None) -> dict:
+    """`seen`: this process's newest use of the key, which may be newer than the stored last_used_at."""
+    stored = key.get("last_used_at")
     return {
         "key_id": key["key_id"],
         "name": key["name"],
@@ -34,7 +37,7 @@ def _row(key: dict, qps: float) -> dict:
         "qps_limit": qps,
         "revoked": key["revoked"],
         "created_at": key["created_at"],
-        "last_used_at": key.get("last_used_at"),
+        "last_used_at": max(stored, seen) if stored and seen else stored or seen,
     }
 
 
@@ -44,7 +47,8 @@ class KeysHandler(KeysBase):
     async def get(self) -> None:
         account_id = self.bearer_account()
         qps = await self.qps_of(account_id)
-        self.send_json([_row(k, qps) for k in await self.ctx.keys.list(account_id)])
+        seen = self.ctx.meter.last_used_at
+        self.send_json([_row(k, qps, seen(k["key_id"])) for k in await self.ctx.keys.list(account_id)])
 
     async def post(self) -> None:
         account_id = self.bearer_account()
