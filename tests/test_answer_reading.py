@@ -123,6 +123,12 @@ SINGLE = BY_PATH["/user/info"]
         (LIST, b'{"tweets": [1, 2,]}'),
         (LIST, b'{"a": ' + b"[" * 1100 + b"]" * 1100 + b', "tweets": [1]}'),  # deeper than either parser allows
         (LIST, b'{"a": ' + b"[" * 1000 + b"]" * 1000 + b', "tweets": [1]}'),
+        (LIST, b'{"tweets": [1, 2], "x": 1e999}'),  # past a double: orjson refuses the body
+        (LIST, b'{"tweets": [1, 2], "x": 100000000000000000000000000000}'),
+        (LIST, b'{"tweets": [1, 2], "x": -9223372036854775809}'),
+        (LIST, b'{"tweets": [18446744073709551615, 1.5e-400]}'),
+        (LIST, b'\xef\xbb\xbf{"tweets": [1]}'),  # a byte-order mark
+        (LIST, b'{"tweets": [1]}\x00'),
         (LIST, b"[1, 2]"),
         (LIST, b'"tweets"'),
         (LIST, b""),
