@@ -28,9 +28,10 @@ from storage.usage import UsageStore
 log = logging.getLogger("gateway.meter")
 
 TOUCH_INTERVAL = 5.0  # seconds between checks for keys whose last_used_at is due
-# A key's stored last_used_at moves only once it is this far behind its newest use: a busy key costs
-# the database one write a minute, not one every TOUCH_INTERVAL (rewriting 300 busy keys every 5 s was
-# ~85 % of the database's CPU under load). GET /keys adds what this process saw since (last_used_at()).
+# The stored last_used_at is the minute of a key's newest use: a busy key costs the database one write a
+# minute, not one every TOUCH_INTERVAL (rewriting 300 busy keys every 5 s was ~85 % of the database's CPU
+# under load), and the keys of one minute are written by one statement. GET /keys shows the exact newest
+# use this process has seen (last_used_at()), the stored minute otherwise.
 LAST_USED_GRANULARITY = 60.0
 REFILL_ATTEMPTS = 4
 
@@ -77,8 +78,8 @@ class Meter:
         self._refills: dict[str, asyncio.Future] = {}  # account -> the lease operation (take or give-back) under way
         self._background: set[asyncio.Task] = set()
         self._topups_paused_until = 0.0
-        self._last_used: dict[int, datetime] = {}  # newest use of a key not yet written
-        self._written: dict[int, datetime] = {}  # the last_used_at this process last wrote, per key
+        self._last_used: dict[int, datetime] = {}  # newest use of each key in the last two minutes
+        self._written: dict[int, datetime] = {}  # the minute this process last stored, per key
         self._record_ids = itertools.count()
         self.batch_ready = asyncio.Event()  # FLUSH_BATCH records wait: app/tasks.py flushes now
         self._touched_at = 0.0
@@ -289,36 +290,34 @@ class Meter:
             self.last_flush_ok = time.time()
         # last_used_at is informative: written at most every few seconds, not with every batch.
         if final or time.monotonic() - self._touched_at >= TOUCH_INTERVAL:
-            await self._touch_keys(final)
+            await self._touch_keys()
         return written
 
     def last_used_at(self, key_id: int) -> datetime | None:
         """The newest use of a key this process knows of, written or not."""
         return self._last_used.get(key_id) or self._written.get(key_id)
 
-    async def _touch_keys(self, final: bool = False) -> None:
-        """Writes last_used_at of the keys whose stored value is LAST_USED_GRANULARITY behind (all on `final`)."""
+    async def _touch_keys(self) -> None:
+        """Stores the minute of each key's newest use, for keys whose stored minute is older."""
         self._touched_at = time.monotonic()
-        now = datetime.now(UTC)
-        coarse = timedelta(seconds=LAST_USED_GRANULARITY)
-        # What was written long enough ago is behind by at least the granularity anyway: forget it.
-        self._written = {k: ts for k, ts in self._written.items() if now - ts < coarse}
-        due = {
-            key_id: ts
-            for key_id, ts in self._last_used.items()
-            if final or key_id not in self._written or ts - self._written[key_id] >= coarse
-        }
-        if not due:
-            return
-        try:
-            await self.keys.touch(due)
-        except Exception:
-            log.warning("could not update last_used_at of %d keys", len(due))
-            return
-        for key_id, ts in due.items():
-            self._written[key_id] = ts
-            if self._last_used.get(key_id) == ts:  # not used again during the write
-                del self._last_used[key_id]
+        # Uses older than two minutes are in the database (or their write failed and is retried below
+        # until it works: a failed write leaves `_written` as it was, so the key stays due).
+        horizon = datetime.now(UTC) - timedelta(seconds=2 * LAST_USED_GRANULARITY)
+        due = {}
+        for key_id, ts in self._last_used.items():
+            minute = ts.replace(second=0, microsecond=0)
+            written = self._written.get(key_id)
+            if written is None or minute > written:
+                due[key_id] = minute
+        if due:
+            try:
+                await self.keys.touch(due)
+            except Exception:
+                log.warning("could not update last_used_at of %d keys", len(due))
+                return
+            self._written.update(due)
+        self._last_used = {k: ts for k, ts in self._last_used.items() if ts >= horizon}
+        self._written = {k: m for k, m in self._written.items() if m >= horizon}
 
     async def start(self) -> None:
         await self.leases.register()
