@@ -173,6 +173,10 @@ def announce(settings: config.Settings, helpers: Helpers, workers_line: str = ""
 
 def run_service(settings: config.Settings, count: int) -> int:
     """Starts what the settings leave embedded, then one gateway here or `count` forked ones."""
+    if settings.event_loop == "uvloop":  # every asyncio.run below (and in forked workers) runs on uvloop
+        import uvloop
+
+        uvloop.install()
     helpers = start_helpers(settings)
     try:
         if count == 1:
