@@ -3,18 +3,19 @@
 import re
 from datetime import datetime
 
-from handlers.base import ApiError, BaseHandler
-from handlers.validation import Field, check_range, length, parse_int, validate_body
+from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.validation import Field, parse_int, validate_body
 from security.apikeys import KeyVault
 
-KEY_CREATE = [Field("name", str, required=False, check=length(1, 100))]
-TOP_UP = [Field("credits", int, check=lambda v, loc: check_range(v, loc, 1, 10**12))]
+KEY_CREATE = [Field("name", str, required=False, min_length=1, max_length=100, description='Absent or null: "default"')]
+CREDITS = Field("credits", int, minimum=1, maximum=10**12)  # also the bound of `social-gateway admin credit`
+TOP_UP = [CREDITS]
 
 
 class KeysBase(BaseHandler):
     async def owned_key(self, key_id: str) -> dict:
         """The caller's key; another account's key or a missing one is 404 (no existence oracle)."""
-        account_id = self.bearer_account()
+        account_id = self.current_user
         if re.fullmatch(r"[+-]?\d+", key_id) and not (len(key_id) <= 19 and 0 < int(key_id) < 10**18):
             raise ApiError(404, "Key not found")  # an integer no key can have is unknown, like any other
         key = await self.ctx.keys.get(account_id, parse_int(key_id, ["path", "key_id"], 1))
@@ -44,14 +45,16 @@ def _row(key: dict, qps: float, seen: datetime | None = None) -> dict:
 class KeysHandler(KeysBase):
     """Lists the account's keys (never secrets) and issues new ones."""
 
+    @authenticated
     async def get(self) -> None:
-        account_id = self.bearer_account()
+        account_id = self.current_user
         qps = await self.qps_of(account_id)
         seen = self.ctx.meter.last_used_at
         self.send_json([_row(k, qps, seen(k["key_id"])) for k in await self.ctx.keys.list(account_id)])
 
+    @authenticated
     async def post(self) -> None:
-        account_id = self.bearer_account()
+        account_id = self.current_user
         body = validate_body(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
         vault = self.ctx.vault
         secret = vault.generate()
@@ -70,6 +73,7 @@ class KeysHandler(KeysBase):
 class RevealHandler(KeysBase):
     """Returns the full key string to its owner."""
 
+    @authenticated
     async def get(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
         self.send_json({"key_id": key["key_id"], "key": self.ctx.vault.decrypt(key["sealed"], key["key_id"])})
@@ -78,6 +82,7 @@ class RevealHandler(KeysBase):
 class RevokeHandler(KeysBase):
     """Revokes the key permanently; idempotent; effective before the answer is sent."""
 
+    @authenticated
     async def post(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
         row = await self.ctx.keys.revoke(key["account_id"], key["key_id"])
@@ -88,9 +93,9 @@ class RevokeHandler(KeysBase):
 class TopUpHandler(KeysBase):
     """Adds credits to the key's account; development only."""
 
+    @authenticated
     async def post(self, key_id: str) -> None:
         if self.ctx.settings.production:
-            self.bearer_account()
             raise ApiError(403, "Direct top-ups are disabled in production; buy credits with a crypto payment")
         key = await self.owned_key(key_id)
         body = validate_body(self.json_body(), TOP_UP)
