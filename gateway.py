@@ -60,9 +60,10 @@ def with_dev_secrets(settings: config.Settings) -> config.Settings:
 
 # --- 2. the application (the context is built by app/context.py) --------------------------------------------------------------------------
 def make_app(ctx: Context) -> tornado.web.Application:
-    routes = auth.routes + keys.routes + account.routes + social.routes + billing.routes + admin.routes + ops.routes
-    if ctx.settings.twitter_alias:
-        routes += social.alias_routes
+    # Tornado tries the rules in order: the data plane's first, so a data call does not test every portal
+    # pattern before its own (no pattern overlaps another).
+    routes = social.routes + (social.alias_routes if ctx.settings.twitter_alias else [])
+    routes += auth.routes + keys.routes + account.routes + billing.routes + admin.routes + ops.routes
     if not ctx.settings.metrics_port:
         routes += ops.metrics_routes
     bound = [(route[0], route[1], {"ctx": ctx, **(route[2] if len(route) > 2 else {})}) for route in routes]

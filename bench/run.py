@@ -148,14 +148,14 @@ def main() -> None:
     parser.add_argument(
         "--static", action="store_true", help="static upstream, the gateway's own cost (bench/static.py)"
     )
-    parser.add_argument("--rounds", type=int, default=2, help="--static: alternating saturation rounds of each")
+    parser.add_argument("--rounds", type=int, default=3, help="--static: alternating saturation rounds of each")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio", help="--static: event loop of both")
     args = parser.parse_args()
     if args.static:
         from bench import static
 
         if "--seconds" not in sys.argv:
-            args.seconds = 8
+            args.seconds = 6
         result = static.run(args)
         out = args.out or os.path.join(HERE, "results", f"static-{args.loop}.json")
         os.makedirs(os.path.dirname(out), exist_ok=True)

@@ -14,7 +14,7 @@ Installs nginx and wrk with apt-get when they are missing and it runs as root; w
 asyncio server answers the recorded page instead, without wrk bench/load.py drives the load.
 `--loop uvloop` runs both the gateway and the bare proxy on uvloop.
 
-    ./dev bench --static [--seconds 8] [--rounds 2] [--loop asyncio|uvloop]
+    ./dev bench --static [--seconds 6] [--rounds 3] [--loop asyncio|uvloop]
 """
 
 import asyncio
