@@ -288,7 +288,7 @@ class Meter:
                 self.metrics.flushes += 1
                 self.metrics.flushed_records += len(batch)
             self.last_flush_ok = time.time()
-        # last_used_at is informative: written at most every few seconds, not with every batch.
+        # last_used_at is informative: checked every TOUCH_INTERVAL, a key written once a minute at most.
         if final or time.monotonic() - self._touched_at >= TOUCH_INTERVAL:
             await self._touch_keys()
         return written
