@@ -14,7 +14,7 @@ import orjson
 
 from handlers import account, admin, auth, billing, keys
 from handlers.validation import Field
-from social.endpoints import CURSOR_MAX, ENDPOINTS, Endpoint, Param
+from social.endpoints import CURSOR_MAX, CURSOR_PATTERN, ENDPOINTS, NOT_BLANK, STRING_MAX, Endpoint, Param, ids_pattern
 
 VERSION = "0.1.0"
 
@@ -625,16 +625,16 @@ def _param_schema(param: Param) -> dict:
     if param.choices:
         return {"type": "string", "enum": list(param.choices), "default": param.choices[0]}
     if param.kind == "cursor":  # what cannot be a cursor: blank, too long, outside printable ASCII
-        return {"type": "string", "minLength": 1, "maxLength": CURSOR_MAX, "pattern": "^[!-~]+$"}
+        return {"type": "string", "minLength": 1, "maxLength": CURSOR_MAX, "pattern": CURSOR_PATTERN}
     if param.kind == "ids":
         return {
             "type": "string",
-            "pattern": r"^\d{1,20}(,\d{1,20})*$",
+            "pattern": ids_pattern(param.maximum),
             "description": f"Comma-separated numeric ids, at most {param.maximum}",
         }
-    if param.required:  # blank (ASCII whitespace only) counts as missing: 422
-        return {"type": "string", "minLength": 1, "maxLength": 1000, "pattern": "[^ \\t\\n\\r\\v\\f]"}
-    return {"type": "string", "maxLength": 1000}
+    if param.required:  # blank (whitespace only) counts as missing: 422
+        return {"type": "string", "minLength": 1, "maxLength": STRING_MAX, "pattern": NOT_BLANK}
+    return {"type": "string", "maxLength": STRING_MAX}
 
 
 _RESULT_ITEMS = {

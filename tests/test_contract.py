@@ -9,12 +9,17 @@ import urllib.parse
 import urllib.request
 from datetime import UTC, datetime
 
+import jsonschema
 import orjson
 import pytest
+from support import recorder, use_upstream
 from tornado.testing import bind_unused_port
 
 from app.server import make_server
-from social.endpoints import CURSOR_MAX, ENDPOINTS
+from handlers import openapi
+from handlers.errors import ValidationError
+from handlers.social import parse_args
+from social.endpoints import CURSOR_MAX, ENDPOINTS, STRING_MAX
 
 pytestmark = pytest.mark.gen_test(timeout=120)
 FAST = ({"name": "fast", "min_paid_usd": 0, "qps": 100000},)
@@ -50,6 +55,7 @@ def invalid_calls():
             if p.required:
                 yield e, f"{p.name} missing", {p.name: None}, loc, "missing"
                 yield e, f"{p.name} blank", {p.name: "  "}, loc, "missing"
+                yield e, f"{p.name} Unicode blank", {p.name: "\u00a0\u2003"}, loc, "missing"
             if p.kind == "int":
                 yield e, f"{p.name} not an integer", {p.name: "ten"}, loc, "int_parsing"
                 yield e, f"{p.name} in non-ASCII digits", {p.name: "\u0663"}, loc, "int_parsing"
@@ -73,7 +79,7 @@ def invalid_calls():
                 yield e, f"{p.name} not one of its values", {p.name: "Bogus"}, loc, "enum"
                 yield e, f"{p.name} in the wrong case", {p.name: p.choices[-1].lower()}, loc, "enum"
             else:
-                yield e, f"{p.name} too long", {p.name: "a" * 1001}, loc, "string_too_long"
+                yield e, f"{p.name} too long", {p.name: "a" * (STRING_MAX + 1)}, loc, "string_too_long"
         if e.one_of:
             yield e, "none of " + "/".join(e.one_of), dict.fromkeys(e.one_of), ["query"], "missing"
 
@@ -168,6 +174,89 @@ async def test_the_openapi_document_states_the_same_constraints(api):
             assert name in operation["description"]
     replies = doc["paths"]["/social/tweet/replies/v2"]["get"]["parameters"]
     assert next(p for p in replies if p["name"] == "queryType")["schema"]["enum"] == ["Relevance", "Latest", "Likes"]
+
+
+# Text values a client may send for a string parameter; each is accepted by both or refused by both.
+PROBES = [
+    "a",
+    "from:jack",
+    "abc def",
+    " a ",
+    "a" * STRING_MAX,
+    "a" * (STRING_MAX + 1),
+    "é",
+    "abc\x01",
+    "\u200b",
+    "Latest",
+    "latest",
+    "Top",
+    "Relevance",
+    "c2J4MToyMA==",
+    "1",
+    "1,2",
+    "1, 2",
+    " 1 ,2 ",
+    "1,,2",
+    "1,abc",
+    "\u0663",
+    "12,\u0663",
+    "1" * 20,
+    "1" * 21,
+    ",".join(["7"] * 100),
+    ",".join(["7"] * 101),
+]
+BLANKS = ["  ", "\u00a0", "\u2003\t"]  # whitespace only: as if absent (422 when required)
+
+
+def test_the_openapi_schema_of_each_string_parameter_accepts_exactly_what_the_gateway_accepts():
+    """The handler and the document read their rules from one table: no value tells them apart."""
+    doc = openapi.build(twitter_alias=True, metrics_here=True)
+    for endpoint in ENDPOINTS:
+        operation = doc["paths"]["/social" + endpoint.path]["get"]
+        schemas = {p["name"]: p["schema"] for p in operation["parameters"]}
+        for param in endpoint.params:
+            if param.kind in ("int", "bool"):
+                continue  # typed in the document; their text forms are covered by the invalid calls above
+            for value in PROBES + (BLANKS if param.required else []):
+                try:
+                    parse_args(endpoint, {param.name: [value.encode()]})
+                    gateway = True
+                except ValidationError as exc:
+                    gateway = not any(d["loc"] == ["query", param.name] for d in exc.errors)
+                try:
+                    jsonschema.validate(value, schemas[param.name])
+                    document = True
+                except jsonschema.ValidationError:
+                    document = False
+                assert gateway == document, (endpoint.path, param.name, value[:40], gateway, document)
+
+
+@pytest.mark.settings(plan_rules=FAST)
+async def test_the_upstream_is_sent_each_table_parameter_once_as_validated_and_priced(api, ctx):
+    """A provider reading the first of two values, or a blank one, must not see a bigger page than was priced."""
+    server, url, seen = await recorder()
+    use_upstream(ctx, url)
+    _, key = await api.funded_key(100_000)
+    calls = {
+        # repeated: the last value counts; 5 users were priced, so 5 are asked for
+        "/social/user/followers?userName=jack&pageSize=200&pageSize=5&extra=1&extra=2": (
+            "userName=jack&pageSize=5&extra=1&extra=2"
+        ),
+        # blank: as if absent, so not sent at all
+        "/social/user/followers?userName=jack&pageSize=&cursor=%20": "userName=jack",
+        # typed values in one spelling: integers, booleans, id lists
+        "/social/user/last_tweets?userId=%2B00042&includeReplies=TRUE&userName=": "userId=%2B00042&includeReplies=true",
+        "/social/user/followers_ids?userId=42&count=%2B0100&cursor=-1": "userId=42&count=100&cursor=-1",
+        "/social/user/batch_info_by_ids?userIds=1,+2+,3&userIds=4,5": "userIds=4,5",
+        "/social/tweets?tweet_ids=+1,%202": "tweet_ids=1,2",
+        # strings exactly as sent (the last one), other parameters untouched
+        "/social/user/info?userName=a%26b%3Dc%C3%A9&userName=jack%20x&x%C3%A9=%FF": "userName=jack+x&x%C3%A9=%FF",
+    }
+    for path, expected in calls.items():
+        status, body, _ = await api.call("GET", path, key=key["key"])
+        assert status == 200, (path, body)
+        assert seen[-1]["query"] == expected, path
+    server.stop()
 
 
 async def test_unknown_data_paths_answer_in_the_data_plane_shape(api):
