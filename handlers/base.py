@@ -40,6 +40,11 @@ def next_request_id() -> str:
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def request_id(incoming: str) -> str:
+    """The id of a request: the caller's X-Request-ID when acceptable, else a new one."""
+    return incoming if _CLIENT_ID.fullmatch(incoming) else next_request_id()
+
+
 def timestamp(moment: datetime) -> str:
     """The one time format of every JSON answer: ISO 8601 UTC, milliseconds, `Z`.
 
@@ -100,8 +105,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.account_id: str | None = None
         self.log_fields: dict = {}
         self.kept_headers: dict = {}
-        incoming = self.request.headers.get("X-Request-ID", "")
-        self.request_id = incoming if _CLIENT_ID.fullmatch(incoming) else next_request_id()
+        self.request_id = request_id(self.request.headers.get("X-Request-ID", ""))
         self.keep_header("X-Request-ID", self.request_id)
 
     def keep_header(self, name: str, value) -> None:

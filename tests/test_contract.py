@@ -365,11 +365,12 @@ async def test_a_3_mb_body_gets_a_json_413_decided_from_its_content_length(app, 
     server.add_sockets([sock])
     try:
         size = 3 * 1024 * 1024
-        head = f"POST /auth/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
+        head = f"POST /auth/register HTTP/1.1\r\nHost: x\r\nX-Request-ID: upload-7\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
         body = [b"x" * 65536] * (size // 65536)
         answer, (reader, writer) = await exchange(port, head.encode(), body)
-        status, parsed, _ = parse(answer)
+        status, parsed, raw_head = parse(answer)
         assert status == 413 and parsed == {"detail": f"Request body is larger than {settings.max_body_bytes} bytes"}
+        assert b"\r\nX-Request-Id: upload-7\r\n" in raw_head + b"\r\n"  # the caller's id, as on every answer
         # The body was drained: the same connection serves the next request.
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         second = await asyncio.wait_for(reader.readuntil(b'{"status":"ok"}'), 5)
@@ -384,6 +385,7 @@ async def test_a_3_mb_body_gets_a_json_413_decided_from_its_content_length(app, 
         answer, (_, writer) = await exchange(port, data_head.encode(), [])
         status, parsed, raw_head = parse(answer)
         assert status == 413 and parsed["status"] == "error" and b"100 Continue" not in answer
+        assert re.search(rb"\r\nX-Request-Id: [0-9a-f]{20}\r\n", raw_head + b"\r\n")  # generated when none was sent
         writer.close()
         # A chunked body is cut at the limit with the same 413, and the connection closed.
         chunked = b"POST /keys HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
