@@ -235,9 +235,11 @@ class UnknownDataHandler(NotFoundHandler):
         }
 
 
-# After the table's exact paths: every other path under the prefix.
-routes = [("/social" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [(r"/social/.*", UnknownDataHandler)]
+# After the table's exact paths: every other path under the prefix, and the bare prefix.
+routes = [("/social" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [
+    (r"/social(?:/.*)?", UnknownDataHandler)
+]
 # The provider's own paths, so existing clients only change their base URL.
 alias_routes = [("/twitter" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [
-    (r"/twitter/.*", UnknownDataHandler)
+    (r"/twitter(?:/.*)?", UnknownDataHandler)
 ]

@@ -260,7 +260,8 @@ async def test_the_upstream_is_sent_each_table_parameter_once_as_validated_and_p
 
 
 async def test_unknown_data_paths_answer_in_the_data_plane_shape(api):
-    for method, path in [("GET", "/social/nope"), ("GET", "/twitter/user/nope"), ("POST", "/social/user/info/x")]:
+    unknown = [("GET", "/social/nope"), ("GET", "/twitter/user/nope"), ("POST", "/social/user/info/x")]
+    for method, path in unknown + [("GET", "/social"), ("GET", "/twitter?userName=a"), ("GET", "/social/")]:
         status, body, headers = await api.call(method, path, body={})
         assert status == 404 and body["status"] == "error" and body["msg"] and set(body) == {"status", "msg"}, path
     status, body, _ = await api.call("GET", "/elsewhere")
