@@ -10,6 +10,9 @@ Cursors: the provider's are opaque strings, so the gateway refuses only what can
 blank, longer than CURSOR_MAX characters, or with a character outside printable ASCII
 (spaces, control characters, non-ASCII). followers_ids' cursor is an integer (-1 or 0 start).
 
+A parameter sent twice counts with its last value; blank counts as absent. The provider is sent each
+parameter of the table once, as validated and priced (handlers/social.py `upstream_query`).
+
 `size` names how the page size of a call is known: a fixed maximum per page, a
 query parameter (with its default and maximum), or the number of ids sent.
 The most a call can cost (what is reserved before forwarding) is the price of
