@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from handlers import account, admin, auth, billing, keys
-from handlers.validation import Field
+from handlers.validation import INT_MAX, Field
 from social.endpoints import CURSOR_MAX, CURSOR_PATTERN, ENDPOINTS, NOT_BLANK, STRING_MAX, Endpoint, Param, ids_pattern
 
 VERSION = "0.1.0"
@@ -614,11 +614,11 @@ def _portal(op: Operation) -> dict:
 
 def _param_schema(param: Param) -> dict:
     if param.kind == "int":
-        # Integers are read with at most 18 digits (int64-safe); that is the bound when the table has none.
+        # Integers are read with at most INT_DIGITS digits (int64-safe); that is the bound when the table has none.
         return {
             "type": "integer",
-            "minimum": -(10**18 - 1) if param.minimum is None else param.minimum,
-            "maximum": 10**18 - 1 if param.maximum is None else param.maximum,
+            "minimum": -INT_MAX if param.minimum is None else param.minimum,
+            "maximum": INT_MAX if param.maximum is None else param.maximum,
         }
     if param.kind == "bool":
         return {"type": "boolean"}
