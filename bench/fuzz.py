@@ -61,9 +61,12 @@ include-path-regex = "/user/(followers_ids|last_tweets)$"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 400, 401, 402, 403, 404, 409, 422, 429, "5xx"]
 
 # Rules JSON Schema cannot state: a password needs 4 different characters; an order's minimum depends
-# on the currency (GET /billing/crypto/config); admin cursors are opaque.
+# on the currency (GET /billing/crypto/config); admin cursors are opaque; a key's expires_at must be in
+# the future, its allowed_ips must parse as addresses, a credit_limit needs its period (and the reverse).
 [[operations]]
-include-operation-id = ["post_auth_register", "post_billing_crypto_checkout", "get_admin_users"]
+include-operation-id = [
+    "post_auth_register", "post_billing_crypto_checkout", "get_admin_users", "post_keys", "patch_keys_key_id"
+]
 checks.positive_data_acceptance.enabled = false
 
 # Attribution is best effort by contract: any JSON body gets 200 {"ok": true, "stored": false} when invalid.

@@ -446,3 +446,39 @@ def test_the_spec_page_lists_every_endpoint_and_parameter_of_the_table():
         for choice in next((p.choices for p in endpoint.params if p.choices), ()):
             assert choice in row
         assert ("one of" in row) == bool(endpoint.one_of) and ("501" in row) == (not endpoint.available)
+
+
+# --- portal limits: the document's are the ones enforced ---------------------------------------------------
+async def test_the_key_property_limits_the_document_states_are_the_ones_enforced(api):
+    """Each bound read from the document: a body at it is accepted, one past it gets 422 on that field."""
+    schemas = openapi.build(twitter_alias=True, metrics_here=True)["components"]["schemas"]
+    props = {
+        name: schema["anyOf"][0] for name, schema in schemas["KeyCreate"]["properties"].items() if "anyOf" in schema
+    }
+    user = await api.register()
+    endpoints, ips = props["allowed_endpoints"]["maxItems"], props["allowed_ips"]["maxItems"]
+    ip_text, most = props["allowed_ips"]["items"]["maxLength"], props["credit_limit"]["maximum"]
+    period = props["credit_limit_period"]["enum"][-1]
+    at_limit = {
+        "allowed_endpoints": ["/user/info"] * endpoints,
+        "allowed_ips": ["10.0.0.1".rjust(ip_text)] + ["10.0.0.2"] * (ips - 1),
+        "credit_limit": most,
+        "credit_limit_period": period,
+    }
+    status, body, _ = await api.call("POST", "/keys", at_limit, token=user["token"])
+    assert status == 200, body
+    past = [
+        ({"allowed_endpoints": ["/user/info"] * (endpoints + 1)}, ["body", "allowed_endpoints"]),
+        ({"allowed_ips": ["10.0.0.2"] * (ips + 1)}, ["body", "allowed_ips"]),
+        ({"allowed_ips": ["10.0.0.1".rjust(ip_text + 1)]}, ["body", "allowed_ips", 0]),
+        ({"credit_limit": most + 1, "credit_limit_period": period}, ["body", "credit_limit"]),
+    ]
+    for change, loc in past:
+        status, body, _ = await api.call("POST", "/keys", change, token=user["token"])
+        assert status == 422 and loc in [d["loc"] for d in body["detail"]], (change, body)
+    grace = schemas["Roll"]["properties"]["grace_seconds"]["maximum"]
+    key_id = (await api.call("POST", "/keys", {}, token=user["token"]))[1]["key_id"]
+    status, body, _ = await api.call("POST", f"/keys/{key_id}/roll", {"grace_seconds": grace + 1}, token=user["token"])
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "grace_seconds"], body
+    status, body, _ = await api.call("POST", f"/keys/{key_id}/roll", {"grace_seconds": grace}, token=user["token"])
+    assert status == 200, body
