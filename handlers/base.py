@@ -10,6 +10,7 @@ import functools
 import ipaddress
 import itertools
 import logging
+import os
 import re
 import time
 import uuid
@@ -28,8 +29,18 @@ from security import tokens
 log = logging.getLogger("gateway.access")
 
 # Request ids: unique per process start plus a counter; cheaper than a uuid4 (a syscall) per request.
-_ID_PREFIX = uuid.uuid4().hex[:12]
-_ID_COUNTER = itertools.count()
+_ID_PREFIX, _ID_COUNTER = "", itertools.count()
+
+
+def _new_id_prefix() -> None:
+    global _ID_PREFIX, _ID_COUNTER
+    _ID_PREFIX, _ID_COUNTER = uuid.uuid4().hex[:12], itertools.count()
+
+
+_new_id_prefix()
+# `serve --workers N` forks after this module is imported: each worker (and each restart) needs its own
+# prefix, or workers hand out the same ids and a charge no longer matches one call.
+os.register_at_fork(after_in_child=_new_id_prefix)
 
 
 def next_request_id() -> str:
