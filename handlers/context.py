@@ -1,7 +1,7 @@
 """The one typed context every handler and background task works from (built by app/context.py)."""
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pymongo import AsyncMongoClient
 
@@ -9,6 +9,7 @@ from accounting.cache import LoadingCache
 from accounting.meter import Meter
 from accounting.metrics import Metrics
 from config.settings import Settings
+from handlers.accesslog import AccessLog
 from metering.limiter import RateLimiter
 from metering.pricing import Prices
 from payments.service import Payments
@@ -42,3 +43,4 @@ class Context:
     login_throttle: LoginThrottle  # failed logins per email, attempts per address (429)
     admin: AdminStore  # /admin queries and usage rollups (storage/admin.py)
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
+    access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

@@ -20,6 +20,7 @@ from storage.keys import PROPERTIES
 
 PERIODS = ("day", "month", "total")
 MAX_ENDPOINTS, MAX_IPS, MAX_CREDIT_LIMIT, MAX_GRACE = 100, 100, 10**15, 604_800
+MAX_IP_TEXT = 64  # characters of one allowed_ips entry
 NAME = Field("name", str, required=False, min_length=1, max_length=100, description='Absent or null: "default"')
 
 
@@ -93,7 +94,7 @@ def _networks(values: list, loc: list) -> list[str]:
     out, errors = [], []
     for i, value in enumerate(values):
         try:
-            if not isinstance(value, str) or len(value) > 64:
+            if not isinstance(value, str) or len(value) > MAX_IP_TEXT:
                 raise ValueError
             network = str(ipaddress.ip_network(value.strip(), strict=False))
         except ValueError:
@@ -153,10 +154,14 @@ class KeysBase(BaseHandler):
         keys = await self.ctx.keys.list(account_id)
         used = await self.ctx.meter.credits_used(account_id, keys)
         qps = await self.qps_of(account_id)
-        return [_row(k, qps, used[k["key_id"]]) for k in keys if only is None or k["key_id"] == only]
+        seen = self.ctx.meter.last_used_at
+        return [_row(k, qps, used[k["key_id"]], seen(k["key_id"])) for k in keys if only is None or k["key_id"] == only]
 
 
-def _row(key: dict, qps: float, credits_used: int) -> dict:
+def _row(key: dict, qps: float, credits_used: int, seen: datetime | None = None) -> dict:
+    """`seen`: this process's newest use of the key, which may be newer than the stored last_used_at
+    (stored as the minute of the newest use, at most once a minute: accounting/meter.py)."""
+    stored = key.get("last_used_at")
     return {
         "key_id": key["key_id"],
         "name": key["name"],
@@ -164,7 +169,7 @@ def _row(key: dict, qps: float, credits_used: int) -> dict:
         "qps_limit": qps,
         "revoked": key["revoked"],
         "created_at": key["created_at"],
-        "last_used_at": key.get("last_used_at"),
+        "last_used_at": max(stored, seen) if stored and seen else stored or seen,
         **{name: key.get(name) for name in PROPERTIES},
         "credits_used": credits_used,
     }

@@ -46,12 +46,12 @@ OPTIONAL = {
 
 
 def app_settings(ctx: Context) -> dict:
-    """Application settings for templates, versioned static URLs and XSRF cookies."""
+    """Application settings for templates and XSRF cookies. No static_path: Tornado would put its static routes
+    before every other, data plane included; the portal's own route comes last and PageHandler.static_url
+    versions its URLs."""
     production = ctx.settings.production
     return {
         "template_path": TEMPLATES,
-        "static_path": STATIC,
-        "static_handler_class": StaticHandler,
         "xsrf_cookies": True,
         # The page reads the token from its meta tag, so the cookie itself can be HttpOnly too.
         "xsrf_cookie_name": "__Host-gw_xsrf" if production else "gw_xsrf",
@@ -60,7 +60,10 @@ def app_settings(ctx: Context) -> dict:
 
 
 class StaticHandler(tornado.web.StaticFileHandler):
-    """Static files with nosniff and the JSON error shape."""
+    """The portal's files, with nosniff and the JSON error shape."""
+
+    def initialize(self, path: str = STATIC, **kwargs: Any) -> None:
+        super().initialize(path=path)  # the context make_app passes every handler is not needed here
 
     def set_default_headers(self) -> None:
         self.set_header("X-Content-Type-Options", "nosniff")
@@ -74,7 +77,7 @@ class SwaggerAssetHandler(StaticHandler):
     """The two Swagger UI files /docs needs, from the installed swagger-ui-py package."""
 
     def initialize(self, **kwargs: Any) -> None:
-        super().initialize(path=SWAGGER)
+        super().initialize(SWAGGER)
 
     @classmethod
     def url(cls, name: str) -> str:
@@ -94,6 +97,10 @@ class PageHandler(BaseHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         self.set_header("Content-Type", "application/json")
         super().write_error(status_code, **kwargs)
+
+    def static_url(self, path: str, include_host: bool | None = None, **kwargs: Any) -> str:
+        """/static/<path>?v=<content hash>: cached for a year, replaced when the file changes."""
+        return StaticHandler.make_static_url({"static_path": STATIC}, path, **kwargs)
 
 
 class PortalHandler(PageHandler):
@@ -133,6 +140,7 @@ routes = [
     (r"/portal/register", auth.RegisterHandler, {"cookie": True}),
     (r"/portal/login", auth.LoginHandler, {"cookie": True}),
     (r"/portal/logout", LogoutHandler),
+    (r"/static/(.+)", StaticHandler),
     (r"/docs", DocsHandler),
     (r"/docs/assets/(%s)" % "|".join(f.replace(".", r"\.") for f in SWAGGER_FILES), SwaggerAssetHandler),
 ]
