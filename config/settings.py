@@ -67,7 +67,12 @@ class Settings:
         2**17, "scrypt cost N for new password hashes (OWASP: 2^17).", "PASSWORD_SCRYPT_N"
     )
     # Accounts
-    admin_emails: tuple = _setting((), "Comma-separated emails of admin accounts.", "ADMIN_EMAILS")
+    admin_emails: tuple = _setting(
+        (),
+        "Comma-separated emails of the operator's own accounts, left out of /admin figures. Grants no rights: "
+        "admin is granted only with `social-gateway admin grant EMAIL`.",
+        "ADMIN_EMAILS",
+    )
     signup_credits: int = _setting(0, "Credits granted to a new account.", "SIGNUP_CREDITS")
     plan_rules: tuple = _setting(_default_plans(), "JSON list of plan tiers {name, min_paid_usd, qps}.", "PLAN_RULES")
     credits_per_usd: int = _setting(100_000, "Credits one US dollar buys.", "CREDITS_PER_USD")
@@ -293,6 +298,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("GATEWAY_PORT must be a TCP port")
     if not 0 <= settings.metrics_port <= 65535 or (settings.metrics_port and settings.metrics_port == settings.port):
         raise SettingsError("METRICS_PORT must be 0 or a TCP port other than GATEWAY_PORT")
+    if settings.production and not settings.upstream_url:
+        raise SettingsError("UPSTREAM_URL is required in production (the sandbox upstream is for development only)")
     if not settings.upstream_path_prefix.startswith("/"):
         raise SettingsError("UPSTREAM_PATH_PREFIX must start with /")
     plans = settings.plan_rules

@@ -83,6 +83,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.set_header("X-Content-Type-Options", "nosniff")
+        self.clear_header("Server")  # Tornado's names its version: nothing to tell a scanner
         # Tornado calls this before initialize() too, when kept_headers does not exist yet.
         for name, value in getattr(self, "kept_headers", {}).items():
             self.set_header(name, value)
@@ -191,7 +192,8 @@ class BaseHandler(tornado.web.RequestHandler):
         return account
 
     def is_admin(self, account: dict) -> bool:
-        return bool(account.get("is_admin")) or account["email"] in self.ctx.settings.admin_emails
+        # Only the operator's `admin grant` sets the flag: registering a listed address grants nothing.
+        return bool(account.get("is_admin"))
 
     # --- client address -------------------------------------------------------------------------
     def client_ip(self) -> str:
