@@ -17,7 +17,7 @@ from payments.service import build_payments
 from security import passwords
 from security.apikeys import KeyVault
 from security.throttle import LoginThrottle
-from social.upstream import Breaker, UpstreamClient
+from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
@@ -64,7 +64,7 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         settings.upstream_timeout,
         settings.upstream_max_connections,
         settings.upstream_max_body_bytes,
-        Breaker(settings.breaker_failures, settings.breaker_reset_seconds),
+        Breaker(settings.breaker_failures, settings.breaker_reset_seconds, min_accounts=settings.breaker_min_accounts),
     )
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hash")
     decoy = await asyncio.get_running_loop().run_in_executor(executor, passwords.decoy_hash, settings.password_scrypt_n)
@@ -94,4 +94,5 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
             settings.login_max_attempts_per_address,
         ),
         admin=admin_store,
+        failure_budget=FailureBudget(settings.account_failure_budget, settings.account_failure_window),
     )

@@ -124,6 +124,19 @@ class Settings:
     breaker_failures: int = _setting(
         20, "Consecutive upstream failures that open the circuit breaker.", "BREAKER_FAILURES"
     )
+    breaker_min_accounts: int = _setting(
+        3,
+        "Accounts whose calls must share in the failures that open the breaker (connection errors need none).",
+        "BREAKER_MIN_ACCOUNTS",
+    )
+    account_failure_budget: int = _setting(
+        10,
+        "Failed upstream calls (5xx, timeouts) one account may cause per ACCOUNT_FAILURE_WINDOW before its calls get 429.",
+        "ACCOUNT_FAILURE_BUDGET",
+    )
+    account_failure_window: float = _setting(
+        60.0, "Window of the per-account failure budget, seconds.", "ACCOUNT_FAILURE_WINDOW"
+    )
     breaker_reset_seconds: float = _setting(
         5.0, "Seconds an open breaker waits before a trial call.", "BREAKER_RESET_SECONDS"
     )
@@ -319,6 +332,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("MAX_HEADER_BYTES must be at least 1024")
     if settings.login_max_failures_per_email < 1 or settings.login_max_attempts_per_address < 1:
         raise SettingsError("LOGIN_MAX_FAILURES_PER_EMAIL and LOGIN_MAX_ATTEMPTS_PER_ADDRESS must be at least 1")
+    if settings.breaker_min_accounts < 1 or settings.account_failure_budget < 1:
+        raise SettingsError("BREAKER_MIN_ACCOUNTS and ACCOUNT_FAILURE_BUDGET must be at least 1")
     if settings.coherence not in ("changestream", "poll", "off"):
         raise SettingsError("COHERENCE must be changestream, poll or off")
     if settings.qps_divisor < 1:
@@ -336,6 +351,7 @@ def validate(settings: Settings) -> None:
         "http_idle_timeout",
         "http_body_timeout",
         "coherence_poll_seconds",
+        "account_failure_window",
     ):
         if getattr(settings, name) <= 0:
             raise SettingsError(f"{by_env(name)} must be positive")

@@ -14,7 +14,7 @@ from metering.pricing import Prices
 from payments.service import Payments
 from security.apikeys import KeyVault
 from security.throttle import LoginThrottle
-from social.upstream import UpstreamClient
+from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
 from storage.keys import KeyStore
@@ -41,4 +41,5 @@ class Context:
     payments: Payments  # crypto top-ups: processor, orders, crediting
     login_throttle: LoginThrottle  # failed logins per email, attempts per address (429)
     admin: AdminStore  # /admin queries and usage rollups (storage/admin.py)
+    failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish

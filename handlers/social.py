@@ -1,6 +1,6 @@
 """The 24 data endpoints: one handler driven by the endpoint table.
 
-Order of checks: key (401) -> rate limit (429) -> input (422) -> unavailable (501)
+Order of checks: key (401) -> rate limit (429) -> the account's upstream failure budget (429) -> input (422) -> unavailable (501)
 -> usage buffer bound (503) -> credits (402) -> upstream. Nothing is charged
 unless the upstream answered with data.
 """
@@ -77,6 +77,7 @@ class DataHandler(BaseHandler):
         key = await self.authenticate()
         view = await ctx.meter.account_view(key.account_id)
         self.rate_limit(key, view.plan.qps)
+        self.failure_budget(key.account_id)
         args = parse_args(endpoint, self.request.query_arguments)
         route = self.log_fields["route"]
         if not endpoint.available:
@@ -121,13 +122,25 @@ class DataHandler(BaseHandler):
                 {"Retry-After": str(decision.retry_after)},
             )
 
+    def failure_budget(self, account_id: str) -> None:
+        # Failed calls are free: an account whose calls keep failing upstream is slowed down on its own.
+        wait = self.ctx.failure_budget.retry_after(account_id, time.monotonic())
+        if wait:
+            raise ApiError(
+                429,
+                "Too many of this account's calls failed at the data provider; retry later",
+                {"Retry-After": str(wait)},
+            )
+
     async def forward(self, key: KeyEntry, reservation: Reservation, size: int) -> None:
         ctx, endpoint, route = self.ctx, self.endpoint, self.log_fields["route"]
         meter = ctx.meter
         try:
-            upstream = await ctx.upstream.get(endpoint.path, self.request.query)
+            upstream = await ctx.upstream.get(endpoint.path, self.request.query, key.account_id)
         except UpstreamError as exc:
             meter.release(reservation)
+            if exc.kind in ("timeout", "failed"):
+                ctx.failure_budget.failed(key.account_id, time.monotonic())
             status, message = {
                 "timeout": (504, "The data provider did not answer in time; you were not charged"),
                 "unavailable": (503, "The data provider is failing; retry shortly; you were not charged"),
@@ -149,6 +162,8 @@ class DataHandler(BaseHandler):
         if status in (401, 403) or status >= 500:
             # Upstream auth failures are ours, not the client's: never pass them off as a bad client key.
             meter.release(reservation)
+            if status >= 500:
+                ctx.failure_budget.failed(key.account_id, time.monotonic())
             meter.record(key, route, 502, 0, self.request_id)
             ctx.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")

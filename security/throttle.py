@@ -22,7 +22,7 @@ ADDRESS_WINDOW_SECONDS = 60.0
 MAX_ENTRIES = 50_000
 
 
-class _Windows:
+class SlidingWindows:
     """key -> the timestamps of the last `limit` events, in an LRU of at most `max_entries` keys."""
 
     def __init__(self, limit: int, window: float, max_entries: int):
@@ -64,8 +64,8 @@ class LoginThrottle:
     ):
         if max_failures < 1 or max_attempts < 1 or window <= 0 or address_window <= 0:
             raise ValueError("login throttle limits and windows must be positive")
-        self.failures = _Windows(max_failures, window, max_entries)
-        self.attempts = _Windows(max_attempts, address_window, max_entries)
+        self.failures = SlidingWindows(max_failures, window, max_entries)
+        self.attempts = SlidingWindows(max_attempts, address_window, max_entries)
 
     def check(self, address: str, email: str | None, now: float) -> int:
         """Whole seconds the caller must wait (the Retry-After value); 0 when the attempt may go ahead.

@@ -12,9 +12,16 @@ import urllib.request
 import uuid
 
 import pytest
+import tornado.httpserver
+import tornado.web
+from conftest import Api
 from test_process import ROOT, GatewayProcess, funded_account
+from test_social import FAST
+from tornado.httpclient import AsyncHTTPClient
+from tornado.testing import bind_unused_port
 
 from app.embedded import free_port
+from social.upstream import Breaker, UpstreamClient
 
 pytestmark = pytest.mark.gen_test(timeout=120)
 
@@ -101,3 +108,82 @@ async def test_worst_queries_never_hold_the_gateway_loop(mongo, tmp_path):
     finally:
         gw.proc.terminate()
         gw.proc.wait(30)
+
+
+# --- one customer must not open the breaker for everybody --------------------------------------------------------
+class FailingUpstream(tornado.web.RequestHandler):
+    """Answers 500 to any query containing `boom` (a query the provider chokes on), data otherwise."""
+
+    def get(self, path):
+        if "boom" in self.get_query_argument("query", ""):
+            self.set_status(500)
+            self.finish(b'{"status":"error","msg":"internal"}')
+        else:
+            self.finish(b'{"tweets":[],"has_next_page":false,"next_cursor":"","status":"success","msg":""}')
+
+
+def point_upstream(ctx, url: str) -> None:
+    """The app under test against another upstream, with the breaker configured as in production."""
+    s = ctx.settings
+    ctx.upstream.close()
+    ctx.upstream = UpstreamClient(
+        url,
+        s.upstream_api_key,
+        s.upstream_path_prefix,
+        1.0,
+        5.0,
+        64,
+        s.upstream_max_body_bytes,
+        Breaker(s.breaker_failures, s.breaker_reset_seconds, min_accounts=s.breaker_min_accounts),
+    )
+
+
+async def search(api, key: dict, query: str):
+    return await api.call(
+        "GET", "/social/tweet/advanced_search?" + urllib.parse.urlencode({"query": query}), key=key["key"]
+    )
+
+
+@pytest.mark.settings(plan_rules=FAST)
+async def test_one_accounts_failing_calls_never_open_the_shared_breaker(api, ctx):
+    sock, port = bind_unused_port()
+    server = tornado.httpserver.HTTPServer(tornado.web.Application([(r"(.*)", FailingUpstream)]))
+    server.add_sockets([sock])
+    point_upstream(ctx, f"http://127.0.0.1:{port}")
+    try:
+        _, attacker = await api.funded_key()
+        _, victim = await api.funded_key()
+        wide = Api(AsyncHTTPClient(force_instance=True, max_clients=100), api.base)  # 50 really at once
+        answers = await asyncio.gather(*[search(wide, attacker, f"boom {i}") for i in range(50)])
+        wide.http.close()
+        assert {status for status, _, _ in answers} <= {502, 429}
+        assert [status for status, _, _ in answers].count(502) >= ctx.settings.breaker_failures
+        assert ctx.upstream.breaker.state == "closed"
+        # The attacker is slowed down on its own ...
+        status, body, headers = await search(api, attacker, "coffee")
+        assert status == 429 and int(headers["Retry-After"]) >= 1 and "failed" in body["msg"]
+        # ... everybody else is served, and the instance stays in the load balancer.
+        for _ in range(5):
+            assert (await search(api, victim, "coffee"))[0] == 200
+        assert (await api.call("GET", "/readyz"))[0] == 200
+        # Failures spread over several accounts are the provider's: the breaker opens.
+        others = [(await api.funded_key())[1] for _ in range(ctx.settings.breaker_min_accounts)]
+        for other in others:
+            for i in range(ctx.settings.account_failure_budget):
+                await search(api, other, f"boom {i}")
+        assert ctx.upstream.breaker.state == "open"
+        status, _, headers = await search(api, victim, "coffee")
+        assert status == 503 and headers["Retry-After"] == "1"
+        assert (await api.call("GET", "/readyz"))[0] == 503
+    finally:
+        server.stop()
+
+
+@pytest.mark.settings(plan_rules=FAST)
+async def test_a_provider_that_is_really_down_still_opens_the_breaker(api, ctx):
+    point_upstream(ctx, f"http://127.0.0.1:{free_port()}")  # nothing listens: connection refused
+    _, key = await api.funded_key()
+    statuses = [(await search(api, key, "coffee"))[0] for _ in range(ctx.settings.breaker_failures + 3)]
+    assert statuses[: ctx.settings.breaker_failures] == [502] * ctx.settings.breaker_failures
+    assert statuses[-1] == 503  # the breaker is open: nothing is sent any more, one account was enough
+    assert (await api.call("GET", "/readyz"))[1]["checks"]["upstream_breaker"] == "open"
