@@ -207,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     settings = config.load_for_command(host=args.host, port=args.port)
     if settings is None:
         return 2
+    if settings.production and not settings.upstream_url:
+        # The sandbox upstream (and its default credential) must never serve production traffic.
+        print(
+            "social-gateway: UPSTREAM_URL is required in production (the sandbox upstream is for development only)",
+            file=sys.stderr,
+        )
+        return 2
     if not settings.production:
         settings = with_dev_secrets(settings)
     if args.workers < 1:

@@ -311,8 +311,6 @@ def validate(settings: Settings) -> None:
         raise SettingsError("GATEWAY_PORT must be a TCP port")
     if not 0 <= settings.metrics_port <= 65535 or (settings.metrics_port and settings.metrics_port == settings.port):
         raise SettingsError("METRICS_PORT must be 0 or a TCP port other than GATEWAY_PORT")
-    if settings.production and not settings.upstream_url:
-        raise SettingsError("UPSTREAM_URL is required in production (the sandbox upstream is for development only)")
     if not settings.upstream_path_prefix.startswith("/"):
         raise SettingsError("UPSTREAM_PATH_PREFIX must start with /")
     plans = settings.plan_rules
