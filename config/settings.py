@@ -74,7 +74,14 @@ class Settings:
         "ADMIN_EMAILS",
     )
     signup_credits: int = _setting(0, "Credits granted to a new account.", "SIGNUP_CREDITS")
-    plan_rules: tuple = _setting(_default_plans(), "JSON list of plan tiers {name, min_paid_usd, qps}.", "PLAN_RULES")
+    plan_rules: tuple = _setting(
+        _default_plans(),
+        "JSON list of plan tiers {name, min_paid_usd, qps (per key), account_qps (all keys; default 5 x qps)}.",
+        "PLAN_RULES",
+    )
+    max_keys_per_account: int = _setting(
+        20, "Active (unrevoked) API keys one account may hold; creating one more answers 409.", "MAX_KEYS_PER_ACCOUNT"
+    )
     credits_per_usd: int = _setting(100_000, "Credits one US dollar buys.", "CREDITS_PER_USD")
     max_body_bytes: int = _setting(64 * 1024, "Largest request body accepted (413 above).", "MAX_BODY_BYTES")
     max_header_bytes: int = _setting(
@@ -316,8 +323,8 @@ def validate(settings: Settings) -> None:
     plans = settings.plan_rules
     if not plans or any(not {"name", "min_paid_usd", "qps"} <= set(p) for p in plans):
         raise SettingsError("PLAN_RULES must be a non-empty list of {name, min_paid_usd, qps}")
-    if any(p["qps"] <= 0 for p in plans):
-        raise SettingsError("PLAN_RULES: qps must be positive")
+    if any(p["qps"] <= 0 or p.get("account_qps", 1) <= 0 for p in plans):
+        raise SettingsError("PLAN_RULES: qps and account_qps must be positive")
     if settings.payments_provider not in ("", "nowpayments"):
         raise SettingsError("PAYMENTS_PROVIDER must be nowpayments or empty (the development sandbox chain)")
     if settings.payments_provider == "nowpayments" and not (
@@ -330,6 +337,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("MAX_HEADER_BYTES must be at least 1024")
     if settings.login_max_failures_per_email < 1 or settings.login_max_attempts_per_address < 1:
         raise SettingsError("LOGIN_MAX_FAILURES_PER_EMAIL and LOGIN_MAX_ATTEMPTS_PER_ADDRESS must be at least 1")
+    if settings.max_keys_per_account < 1:
+        raise SettingsError("MAX_KEYS_PER_ACCOUNT must be at least 1")
     if settings.breaker_min_accounts < 1 or settings.account_failure_budget < 1:
         raise SettingsError("BREAKER_MIN_ACCOUNTS and ACCOUNT_FAILURE_BUDGET must be at least 1")
     if settings.coherence not in ("changestream", "poll", "off"):

@@ -7,6 +7,8 @@ from handlers.validation import Field, check_range, length, parse_int, validate_
 from security.apikeys import KeyVault
 
 KEY_CREATE = [Field("name", str, required=False, check=length(1, 100))]
+PAGE_DEFAULT, PAGE_MAX = 100, 1000
+_TOO_MANY = "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT); revoke one to create another"
 TOP_UP = [Field("credits", int, check=lambda v, loc: check_range(v, loc, 1, 10**12))]
 
 
@@ -42,13 +44,26 @@ class KeysHandler(KeysBase):
     """Lists the account's keys (never secrets) and issues new ones."""
 
     async def get(self) -> None:
+        """Still a JSON list; a further page is announced in `X-Next-Cursor` and a `Link: rel="next"` header."""
         account_id = self.bearer_account()
+        limit = parse_int(self.get_query_argument("limit", str(PAGE_DEFAULT)), ["query", "limit"], 1, PAGE_MAX)
+        cursor = self.get_query_argument("cursor", "")
+        before = parse_int(cursor, ["query", "cursor"], 1) if cursor else None
         qps = await self.qps_of(account_id)
-        self.send_json([_row(k, qps) for k in await self.ctx.keys.list(account_id)])
+        rows = await self.ctx.keys.list(account_id, limit + 1, before)
+        if len(rows) > limit:
+            rows = rows[:limit]
+            after = rows[-1]["key_id"]
+            self.set_header("X-Next-Cursor", str(after))
+            self.set_header("Link", f'</keys?limit={limit}&cursor={after}>; rel="next"')
+        self.send_json([_row(k, qps) for k in rows])
 
     async def post(self) -> None:
         account_id = self.bearer_account()
         body = validate_body(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
+        most = self.ctx.settings.max_keys_per_account
+        if await self.ctx.keys.count_active(account_id) >= most:
+            raise ApiError(409, _TOO_MANY.format(most))
         vault = self.ctx.vault
         secret = vault.generate()
         key = await self.ctx.keys.create(
@@ -58,6 +73,10 @@ class KeysHandler(KeysBase):
             KeyVault.display_prefix(secret),
             lambda key_id: vault.encrypt(secret, key_id),
         )
+        # Concurrent creations may all pass the count above: the ones with the highest ids give way.
+        if await self.ctx.keys.count_active(account_id, up_to=key["key_id"]) > most:
+            await self.ctx.keys.delete(key["key_id"])
+            raise ApiError(409, _TOO_MANY.format(most))
         self.log_fields["key_id"] = key["key_id"]
         # 200, not 201: the spec says every success is HTTP 200.
         self.send_json({**_row(key, await self.qps_of(account_id)), "key": secret})

@@ -120,12 +120,14 @@ SCHEMAS: dict = {
         qps_limit=N,
     ),
     "Account": obj(
-        ("account_id", "credits", "plan", "qps_limit"),
+        ("account_id", "credits", "plan", "qps_limit", "account_qps_limit", "max_keys"),
         account_id=S,
         email=S,
         credits=I,
         plan=S,
         qps_limit=N,
+        account_qps_limit={"type": "number", "description": "Calls per second of all the account's keys together"},
+        max_keys={"type": "integer", "description": "Active keys the account may hold"},
         total_paid_usd=N,
         credits_per_usd=I,
         created_at=TIME,
@@ -343,17 +345,27 @@ OPERATIONS: list[Operation] = [
     ),
     # keys
     Operation(
-        "get", "/keys", "The account's keys with QPS limit and revocation state (no secrets)", "keys", array(ref("Key"))
+        "get",
+        "/keys",
+        "The account's keys, newest first, with QPS limit and revocation state (no secrets); "
+        "a further page is announced in the X-Next-Cursor and Link headers",
+        "keys",
+        array(ref("Key")),
+        params=(
+            query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+            query("cursor", {"type": "integer", "minimum": 1}, "X-Next-Cursor of the previous page"),
+        ),
+        errors=(401, 422),
     ),
     Operation(
         "post",
         "/keys",
-        "Issue a key; the secret is returned once",
+        "Issue a key; the secret is returned once (409 past MAX_KEYS_PER_ACCOUNT active keys)",
         "keys",
         ref("NewKey"),
         body="KeyCreate",
         body_required=False,
-        errors=(401, 413, 422),
+        errors=(401, 409, 413, 422),
     ),
     Operation(
         "get",
@@ -639,7 +651,11 @@ def _data(endpoint: Endpoint, prefix: str, tag: str) -> dict:
                 "description": "Success; charged per X-Credits-Charged",
                 "headers": {
                     "X-Credits-Charged": {"schema": I, "description": "Credits charged for this call"},
-                    **{h: {"schema": I} for h in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")},
+                    **{
+                        f"X-RateLimit{scope}-{h}": {"schema": I}
+                        for scope in ("", "-Account")  # the key's bucket, and the one all its account's keys share
+                        for h in ("Limit", "Remaining", "Reset")
+                    },
                 },
                 "content": {"application/json": {"schema": _envelope(endpoint)}},
             }

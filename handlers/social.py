@@ -76,7 +76,7 @@ class DataHandler(BaseHandler):
             raise ApiError(503, "The gateway is restarting; retry shortly", {"Retry-After": "1"})
         key = await self.authenticate()
         view = await ctx.meter.account_view(key.account_id)
-        self.rate_limit(key, view.plan.qps)
+        self.rate_limit(key, view.plan)
         self.failure_budget(key.account_id)
         args = parse_args(endpoint, self.request.query_arguments)
         route = self.log_fields["route"]
@@ -109,17 +109,29 @@ class DataHandler(BaseHandler):
         self.log_fields["key_id"] = key.key_id
         return key
 
-    def rate_limit(self, key: KeyEntry, qps: float) -> None:
-        # Without nginx routing each key to one process, every process gets its share of the key's limit.
-        decision = self.ctx.limiter.take(key.key_id, qps / self.ctx.settings.qps_divisor, time.monotonic())
-        self.keep_header("X-RateLimit-Limit", decision.limit)
-        self.keep_header("X-RateLimit-Remaining", decision.remaining)
-        self.keep_header("X-RateLimit-Reset", decision.reset)
-        if not decision.allowed:
+    def rate_limit(self, key: KeyEntry, plan) -> None:
+        # Without nginx routing each key to one process, every process gets its share of the limits.
+        divisor = self.ctx.settings.qps_divisor
+        per_key, per_account = self.ctx.limiter.take_both(
+            key.key_id, plan.qps / divisor, key.account_id, plan.account_qps / divisor, time.monotonic()
+        )
+        self.keep_header("X-RateLimit-Limit", per_key.limit)
+        self.keep_header("X-RateLimit-Remaining", per_key.remaining)
+        self.keep_header("X-RateLimit-Reset", per_key.reset)
+        self.keep_header("X-RateLimit-Account-Limit", per_account.limit)
+        self.keep_header("X-RateLimit-Account-Remaining", per_account.remaining)
+        self.keep_header("X-RateLimit-Account-Reset", per_account.reset)
+        if not per_key.allowed:
             raise ApiError(
                 429,
-                f"Rate limit exceeded: {qps:g} requests per second for this key",
-                {"Retry-After": str(decision.retry_after)},
+                f"Rate limit exceeded: {plan.qps:g} requests per second for this key",
+                {"Retry-After": str(per_key.retry_after)},
+            )
+        if not per_account.allowed:
+            raise ApiError(
+                429,
+                f"Rate limit exceeded: {plan.account_qps:g} requests per second for this account (all its keys)",
+                {"Retry-After": str(per_account.retry_after)},
             )
 
     def failure_budget(self, account_id: str) -> None:

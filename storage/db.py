@@ -18,6 +18,7 @@ INDEXES = {
     "keys": [
         IndexModel([("digest", ASCENDING)], unique=True),
         IndexModel([("account_id", ASCENDING), ("created_at", DESCENDING)]),
+        IndexModel([("account_id", ASCENDING), ("_id", DESCENDING)]),  # GET /keys pages, the key cap
         IndexModel([("revoked_at", ASCENDING)], sparse=True),
     ],
     "usage_buckets": [

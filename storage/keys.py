@@ -23,10 +23,14 @@ class KeyStore:
         self.counters = db.counters
 
     async def _next_id(self) -> int:
-        doc = await self.counters.find_one_and_update(
-            {"_id": "key_id"}, {"$inc": {"value": 1}}, upsert=True, return_document=ReturnDocument.AFTER
-        )
-        return doc["value"]
+        # Concurrent first upserts of the counter can race: the loser sees no document; it asks again.
+        for _ in range(5):
+            doc = await self.counters.find_one_and_update(
+                {"_id": "key_id"}, {"$inc": {"value": 1}}, upsert=True, return_document=ReturnDocument.AFTER
+            )
+            if doc is not None:
+                return doc["value"]
+        raise RuntimeError("the key id counter could not be read")
 
     async def create(self, account_id: str, name: str, digest: str, prefix: str, seal) -> dict:
         """`seal(key_id)` encrypts the secret bound to its id, which is known only here."""
@@ -46,8 +50,23 @@ class KeyStore:
         await self.keys.insert_one(doc)
         return {k: doc[k] for k in _ROW if k in doc}
 
-    async def list(self, account_id: str) -> list[dict]:
-        return await self.keys.find({"account_id": account_id}, _ROW).sort("created_at", -1).to_list(None)
+    async def list(self, account_id: str, limit: int = 0, before: int | None = None) -> list[dict]:
+        """Newest first (key ids grow with creation); `before`: only keys with a smaller id (the cursor)."""
+        query: dict = {"account_id": account_id}
+        if before is not None:
+            query["_id"] = {"$lt": before}
+        return await self.keys.find(query, _ROW).sort("_id", -1).limit(limit).to_list(None)
+
+    async def count_active(self, account_id: str, up_to: int | None = None) -> int:
+        """Unrevoked keys of the account; with `up_to`, only those with an id up to it."""
+        query: dict = {"account_id": account_id, "revoked": False}
+        if up_to is not None:
+            query["_id"] = {"$lte": up_to}
+        return await self.keys.count_documents(query)
+
+    async def delete(self, key_id: int) -> None:
+        """Only for a key that was never shown to anybody (creation refused after the insert)."""
+        await self.keys.delete_one({"_id": key_id})
 
     async def get(self, account_id: str, key_id: int) -> dict | None:
         """The key, only if `account_id` owns it."""

@@ -187,3 +187,65 @@ async def test_a_provider_that_is_really_down_still_opens_the_breaker(api, ctx):
     assert statuses[: ctx.settings.breaker_failures] == [502] * ctx.settings.breaker_failures
     assert statuses[-1] == 503  # the breaker is open: nothing is sent any more, one account was enough
     assert (await api.call("GET", "/readyz"))[1]["checks"]["upstream_breaker"] == "open"
+
+
+# --- plan limits cannot be multiplied ----------------------------------------------------------------------------
+@pytest.mark.settings(max_keys_per_account=5)
+async def test_keys_per_account_are_capped_even_when_created_at_once(api, ctx):
+    user = await api.register()
+    wide = Api(AsyncHTTPClient(force_instance=True, max_clients=50), api.base)
+    answers = await asyncio.gather(
+        *[wide.call("POST", "/keys", {"name": f"k{i}"}, token=user["token"]) for i in range(30)]
+    )
+    wide.http.close()
+    statuses = [status for status, _, _ in answers]
+    assert statuses.count(200) <= 5 and set(statuses) <= {200, 409}
+    refused = next(body for status, body, _ in answers if status == 409)
+    assert "5 active API keys" in refused["detail"]
+    while (await api.call("POST", "/keys", {"name": "more"}, token=user["token"]))[0] == 200:
+        pass  # concurrent creations may have given way more than needed: top up to the cap
+    keys = (await api.call("GET", "/keys", token=user["token"]))[1]
+    assert len(keys) == 5 == await ctx.keys.count_active(user["account_id"])
+    # Revoking one makes room for exactly one.
+    assert (await api.call("POST", f"/keys/{keys[0]['key_id']}/revoke", token=user["token"]))[0] == 200
+    assert (await api.call("POST", "/keys", {"name": "again"}, token=user["token"]))[0] == 200
+    assert (await api.call("POST", "/keys", {"name": "one too many"}, token=user["token"]))[0] == 409
+    account = (await api.call("GET", "/account", token=user["token"]))[1]
+    assert account["max_keys"] == 5 and account["account_qps_limit"] == 5 * account["qps_limit"]
+
+
+@pytest.mark.settings(max_keys_per_account=50)
+async def test_keys_list_pages_and_stays_a_list(api):
+    user = await api.register()
+    made = [(await api.new_key(user["token"], f"k{i}"))["key_id"] for i in range(7)]
+    status, everything, headers = await api.call("GET", "/keys", token=user["token"])
+    assert status == 200 and [k["key_id"] for k in everything] == made[::-1] and "X-Next-Cursor" not in headers
+    seen, path = [], "/keys?limit=3"
+    while path:
+        status, page, headers = await api.call("GET", path, token=user["token"])
+        assert status == 200 and isinstance(page, list) and len(page) <= 3
+        seen += [k["key_id"] for k in page]
+        cursor = headers.get("X-Next-Cursor")
+        path = f"/keys?limit=3&cursor={cursor}" if cursor else ""
+        if cursor:
+            assert headers["Link"] == f'</keys?limit=3&cursor={cursor}>; rel="next"'
+    assert seen == made[::-1]
+    for bad in ("limit=0", "limit=1001", "cursor=abc", "cursor=0"):
+        status, body, _ = await api.call("GET", f"/keys?{bad}", token=user["token"])
+        assert status == 422 and body["detail"][0]["loc"][0] == "query", bad
+
+
+@pytest.mark.settings(plan_rules=({"name": "small", "min_paid_usd": 0, "qps": 4, "account_qps": 6},))
+async def test_many_keys_do_not_multiply_the_account_rate(api, ctx):
+    user, first = await api.funded_key()
+    keys = [first] + [await api.new_key(user["token"], f"k{i}") for i in range(3)]
+    path = "/social/user/info?userName=" + urllib.parse.quote("nobody_here")
+    answers = [await api.call("GET", path, key=k["key"]) for k in keys for _ in range(3)]
+    passed = [a for a in answers if a[0] != 429]
+    assert len(passed) == 6  # 4 keys x 3 calls, each key within its 4/s: the account's 6/s binds
+    status, body, headers = next(a for a in answers if a[0] == 429)
+    assert "for this account" in body["msg"] and int(headers["Retry-After"]) >= 1
+    assert headers["X-RateLimit-Account-Limit"] == "6" and headers["X-RateLimit-Account-Remaining"] == "0"
+    assert headers["X-RateLimit-Limit"] == "4"
+    other, other_key = await api.funded_key()  # another account is not touched by it
+    assert (await api.call("GET", path, key=other_key["key"]))[0] != 429
