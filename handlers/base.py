@@ -65,6 +65,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.ctx = ctx
         self.started = time.perf_counter()
         self.account_id: str | None = None
+        self.session: tokens.Session | None = None  # a valid session token's, set by prepare()
         self.log_fields: dict = {}
         self.kept_headers: dict = {}
         incoming = self.request.headers.get("X-Request-ID", "")
@@ -173,17 +174,26 @@ class BaseHandler(tornado.web.RequestHandler):
             raise ValidationError([error(["body"], "JSON decode error", "json_invalid")]) from None
 
     # --- session authentication -------------------------------------------------------------
+    def bearer_token(self) -> str | None:
+        scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
+        return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+    async def prepare(self) -> None:
+        # The session is checked here, before any handler code, where I/O is possible: a token whose
+        # account is gone, that was logged out, or that predates a password change is refused (401) by
+        # bearer_account() before anything is read or written. From memory on the usual path.
+        token = self.bearer_token()
+        if token is not None:
+            self.session = await self.ctx.sessions.check(token)
+
     def bearer_account(self) -> str:
         """The account id of a valid session token, else 401."""
-        header = self.request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        if self.bearer_token() is None:
             raise ApiError(401, "Not authenticated", {"WWW-Authenticate": "Bearer"})
-        account_id = tokens.account_of(self.ctx.settings.jwt_secret, token.strip())
-        if account_id is None:
+        if self.session is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
-        self.account_id = account_id
-        return account_id
+        self.account_id = self.session.account_id
+        return self.session.account_id
 
     async def current_account(self) -> dict:
         account = await self.ctx.accounts.get(self.bearer_account())

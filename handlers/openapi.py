@@ -89,6 +89,13 @@ SCHEMAS: dict = {
         account_id=S,
         expires_in=I,
     ),
+    "LoggedOut": obj(("ok",), ok=B),
+    "PasswordChange": obj(
+        ("current_password", "new_password"),
+        True,
+        current_password={"type": "string", "minLength": 1, "maxLength": 128},
+        new_password={"type": "string", "minLength": 8, "maxLength": 128},
+    ),
     "Me": obj(("account_id", "email", "is_admin", "created_at"), account_id=S, email=S, is_admin=B, created_at=TIME),
     "Attribution": obj(
         (),
@@ -332,6 +339,18 @@ OPERATIONS: list[Operation] = [
         security=None,
         body="Credentials",
         errors=(401, 413, 422, 429),
+    ),
+    Operation(
+        "post", "/auth/logout", "End this session token (other sessions go on)", "auth", ref("LoggedOut"), body=None
+    ),
+    Operation(
+        "post",
+        "/auth/password",
+        "Change the password; every earlier session token stops working; returns a new one",
+        "auth",
+        ref("Session"),
+        body="PasswordChange",
+        errors=(401, 403, 413, 422, 429),
     ),
     Operation("get", "/auth/me", "The account behind the token", "auth", ref("Me")),
     Operation(

@@ -7,6 +7,9 @@ from pymongo.errors import BulkWriteError
 DUPLICATE_KEY = 11000
 
 INDEXES = {
+    # Ended sessions are dropped once the token would have expired anyway.
+    "ended_sessions": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
+    "signup_grants": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
     "accounts": [
         IndexModel([("email", ASCENDING)], unique=True),
         IndexModel([("created_at", DESCENDING)]),
