@@ -11,16 +11,18 @@ import urllib.parse
 import urllib.request
 import uuid
 
+import jwt
 import pytest
 import tornado.httpserver
 import tornado.web
-from conftest import Api
+from conftest import PASSWORD, Api
 from test_process import ROOT, GatewayProcess, funded_account
 from test_social import FAST
 from tornado.httpclient import AsyncHTTPClient
 from tornado.testing import bind_unused_port
 
 from app.embedded import free_port
+from security import tokens
 from social.upstream import Breaker, UpstreamClient
 
 pytestmark = pytest.mark.gen_test(timeout=120)
@@ -249,3 +251,135 @@ async def test_many_keys_do_not_multiply_the_account_rate(api, ctx):
     assert headers["X-RateLimit-Limit"] == "4"
     other, other_key = await api.funded_key()  # another account is not touched by it
     assert (await api.call("GET", path, key=other_key["key"]))[0] != 429
+
+
+# --- nobody becomes admin by registering: tests/test_admin.py (the configured address registered by an attacker)
+
+
+# --- free credits and lockouts cannot be farmed ------------------------------------------------------------------
+def from_address(address: str) -> dict:
+    return {"X-Forwarded-For": address}
+
+
+async def register_from(api, address: str, email: str | None = None):
+    email = email or f"farm-{uuid.uuid4().hex[:10]}@example.com"
+    return await api.call(
+        "POST", "/auth/register", {"email": email, "password": PASSWORD}, headers=from_address(address)
+    )
+
+
+@pytest.mark.settings(
+    trusted_proxies=("127.0.0.1",), signup_credits=1000, signup_credited_per_network=3, signup_max_per_network=5
+)
+async def test_signup_credits_cannot_be_farmed_from_one_network(api, ctx):
+    credits = []
+    for i in range(5):  # five addresses of one /24
+        status, body, _ = await register_from(api, f"198.51.100.{i + 1}")
+        assert status == 200, body
+        credits.append((await api.call("GET", "/account", token=body["token"]))[1]["credits"])
+    assert credits == [1000, 1000, 1000, 0, 0]  # only three a day get the signup credits
+    status, body, headers = await register_from(api, "198.51.100.77")
+    assert status == 429 and "network" in body["detail"] and int(headers["Retry-After"]) > 0
+    # Another network is not affected; IPv6 counts by /64.
+    status, body, _ = await register_from(api, "203.0.113.9")
+    assert status == 200 and (await api.call("GET", "/account", token=body["token"]))[1]["credits"] == 1000
+    for i in range(5):
+        assert (await register_from(api, f"2001:db8:1:2::{i + 1}"))[0] == 200
+    assert (await register_from(api, "2001:db8:1:2:ffff::1"))[0] == 429
+    assert (await register_from(api, "2001:db8:1:3::1"))[0] == 200
+
+
+async def login_from(api, address: str, email: str, password: str):
+    return await api.call("POST", "/auth/login", {"email": email, "password": password}, headers=from_address(address))
+
+
+@pytest.mark.settings(trusted_proxies=("127.0.0.1",), login_slowdown_after=3, login_max_delay_seconds=0.2)
+async def test_an_attacker_elsewhere_cannot_lock_the_owner_out(api, ctx):
+    owner = await api.register()
+    statuses = [(await login_from(api, "192.0.2.10", owner["email"], f"guess {i}"))[0] for i in range(20)]
+    assert statuses[:5] == [401] * 5 and set(statuses[5:]) == {429}  # the attacker's network is locked out
+    started = time.perf_counter()
+    status, body, _ = await login_from(api, "198.51.100.20", owner["email"], PASSWORD)
+    assert status == 200 and body["token"]
+    assert time.perf_counter() - started < 1.0  # at once: the right password is never delayed
+    # Guesses spread over many networks are slowed down (past LOGIN_SLOWDOWN_AFTER, each failure answers late).
+    started = time.perf_counter()
+    for i in range(3):
+        assert (await login_from(api, f"203.0.{i}.1", owner["email"], "another guess"))[0] == 401
+    assert time.perf_counter() - started >= 0.4
+
+
+# --- sessions and passwords -------------------------------------------------------------------------------------
+async def test_logout_ends_this_token_only(api):
+    user = await api.register()
+    status, other, _ = await api.call("POST", "/auth/login", {"email": user["email"], "password": PASSWORD})
+    assert status == 200
+    assert (await api.call("POST", "/auth/logout", token=user["token"]))[0] == 200
+    for method, path in (("GET", "/auth/me"), ("GET", "/keys"), ("POST", "/keys"), ("POST", "/auth/logout")):
+        status, body, headers = await api.call(method, path, {} if method == "POST" else None, token=user["token"])
+        assert status == 401 and headers["WWW-Authenticate"] == "Bearer", (method, path)
+    assert (await api.call("GET", "/auth/me", token=other["token"]))[0] == 200
+
+
+async def test_password_change_ends_every_earlier_token(api, ctx):
+    user = await api.register()
+    second = (await api.call("POST", "/auth/login", {"email": user["email"], "password": PASSWORD}))[1]
+    new = "a new and better passphrase"
+    change = {"current_password": "not it at all", "new_password": new}
+    status, body, _ = await api.call("POST", "/auth/password", change, token=user["token"])
+    assert status == 403 and body == {"detail": "The current password is incorrect"}
+    status, body, _ = await api.call(
+        "POST", "/auth/password", {"current_password": PASSWORD, "new_password": "password"}, token=user["token"]
+    )
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "new_password"]
+    status, body, _ = await api.call(
+        "POST", "/auth/password", {"current_password": PASSWORD, "new_password": new}, token=user["token"]
+    )
+    assert status == 200 and body["token"]
+    for token in (user["token"], second["token"]):
+        assert (await api.call("GET", "/auth/me", token=token))[0] == 401
+    assert (await api.call("GET", "/auth/me", token=body["token"]))[0] == 200
+    assert (await api.call("POST", "/auth/login", {"email": user["email"], "password": PASSWORD}))[0] == 401
+    status, fresh, _ = await api.call("POST", "/auth/login", {"email": user["email"], "password": new})
+    assert status == 200 and (await api.call("GET", "/keys", token=fresh["token"]))[0] == 200
+
+
+async def test_tokens_of_gone_accounts_or_with_wrong_claim_types_are_401_and_write_nothing(api, ctx):
+    secret = ctx.settings.jwt_secret
+    now = int(time.time())
+    good = {"iat": now, "exp": now + 600, "typ": "session"}
+    forged = {
+        "gone account": tokens.issue(secret, "5f0000000000000000000000", 600),
+        "sub is a number": jwt.encode({**good, "sub": 12345}, secret, algorithm="HS256"),
+        "sub is an object": jwt.encode({**good, "sub": {"$ne": None}}, secret, algorithm="HS256"),
+        "sv is a string": jwt.encode({**good, "sub": "x", "sv": "0"}, secret, algorithm="HS256"),
+        "jti is a number": jwt.encode({**good, "sub": "x", "jti": 7}, secret, algorithm="HS256"),
+        "exp is a string": jwt.encode({**good, "sub": "x", "exp": str(now + 600)}, secret, algorithm="HS256"),
+    }
+    user = await api.register()  # a real account whose id a "deleted" token may name
+    await ctx.accounts.accounts.delete_one({"_id": user["account_id"]})
+    ctx.account_cache.invalidate(user["account_id"])
+    forged["deleted account"] = user["token"]
+    db = ctx.client[ctx.settings.mongodb_db]
+    before = {name: await db[name].count_documents({}) for name in ("keys", "orders", "accounts", "events")}
+    for why, token in forged.items():
+        for method, path, body in (
+            ("POST", "/keys", {"name": "x"}),
+            ("GET", "/keys", None),
+            ("GET", "/account", None),
+            ("POST", "/auth/attribution", {"first_touch": {"utm_source": "x"}}),
+            ("POST", "/billing/crypto/checkout", {"currency": "USDT", "amount_usd": 20}),
+            ("POST", "/auth/logout", {}),
+            ("POST", "/auth/password", {"current_password": PASSWORD, "new_password": "quite a new one"}),
+        ):
+            status, _, _ = await api.call(method, path, body, token=token)
+            assert status == 401, (why, method, path, status)
+    assert before == {name: await db[name].count_documents({}) for name in before}
+
+
+@pytest.mark.parametrize("password", ["password", "12345678", "Password1", "qwertyuiop", "iloveyou"])
+async def test_common_passwords_are_refused(api, password):
+    status, body, _ = await api.call(
+        "POST", "/auth/register", {"email": f"c{uuid.uuid4().hex[:8]}@example.com", "password": password}
+    )
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "password"] and "common" in body["detail"][0]["msg"]
