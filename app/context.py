@@ -17,7 +17,7 @@ from metering.pricing import Prices
 from payments.service import build_payments
 from security import passwords
 from security.apikeys import KeyVault
-from security.throttle import LoginThrottle, SignupThrottle
+from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
 from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database
 from storage.accounts import AccountStore
@@ -106,6 +106,7 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
             settings.client_network_v6_prefix,
         ),
         admin=admin_store,
+        checkout_throttle=CheckoutThrottle(settings.checkouts_per_minute),
         sessions=Sessions(settings, accounts, SessionStore(db), meter),
         failure_budget=FailureBudget(settings.account_failure_budget, settings.account_failure_window),
     )

@@ -14,7 +14,7 @@ from metering.limiter import RateLimiter
 from metering.pricing import Prices
 from payments.service import Payments
 from security.apikeys import KeyVault
-from security.throttle import LoginThrottle, SignupThrottle
+from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
 from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
@@ -42,6 +42,7 @@ class Context:
     payments: Payments  # crypto top-ups: processor, orders, crediting
     login_throttle: LoginThrottle  # failed logins per email, attempts per address (429)
     signup_throttle: SignupThrottle  # registrations per client network (429)
+    checkout_throttle: CheckoutThrottle  # checkouts per account per minute, one at a time (429)
     admin: AdminStore  # /admin queries and usage rollups (storage/admin.py)
     sessions: Sessions  # session token checks, logout, password change (accounting/sessions.py)
     failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)

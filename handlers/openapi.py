@@ -445,7 +445,7 @@ OPERATIONS: list[Operation] = [
         "billing",
         ref("Order"),
         body="Checkout",
-        errors=(401, 413, 422, 502, 503),
+        errors=(401, 413, 422, 429, 502, 503),
     ),
     Operation(
         "get",

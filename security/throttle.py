@@ -156,3 +156,26 @@ class SignupThrottle:
             return max(1, math.ceil(wait))
         self.registrations.add(network, now)
         return 0
+
+
+class CheckoutThrottle:
+    """Per account: at most `per_minute` checkouts a minute, and one at a time (a checkout waits on the
+    payment processor; concurrent ones could all pass the open-orders count before any is stored)."""
+
+    def __init__(self, per_minute: int, max_entries: int = MAX_ENTRIES):
+        self.recent = SlidingWindows(per_minute, 60.0, max_entries)
+        self.running: set[str] = set()
+
+    def begin(self, account_id: str, now: float) -> int:
+        """Retry-After seconds; 0 when the checkout may go ahead (then `end` must follow)."""
+        if account_id in self.running:
+            return 1
+        wait = self.recent.retry_after(account_id, now)
+        if wait > 0:
+            return max(1, math.ceil(wait))
+        self.recent.add(account_id, now)
+        self.running.add(account_id)
+        return 0
+
+    def end(self, account_id: str) -> None:
+        self.running.discard(account_id)

@@ -10,6 +10,7 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
+from datetime import UTC, datetime
 
 import jwt
 import pytest
@@ -383,3 +384,33 @@ async def test_common_passwords_are_refused(api, password):
         "POST", "/auth/register", {"email": f"c{uuid.uuid4().hex[:8]}@example.com", "password": password}
     )
     assert status == 422 and body["detail"][0]["loc"] == ["body", "password"] and "common" in body["detail"][0]["msg"]
+
+
+async def test_checkouts_cannot_flood_the_payment_processor(api, ctx):
+    user = await api.register()
+    order = {"currency": "USDTTRC20", "amount_usd": 20}
+    wide = Api(AsyncHTTPClient(force_instance=True, max_clients=50), api.base)
+    answers = await asyncio.gather(
+        *[wide.call("POST", "/billing/crypto/checkout", order, token=user["token"]) for _ in range(50)]
+    )
+    wide.http.close()
+    statuses = [status for status, _, _ in answers]
+    assert set(statuses) <= {200, 429} and 1 <= statuses.count(200) <= ctx.settings.max_open_orders
+    assert all(int(headers["Retry-After"]) >= 1 for status, _, headers in answers if status == 429)
+    while (status := (await api.call("POST", "/billing/crypto/checkout", order, token=user["token"]))[0]) == 200:
+        pass
+    assert status == 429
+    open_orders = await ctx.payments.orders.count_open(user["account_id"], datetime.now(UTC))
+    assert open_orders <= ctx.settings.max_open_orders  # what reached the processor
+    status, body, _ = await api.call("POST", "/billing/crypto/checkout", order, token=user["token"])
+    assert status == 429
+    other = await api.register()  # another account is not affected
+    assert (await api.call("POST", "/billing/crypto/checkout", order, token=other["token"]))[0] == 200
+
+
+@pytest.mark.settings(checkouts_per_minute=3, max_open_orders=100)
+async def test_checkouts_per_minute_are_limited(api):
+    user = await api.register()
+    order = {"currency": "USDTTRC20", "amount_usd": 20}
+    statuses = [(await api.call("POST", "/billing/crypto/checkout", order, token=user["token"]))[0] for _ in range(5)]
+    assert statuses == [200, 200, 200, 429, 429]
