@@ -197,11 +197,21 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+# Loggers that print request or command documents at DEBUG: password hashes, first-touch data and key
+# digests would reach the log. They are held at INFO whatever LOG_LEVEL says.
+VERBATIM_LOGGERS = ("pymongo",)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in VERBATIM_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(max(logging.INFO, logging.getLogger().level))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
     if args.command != "serve":
         return commands.run(args)
     settings = config.load_for_command(host=args.host, port=args.port)

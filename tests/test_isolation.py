@@ -13,6 +13,7 @@ import uuid
 from datetime import UTC, datetime
 
 import jwt
+import orjson
 import pytest
 import tornado.httpserver
 import tornado.web
@@ -414,3 +415,45 @@ async def test_checkouts_per_minute_are_limited(api):
     order = {"currency": "USDTTRC20", "amount_usd": 20}
     statuses = [(await api.call("POST", "/billing/crypto/checkout", order, token=user["token"]))[0] for _ in range(5)]
     assert statuses == [200, 200, 200, 429, 429]
+
+
+# --- smaller leaks -----------------------------------------------------------------------------------------------
+async def test_no_secret_reaches_the_log_even_at_debug(mongo, upstream_url, tmp_path):
+    gw = GatewayProcess(mongo.uri, upstream_url, f"p_{uuid.uuid4().hex[:10]}", free_port())
+    gw.env["LOG_LEVEL"] = "DEBUG"
+    log_path = tmp_path / "gateway.log"
+    with open(log_path, "wb") as log_file:
+        gw.proc = subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--host", "127.0.0.1", "--port", str(gw.port)],
+            env=gw.env,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+        )
+        try:
+            for _ in range(300):
+                try:
+                    await gw.call("GET", "/healthz")
+                    break
+                except OSError:
+                    await asyncio.sleep(0.1)
+            email, password, marker = f"d{uuid.uuid4().hex[:8]}@example.com", "debug level passphrase", "ft-secret-7731"
+            session = orjson.loads(
+                (await gw.call("POST", "/auth/register", {"email": email, "password": password})).body
+            )
+            auth = {"Authorization": f"Bearer {session['token']}"}
+            await gw.call("POST", "/auth/attribution", {"first_touch": {"utm_source": marker}}, **auth)
+            key = orjson.loads((await gw.call("POST", "/keys", {"name": "k"}, **auth)).body)
+            await gw.call("GET", f"/keys/{key['key_id']}/reveal", **auth)
+            await gw.call("POST", f"/keys/{key['key_id']}/topup", {"credits": 1000}, **auth)
+            await gw.call("GET", "/social/user/info?userName=nobody", **{"X-API-Key": key["key"]})
+            login = orjson.loads((await gw.call("POST", "/auth/login", {"email": email, "password": password})).body)
+            change = {"current_password": password, "new_password": "another debug passphrase"}
+            await gw.call("POST", "/auth/password", change, **{"Authorization": f"Bearer {login['token']}"})
+            await asyncio.sleep(1.0)  # a usage flush
+        finally:
+            gw.proc.terminate()
+            gw.proc.wait(30)
+    text = log_path.read_text()
+    assert "DEBUG" in text  # the level really was DEBUG
+    for secret in (password, "scrypt$", marker, key["key"], session["token"], login["token"], "digest"):
+        assert secret not in text, secret
