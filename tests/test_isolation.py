@@ -24,6 +24,7 @@ from tornado.httpclient import AsyncHTTPClient
 from tornado.testing import bind_unused_port
 
 from app.embedded import free_port
+from app.server import make_server
 from security import tokens
 from social.upstream import Breaker, UpstreamClient
 
@@ -457,3 +458,65 @@ async def test_no_secret_reaches_the_log_even_at_debug(mongo, upstream_url, tmp_
     assert "DEBUG" in text  # the level really was DEBUG
     for secret in (password, "scrypt$", marker, key["key"], session["token"], login["token"], "digest"):
         assert secret not in text, secret
+
+
+async def test_no_server_header_names_the_version(api):
+    user = await api.register()
+    for method, path, token in (("GET", "/healthz", None), ("GET", "/nope", None), ("GET", "/keys", user["token"])):
+        _, _, headers = await api.call(method, path, token=token)
+        assert "Server" not in headers, path
+
+
+@pytest.mark.settings(env="production")
+async def test_production_metrics_need_a_token_or_their_own_port(api):
+    status, body, headers = await api.call("GET", "/metrics")
+    assert status == 401 and "METRICS_TOKEN" in body["detail"] and headers["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.settings(env="production", metrics_token="m" * 32)
+async def test_production_metrics_with_their_token(api):
+    assert (await api.call("GET", "/metrics"))[0] == 401
+    status, _, _ = await api.call("GET", "/metrics", headers={"Authorization": "Bearer " + "m" * 32})
+    assert status == 200
+
+
+@pytest.mark.settings(payments_ipn_secret="ipn-secret-for-nesting")
+async def test_deeply_nested_payment_notifications_are_refused_not_500(api, caplog):
+    for depth in (33, 280, 1000):
+        payload = b'{"payment_id":' + b"[" * depth + b"]" * depth + b"}"
+        status, body, _ = await api.call(
+            "POST", "/billing/crypto/ipn", raw=payload, headers={"x-nowpayments-sig": "0" * 128}
+        )
+        assert status == 401 and body == {"detail": "Invalid notification signature"}, depth
+    assert "Traceback" not in caplog.text and "unhandled error" not in caplog.text
+
+
+@pytest.mark.settings(max_connections_per_address=5)
+async def test_one_address_cannot_hold_many_connections(app, settings):
+    sock, port = bind_unused_port()
+    server = make_server(app, settings)
+    server.add_sockets([sock])
+    idle = []
+    try:
+        for _ in range(5):
+            idle.append(await asyncio.open_connection("127.0.0.1", port))
+        await asyncio.sleep(0.1)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed on accept, never answered
+        except ConnectionResetError:
+            pass
+        writer.close()
+        assert server.refused_connections == 1
+        for _, w in idle[:1]:
+            w.close()
+        await asyncio.sleep(0.2)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert (await asyncio.wait_for(reader.read(), 5)).startswith(b"HTTP/1.1 200 ")
+        writer.close()
+    finally:
+        for _, w in idle:
+            w.close()
+        server.stop()
