@@ -61,9 +61,3 @@ def session_of(secret: str, token: str) -> Session | None:
     if claims["iat"] > time.time() + 60:
         return None
     return Session(claims["sub"], version, token_id, int(claims["exp"]))
-
-
-def account_of(secret: str, token: str) -> str | None:
-    """The account id a valid token names (signature and claims only; the account is not looked up)."""
-    session = session_of(secret, token)
-    return session.account_id if session else None
