@@ -115,6 +115,17 @@ async def test_worst_queries_never_hold_the_gateway_loop(mongo, tmp_path):
         gw.proc.wait(30)
 
 
+async def test_a_blocked_event_loop_is_measured_and_alarmed(api, ctx, caplog):
+    await asyncio.sleep(0.2)  # the probe is running
+    time.sleep(0.25)  # what a CPU-bound request would do to every other one
+    await asyncio.sleep(0.2)
+    assert ctx.metrics.loop_stalls >= 1 and ctx.metrics.loop_lag_max_seconds >= 0.2
+    assert any("event loop stalled" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    metrics = (await api.call("GET", "/metrics"))[1].decode()
+    lag_max = next(line for line in metrics.splitlines() if line.startswith("gateway_event_loop_lag_max_seconds "))
+    assert float(lag_max.split()[1]) >= 0.2
+
+
 # --- one customer must not open the breaker for everybody --------------------------------------------------------
 class FailingUpstream(tornado.web.RequestHandler):
     """Answers 500 to any query containing `boom` (a query the provider chokes on), data otherwise."""
