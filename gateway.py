@@ -224,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if settings.production and settings.upstream_api_key == config.Settings().upstream_api_key:
+        print("social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)", file=sys.stderr)
+        return 2
     if not settings.production:
         settings = with_dev_secrets(settings)
     if args.workers < 1:

@@ -1,7 +1,8 @@
 """The 24 data endpoints: one handler driven by the endpoint table.
 
-Order of checks: key (401) -> rate limit (429) -> the account's upstream failure budget (429) -> input (422) -> unavailable (501)
--> usage buffer bound (503) -> credits (402) -> upstream. Nothing is charged
+Order of checks: key (401) -> rate limits of the key and its account (429) -> the account's
+upstream failure budget (429) -> input (422) -> unavailable (501) -> usage buffer bound (503)
+-> credits (402) -> upstream. Nothing is charged
 unless the upstream answered with data.
 """
 
@@ -13,6 +14,7 @@ from accounting.meter import KeyEntry, LeasesExpired
 from handlers.base import ApiError, BaseHandler
 from handlers.validation import ValidationError, error, length, missing, parse_bool, parse_int
 from metering.ledger import Reservation
+from metering.plans import Plan
 from social.endpoints import ENDPOINTS, Endpoint, count_items, page_size
 from social.upstream import UpstreamError
 
@@ -109,7 +111,7 @@ class DataHandler(BaseHandler):
         self.log_fields["key_id"] = key.key_id
         return key
 
-    def rate_limit(self, key: KeyEntry, plan) -> None:
+    def rate_limit(self, key: KeyEntry, plan: Plan) -> None:
         # Without nginx routing each key to one process, every process gets its share of the limits.
         divisor = self.ctx.settings.qps_divisor
         per_key, per_account = self.ctx.limiter.take_both(

@@ -52,6 +52,18 @@ def test_production_refuses_to_start_without_an_upstream(tmp_path):
     assert done.stderr.strip().splitlines() == [
         "social-gateway: UPSTREAM_URL is required in production (the sandbox upstream is for development only)"
     ]
+    env["UPSTREAM_URL"] = "https://provider.example"  # with the sandbox's default credential
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)"
+    ]
 
 
 def _probe(port: int, stop: threading.Event, seconds: list[float]) -> None:
