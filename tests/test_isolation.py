@@ -347,6 +347,22 @@ async def test_logout_ends_this_token_only(api):
     assert (await api.call("GET", "/auth/me", token=other["token"]))[0] == 200
 
 
+async def test_logout_of_a_token_without_an_id_ends_every_session(api, ctx):
+    """Tokens issued before tokens had ids cannot be ended one by one: logging one out ends them all."""
+    user = await api.register()
+    now = int(time.time())
+    legacy = jwt.encode(
+        {"sub": user["account_id"], "iat": now, "exp": now + 600, "typ": "session"},
+        ctx.settings.jwt_secret,
+        algorithm="HS256",
+    )
+    assert (await api.call("GET", "/auth/me", token=legacy))[0] == 200
+    assert (await api.call("POST", "/auth/logout", token=legacy))[0] == 200
+    for token in (legacy, user["token"]):
+        assert (await api.call("GET", "/auth/me", token=token))[0] == 401
+    assert (await api.call("POST", "/auth/login", {"email": user["email"], "password": PASSWORD}))[0] == 200
+
+
 async def test_password_change_ends_every_earlier_token(api, ctx):
     user = await api.register()
     second = (await api.call("POST", "/auth/login", {"email": user["email"], "password": PASSWORD}))[1]
