@@ -17,12 +17,12 @@ import orjson
 import config
 import sandbox
 from app.embedded import start_helpers
+from handlers.billing import AMOUNT_USD
+from handlers.keys import CREDITS
 from payments.sandbox_chain import SandboxRefused
 from payments.service import build_payments, view
 from storage import db as database
 from storage.accounts import AccountStore
-
-MAX_CREDITS = 10**12
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -79,8 +79,9 @@ def run_admin(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        if not 0 < args.credits <= MAX_CREDITS:
-            print(f"social-gateway: credits must be between 1 and {MAX_CREDITS}", file=sys.stderr)
+        # The bounds of the development top-up endpoint (handlers/keys.py).
+        if not CREDITS.minimum <= args.credits <= CREDITS.maximum:
+            print(f"social-gateway: credits must be between {CREDITS.minimum} and {CREDITS.maximum}", file=sys.stderr)
             return 2
     try:
         helpers = start_helpers(settings, sandbox=False)
@@ -129,8 +130,9 @@ async def _run(settings: config.Settings, args: argparse.Namespace) -> dict:
         if order is None or order["provider"] != "sandbox":
             raise SandboxRefused(f"No sandbox order {args.order_id} in {settings.mongodb_db}")
         if args.command == "sandbox-pay":
-            if not 0 < args.amount_usd <= 1_000_000:
-                raise SandboxRefused("amount_usd must be above 0 and at most 1000000")
+            low, high = AMOUNT_USD.exclusive_minimum, AMOUNT_USD.maximum  # the endpoint's bounds (handlers/billing.py)
+            if not low < args.amount_usd <= high:
+                raise SandboxRefused(f"amount_usd must be above {low} and at most {high}")
             tx, order = await payments.sandbox_pay(order, round(args.amount_usd, 2), not args.unconfirmed)
             return {"tx": tx, "order": view(order)}
         confirmed, order = await payments.sandbox_confirm(order)

@@ -21,6 +21,8 @@ import tornado.httpserver
 import tornado.web
 from tornado import httputil
 
+from handlers.errors import portal_error
+
 HARD_CAP_FACTOR = 4
 
 
@@ -41,7 +43,7 @@ class _HeaderLimit(httputil.HTTPMessageDelegate):
         if head_size(start_line, headers) <= self.limit:
             return self.inner.headers_received(start_line, headers)
         self.refused = True
-        body = orjson.dumps({"detail": f"Request headers are larger than {self.limit} bytes"})
+        body = orjson.dumps(portal_error(f"Request headers are larger than {self.limit} bytes"))
         self.connection.write_headers(
             httputil.ResponseStartLine("HTTP/1.1", 431, "Request Header Fields Too Large"),
             httputil.HTTPHeaders(

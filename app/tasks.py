@@ -1,9 +1,10 @@
 """Every loop of background work this process runs, in one place: stores and services expose single
-steps (Meter.flush, Meter.maintain, Payments.reconcile_once, AdminStore.refresh); this module decides
-when they run."""
+steps (Meter.flush, Meter.maintain, Payments.reconcile_once, AdminStore.refresh, RateLimiter.forget_idle);
+this module decides when they run."""
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from accounting.coherence import Coherence
@@ -14,6 +15,10 @@ from storage.changes import ChangeFeed
 log = logging.getLogger("gateway.tasks")
 LAG_INTERVAL = 0.05  # seconds between the lag probe's wake-ups
 LAG_ALARM = 0.1  # a wake-up later than this is logged: something held the event loop
+
+# A key's token bucket refills within 1 / QPS seconds (5 s on the free plan): one idle this long is full,
+# and a full bucket behaves like a missing one, so dropping it frees memory without changing an answer.
+BUCKET_IDLE_SECONDS = 300.0
 
 
 async def every(interval: float, step: Callable[[], Awaitable[object]], what: str) -> None:
@@ -59,6 +64,11 @@ async def watch_loop_lag(ctx: Context) -> None:
             log.warning("event loop stalled: a periodic callback ran %.0f ms late", lag * 1000)
 
 
+async def forget_idle_buckets(ctx: Context, now: float | None = None) -> None:
+    """Drops the rate-limit buckets of keys idle for BUCKET_IDLE_SECONDS (`now`: the handlers' monotonic clock)."""
+    ctx.limiter.forget_idle(time.monotonic() if now is None else now, BUCKET_IDLE_SECONDS)
+
+
 def start_background(ctx: Context) -> list[asyncio.Task]:
     settings = ctx.settings
     tasks = {
@@ -67,6 +77,7 @@ def start_background(ctx: Context) -> list[asyncio.Task]:
         # Heartbeat, idle surplus back to the balance, dead processes' leases reclaimed.
         "leases": every(settings.lease_timeout / 6, ctx.meter.maintain, "lease maintenance"),
         "admin-rollups": every(REFRESH_SECONDS, ctx.admin.refresh, "admin rollup refresh"),
+        "idle-buckets": every(BUCKET_IDLE_SECONDS / 5, lambda: forget_idle_buckets(ctx), "idle bucket sweep"),
         "coherence": Coherence(settings, ChangeFeed(ctx.client[settings.mongodb_db]), ctx.meter).run(),
     }
     if ctx.payments.provider is not None:  # a missed notification still credits within a few intervals

@@ -1,8 +1,9 @@
-"""The whole service as separate loopback processes, for the fuzz and soak scripts and their CI tests.
+"""The whole service as separate loopback processes, for the bench scripts and the tests.
 
-SecantusDB (on a real directory, or in memory), the sandbox upstream (optionally with faults) and
-the gateway (`gateway.py serve`) with its settings from the environment, plus a small blocking
-JSON client. Nothing listens beyond 127.0.0.1.
+GatewayProcess is one `gateway.py serve [--workers N]` with its settings from the environment
+(gateway_env); the process tests (tests/support.py) and Stack both run the gateway through it.
+Stack adds SecantusDB (on a real directory, or in memory), the sandbox upstream (optionally
+with faults) and a small blocking JSON client. Nothing listens beyond 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -58,6 +59,64 @@ def wait_for(url: str, proc: subprocess.Popen | None, seconds: float = 60) -> No
     raise RuntimeError(f"{url} did not answer in {seconds} s")
 
 
+def gateway_env(mongo_uri: str, db_name: str, upstream_url: str, upstream_key: str, **extra: str) -> dict:
+    """The settings of a gateway process for tests and benchmarks: cheap hashing, no QPS limit to speak of."""
+    return {
+        **os.environ,
+        "MONGODB_URI": mongo_uri,
+        "MONGODB_DB": db_name,
+        "UPSTREAM_URL": upstream_url,
+        "UPSTREAM_API_KEY": upstream_key,
+        "JWT_SECRET": "stack-jwt-secret-" + "x" * 32,
+        "SECRETS_KEY": "stack-secrets-key-" + "y" * 32,
+        "LOG_LEVEL": "WARNING",
+        "PASSWORD_SCRYPT_N": "1024",
+        "PLAN_RULES": FAST_PLAN,
+        **extra,
+    }
+
+
+class GatewayProcess:
+    """One `gateway.py serve` process on 127.0.0.1 (`--workers N` when workers > 1)."""
+
+    def __init__(self, env: dict, port: int = 0, workers: int = 1, stdout=subprocess.DEVNULL, stderr=None):
+        self.env, self.port, self.workers = env, port or free_port(), workers
+        self.stdout, self.stderr = stdout, stderr
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, seconds: float = 60) -> GatewayProcess:
+        """Starts the process and returns once it answers /healthz."""
+        args = [
+            sys.executable,
+            os.path.join(ROOT, "gateway.py"),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        if self.workers > 1:
+            args += ["--workers", str(self.workers)]
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=self.stdout, stderr=self.stderr)
+        wait_for(self.url + "/healthz", self.proc, seconds)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        """Sends `sig` and returns the exit code."""
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """Kills the process if it still runs (its workers die with it)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
 class Stack:
     """Database + sandbox + one gateway process. `gateway_env` adds or overrides gateway settings."""
 
@@ -75,7 +134,7 @@ class Stack:
         self.log_path = log_path or os.path.join(self.work, "gateway.log")
         self.mongo: EmbeddedMongo | None = None
         self.sandbox: subprocess.Popen | None = None
-        self.gateway: subprocess.Popen | None = None
+        self.gateway: GatewayProcess | None = None
         self.sandbox_port = self.port = 0
         self.db_name = "stack"
 
@@ -111,55 +170,33 @@ class Stack:
         return f"http://127.0.0.1:{self.port}"
 
     def env(self) -> dict:
-        return {
-            **os.environ,
-            "MONGODB_URI": self.mongo.uri,
-            "MONGODB_DB": self.db_name,
-            "UPSTREAM_URL": self.upstream,
-            "UPSTREAM_API_KEY": UPSTREAM_KEY,
-            "JWT_SECRET": "stack-jwt-secret-" + "x" * 32,
-            "SECRETS_KEY": "stack-secrets-key-" + "y" * 32,
-            "DATA_DIR": self.work,
-            "LOG_LEVEL": "WARNING",
-            "PASSWORD_SCRYPT_N": "1024",
-            "PLAN_RULES": FAST_PLAN,
-            "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "1000000",
-            "LOGIN_MAX_FAILURES_PER_EMAIL": "1000000",
+        return gateway_env(
+            self.mongo.uri,
+            self.db_name,
+            self.upstream,
+            UPSTREAM_KEY,
+            DATA_DIR=self.work,
+            LOGIN_MAX_ATTEMPTS_PER_ADDRESS="1000000",
+            LOGIN_MAX_FAILURES_PER_EMAIL="1000000",
             # Load and fuzzing come from one address: the per-network and per-address limits would
             # measure themselves (tests/test_isolation.py tests them).
-            "SIGNUP_MAX_PER_NETWORK": "1000000",
-            "LOGIN_SLOWDOWN_AFTER": "1000000",
-            "MAX_CONNECTIONS_PER_ADDRESS": "1000000",
+            SIGNUP_MAX_PER_NETWORK="1000000",
+            LOGIN_SLOWDOWN_AFTER="1000000",
+            MAX_CONNECTIONS_PER_ADDRESS="1000000",
             **self.extra_env,
-        }
+        )
 
     def start_gateway(self) -> None:
-        log = open(self.log_path, "ab")
-        self.gateway = subprocess.Popen(
-            [
-                sys.executable,
-                os.path.join(ROOT, "gateway.py"),
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-            ],
-            cwd=ROOT,
-            env=self.env(),
-            stdout=log,
-            stderr=log,
-        )
-        wait_for(self.url + "/healthz", self.gateway)
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            self.gateway = GatewayProcess(self.env(), self.port, stdout=log, stderr=log).start()
 
     def stop_gateway(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        self.gateway.send_signal(sig)
-        code = self.gateway.wait(timeout)
+        code = self.gateway.stop(sig, timeout)
         self.gateway = None
         return code
 
     def stop(self) -> None:
-        if self.gateway is not None and self.gateway.poll() is None:
+        if self.gateway is not None and self.gateway.proc.poll() is None:
             self.stop_gateway()
         if self.sandbox is not None:
             self.sandbox.terminate()

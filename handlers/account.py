@@ -2,13 +2,19 @@
 
 from datetime import UTC, datetime, timedelta
 
-from handlers.base import BaseHandler
-from handlers.validation import parse_int
+from handlers.base import BaseHandler, authenticated
+from handlers.validation import Field
+
+DAYS = Field("days", int, required=False, default=14, minimum=1, maximum=365, description="Window in days, ending now")
+LIMIT = Field(
+    "limit", int, required=False, default=1000, minimum=1, maximum=10_000, description="At most this many records"
+)
 
 
 class AccountHandler(BaseHandler):
     """Credit balance and plan state."""
 
+    @authenticated
     async def get(self) -> None:
         account = await self.current_account()
         view = await self.ctx.meter.account_view(account["_id"])
@@ -31,12 +37,10 @@ class AccountHandler(BaseHandler):
 class UsageHandler(BaseHandler):
     """Per-call history, newest first."""
 
+    @authenticated
     async def get(self) -> None:
-        account_id = self.bearer_account()
-        days = parse_int(self.get_query_argument("days", "14"), ["query", "days"], 1, 365)
-        limit = parse_int(self.get_query_argument("limit", "1000"), ["query", "limit"], 1, 10_000)
-        since = datetime.now(UTC) - timedelta(days=days)
-        records = await self.ctx.meter.usage_of(account_id, since, limit)
+        since = datetime.now(UTC) - timedelta(days=self.query_arg(DAYS))
+        records = await self.ctx.meter.usage_of(self.current_user, since, self.query_arg(LIMIT))
         self.send_json(
             [
                 {

@@ -11,24 +11,21 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from handlers.base import ApiError, BaseHandler
-from handlers.validation import ValidationError, error, parse_bool, parse_int
+from handlers.base import BaseHandler, admin_only
+from handlers.validation import Field, ValidationError, error
 from storage.admin import EPOCH, NOT_FORWARDED, TOP, UPSTREAM_FAILURES, Day
 
 _MS = timedelta(milliseconds=1)
 _SOURCE_KEYS = ("utm_source", "source", "ref", "referrer")
 
-
-class AdminHandler(BaseHandler):
-    async def require_admin(self) -> dict:
-        """The caller's account if it is an admin: 401 without a valid token, 403 for everyone else."""
-        account = await self.current_account()
-        if not self.is_admin(account):
-            raise ApiError(403, "Admins only")
-        return account
-
-    def include_internal(self) -> bool:
-        return parse_bool(self.get_query_argument("include_internal", "false"), ["query", "include_internal"])
+DAYS = Field(
+    "days", int, required=False, default=30, minimum=1, maximum=365, description="Window in days, ending today (UTC)"
+)
+INCLUDE_INTERNAL = Field(
+    "include_internal", bool, required=False, default=False, description="Include admins and internal accounts"
+)
+USERS_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500)
+CURSOR = Field("cursor", str, required=False, default="", description="next_cursor of the previous page")
 
 
 def _classes(status: Counter) -> dict:
@@ -53,13 +50,13 @@ def _percentiles(samples: list[float]) -> dict:
     return {"p50": pick(50), "p90": pick(90), "p99": pick(99), "samples": len(ordered)}
 
 
-class AdminMetricsHandler(AdminHandler):
+class AdminMetricsHandler(BaseHandler):
     """Per-day series and window totals: signups, activity, calls, credits, revenue, endpoints, upstream health."""
 
+    @admin_only
     async def get(self) -> None:
-        await self.require_admin()
-        days = parse_int(self.get_query_argument("days", "30"), ["query", "days"], 1, 365)
-        include_internal = self.include_internal()
+        days = self.query_arg(DAYS)
+        include_internal = self.query_arg(INCLUDE_INTERNAL)
         settings = self.ctx.settings
         data = await self.ctx.admin.metrics(days, include_internal, settings.admin_emails)
         per_usd = settings.credits_per_usd
@@ -145,14 +142,14 @@ def _source(first_touch) -> str | None:
     return None
 
 
-class AdminUsersHandler(AdminHandler):
+class AdminUsersHandler(BaseHandler):
     """One row per account, newest signup first, paged with limit and cursor."""
 
+    @admin_only
     async def get(self) -> None:
-        await self.require_admin()
-        include_internal = self.include_internal()
-        limit = parse_int(self.get_query_argument("limit", "50"), ["query", "limit"], 1, 500)
-        after = _after(self.get_query_argument("cursor", ""))
+        include_internal = self.query_arg(INCLUDE_INTERNAL)
+        limit = self.query_arg(USERS_LIMIT)
+        after = _after(self.query_arg(CURSOR))
         admins = self.ctx.settings.admin_emails
         page, more = await self.ctx.admin.users(include_internal, admins, limit, after)
         rows = [

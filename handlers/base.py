@@ -1,7 +1,9 @@
-"""The base handler: context, request id, JSON bodies and the single JSON error shape.
+"""The base handler: context, request id, JSON bodies, the session, and the single JSON error path.
 
-Client-facing messages come only from HTTPError(reason=...) or ValidationError;
-exception text goes to the log, never to the client.
+Client-facing messages come only from ApiError (ValidationError is its 422 form); every error
+reaches the client through Tornado's write_error, and exception text goes to the log, never to
+the client. Sessions: get_current_user reads the bearer token; @authenticated and @admin_only
+guard the methods that need one.
 """
 
 import functools
@@ -18,7 +20,8 @@ import tornado.web
 from pymongo.errors import ConnectionFailure
 
 from handlers.context import Context
-from handlers.validation import ValidationError, error
+from handlers.errors import REASONS, ApiError, ValidationError, error, missing, portal_error
+from handlers.validation import Field, parse_query
 from security import tokens
 
 log = logging.getLogger("gateway.access")
@@ -32,30 +35,35 @@ def next_request_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
 
 
-_REASONS = {
-    400: "Bad request",
-    401: "Not authenticated",
-    403: "Forbidden",
-    404: "Not found",
-    405: "Method not allowed",
-    409: "Conflict",
-    413: "Request body too large",
-    422: "Invalid input",
-    500: "Internal server error",
-    501: "Not implemented",
-    502: "Bad gateway",
-    503: "Service unavailable",
-    504: "Gateway timeout",
-}
+# The database is down or unreachable (after the driver's server selection timeout): a temporary
+# condition the client should retry, not a server bug. Nothing was charged.
+DATABASE_UNAVAILABLE = ApiError(503, "The service cannot reach its database; retry shortly", {"Retry-After": "1"})
 
 
-class ApiError(tornado.web.HTTPError):
-    """An error whose `message` is safe to show to the client."""
+def authenticated(method):
+    """The method runs only for a valid session (self.current_user); otherwise 401 with WWW-Authenticate."""
 
-    def __init__(self, status: int, message: str, headers: dict | None = None):
-        super().__init__(status, reason=_REASONS.get(status))
-        self.message = message
-        self.extra_headers = headers or {}
+    @functools.wraps(method)
+    def wrapper(self: "BaseHandler", *args, **kwargs):
+        if self.current_user is None:
+            message = "Invalid or expired token" if self.bearer_token() else "Not authenticated"
+            raise ApiError(401, message, {"WWW-Authenticate": "Bearer"})
+        return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def admin_only(method):
+    """The method runs only for an admin's session: 401 without a valid token, 403 for everyone else."""
+
+    @authenticated
+    @functools.wraps(method)
+    async def wrapper(self: "BaseHandler", *args, **kwargs):
+        if not self.is_admin(await self.current_account()):
+            raise ApiError(403, "Admins only")
+        return await method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class BaseHandler(tornado.web.RequestHandler):
@@ -99,13 +107,15 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def error_body(self, status: int, message: str) -> dict:
         """Portal errors: {"detail": message}; the data plane overrides this."""
-        return {"detail": message}
+        return portal_error(message)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, ConnectionFailure):
+            exc, status_code = DATABASE_UNAVAILABLE, DATABASE_UNAVAILABLE.status_code
+            self.set_status(status_code)
         self.clear_header("Retry-After")
         if isinstance(exc, ValidationError):
-            self.set_status(422)
             body = {"detail": exc.errors}
         else:
             if isinstance(exc, ApiError):
@@ -113,7 +123,7 @@ class BaseHandler(tornado.web.RequestHandler):
                 for name, value in exc.extra_headers.items():
                     self.set_header(name, value)
             else:
-                message = _REASONS.get(status_code, self._reason)
+                message = REASONS.get(status_code, self._reason)
             body = self.error_body(status_code, message)
         if status_code == 405:  # RFC 9110: a 405 lists the methods the resource supports
             self.set_header("Allow", ", ".join(self.allowed_methods()))
@@ -127,7 +137,16 @@ class BaseHandler(tornado.web.RequestHandler):
         ]
 
     def log_exception(self, typ, value, tb) -> None:
-        if isinstance(value, (ValidationError, tornado.web.HTTPError)):
+        if isinstance(value, tornado.web.HTTPError):  # ApiError and ValidationError included: client errors
+            return
+        if isinstance(value, ConnectionFailure):
+            log.warning(
+                "database unavailable in %s %s (request %s): %s",
+                self.request.method,
+                self.request.path,
+                getattr(self, "request_id", "-"),
+                typ.__name__,
+            )
             return
         log.error(
             "unhandled error in %s %s (request %s)",
@@ -137,66 +156,47 @@ class BaseHandler(tornado.web.RequestHandler):
             exc_info=(typ, value, tb),
         )
 
-    def _handle_request_exception(self, e: BaseException) -> None:
-        # ValidationError is a client error: answer 422 rather than 500.
-        if isinstance(e, ValidationError):
-            if not self._finished:
-                self.send_error(422, exc_info=(type(e), e, e.__traceback__))
-            return
-        # The database is down or unreachable (after the driver's server selection timeout): a
-        # temporary condition the client should retry, not a server bug. Nothing was charged.
-        if isinstance(e, ConnectionFailure):
-            log.warning(
-                "database unavailable in %s %s (request %s): %s",
-                self.request.method,
-                self.request.path,
-                self.request_id,
-                type(e).__name__,
-            )
-            if not self._finished:
-                unavailable = ApiError(
-                    503, "The service cannot reach its database; retry shortly", {"Retry-After": "1"}
-                )
-                self.send_error(503, exc_info=(ApiError, unavailable, None))
-            return
-        super()._handle_request_exception(e)
-
     # --- bodies ---------------------------------------------------------------------------
     def json_body(self) -> Any:
         body = self.request.body
         if len(body) > self.ctx.settings.max_body_bytes:
             raise ApiError(413, f"Request body is larger than {self.ctx.settings.max_body_bytes} bytes")
         if not body.strip():
-            raise ValidationError([error(["body"], "Field required", "missing")])
+            raise ValidationError([missing(["body"])])
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
             raise ValidationError([error(["body"], "JSON decode error", "json_invalid")]) from None
 
+    def query_arg(self, field: Field) -> Any:
+        """A declared query parameter, checked against its declaration (absent: the declared default)."""
+        return parse_query(field, self.get_query_argument(field.name, None))
+
     # --- session authentication -------------------------------------------------------------
     def bearer_token(self) -> str | None:
+        """The session token the request carries, if any: the one place that reads it."""
         scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
         return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
     async def prepare(self) -> None:
         # The session is checked here, before any handler code, where I/O is possible: a token whose
-        # account is gone, that was logged out, or that predates a password change is refused (401) by
-        # bearer_account() before anything is read or written. From memory on the usual path.
+        # account is gone, that was logged out, or that predates a password change, or whose claims
+        # have the wrong types, leaves no current user, so @authenticated answers 401 before anything
+        # is read or written. From memory on the usual path (accounting/sessions.py).
         token = self.bearer_token()
         if token is not None:
             self.session = await self.ctx.sessions.check(token)
 
-    def bearer_account(self) -> str:
-        """The account id of a valid session token, else 401."""
-        if self.bearer_token() is None:
-            raise ApiError(401, "Not authenticated", {"WWW-Authenticate": "Bearer"})
+    def get_current_user(self) -> str | None:
+        """The account id of the valid session prepare() found; Tornado caches it."""
         if self.session is None:
-            raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
+            return None
         self.account_id = self.session.account_id
         return self.session.account_id
 
     async def current_account(self) -> dict:
-        account = await self.ctx.accounts.get(self.bearer_account())
+        """The session's account document; 401 when the account no longer exists. Needs @authenticated."""
+        account = await self.ctx.accounts.get(self.current_user)
         if account is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
         return account

@@ -1,37 +1,27 @@
 """Crypto top-ups: currencies, checkout, orders, the processor's notifications, and the development sandbox chain."""
 
+import functools
 import logging
 import re
 import time
 from datetime import UTC, datetime
 
-from handlers.base import ApiError, BaseHandler
-from handlers.validation import Field, ValidationError, error, parse_int, validate_body
+from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.validation import Field, ValidationError, error, validate_body
 from payments.currencies import CURRENCIES
 from payments.provider import SIGNATURE_HEADER, ProviderError, verified
 from payments.sandbox_chain import SandboxRefused
 from payments.service import view
 
 log = logging.getLogger("gateway.payments")
-MAX_USD = 1_000_000
 ORDER_ID = re.compile(r"ord_[0-9a-f]{20}")
 
-
-def _usd(value: float, loc: list) -> None:
-    if value <= 0:
-        raise ValidationError([error(loc, "Input should be greater than 0", "greater_than")])
-    if value > MAX_USD:
-        raise ValidationError([error(loc, f"Input should be less than or equal to {MAX_USD}", "less_than_equal")])
-
-
-def _currency(value: str, loc: list) -> None:
-    if value.upper() not in CURRENCIES:
-        raise ValidationError([error(loc, f"Input should be one of {', '.join(CURRENCIES)}", "enum")])
-
-
-CHECKOUT = [Field("currency", str, check=_currency), Field("amount_usd", float, check=_usd)]
-SANDBOX_PAY = [Field("order_id", str), Field("amount_usd", float, check=_usd), Field("confirmed", bool, required=False)]
+# Also the bound of `social-gateway sandbox-pay`.
+AMOUNT_USD = Field("amount_usd", float, exclusive_minimum=0, maximum=1_000_000)
+CHECKOUT = [Field("currency", str, enum=tuple(CURRENCIES)), AMOUNT_USD]
+SANDBOX_PAY = [Field("order_id", str), AMOUNT_USD, Field("confirmed", bool, required=False)]
 SANDBOX_CONFIRM = [Field("order_id", str)]
+ORDERS_LIMIT = Field("limit", int, required=False, default=100, minimum=1, maximum=1000)
 
 
 class BillingBase(BaseHandler):
@@ -42,7 +32,7 @@ class BillingBase(BaseHandler):
 
     async def owned_order(self, order_id: str) -> dict:
         """The caller's order; another account's order or an unknown id is 404 (no existence oracle)."""
-        account_id = self.bearer_account()
+        account_id = self.current_user
         order = await self.ctx.payments.orders.owned(account_id, order_id) if ORDER_ID.fullmatch(order_id) else None
         if order is None:
             raise ApiError(404, "Order not found")
@@ -61,8 +51,9 @@ class ConfigHandler(BillingBase):
 class CheckoutHandler(BillingBase):
     """Creates a top-up order and returns where and how much to pay."""
 
+    @authenticated
     async def post(self) -> None:
-        account_id = self.bearer_account()
+        account_id = self.current_user
         body = validate_body(self.json_body(), CHECKOUT)
         payments = self.processor()
         currency, amount = CURRENCIES[body["currency"].upper()], round(body["amount_usd"], 2)
@@ -103,15 +94,16 @@ class CheckoutHandler(BillingBase):
 class OrdersHandler(BillingBase):
     """The account's orders, newest first."""
 
+    @authenticated
     async def get(self) -> None:
-        account_id = self.bearer_account()
-        limit = parse_int(self.get_query_argument("limit", "100"), ["query", "limit"], 1, 1000)
-        self.send_json([view(o) for o in await self.ctx.payments.orders.for_account(account_id, limit)])
+        orders = await self.ctx.payments.orders.for_account(self.current_user, self.query_arg(ORDERS_LIMIT))
+        self.send_json([view(o) for o in orders])
 
 
 class OrderHandler(BillingBase):
     """One order with the amount received and the credits applied so far."""
 
+    @authenticated
     async def get(self, order_id: str) -> None:
         self.send_json(view(await self.owned_order(order_id)))
 
@@ -137,12 +129,20 @@ class NotificationHandler(BillingBase):
         self.send_json({"status": "ok" if order is not None else "ignored"})
 
 
-class SandboxBase(BillingBase):
-    async def sandbox_order(self, fields: list[Field]) -> tuple[dict, dict]:
-        """Development only: in production, or with a real processor, the sandbox chain does not exist (404)."""
+def sandbox_only(method):
+    """Development only: in production, or with a real processor, the sandbox chain does not exist (404)."""
+
+    @functools.wraps(method)
+    def wrapper(self: BillingBase, *args, **kwargs):
         if self.ctx.settings.production or self.ctx.payments.chain is None:
             raise ApiError(404, "Not found")
-        self.bearer_account()
+        return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+class SandboxBase(BillingBase):
+    async def sandbox_order(self, fields: list[Field]) -> tuple[dict, dict]:
         body = validate_body(self.json_body(), fields)
         return body, await self.owned_order(body["order_id"])
 
@@ -150,6 +150,8 @@ class SandboxBase(BillingBase):
 class SandboxPayHandler(SandboxBase):
     """Sends one simulated on-chain payment to the order's address, confirmed now or later."""
 
+    @sandbox_only
+    @authenticated
     async def post(self) -> None:
         body, order = await self.sandbox_order(SANDBOX_PAY)
         try:
@@ -164,6 +166,8 @@ class SandboxPayHandler(SandboxBase):
 class SandboxConfirmHandler(SandboxBase):
     """Confirms every pending sandbox payment of the order."""
 
+    @sandbox_only
+    @authenticated
     async def post(self) -> None:
         _, order = await self.sandbox_order(SANDBOX_CONFIRM)
         try:

@@ -2,20 +2,24 @@
 
 import re
 
-from handlers.base import ApiError, BaseHandler
-from handlers.validation import Field, check_range, length, parse_int, validate_body
+from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.validation import Field, parse_int, validate_body
 from security.apikeys import KeyVault
 
-KEY_CREATE = [Field("name", str, required=False, check=length(1, 100))]
-PAGE_DEFAULT, PAGE_MAX = 100, 1000
+KEY_CREATE = [Field("name", str, required=False, min_length=1, max_length=100, description='Absent or null: "default"')]
+CREDITS = Field("credits", int, minimum=1, maximum=10**12)  # also the bound of `social-gateway admin credit`
+TOP_UP = [CREDITS]
+PAGE = Field("limit", int, required=False, default=100, minimum=1, maximum=1000, description="Keys per page")
+CURSOR = Field(
+    "cursor", int, required=False, minimum=1, description="X-Next-Cursor of the previous page: the keys after it"
+)
 _TOO_MANY = "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT); revoke one to create another"
-TOP_UP = [Field("credits", int, check=lambda v, loc: check_range(v, loc, 1, 10**12))]
 
 
 class KeysBase(BaseHandler):
     async def owned_key(self, key_id: str) -> dict:
         """The caller's key; another account's key or a missing one is 404 (no existence oracle)."""
-        account_id = self.bearer_account()
+        account_id = self.current_user
         if re.fullmatch(r"[+-]?\d+", key_id) and not (len(key_id) <= 19 and 0 < int(key_id) < 10**18):
             raise ApiError(404, "Key not found")  # an integer no key can have is unknown, like any other
         key = await self.ctx.keys.get(account_id, parse_int(key_id, ["path", "key_id"], 1))
@@ -43,12 +47,11 @@ def _row(key: dict, qps: float) -> dict:
 class KeysHandler(KeysBase):
     """Lists the account's keys (never secrets) and issues new ones."""
 
+    @authenticated
     async def get(self) -> None:
         """Still a JSON list; a further page is announced in `X-Next-Cursor` and a `Link: rel="next"` header."""
-        account_id = self.bearer_account()
-        limit = parse_int(self.get_query_argument("limit", str(PAGE_DEFAULT)), ["query", "limit"], 1, PAGE_MAX)
-        cursor = self.get_query_argument("cursor", "")
-        before = parse_int(cursor, ["query", "cursor"], 1) if cursor else None
+        account_id = self.current_user
+        limit, before = self.query_arg(PAGE), self.query_arg(CURSOR)
         qps = await self.qps_of(account_id)
         rows = await self.ctx.keys.list(account_id, limit + 1, before)
         if len(rows) > limit:
@@ -58,8 +61,9 @@ class KeysHandler(KeysBase):
             self.set_header("Link", f'</keys?limit={limit}&cursor={after}>; rel="next"')
         self.send_json([_row(k, qps) for k in rows])
 
+    @authenticated
     async def post(self) -> None:
-        account_id = self.bearer_account()
+        account_id = self.current_user
         body = validate_body(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
         most = self.ctx.settings.max_keys_per_account
         if await self.ctx.keys.count_active(account_id) >= most:
@@ -85,6 +89,7 @@ class KeysHandler(KeysBase):
 class RevealHandler(KeysBase):
     """Returns the full key string to its owner."""
 
+    @authenticated
     async def get(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
         self.send_json({"key_id": key["key_id"], "key": self.ctx.vault.decrypt(key["sealed"], key["key_id"])})
@@ -93,6 +98,7 @@ class RevealHandler(KeysBase):
 class RevokeHandler(KeysBase):
     """Revokes the key permanently; idempotent; effective before the answer is sent."""
 
+    @authenticated
     async def post(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
         row = await self.ctx.keys.revoke(key["account_id"], key["key_id"])
@@ -103,9 +109,9 @@ class RevokeHandler(KeysBase):
 class TopUpHandler(KeysBase):
     """Adds credits to the key's account; development only."""
 
+    @authenticated
     async def post(self, key_id: str) -> None:
         if self.ctx.settings.production:
-            self.bearer_account()
             raise ApiError(403, "Direct top-ups are disabled in production; buy credits with a crypto payment")
         key = await self.owned_key(key_id)
         body = validate_body(self.json_body(), TOP_UP)

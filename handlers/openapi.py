@@ -1,9 +1,10 @@
 """The OpenAPI 3.1.0 document, built from tables.
 
 Data paths come from social.endpoints.ENDPOINTS, the table the data plane runs on;
-every other path is one `Operation` in OPERATIONS below. A new route needs its
-Operation here: tests/test_ops.py compares the document with the application's
-route table in both directions.
+every other path is one `Operation` in OPERATIONS below, whose request bodies and
+query parameters are the very `Field` declarations its handler validates with. A new
+route needs its Operation here: tests/test_ops.py compares the document with the
+application's route table in both directions.
 """
 
 import functools
@@ -11,7 +12,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from payments.currencies import CURRENCIES
+from handlers import account, admin, auth, billing, keys
+from handlers.validation import Field
 from social.endpoints import ENDPOINTS, Endpoint, Param
 
 VERSION = "0.1.0"
@@ -46,6 +48,40 @@ def query(name: str, schema: dict, description: str = "", required: bool = False
     return {"name": name, "in": "query", "required": required, "schema": schema, "description": description}
 
 
+_KINDS = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}
+_KEYWORDS = (
+    ("minimum", "minimum"),
+    ("exclusive_minimum", "exclusiveMinimum"),
+    ("maximum", "maximum"),
+    ("min_length", "minLength"),
+    ("max_length", "maxLength"),
+    ("format", "format"),
+    ("default", "default"),
+)
+
+
+def field_schema(f: Field) -> dict:
+    """The JSON Schema of one declared field: its type and every limit the validator applies."""
+    schema = {"type": _KINDS[f.kind]}
+    if f.enum:
+        schema["enum"] = list(f.enum)
+    schema.update({keyword: getattr(f, name) for name, keyword in _KEYWORDS if getattr(f, name) is not None})
+    return schema
+
+
+def body_schema(fields: list[Field]) -> dict:
+    """A closed object; an optional property may also be null (the validator reads null as absent)."""
+    properties = {}
+    for f in fields:
+        schema = field_schema(f) | ({"description": f.description} if f.description else {})
+        properties[f.name] = schema if f.required else nullable(schema)
+    return obj(tuple(f.name for f in fields if f.required), True, **properties)
+
+
+def query_param(f: Field) -> dict:
+    return query(f.name, field_schema(f), f.description, f.required)
+
+
 def path_param(name: str, schema: dict, description: str = "") -> dict:
     return {"name": name, "in": "path", "required": True, "schema": schema, "description": description}
 
@@ -76,12 +112,8 @@ SCHEMAS: dict = {
         detail=array(obj(("loc", "msg", "type"), loc=array({"type": ["string", "integer"]}), msg=S, type=S)),
     ),
     # --- portal --------------------------------------------------------------------------------------
-    "Credentials": obj(
-        ("email", "password"),
-        True,
-        email={"type": "string", "format": "email", "maxLength": 254},
-        password={"type": "string", "minLength": 8, "maxLength": 128},
-    ),
+    "Credentials": body_schema(auth.CREDENTIALS),
+    "Login": body_schema(auth.LOGIN),
     "Session": obj(
         ("token", "token_type", "account_id", "expires_in"),
         token=S,
@@ -90,21 +122,11 @@ SCHEMAS: dict = {
         expires_in=I,
     ),
     "LoggedOut": obj(("ok",), ok=B),
-    "PasswordChange": obj(
-        ("current_password", "new_password"),
-        True,
-        current_password={"type": "string", "minLength": 1, "maxLength": 128},
-        new_password={"type": "string", "minLength": 8, "maxLength": 128},
-    ),
+    "PasswordChange": body_schema(auth.PASSWORD_CHANGE),
     "Me": obj(("account_id", "email", "is_admin", "created_at"), account_id=S, email=S, is_admin=B, created_at=TIME),
-    "Attribution": obj(
-        (),
-        True,
-        first_touch={"type": "object", "description": "First-touch blob (utm_source, ...), stored once"},
-        anonymous_id={"type": "string", "minLength": 1, "maxLength": 128},
-    ),
+    "Attribution": body_schema(auth.ATTRIBUTION),
     "AttributionResult": obj(("ok", "stored"), ok=B, stored=B),
-    "KeyCreate": obj((), True, name=nullable({"type": "string", "minLength": 1, "maxLength": 100})),  # null: "default"
+    "KeyCreate": body_schema(keys.KEY_CREATE),
     "Key": obj(
         ("key_id", "name", "prefix", "qps_limit", "revoked", "created_at"),
         key_id=I,
@@ -117,7 +139,7 @@ SCHEMAS: dict = {
     ),
     "NewKey": {"allOf": [ref("Key"), obj(("key",), key={"type": "string", "description": "The secret, shown once"})]},
     "RevealedKey": obj(("key_id", "key"), key_id=I, key=S),
-    "TopUp": obj(("credits",), True, credits={"type": "integer", "minimum": 1, "maximum": 10**12}),
+    "TopUp": body_schema(keys.TOP_UP),
     "TopUpResult": obj(
         ("account_id", "credits_added", "credits", "plan", "qps_limit"),
         account_id=S,
@@ -151,12 +173,7 @@ SCHEMAS: dict = {
     # --- billing -------------------------------------------------------------------------------------
     "Currency": obj(("code", "min_usd"), code=S, name=S, network=S, min_usd=N),
     "BillingConfig": obj(("currencies",), currencies=array(ref("Currency")), credits_per_usd=I),
-    "Checkout": obj(
-        ("currency", "amount_usd"),
-        True,
-        currency={"enum": sorted(CURRENCIES)},
-        amount_usd={"type": "number", "exclusiveMinimum": 0, "maximum": 1_000_000},
-    ),
+    "Checkout": body_schema(billing.CHECKOUT),
     "Amount": obj(("amount", "usd"), amount=N, usd=N),
     "Order": obj(
         ("order_id", "status", "credits_applied"),
@@ -174,14 +191,8 @@ SCHEMAS: dict = {
         amount_confirmed=ref("Amount"),
         credits_applied=I,
     ),
-    "SandboxPay": obj(
-        ("order_id", "amount_usd"),
-        True,
-        order_id=S,
-        amount_usd={"type": "number", "exclusiveMinimum": 0, "maximum": 1_000_000},
-        confirmed=nullable(B),
-    ),
-    "SandboxConfirm": obj(("order_id",), True, order_id=S),
+    "SandboxPay": body_schema(billing.SANDBOX_PAY),
+    "SandboxConfirm": body_schema(billing.SANDBOX_CONFIRM),
     # --- admin ---------------------------------------------------------------------------------------
     "StatusClasses": obj((), **{name: I for name in ("2xx", "3xx", "4xx", "5xx")}),
     "EndpointTotal": obj(("endpoint", "calls", "credits"), endpoint=S, calls=I, credits=I),
@@ -313,10 +324,6 @@ _ERRORS = {
 _RETRY_AFTER = {"Retry-After": {"schema": I, "description": "Seconds to wait before retrying"}}
 
 BILLING, KEY_ID = "/billing/crypto", path_param("key_id", I, "The key's integer id")
-DAYS = query(
-    "days", {"type": "integer", "minimum": 1, "maximum": 365, "default": 30}, "Window in days, ending today (UTC)"
-)
-INTERNAL = query("include_internal", {"type": "boolean", "default": False}, "Include admins and internal accounts")
 
 OPERATIONS: list[Operation] = [
     # auth
@@ -337,7 +344,7 @@ OPERATIONS: list[Operation] = [
         "auth",
         ref("Session"),
         security=None,
-        body="Credentials",
+        body="Login",
         errors=(401, 413, 422, 429),
     ),
     Operation(
@@ -371,8 +378,8 @@ OPERATIONS: list[Operation] = [
         "keys",
         array(ref("Key")),
         params=(
-            query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
-            query("cursor", {"type": "integer", "minimum": 1}, "X-Next-Cursor of the previous page"),
+            query_param(keys.PAGE),
+            query_param(keys.CURSOR),
         ),
         errors=(401, 422),
     ),
@@ -422,10 +429,7 @@ OPERATIONS: list[Operation] = [
         "Per-call history, newest first",
         "account",
         array(ref("UsageRecord")),
-        params=(
-            query("days", {"type": "integer", "minimum": 1, "maximum": 365, "default": 14}),
-            query("limit", {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 1000}),
-        ),
+        params=(query_param(account.DAYS), query_param(account.LIMIT)),
         errors=(401, 422),
     ),
     # billing
@@ -453,7 +457,7 @@ OPERATIONS: list[Operation] = [
         "The account's orders, newest first",
         "billing",
         array(ref("Order")),
-        params=(query("limit", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),),
+        params=(query_param(billing.ORDERS_LIMIT),),
         errors=(401, 422),
     ),
     Operation(
@@ -509,7 +513,7 @@ OPERATIONS: list[Operation] = [
         "Per-day series and totals for the window (admins only)",
         "admin",
         ref("AdminMetrics"),
-        params=(DAYS, INTERNAL),
+        params=(query_param(admin.DAYS), query_param(admin.INCLUDE_INTERNAL)),
         errors=(401, 403, 422),
     ),
     Operation(
@@ -518,11 +522,7 @@ OPERATIONS: list[Operation] = [
         "One row per account, newest signup first (admins only)",
         "admin",
         ref("AdminUsersPage"),
-        params=(
-            INTERNAL,
-            query("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}),
-            query("cursor", S, "next_cursor of the previous page"),
-        ),
+        params=tuple(query_param(f) for f in (admin.INCLUDE_INTERNAL, admin.USERS_LIMIT, admin.CURSOR)),
         errors=(401, 403, 422),
     ),
     # operations

@@ -1,6 +1,9 @@
 """Validation in the spec's 422 shape: {"detail": [{"loc", "msg", "type"}]}.
 
-Messages and types follow the wording users know from the reference API.
+A portal body or query parameter is declared once as a `Field` whose limits are data
+(minimum, maximum, max_length, enum, ...): the handler validates from it and
+handlers/openapi.py documents it from the same declaration. Messages and types follow
+the wording users know from the reference API.
 """
 
 import re
@@ -8,19 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-
-class ValidationError(Exception):
-    def __init__(self, errors: list[dict]):
-        super().__init__("validation failed")
-        self.errors = errors
-
-
-def error(loc: list, msg: str, type_: str) -> dict:
-    return {"loc": loc, "msg": msg, "type": type_}
-
-
-def missing(loc: list) -> dict:
-    return error(loc, "Field required", "missing")
+from handlers.errors import ValidationError, error, missing
 
 
 def parse_int(raw: str, loc: list, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -33,11 +24,24 @@ def parse_int(raw: str, loc: list, minimum: int | None = None, maximum: int | No
     return value
 
 
-def check_range(value: int | float, loc: list, minimum=None, maximum=None) -> None:
+def check_range(value: int | float, loc: list, minimum=None, maximum=None, exclusive_minimum=None) -> None:
+    if exclusive_minimum is not None and value <= exclusive_minimum:
+        raise ValidationError([error(loc, f"Input should be greater than {exclusive_minimum}", "greater_than")])
     if minimum is not None and value < minimum:
         raise ValidationError([error(loc, f"Input should be greater than or equal to {minimum}", "greater_than_equal")])
     if maximum is not None and value > maximum:
         raise ValidationError([error(loc, f"Input should be less than or equal to {maximum}", "less_than_equal")])
+
+
+def check_length(value: str, loc: list, minimum: int | None, maximum: int | None) -> None:
+    if minimum is not None and len(value) < minimum:
+        raise ValidationError([error(loc, f"String should have at least {minimum} characters", "string_too_short")])
+    if maximum is not None and len(value) > maximum:
+        raise ValidationError([error(loc, f"String should have at most {maximum} characters", "string_too_long")])
+
+
+def length(minimum: int, maximum: int) -> Callable[[str, list], None]:
+    return lambda value, loc: check_length(value, loc, minimum, maximum)
 
 
 _TRUE, _FALSE = {"true", "1"}, {"false", "0"}
@@ -50,14 +54,44 @@ def parse_bool(raw: str, loc: list) -> bool:
     raise ValidationError([error(loc, "Input should be a valid boolean, unable to interpret input", "bool_parsing")])
 
 
+_EMAIL = re.compile(
+    r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
+)
+FORMATS = {"email": (_EMAIL, "value is not a valid email address")}
+
+
 @dataclass(frozen=True)
 class Field:
-    """One property of a JSON body."""
+    """One property of a JSON body, or one query parameter, with its limits as data."""
 
     name: str
-    kind: type
+    kind: type  # str, int, float, bool or dict
     required: bool = True
+    default: Any = None  # query parameters: the value when the parameter is absent
+    minimum: int | float | None = None
+    exclusive_minimum: int | float | None = None
+    maximum: int | float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    enum: tuple[str, ...] = ()  # declared in capitals, matched without regard to case
+    format: str | None = None  # a key of FORMATS
+    description: str = ""
+    # A rule no schema keyword states (a password's variety, no operators in a stored object); runs last.
     check: Callable[[Any, list], None] | None = None
+
+
+def check_value(f: Field, value: Any, loc: list) -> None:
+    """Raises ValidationError for the first limit of `f` that a value of the right type breaks."""
+    if f.enum and value.upper() not in f.enum:
+        raise ValidationError([error(loc, f"Input should be one of {', '.join(f.enum)}", "enum")])
+    if f.format and not FORMATS[f.format][0].match(value):
+        raise ValidationError([error(loc, FORMATS[f.format][1], "value_error")])
+    if f.kind is str:
+        check_length(value, loc, f.min_length, f.max_length)
+    if f.kind in (int, float):
+        check_range(value, loc, f.minimum, f.maximum, f.exclusive_minimum)
+    if f.check:
+        f.check(value, loc)
 
 
 _TYPE_NAMES = {
@@ -70,7 +104,7 @@ _TYPE_NAMES = {
 
 
 def validate_body(data: Any, fields: list[Field]) -> dict:
-    """Checks a decoded JSON body against `fields`: types, presence, no unknown properties."""
+    """Checks a decoded JSON body against `fields`: types, presence, limits, no unknown properties."""
     if not isinstance(data, dict):
         raise ValidationError([error(["body"], "Input should be a valid dictionary or object", "dict_type")])
     errors, out = [], {}
@@ -97,8 +131,7 @@ def validate_body(data: Any, fields: list[Field]) -> dict:
             errors.append(error(loc, f"Input should be a valid {label}", type_))
             continue
         try:
-            if f.check:
-                f.check(value, loc)
+            check_value(f, value, loc)
             out[f.name] = value
         except ValidationError as exc:
             errors.extend(exc.errors)
@@ -107,14 +140,17 @@ def validate_body(data: Any, fields: list[Field]) -> dict:
     return out
 
 
-def length(minimum: int, maximum: int) -> Callable[[str, list], None]:
-    def check(value: str, loc: list) -> None:
-        if len(value) < minimum:
-            raise ValidationError([error(loc, f"String should have at least {minimum} characters", "string_too_short")])
-        if len(value) > maximum:
-            raise ValidationError([error(loc, f"String should have at most {maximum} characters", "string_too_long")])
-
-    return check
+def parse_query(f: Field, raw: str | None) -> Any:
+    """A query parameter's value from its text (None when absent: the declared default)."""
+    if raw is None:
+        return f.default
+    loc = ["query", f.name]
+    if f.kind is int:
+        return parse_int(raw, loc, f.minimum, f.maximum)
+    if f.kind is bool:
+        return parse_bool(raw, loc)
+    check_value(f, raw, loc)
+    return raw
 
 
 def no_operators(value: dict, loc: list, depth: int = 0) -> None:

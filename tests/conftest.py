@@ -1,5 +1,6 @@
 """Shared fixtures: a real SecantusDB server over TCP, the sandbox upstream as its own
-process, and the application built by app.context.build_context and gateway.make_app like in production."""
+process, and the application built by app.context.build_context and gateway.make_app like in production.
+What the tests share besides fixtures is in tests/support.py."""
 
 import asyncio
 import dataclasses
@@ -8,16 +9,13 @@ import uuid
 
 import orjson
 import pytest
+from support import PASSWORD, Gateway, make_settings
 from tornado.httpclient import HTTPRequest
 
-import config
 import gateway
 from app.context import build_context
 from app.embedded import EmbeddedMongo, start_helpers
 from app.tasks import start_background
-
-UPSTREAM_KEY = "test-upstream-key"
-PASSWORD = "correct horse battery"
 
 
 @pytest.fixture(scope="session")
@@ -44,18 +42,12 @@ def catalog(upstream_url):
         return orjson.loads(response.read())
 
 
-def make_settings(**overrides) -> config.Settings:
-    """Test settings: cheap password hashing, a fresh database per test, no environment."""
-    base = dict(
-        jwt_secret="j" * 40,
-        secrets_key="s" * 40,
-        password_scrypt_n=2**10,
-        mongodb_db=f"t_{uuid.uuid4().hex[:12]}",
-        upstream_api_key=UPSTREAM_KEY,
-        data_dir="/nonexistent",
-        port=0,
-    )
-    return config.load(environ={}, **{**base, **overrides})
+@pytest.fixture(autouse=True)
+def reap_gateways():
+    """A failed assertion must not leave gateway processes running (their workers die with them)."""
+    yield
+    while Gateway.started:
+        Gateway.started.pop().kill()
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ from datetime import timedelta
 
 import pytest
 import tornado.httpserver
-from conftest import make_settings
 from fake_processor import FakeProcessor
 from hypothesis import given
 from hypothesis import settings as settings_
 from hypothesis import strategies as st
+from support import make_settings
 from tornado.testing import bind_unused_port
 
 from payments.crediting import plan_change

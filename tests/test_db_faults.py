@@ -13,7 +13,7 @@ import urllib.request
 
 import orjson
 import pytest
-from test_social import FAST
+from support import FAST
 
 import gateway
 from app.embedded import EmbeddedMongo, free_port

@@ -9,7 +9,7 @@ by hand, so the create -> reveal -> revoke -> reveal chain is checked on every r
 import re
 
 import pytest
-from test_social import FAST
+from support import FAST
 
 from bench import fuzz
 

@@ -17,9 +17,7 @@ import orjson
 import pytest
 import tornado.httpserver
 import tornado.web
-from conftest import PASSWORD, Api
-from test_process import ROOT, GatewayProcess, funded_account
-from test_social import FAST
+from support import FAST, PASSWORD, Gateway, account_with_keys
 from tornado.httpclient import AsyncHTTPClient
 from tornado.testing import bind_unused_port
 
@@ -29,6 +27,12 @@ from security import tokens
 from social.upstream import Breaker, UpstreamClient
 
 pytestmark = pytest.mark.gen_test(timeout=120)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def wide(api):
+    """A client of the app under test that really sends 50 requests at once (the fixture's sends 10)."""
+    return type(api)(AsyncHTTPClient(force_instance=True, max_clients=100), api.base)
 
 
 # --- one request must never stall the event loop -----------------------------------------------------------------
@@ -89,11 +93,9 @@ WORST_QUERIES = {
 async def test_worst_queries_never_hold_the_gateway_loop(mongo, tmp_path):
     """The development set-up as served (the sandbox started by the gateway itself): while the worst
     queries run, /healthz on the same gateway answers within 100 ms every time."""
-    gw = GatewayProcess(mongo.uri, "", f"p_{uuid.uuid4().hex[:10]}", free_port())
-    gw.env.update(UPSTREAM_URL="", DATA_DIR=str(tmp_path))
-    await gw.start()
+    gw = await Gateway(mongo.uri, "", f"p_{uuid.uuid4().hex[:10]}", DATA_DIR=str(tmp_path)).launch()
     try:
-        _, key = await funded_account(gw)
+        _, (key,), _ = await account_with_keys(gw, 1_000_000, 1)
         stop, seconds = threading.Event(), []
         probe = threading.Thread(target=_probe, args=(gw.port, stop, seconds))
         probe.start()
@@ -123,8 +125,7 @@ async def test_worst_queries_never_hold_the_gateway_loop(mongo, tmp_path):
         metrics = (await gw.call("GET", "/metrics")).body.decode()
         assert "gateway_event_loop_lag_seconds " in metrics and "gateway_event_loop_stalls_total 0.0" in metrics
     finally:
-        gw.proc.terminate()
-        gw.proc.wait(30)
+        await asyncio.to_thread(gw.stop)
 
 
 async def test_a_blocked_event_loop_is_measured_and_alarmed(api, ctx, caplog):
@@ -181,9 +182,9 @@ async def test_one_accounts_failing_calls_never_open_the_shared_breaker(api, ctx
     try:
         _, attacker = await api.funded_key()
         _, victim = await api.funded_key()
-        wide = Api(AsyncHTTPClient(force_instance=True, max_clients=100), api.base)  # 50 really at once
-        answers = await asyncio.gather(*[search(wide, attacker, f"boom {i}") for i in range(50)])
-        wide.http.close()
+        many = wide(api)
+        answers = await asyncio.gather(*[search(many, attacker, f"boom {i}") for i in range(50)])
+        many.http.close()
         assert {status for status, _, _ in answers} <= {502, 429}
         assert [status for status, _, _ in answers].count(502) >= ctx.settings.breaker_failures
         assert ctx.upstream.breaker.state == "closed"
@@ -221,11 +222,11 @@ async def test_a_provider_that_is_really_down_still_opens_the_breaker(api, ctx):
 @pytest.mark.settings(max_keys_per_account=5)
 async def test_keys_per_account_are_capped_even_when_created_at_once(api, ctx):
     user = await api.register()
-    wide = Api(AsyncHTTPClient(force_instance=True, max_clients=50), api.base)
+    many = wide(api)
     answers = await asyncio.gather(
-        *[wide.call("POST", "/keys", {"name": f"k{i}"}, token=user["token"]) for i in range(30)]
+        *[many.call("POST", "/keys", {"name": f"k{i}"}, token=user["token"]) for i in range(30)]
     )
-    wide.http.close()
+    many.http.close()
     statuses = [status for status, _, _ in answers]
     assert statuses.count(200) <= 5 and set(statuses) <= {200, 409}
     refused = next(body for status, body, _ in answers if status == 409)
@@ -430,11 +431,11 @@ async def test_common_passwords_are_refused(api, password):
 async def test_checkouts_cannot_flood_the_payment_processor(api, ctx):
     user = await api.register()
     order = {"currency": "USDTTRC20", "amount_usd": 20}
-    wide = Api(AsyncHTTPClient(force_instance=True, max_clients=50), api.base)
+    many = wide(api)
     answers = await asyncio.gather(
-        *[wide.call("POST", "/billing/crypto/checkout", order, token=user["token"]) for _ in range(50)]
+        *[many.call("POST", "/billing/crypto/checkout", order, token=user["token"]) for _ in range(50)]
     )
-    wide.http.close()
+    many.http.close()
     statuses = [status for status, _, _ in answers]
     assert set(statuses) <= {200, 429} and 1 <= statuses.count(200) <= ctx.settings.max_open_orders
     assert all(int(headers["Retry-After"]) >= 1 for status, _, headers in answers if status == 429)
@@ -459,23 +460,12 @@ async def test_checkouts_per_minute_are_limited(api):
 
 # --- smaller leaks -----------------------------------------------------------------------------------------------
 async def test_no_secret_reaches_the_log_even_at_debug(mongo, upstream_url, tmp_path):
-    gw = GatewayProcess(mongo.uri, upstream_url, f"p_{uuid.uuid4().hex[:10]}", free_port())
-    gw.env["LOG_LEVEL"] = "DEBUG"
+    gw = Gateway(mongo.uri, upstream_url, f"p_{uuid.uuid4().hex[:10]}", LOG_LEVEL="DEBUG")
     log_path = tmp_path / "gateway.log"
     with open(log_path, "wb") as log_file:
-        gw.proc = subprocess.Popen(
-            [sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--host", "127.0.0.1", "--port", str(gw.port)],
-            env=gw.env,
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-        )
+        gw.stderr = log_file  # the child keeps its own copy of the descriptor
+        await gw.launch()
         try:
-            for _ in range(300):
-                try:
-                    await gw.call("GET", "/healthz")
-                    break
-                except OSError:
-                    await asyncio.sleep(0.1)
             email, password, marker = f"d{uuid.uuid4().hex[:8]}@example.com", "debug level passphrase", "ft-secret-7731"
             session = orjson.loads(
                 (await gw.call("POST", "/auth/register", {"email": email, "password": password})).body
@@ -491,8 +481,7 @@ async def test_no_secret_reaches_the_log_even_at_debug(mongo, upstream_url, tmp_
             await gw.call("POST", "/auth/password", change, **{"Authorization": f"Bearer {login['token']}"})
             await asyncio.sleep(1.0)  # a usage flush
         finally:
-            gw.proc.terminate()
-            gw.proc.wait(30)
+            await asyncio.to_thread(gw.stop)
     text = log_path.read_text()
     assert "DEBUG" in text  # the level really was DEBUG
     for secret in (password, "scrypt$", marker, key["key"], session["token"], login["token"], "digest"):

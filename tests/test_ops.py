@@ -12,9 +12,9 @@ import pytest
 import tornado.httpserver
 import tornado.testing
 import tornado.web
-from conftest import PASSWORD, UPSTREAM_KEY
 from openapi_spec_validator import validate
 from prometheus_client.parser import text_string_to_metric_families
+from support import PASSWORD, UPSTREAM_KEY
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 import gateway
@@ -113,6 +113,61 @@ async def test_answers_match_their_documented_schemas(api, ctx):
         openapi_schema_validator.validate(
             body, {**schema, "components": doc["components"]}, cls=openapi_schema_validator.OAS31Validator
         )
+
+
+async def test_documented_limits_are_the_enforced_limits(api, ctx):
+    """Every portal limit the document states is the one the handler applies, on both sides of the bound."""
+    _, doc, _ = await api.call("GET", "/openapi.json")
+    admin = (await api.call("POST", "/auth/register", {"email": ctx.settings.admin_emails[0], "password": PASSWORD}))[1]
+    user, key = await api.funded_key(100_000)
+    checked = 0
+    for path, item in doc["paths"].items():
+        if path.startswith(("/social/", "/twitter/")):
+            continue  # the data plane's table has its own tests (test_social.py, test_security.py)
+        for param in item.get("get", {}).get("parameters", []):
+            schema, name = param["schema"], param["name"]
+            if schema.get("type") != "integer" or param["in"] != "query":
+                continue
+            token = admin["token"] if path.startswith("/admin") else user["token"]
+            for value, expected in (
+                (schema["minimum"], None),
+                (schema["maximum"], None),
+                (schema["minimum"] - 1, "greater_than_equal"),
+                (schema["maximum"] + 1, "less_than_equal"),
+            ):
+                status, body, _ = await api.call("GET", f"{path}?{name}={value}", token=token)
+                if expected is None:
+                    assert status == 200, (path, name, value, body)
+                else:
+                    assert status == 422 and body["detail"][0]["loc"] == ["query", name], (path, name, value, body)
+                    assert body["detail"][0]["type"] == expected
+            checked += 1
+    assert checked >= 5  # /usage days and limit, orders limit, admin days and limit
+    schemas = doc["components"]["schemas"]
+    most = schemas["TopUp"]["properties"]["credits"]["maximum"]
+    topup = f"/keys/{key['key_id']}/topup"
+    status, body, _ = await api.call("POST", topup, {"credits": most + 1}, token=user["token"])
+    assert status == 422 and body["detail"][0]["type"] == "less_than_equal"
+    assert (await api.call("POST", topup, {"credits": most}, token=user["token"]))[0] == 200
+    longest = schemas["KeyCreate"]["properties"]["name"]["anyOf"][0]["maxLength"]
+    status, body, _ = await api.call("POST", "/keys", {"name": "k" * (longest + 1)}, token=user["token"])
+    assert status == 422 and body["detail"][0]["type"] == "string_too_long"
+    assert (await api.call("POST", "/keys", {"name": "k" * longest}, token=user["token"]))[0] == 200
+    shortest = schemas["Credentials"]["properties"]["password"]["minLength"]
+    status, body, _ = await api.call(
+        "POST", "/auth/register", {"email": "p@example.com", "password": "abcdefghij"[: shortest - 1]}
+    )
+    assert status == 422 and body["detail"][0]["type"] == "string_too_short"
+    amount = schemas["Checkout"]["properties"]["amount_usd"]
+    for value, expected in (
+        (amount["maximum"] * 1.01, "less_than_equal"),
+        (amount["exclusiveMinimum"], "greater_than"),
+    ):
+        status, body, _ = await api.call(
+            "POST", "/billing/crypto/checkout", {"currency": "BTC", "amount_usd": value}, token=user["token"]
+        )
+        assert status == 422 and body["detail"][0]["loc"] == ["body", "amount_usd"], body
+        assert body["detail"][0]["type"] == expected
 
 
 async def test_docs_page_is_self_contained(api, http_client, base_url):

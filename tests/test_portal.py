@@ -4,7 +4,7 @@ import time
 
 import jwt
 import pytest
-from conftest import PASSWORD
+from support import PASSWORD
 
 pytestmark = pytest.mark.gen_test(timeout=30)
 

@@ -2,99 +2,21 @@
 flush window, never leaves a charge without its record, and a restart returns the dead lease."""
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import uuid
 
 import orjson
 import pytest
-from conftest import UPSTREAM_KEY
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from support import Gateway, account_with_keys, ledger_of
+from tornado.httpclient import HTTPClientError
 
 from app.embedded import free_port
-from storage import db as database
-from storage.usage import UsageStore
 
 pytestmark = pytest.mark.gen_test(timeout=120)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INITIAL = 1_000_000
 
 
-class GatewayProcess:
-    def __init__(self, mongo_uri: str, upstream_url: str, db_name: str, port: int):
-        self.port = port
-        self.env = {
-            **os.environ,
-            "MONGODB_URI": mongo_uri,
-            "MONGODB_DB": db_name,
-            "UPSTREAM_URL": upstream_url,
-            "UPSTREAM_API_KEY": UPSTREAM_KEY,
-            "JWT_SECRET": "j" * 40,
-            "SECRETS_KEY": "s" * 40,
-            "PASSWORD_SCRYPT_N": "1024",
-            "LOG_LEVEL": "WARNING",
-            "FLUSH_INTERVAL": "0.3",
-            "PLAN_RULES": '[{"name":"fast","min_paid_usd":0,"qps":100000}]',
-        }
-        self.proc = None
-
-    async def start(self) -> "GatewayProcess":
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                os.path.join(ROOT, "gateway.py"),
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-            ],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-        )
-        client = AsyncHTTPClient()
-        for _ in range(300):
-            try:
-                await client.fetch(f"http://127.0.0.1:{self.port}/nope", raise_error=False)
-                return self
-            except OSError:
-                await asyncio.sleep(0.1)
-        raise RuntimeError("gateway did not start")
-
-    async def call(self, method: str, path: str, body=None, **headers):
-        client = AsyncHTTPClient(max_clients=100)
-        response = await client.fetch(
-            HTTPRequest(
-                f"http://127.0.0.1:{self.port}{path}",
-                method=method,
-                body=orjson.dumps(body) if body is not None else None,
-                headers=headers,
-                request_timeout=30,
-            ),
-            raise_error=False,
-        )
-        return response
-
-
-async def funded_account(gw: GatewayProcess) -> tuple[dict, str]:
-    user = orjson.loads(
-        (
-            await gw.call(
-                "POST",
-                "/auth/register",
-                {"email": f"p{uuid.uuid4().hex[:8]}@example.com", "password": "process test pass"},
-            )
-        ).body
-    )
-    auth = {"Authorization": f"Bearer {user['token']}"}
-    key = orjson.loads((await gw.call("POST", "/keys", {"name": "load"}, **auth)).body)
-    await gw.call("POST", f"/keys/{key['key_id']}/topup", {"credits": INITIAL}, **auth)
-    return user, key["key"]
-
-
-async def load(gw: GatewayProcess, key: str, catalog: dict, count: int):
+async def load(gw: Gateway, key: str, catalog: dict, count: int):
     path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
 
     async def one():
@@ -114,19 +36,10 @@ async def served_some(calls, at_least: int = 20) -> None:
         await asyncio.sleep(0.02)
 
 
-async def ledger_of(mongo_uri: str, db_name: str, account_id: str) -> tuple[dict, list[dict]]:
-    client = database.connect(mongo_uri)
-    db = client[db_name]
-    account = await db.accounts.find_one({"_id": account_id})
-    records = await UsageStore(db).records({"account_id": account_id})
-    await client.close()
-    return account, records
-
-
 async def test_sigterm_under_load_loses_nothing(mongo, upstream_url, catalog):
     db_name = f"p_{uuid.uuid4().hex[:10]}"
-    gw = await GatewayProcess(mongo.uri, upstream_url, db_name, free_port()).start()
-    user, key = await funded_account(gw)
+    gw = await Gateway(mongo.uri, upstream_url, db_name).launch()
+    user, (key,), _ = await account_with_keys(gw, INITIAL, 1)
     calls = await load(gw, key, catalog, 300)
     await served_some(calls)
     gw.proc.send_signal(signal.SIGTERM)
@@ -145,8 +58,8 @@ async def test_sigterm_under_load_loses_nothing(mongo, upstream_url, catalog):
 async def test_sigkill_then_restart_reconciles(mongo, upstream_url, catalog):
     db_name = f"p_{uuid.uuid4().hex[:10]}"
     port = free_port()
-    gw = await GatewayProcess(mongo.uri, upstream_url, db_name, port).start()
-    user, key = await funded_account(gw)
+    gw = await Gateway(mongo.uri, upstream_url, db_name, port).launch()
+    user, (key,), _ = await account_with_keys(gw, INITIAL, 1)
     calls = await load(gw, key, catalog, 300)
     await served_some(calls)
     gw.proc.send_signal(signal.SIGKILL)
@@ -157,7 +70,7 @@ async def test_sigkill_then_restart_reconciles(mongo, upstream_url, catalog):
     assert len(records) <= len(served)  # at most the flush window is lost...
     assert account["leases"]  # ...and the dead process still holds its lease
     # A restart on the same node returns the dead lease at once, counting only persisted usage.
-    gw2 = await GatewayProcess(mongo.uri, upstream_url, db_name, port).start()
+    gw2 = await Gateway(mongo.uri, upstream_url, db_name, port).launch()
     account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
     assert account["leases"] == {}
     assert account["credits"] == INITIAL - sum(r["credits"] for r in records)

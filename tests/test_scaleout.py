@@ -9,18 +9,16 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
-from test_process import ROOT, GatewayProcess, ledger_of
+from support import Gateway, account_with_keys, ledger_of
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from app.context import build_context
-from app.embedded import free_port
 from app.tasks import start_background
 from storage import db as database
 
@@ -28,77 +26,8 @@ pytestmark = pytest.mark.gen_test(timeout=90)
 PRICE = 18  # user/info, one profile
 
 
-class Gateway(GatewayProcess):
-    """A gateway process with extra settings, optionally `serve --workers N`."""
-
-    started: list["Gateway"] = []  # killed after each test, whatever its outcome (see `reap`)
-
-    def __init__(self, mongo_uri: str, upstream_url: str, db_name: str, workers: int = 1, **env: str):
-        super().__init__(mongo_uri, upstream_url, db_name, free_port())
-        self.env.update(env)
-        self.workers = workers
-
-    async def start(self) -> "Gateway":
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                os.path.join(ROOT, "gateway.py"),
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--workers",
-                str(self.workers),
-            ],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-        )
-        Gateway.started.append(self)
-        client = AsyncHTTPClient()
-        for _ in range(300):
-            try:
-                await client.fetch(f"http://127.0.0.1:{self.port}/nope", raise_error=False, request_timeout=30)
-                return self
-            except OSError:
-                await asyncio.sleep(0.1)
-        raise RuntimeError("gateway did not start")
-
-    def stop(self, sig=signal.SIGTERM) -> int:
-        self.proc.send_signal(sig)
-        return self.proc.wait(30)
-
-
-@pytest.fixture(autouse=True)
-def reap():
-    """A failed assertion must not leave gateways running (their workers die with their parent)."""
-    yield
-    while Gateway.started:
-        proc = Gateway.started.pop().proc
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-
-
 async def start_all(*gateways: Gateway) -> None:
-    await asyncio.gather(*(g.start() for g in gateways))
-
-
-async def account_with_keys(gw: Gateway, credits: int, keys: int) -> tuple[dict, list[str], dict]:
-    user = orjson.loads(
-        (
-            await gw.call(
-                "POST",
-                "/auth/register",
-                {"email": f"s{uuid.uuid4().hex[:8]}@example.com", "password": "scale out test pass"},
-            )
-        ).body
-    )
-    auth = {"Authorization": f"Bearer {user['token']}"}
-    made = [orjson.loads((await gw.call("POST", "/keys", {"name": f"k{i}"}, **auth)).body) for i in range(keys)]
-    if credits:
-        await gw.call("POST", f"/keys/{made[0]['key_id']}/topup", {"credits": credits}, **auth)
-    return user, [k["key"] for k in made], auth
+    await asyncio.gather(*(g.launch() for g in gateways))
 
 
 async def storm(targets: list[tuple[Gateway, str]], path: str, count: int) -> list:
@@ -233,7 +162,7 @@ async def test_workers_restart_after_a_crash_and_drain_on_sigterm(mongo, upstrea
     lease at once (no LEASE_TIMEOUT wait); SIGTERM to the parent drains every worker."""
     db_name = f"s_{uuid.uuid4().hex[:10]}"
     gw = Gateway(mongo.uri, upstream_url, db_name, workers=2)
-    await gw.start()
+    await gw.launch()
     user, (key,), _ = await account_with_keys(gw, 1_000_000, 1)
     path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
     await asyncio.gather(*await storm([(gw, key)], path, 100))

@@ -13,9 +13,8 @@ import uuid
 import orjson
 import pytest
 import tornado.web
-from conftest import PASSWORD
 from cryptography.exceptions import InvalidTag
-from test_social import FAST, qs, recorder, use_upstream, valid_query
+from support import FAST, PASSWORD, qs, recorder, use_upstream, valid_query
 from tornado.testing import bind_unused_port
 
 import config

@@ -6,63 +6,18 @@ import time
 
 import orjson
 import pytest
-import tornado.httpserver
-import tornado.testing
-import tornado.web
+from support import FAST, qs, recorder, use_upstream, valid_query
 
 import gateway
+from app import tasks
 from handlers.social import parse_args
 from social.endpoints import ENDPOINTS, page_size
-from social.upstream import Breaker, UpstreamClient
 from storage import db as database
 from storage.usage import UsageStore
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 
-FAST = ({"name": "fast", "min_paid_usd": 0, "qps": 100000},)
 AVAILABLE = [e for e in ENDPOINTS if e.available]
-
-
-def valid_query(endpoint, catalog) -> dict:
-    """Values from the sandbox catalog for every required parameter (and the usual optional ones)."""
-    users, tweets = catalog["users"], catalog["tweets"]
-    values = {
-        "query": "from:" + users[0]["userName"],
-        "userId": users[0]["id"],
-        "user_id": users[0]["id"],
-        "userName": catalog["big_accounts"][0],
-        "tweetId": tweets[0],
-        "community_id": catalog["communities"][0],
-        "space_id": catalog["spaces"][0],
-        "listId": catalog["lists"][0],
-        "userIds": ",".join(u["id"] for u in users[:3]),
-        "tweet_ids": ",".join(tweets[:2]),
-    }
-    # followers_ids and last_tweets take userName or userId, both optional in the spec.
-    return {p.name: values[p.name] for p in endpoint.params if p.required or p.name == "userName"}
-
-
-def qs(params: dict) -> str:
-    from urllib.parse import urlencode
-
-    return urlencode(params)
-
-
-def use_upstream(ctx, url: str, **kw) -> None:
-    """Points the app under test at another upstream (a faulty sandbox, a recorder)."""
-    s = ctx.settings
-    ctx.upstream.close()
-    ctx.upstream = UpstreamClient(
-        url,
-        s.upstream_api_key,
-        s.upstream_path_prefix,
-        kw.get("connect_timeout", 1.0),
-        kw.get("timeout", s.upstream_timeout),
-        8,
-        kw.get("max_body", s.upstream_max_body_bytes),
-        # One account's failures open it here (the mechanics); test_isolation.py tests attribution.
-        Breaker(kw.get("breaker_failures", 1000), 0.3, min_accounts=kw.get("min_accounts", 1)),
-    )
 
 
 async def balance(api, user) -> int:
@@ -176,6 +131,23 @@ async def test_free_plan_is_rate_limited(api, catalog):
     status, body, headers = await api.call("GET", path, key=key["key"])
     assert status == 429 and body["status"] == "error"
     assert 1 <= int(headers["Retry-After"]) <= 5
+
+
+async def test_idle_keys_rate_limit_state_is_dropped_by_the_background_sweep(api, ctx, catalog):
+    """Memory holds a bucket per recently active key only; a dropped bucket answers like a full one."""
+    assert "idle-buckets" in {t.get_name() for t in asyncio.all_tasks()}  # scheduled by app/tasks.py
+    user = await api.register()
+    key = await api.new_key(user["token"])
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    assert (await api.call("GET", path, key=key["key"]))[0] == 402  # one call: the free plan's burst
+    assert (await api.call("GET", path, key=key["key"]))[0] == 429
+    await tasks.forget_idle_buckets(ctx)  # not idle yet: kept, still limited
+    assert key["key_id"] in ctx.limiter._buckets
+    assert (await api.call("GET", path, key=key["key"]))[0] == 429
+    await tasks.forget_idle_buckets(ctx, time.monotonic() + tasks.BUCKET_IDLE_SECONDS + 1)
+    assert key["key_id"] not in ctx.limiter._buckets
+    status, _, headers = await api.call("GET", path, key=key["key"])
+    assert status == 402 and headers["X-RateLimit-Remaining"] == "0" and headers["X-RateLimit-Limit"] == "1"
 
 
 async def test_paid_plan_burst_then_429(api, catalog):
@@ -341,30 +313,6 @@ async def test_twitter_alias_is_metered(api, catalog):
 @pytest.mark.settings(twitter_alias=False)
 async def test_twitter_alias_can_be_turned_off(api):
     assert (await api.call("GET", "/twitter/user/info?userName=x"))[0] == 404
-
-
-class Recorder(tornado.web.RequestHandler):
-    """An upstream that records what the gateway sends and answers a fixed body."""
-
-    def initialize(self, seen, status, body):
-        self.seen, self.status, self.body = seen, status, body
-
-    def get(self, path):
-        self.seen.append(
-            {"path": self.request.path, "query": self.request.query, "headers": dict(self.request.headers)}
-        )
-        self.set_status(self.status)
-        self.finish(self.body)
-
-
-async def recorder(status=200, body=b'{"status":"success","msg":"","data":{"id":"1"}}'):
-    seen = []
-    sock, port = tornado.testing.bind_unused_port()
-    server = tornado.httpserver.HTTPServer(
-        tornado.web.Application([(r"(.*)", Recorder, dict(seen=seen, status=status, body=body))])
-    )
-    server.add_sockets([sock])
-    return server, f"http://127.0.0.1:{port}", seen
 
 
 @pytest.mark.settings(plan_rules=FAST)

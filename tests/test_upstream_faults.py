@@ -6,7 +6,7 @@ recording upstream; these add resets, truncated bodies and latency, from the rea
 import time
 
 import pytest
-from test_social import FAST, use_upstream
+from support import FAST, use_upstream
 
 import sandbox
 

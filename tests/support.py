@@ -1,0 +1,160 @@
+"""What the tests share besides fixtures (those are in conftest.py): test settings, the sandbox
+queries, a recording upstream, and the gateway as a real process (the harness bench/ uses too)."""
+
+import asyncio
+import uuid
+from urllib.parse import urlencode
+
+import orjson
+import tornado.httpserver
+import tornado.testing
+import tornado.web
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+import config
+from bench.stack import GatewayProcess, gateway_env
+from social.upstream import Breaker, UpstreamClient
+from storage import db as database
+from storage.usage import UsageStore
+
+UPSTREAM_KEY = "test-upstream-key"
+PASSWORD = "correct horse battery"
+FAST = ({"name": "fast", "min_paid_usd": 0, "qps": 100000},)  # a plan without a QPS limit to speak of
+
+
+def make_settings(**overrides) -> config.Settings:
+    """Test settings: cheap password hashing, a fresh database per test, no environment."""
+    base = dict(
+        jwt_secret="j" * 40,
+        secrets_key="s" * 40,
+        password_scrypt_n=2**10,
+        mongodb_db=f"t_{uuid.uuid4().hex[:12]}",
+        upstream_api_key=UPSTREAM_KEY,
+        data_dir="/nonexistent",
+        port=0,
+    )
+    return config.load(environ={}, **{**base, **overrides})
+
+
+# --- the data plane ----------------------------------------------------------------------------------
+def valid_query(endpoint, catalog) -> dict:
+    """Values from the sandbox catalog for every required parameter (and the usual optional ones)."""
+    users, tweets = catalog["users"], catalog["tweets"]
+    values = {
+        "query": "from:" + users[0]["userName"],
+        "userId": users[0]["id"],
+        "user_id": users[0]["id"],
+        "userName": catalog["big_accounts"][0],
+        "tweetId": tweets[0],
+        "community_id": catalog["communities"][0],
+        "space_id": catalog["spaces"][0],
+        "listId": catalog["lists"][0],
+        "userIds": ",".join(u["id"] for u in users[:3]),
+        "tweet_ids": ",".join(tweets[:2]),
+    }
+    # followers_ids and last_tweets take userName or userId, both optional in the spec.
+    return {p.name: values[p.name] for p in endpoint.params if p.required or p.name == "userName"}
+
+
+def qs(params: dict) -> str:
+    return urlencode(params)
+
+
+def use_upstream(ctx, url: str, **kw) -> None:
+    """Points the app under test at another upstream (a faulty sandbox, a recorder)."""
+    s = ctx.settings
+    ctx.upstream.close()
+    ctx.upstream = UpstreamClient(
+        url,
+        s.upstream_api_key,
+        s.upstream_path_prefix,
+        kw.get("connect_timeout", 1.0),
+        kw.get("timeout", s.upstream_timeout),
+        8,
+        kw.get("max_body", s.upstream_max_body_bytes),
+        # One account's failures open it here (the mechanics); test_isolation.py tests attribution.
+        Breaker(kw.get("breaker_failures", 1000), 0.3, min_accounts=kw.get("min_accounts", 1)),
+    )
+
+
+class Recorder(tornado.web.RequestHandler):
+    """An upstream that records what the gateway sends and answers a fixed body."""
+
+    def initialize(self, seen, status, body):
+        self.seen, self.status, self.body = seen, status, body
+
+    def get(self, path):
+        self.seen.append(
+            {"path": self.request.path, "query": self.request.query, "headers": dict(self.request.headers)}
+        )
+        self.set_status(self.status)
+        self.finish(self.body)
+
+
+async def recorder(status=200, body=b'{"status":"success","msg":"","data":{"id":"1"}}'):
+    seen = []
+    sock, port = tornado.testing.bind_unused_port()
+    server = tornado.httpserver.HTTPServer(
+        tornado.web.Application([(r"(.*)", Recorder, dict(seen=seen, status=status, body=body))])
+    )
+    server.add_sockets([sock])
+    return server, f"http://127.0.0.1:{port}", seen
+
+
+# --- the gateway as a process --------------------------------------------------------------------------
+class Gateway(GatewayProcess):
+    """bench/stack.py's process harness with an async client, for tests running on the event loop."""
+
+    started: list["Gateway"] = []  # killed after each test, whatever its outcome (conftest.reap_gateways)
+
+    def __init__(self, mongo_uri: str, upstream_url: str, db_name: str, port: int = 0, workers: int = 1, **env):
+        super().__init__(
+            gateway_env(mongo_uri, db_name, upstream_url, UPSTREAM_KEY, FLUSH_INTERVAL="0.3", **env), port, workers
+        )
+
+    async def launch(self) -> "Gateway":
+        """Starts the process without blocking the event loop (in-process gateways keep serving meanwhile)."""
+        Gateway.started.append(self)
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def call(self, method: str, path: str, body=None, **headers):
+        response = await AsyncHTTPClient(max_clients=100).fetch(
+            HTTPRequest(
+                self.url + path,
+                method=method,
+                body=orjson.dumps(body) if body is not None else None,
+                headers=headers,
+                request_timeout=30,
+            ),
+            raise_error=False,
+        )
+        return response
+
+
+async def account_with_keys(gw: Gateway, credits: int, keys: int) -> tuple[dict, list[str], dict]:
+    """A new account on `gw` with `keys` API keys and `credits` (a development top-up): (user, secrets, auth headers)."""
+    user = orjson.loads(
+        (
+            await gw.call(
+                "POST",
+                "/auth/register",
+                {"email": f"s{uuid.uuid4().hex[:8]}@example.com", "password": "process test pass"},
+            )
+        ).body
+    )
+    auth = {"Authorization": f"Bearer {user['token']}"}
+    made = [orjson.loads((await gw.call("POST", "/keys", {"name": f"k{i}"}, **auth)).body) for i in range(keys)]
+    if credits:
+        await gw.call("POST", f"/keys/{made[0]['key_id']}/topup", {"credits": credits}, **auth)
+    return user, [k["key"] for k in made], auth
+
+
+async def ledger_of(mongo_uri: str, db_name: str, account_id: str) -> tuple[dict, list[dict]]:
+    """The account document and its usage records, read straight from the database."""
+    client = database.connect(mongo_uri)
+    db = client[db_name]
+    account = await db.accounts.find_one({"_id": account_id})
+    records = await UsageStore(db).records({"account_id": account_id})
+    await client.close()
+    return account, records
