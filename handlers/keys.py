@@ -11,7 +11,12 @@ CREDITS = Field("credits", int, minimum=1, maximum=10**12)  # also the bound of 
 TOP_UP = [CREDITS]
 PAGE = Field("limit", int, required=False, default=100, minimum=1, maximum=1000, description="Keys per page")
 CURSOR = Field(
-    "cursor", int, required=False, minimum=1, description="X-Next-Cursor of the previous page: the keys after it"
+    "cursor",
+    int,
+    required=False,
+    minimum=1,
+    maximum=10**17,  # far past any key id the counter will reach
+    description="X-Next-Cursor of the previous page: the keys after it",
 )
 _TOO_MANY = "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT); revoke one to create another"
 
