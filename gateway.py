@@ -23,10 +23,10 @@ import tornado.web
 import config
 from app import commands, workers
 from app.context import build_context
-from app.embedded import Helpers, start_helpers
-from app.server import make_server
+from app.embedded import DataDirBusy, Helpers, start_helpers
+from app.server import make_server, port_problem
 from app.tasks import start_background
-from handlers import account, admin, auth, billing, keys, ops, social
+from handlers import account, admin, auth, billing, keys, ops, sandbox, social
 from handlers.base import NotFoundHandler
 from handlers.context import Context
 from metering.pricing import Prices
@@ -58,7 +58,16 @@ def with_dev_secrets(settings: config.Settings) -> config.Settings:
 
 # --- 2. the application (the context is built by app/context.py) --------------------------------------------------------------------------
 def make_app(ctx: Context) -> tornado.web.Application:
-    routes = auth.routes + keys.routes + account.routes + social.routes + billing.routes + admin.routes + ops.routes
+    routes = (
+        auth.routes
+        + keys.routes
+        + account.routes
+        + social.routes
+        + billing.routes
+        + admin.routes
+        + ops.routes
+        + sandbox.routes
+    )
     if ctx.settings.twitter_alias:
         routes += social.alias_routes
     if not ctx.settings.metrics_port:
@@ -149,16 +158,34 @@ async def serve(
 
 
 def announce(settings: config.Settings, helpers: Helpers, workers_line: str = "") -> None:
+    """The start-up message: where it listens, what it uses, then the user's next steps."""
+    shown = "127.0.0.1" if settings.host in ("", "0.0.0.0", "::") else settings.host
+    base = f"http://{shown}:{settings.port}"
+    steps = [f"  API docs:        {base}/docs"]
+    if not settings.production:
+        steps.append(f"  sandbox catalog: {base}/sandbox/catalog   (valid userNames and ids)")
+    steps.append(
+        f"  register:        curl -s {base}/auth/register "
+        """-d '{"email":"me@example.com","password":"a long passphrase"}'"""
+    )
     print(
         f"social-gateway listening on http://{settings.host}:{settings.port}\n{workers_line}"
-        f"  environment: {settings.env}\n  database:    {helpers.database}\n  upstream:    {helpers.upstream}",
+        f"  environment: {settings.env}\n  database:    {helpers.database}\n  upstream:    {helpers.upstream}\n"
+        "next steps (README, A first session):\n" + "\n".join(steps),
         flush=True,
     )
 
 
 def run_service(settings: config.Settings, count: int) -> int:
     """Starts what the settings leave embedded, then one gateway here or `count` forked ones."""
-    helpers = start_helpers(settings)
+    try:
+        helpers = start_helpers(settings)
+    except DataDirBusy as exc:
+        print(f"social-gateway: {exc}: stop it first, or set DATA_DIR to another folder", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:  # the embedded database or the sandbox did not start
+        print(f"social-gateway: {exc}", file=sys.stderr)
+        return 1
     try:
         if count == 1:
             asyncio.run(serve(helpers.settings, helpers=helpers))
@@ -185,7 +212,7 @@ def parser() -> argparse.ArgumentParser:
     run = subcommands.add_parser(
         "serve", help="run the gateway", epilog=config.describe(), formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    run.add_argument("--host", help="address to listen on (GATEWAY_HOST)")
+    run.add_argument("--host", help="address to listen on (GATEWAY_HOST; default 127.0.0.1 in development)")
     run.add_argument("--port", type=int, help="port to listen on (GATEWAY_PORT, default 8000)")
     run.add_argument(
         "--workers",
@@ -232,6 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1:
         print("social-gateway: --workers must be at least 1", file=sys.stderr)
         return 2
+    if settings.production and not settings.host:
+        print("social-gateway: GATEWAY_HOST (or --host) is required in production, e.g. 0.0.0.0", file=sys.stderr)
+        return 2
+    # Before anything starts: a busy port is one clear line, not a traceback after the helpers are up.
+    problem = port_problem(settings.host, settings.port)
+    if problem:
+        print(f"social-gateway: {problem}", file=sys.stderr)
+        return 1
     return run_service(settings, args.workers)
 
 

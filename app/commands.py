@@ -16,7 +16,8 @@ import orjson
 
 import config
 import sandbox
-from app.embedded import start_helpers
+from app.embedded import DataDirBusy, start_helpers
+from handlers.base import dumps
 from handlers.billing import AMOUNT_USD
 from handlers.keys import CREDITS
 from payments.sandbox_chain import SandboxRefused
@@ -85,6 +86,13 @@ def run_admin(args: argparse.Namespace) -> int:
             return 2
     try:
         helpers = start_helpers(settings, sandbox=False)
+    except DataDirBusy as exc:
+        print(
+            f"social-gateway: {exc}: stop it first, or set MONGODB_URI to the database it uses "
+            "(serve prints it at start-up)",
+            file=sys.stderr,
+        )
+        return 2
     except RuntimeError:
         print(
             "social-gateway: cannot open the embedded database in DATA_DIR/db; if the service is running, "
@@ -156,7 +164,7 @@ def run_sandbox_chain(args: argparse.Namespace) -> int:
     except SandboxRefused as exc:
         print(f"social-gateway: {exc}", file=sys.stderr)
         return 1
-    print(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_NAIVE_UTC).decode())
+    print(dumps(result, orjson.OPT_INDENT_2).decode())  # the timestamps of the HTTP answers
     return 0
 
 

@@ -8,6 +8,8 @@ that its work (a search over the seeded world) never lands on the gateway's even
 
 import ctypes
 import dataclasses
+import errno
+import fcntl
 import logging
 import os
 import signal
@@ -21,6 +23,26 @@ from dataclasses import dataclass, field
 from config.settings import Settings
 
 log = logging.getLogger("gateway.db")
+LOCK_FILE = "gateway.lock"
+
+
+class DataDirBusy(RuntimeError):
+    """Another process (a running gateway, an admin command) already uses this DATA_DIR's embedded database."""
+
+
+def lock_data_dir(data_dir: str) -> int:
+    """An exclusive lock on DATA_DIR/gateway.lock, held for the life of the process (the kernel drops it
+    when the process dies, even on SIGKILL); its file descriptor. DataDirBusy when another process holds it."""
+    os.makedirs(data_dir, exist_ok=True)
+    fd = os.open(os.path.join(data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise DataDirBusy(f"another gateway already uses {data_dir} (DATA_DIR)") from None
+        raise
+    return fd
 
 
 def free_port() -> int:
@@ -107,6 +129,12 @@ class Helpers:
     processes: list = field(default_factory=list)
     database: str = "MongoDB from MONGODB_URI"
     upstream: str = ""
+    lock: int | None = None  # the DATA_DIR lock while the embedded database on it runs
+
+    @property
+    def sandbox(self) -> bool:
+        """The sandbox upstream was started here."""
+        return any(not isinstance(p, EmbeddedMongo) for p in self.processes)
 
     def stop(self) -> None:
         for helper in reversed(self.processes):
@@ -116,6 +144,9 @@ class Helpers:
                 helper.terminate()
                 helper.wait(10)
         self.processes.clear()
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
 
 
 def start_helpers(settings: Settings, storage_path: str | None = None, sandbox: bool = True) -> Helpers:
@@ -125,6 +156,8 @@ def start_helpers(settings: Settings, storage_path: str | None = None, sandbox: 
     helpers = Helpers(settings, upstream=settings.upstream_url)
     try:
         if not settings.mongodb_uri:
+            if storage_path is None:  # one process per data directory: a second one would fail deep inside
+                helpers.lock = lock_data_dir(settings.data_dir)
             path = storage_path or os.path.join(settings.data_dir, "db")
             embedded = EmbeddedMongo(path).start()
             helpers.processes.append(embedded)

@@ -1,11 +1,21 @@
-"""Connection-level limits: request header size (431), and the HTTPServer every entry point uses.
+"""Connection-level limits: request head (431) and body (413) sizes, and the HTTPServer every entry point uses.
 
-Tornado reads at most `max_header_size` bytes of request head and simply closes the
+Heads: Tornado reads at most `max_header_size` bytes of request head and simply closes the
 connection past that. To give ordinary clients a readable answer, the server reads up to
 four times MAX_HEADER_BYTES and answers a JSON 431 (closing the connection) to any request
 whose head is larger than MAX_HEADER_BYTES; only heads larger than the hard cap are cut off
-without an answer. Slow clients: a client still sending its request head after
-HTTP_IDLE_TIMEOUT seconds, or its body after HTTP_BODY_TIMEOUT seconds, is disconnected.
+without an answer.
+
+Bodies: a declared Content-Length over MAX_BODY_BYTES is answered with a JSON 413 as soon as
+the head is read, before any of the body; the application never sees the request. The body is
+then read and discarded (up to DRAIN_BYTES, within HTTP_BODY_TIMEOUT), so that the client,
+still sending, is not reset before it reads the answer, and the connection stays usable. Past
+DRAIN_BYTES the connection is closed right after the 413. A chunked body is counted as it
+arrives and cut at the limit: the same 413, then the connection is closed.
+
+Slow clients: a client still sending its request head after HTTP_IDLE_TIMEOUT seconds, or its
+body after HTTP_BODY_TIMEOUT seconds, is disconnected.
+
 Connections per client address: at most MAX_CONNECTIONS_PER_ADDRESS open at once (peers in
 TRUSTED_PROXIES excepted: a proxy carries many clients); a further one is closed on accept, so one
 address cannot hold thousands of idle connections.
@@ -13,7 +23,9 @@ address cannot hold thousands of idle connections.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import socket
 from collections import Counter
 
 import orjson
@@ -24,6 +36,8 @@ from tornado import httputil
 from handlers.errors import portal_error
 
 HARD_CAP_FACTOR = 4
+DATA_PREFIXES = ("/social/", "/twitter/")  # answered in the data plane's error shape
+DRAIN_BYTES = 64 << 20  # the most of an over-limit body read (and dropped) to answer it cleanly
 
 
 def head_size(start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders) -> int:
@@ -34,39 +48,71 @@ def head_size(start_line: httputil.RequestStartLine, headers: httputil.HTTPHeade
     return size
 
 
-class _HeaderLimit(httputil.HTTPMessageDelegate):
-    def __init__(self, inner: httputil.HTTPMessageDelegate, connection: httputil.HTTPConnection, limit: int):
-        self.inner, self.connection, self.limit = inner, connection, limit
+def _declared_length(headers: httputil.HTTPHeaders) -> int | None:
+    value = headers.get("Content-Length", "").split(",")[0].strip()
+    return int(value) if value.isdigit() else None  # Tornado itself refuses anything else
+
+
+class _Limits(httputil.HTTPMessageDelegate):
+    def __init__(self, inner: httputil.HTTPMessageDelegate, connection: httputil.HTTPConnection, server: Limited):
+        self.inner, self.connection, self.server = inner, connection, server
         self.refused = False
+        self.received = 0
+        self.data_plane = False
+
+    def refuse(self, status: int, reason: str, message: str, close: bool) -> None:
+        """Answers at once, in the error shape of the part addressed; the application never sees the request."""
+        self.refused = True
+        body = orjson.dumps({"status": "error", "msg": message} if self.data_plane else portal_error(message))
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "Cache-Control": "no-store"}
+        if close:
+            headers["Connection"] = "close"
+        self.connection.write_headers(
+            httputil.ResponseStartLine("HTTP/1.1", status, reason), httputil.HTTPHeaders(headers), body
+        )
+        if close:
+            # Finishing before the request is read makes Tornado close the connection after the answer.
+            self.connection.finish()
 
     def headers_received(self, start_line, headers):
-        if head_size(start_line, headers) <= self.limit:
-            return self.inner.headers_received(start_line, headers)
-        self.refused = True
-        body = orjson.dumps(portal_error(f"Request headers are larger than {self.limit} bytes"))
-        self.connection.write_headers(
-            httputil.ResponseStartLine("HTTP/1.1", 431, "Request Header Fields Too Large"),
-            httputil.HTTPHeaders(
-                {
-                    "Content-Type": "application/json",
-                    "Content-Length": str(len(body)),
-                    "Connection": "close",
-                    "Cache-Control": "no-store",
-                }
-            ),
-            body,
-        )
-        # Finishing before the request is read makes Tornado close the connection after the answer.
-        self.connection.finish()
-        return None
+        self.data_plane = start_line.path.startswith(DATA_PREFIXES)
+        limit = self.server.max_header_bytes
+        if head_size(start_line, headers) > limit:
+            self.refuse(431, "Request Header Fields Too Large", f"Request headers are larger than {limit} bytes", True)
+            return None
+        declared = _declared_length(headers)
+        if declared is not None and declared > self.server.max_body_bytes:
+            # Read and drop the body, then finish (self.finish): the client gets the answer, not a reset.
+            # Close at once instead when draining would not help or would answer twice: a body past
+            # DRAIN_BYTES; a client waiting for "100 Continue" (it has sent nothing; Tornado would send its
+            # 100 after our answer); a head Tornado itself refuses next (both lengths, or a list of lengths).
+            close = (
+                declared > DRAIN_BYTES
+                or headers.get("Expect", "").lower() == "100-continue"
+                or "Transfer-Encoding" in headers
+                or "," in headers["Content-Length"]
+            )
+            self.refuse(413, "Content Too Large", self.too_large(), close)
+            return None
+        return self.inner.headers_received(start_line, headers)
+
+    def too_large(self) -> str:
+        return f"Request body is larger than {self.server.max_body_bytes} bytes"
 
     def data_received(self, chunk):
-        if not self.refused:
-            return self.inner.data_received(chunk)
-        return None
+        if self.refused:
+            return None
+        self.received += len(chunk)
+        if self.received > self.server.max_body_bytes:  # a chunked body past the limit: cut here
+            self.inner.on_connection_close()
+            self.refuse(413, "Content Too Large", self.too_large(), True)
+            return None
+        return self.inner.data_received(chunk)
 
     def finish(self) -> None:
-        if not self.refused:
+        if self.refused:
+            self.connection.finish()  # the dropped body is fully read: the connection can serve the next request
+        else:
             self.inner.finish()
 
     def on_connection_close(self) -> None:
@@ -74,14 +120,15 @@ class _HeaderLimit(httputil.HTTPMessageDelegate):
             self.inner.on_connection_close()
 
 
-class HeaderLimited(httputil.HTTPServerConnectionDelegate):
-    """Wraps an Application: requests with a head over `limit` bytes get 431 and never reach it."""
+class Limited(httputil.HTTPServerConnectionDelegate):
+    """Wraps an Application: a head over MAX_HEADER_BYTES gets 431, a body over MAX_BODY_BYTES 413;
+    neither reaches the application."""
 
-    def __init__(self, app: tornado.web.Application, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app: tornado.web.Application, max_header_bytes: int, max_body_bytes: int):
+        self.app, self.max_header_bytes, self.max_body_bytes = app, max_header_bytes, max_body_bytes
 
     def start_request(self, server_conn, request_conn):
-        return _HeaderLimit(self.app.start_request(server_conn, request_conn), request_conn, self.limit)
+        return _Limits(self.app.start_request(server_conn, request_conn), request_conn, self)
 
     def on_close(self, server_conn) -> None:
         self.app.on_close(server_conn)
@@ -126,12 +173,37 @@ class LimitedServer(tornado.httpserver.HTTPServer):
 def make_server(app: tornado.web.Application, settings) -> tornado.httpserver.HTTPServer:
     """The HTTP server with the service's limits; `gateway.serve` and the tests use this one."""
     server = LimitedServer(
-        HeaderLimited(app, settings.max_header_bytes),
-        # Bodies up to 16x the limit are read and answered with a JSON 413; larger ones close the connection.
-        max_body_size=max(settings.max_body_bytes * 16, 1 << 20),
+        Limited(app, settings.max_header_bytes, settings.max_body_bytes),
+        # Tornado's own cap only bounds how much of an already refused body is drained.
+        max_body_size=max(DRAIN_BYTES, settings.max_body_bytes),
         max_header_size=settings.max_header_bytes * HARD_CAP_FACTOR,
         idle_connection_timeout=settings.http_idle_timeout,
         body_timeout=settings.http_body_timeout,
     )
     server.limit_connections(settings.max_connections_per_address, settings.trusted_proxies)
     return server
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why the gateway could not listen on host:port (another process has it, no permission), or None.
+
+    Binds without SO_REUSEPORT: the gateway's own sockets use it, and a second gateway must not
+    silently share the port with the first."""
+    if not port:
+        return None
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return f"port {port} is busy (another gateway or program listens on it); try --port"
+                if exc.errno == errno.EADDRNOTAVAIL and family == socket.AF_INET6:
+                    continue  # no IPv6 on this machine: Tornado skips it too
+                return f"cannot listen on {host or '*'}:{port}: {exc.strerror}"
+    return None

@@ -47,11 +47,18 @@ expected-statuses = [400, 401, 403, 404, 405, 406, 409, 413, 414, 415, 422, 428,
 include-path-regex = "/community/(get_tweets_from_all_community|moderators)$"
 checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", 501]
 
-# The provider's own 400 (an opaque cursor it does not know, a queryType value, neither userName nor
-# userId) is passed through uncharged: schema-valid input the gateway cannot judge.
+# The provider's own 400 (an opaque cursor it does not know) is passed through uncharged: schema-valid
+# input the gateway cannot judge.
 [[operations]]
 include-tag-regex = "^data"
+exclude-path-regex = "/user/(followers_ids|last_tweets)$"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 400, 401, 402, 403, 404, 409, 429, "5xx"]
+
+# followers_ids and last_tweets need userName or userId (422 otherwise): OpenAPI cannot require one of
+# two query parameters, the operation's description says it.
+[[operations]]
+include-path-regex = "/user/(followers_ids|last_tweets)$"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 400, 401, 402, 403, 404, 409, 422, 429, "5xx"]
 
 # Rules JSON Schema cannot state: a password needs 4 different characters and must not be a common one;
 # the current password must be the right one; an order's minimum depends on the currency (GET

@@ -20,6 +20,8 @@ import orjson
 
 from metering.pricing import PriceError, Prices
 
+DEV_HOST = "127.0.0.1"  # development listens on loopback unless GATEWAY_HOST says otherwise
+
 
 class SettingsError(ValueError):
     """A setting has a value the service cannot run with."""
@@ -44,7 +46,12 @@ def _default_plans() -> tuple:
 @dataclass(frozen=True)
 class Settings:
     # Service
-    host: str = _setting("0.0.0.0", "Address to listen on.", "GATEWAY_HOST")
+    host: str = _setting(
+        "",
+        "Address to listen on. Empty: 127.0.0.1 in development (the dev top-up and /metrics stay off the "
+        "network); production needs it set (e.g. 0.0.0.0 behind a proxy).",
+        "GATEWAY_HOST",
+    )
     port: int = _setting(8000, "Port to listen on.", "GATEWAY_PORT")
     env: str = _setting("development", "development or production.", "GATEWAY_ENV")
     data_dir: str = _setting("./var", "Folder for the embedded database and generated development secrets.", "DATA_DIR")
@@ -330,6 +337,8 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     values.update({k: v for k, v in overrides.items() if v is not None})
     settings = Settings(**{name: _convert(by_name[name], raw) for name, raw in values.items()})
     validate(settings)
+    if not settings.host and not settings.production:
+        settings = dataclasses.replace(settings, host=DEV_HOST)
     return settings
 
 

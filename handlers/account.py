@@ -45,11 +45,11 @@ class UsageHandler(BaseHandler):
             [
                 {
                     "endpoint": r["endpoint"],
-                    "timestamp": r["ts"].isoformat().replace("+00:00", "Z"),
+                    "timestamp": r["ts"],
                     "credits": r["credits"],
                     "status": r["status"],
                     "key_id": r["key_id"],
-                    "request_id": r["_id"],
+                    "request_id": r["request_id"],  # the X-Request-ID of the call's answer
                 }
                 for r in records
             ]

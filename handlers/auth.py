@@ -175,8 +175,9 @@ class AttributionHandler(BaseHandler):
         data = self.json_body()
         try:
             body = validate_body(data, ATTRIBUTION)
-            await self.ctx.accounts.set_attribution(account_id, body.get("first_touch"), body.get("anonymous_id"))
-            stored = True
+            stored = await self.ctx.accounts.set_attribution(
+                account_id, body.get("first_touch"), body.get("anonymous_id")
+            )
         except Exception:  # best effort by contract: never fails the caller once authenticated
             stored = False
         self.send_json({"ok": True, "stored": stored})

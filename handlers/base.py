@@ -13,6 +13,7 @@ import logging
 import re
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -33,6 +34,30 @@ _ID_COUNTER = itertools.count()
 
 def next_request_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
+
+
+# A caller's X-Request-ID is kept only if short and plain ASCII, so logs cannot be forged through it.
+_CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def timestamp(moment: datetime) -> str:
+    """The one time format of every JSON answer: ISO 8601 UTC, milliseconds, `Z`.
+
+    Milliseconds are truncated, as MongoDB stores them, so a value read back equals the one first returned."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return timestamp(value)
+    raise TypeError(type(value).__name__)
+
+
+def dumps(data: Any, option: int = 0) -> bytes:
+    """JSON for an answer; datetimes (naive ones are UTC) in the format of `timestamp`."""
+    return orjson.dumps(data, default=_json_default, option=orjson.OPT_PASSTHROUGH_DATETIME | option)
 
 
 # The database is down or unreachable (after the driver's server selection timeout): a temporary
@@ -77,9 +102,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.log_fields: dict = {}
         self.kept_headers: dict = {}
         incoming = self.request.headers.get("X-Request-ID", "")
-        # Accept a caller's id only if it is short and plain, so logs cannot be forged through it.
-        ok = 0 < len(incoming) <= 64 and incoming.replace("-", "").replace("_", "").isalnum()
-        self.request_id = incoming if ok else next_request_id()
+        self.request_id = incoming if _CLIENT_ID.fullmatch(incoming) else next_request_id()
         self.keep_header("X-Request-ID", self.request_id)
 
     def keep_header(self, name: str, value) -> None:
@@ -103,7 +126,7 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def send_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
-        self.finish(orjson.dumps(data, option=orjson.OPT_NAIVE_UTC))
+        self.finish(dumps(data))
 
     def error_body(self, status: int, message: str) -> dict:
         """Portal errors: {"detail": message}; the data plane overrides this."""

@@ -14,7 +14,7 @@ import orjson
 
 from handlers import account, admin, auth, billing, keys
 from handlers.validation import Field
-from social.endpoints import ENDPOINTS, Endpoint, Param
+from social.endpoints import CURSOR_MAX, ENDPOINTS, Endpoint, Param
 
 VERSION = "0.1.0"
 
@@ -259,6 +259,16 @@ SCHEMAS: dict = {
         ("status", "checks"),
         status={"enum": ["ready", "not ready"]},
         checks=obj((), database=S, upstream_breaker=S, draining=B, usage_buffer=obj((), depth=I, max=I)),
+    ),
+    "Catalog": obj(
+        ("users",),
+        users=array(obj(("userName", "id"), userName=S, id=S)),
+        tweets=array(S),
+        lists=array(S),
+        empty_lists=array(S),
+        communities=array(S),
+        spaces=array(S),
+        big_accounts=array(S),
     ),
     # --- data ----------------------------------------------------------------------------------------
     "User": obj(
@@ -529,6 +539,15 @@ OPERATIONS: list[Operation] = [
     Operation("get", "/healthz", "The process is alive", "operations", ref("Health"), security=None, errors=()),
     Operation(
         "get",
+        "/sandbox/catalog",
+        "Development only: valid ids of the sandbox upstream's world (404 in production)",
+        "operations",
+        ref("Catalog"),
+        security=None,
+        errors=(404, 502),
+    ),
+    Operation(
+        "get",
         "/readyz",
         "Database reachable, upstream breaker closed, usage buffer under its bound",
         "operations",
@@ -629,6 +648,10 @@ def _param_schema(param: Param) -> dict:
         }
     if param.kind == "bool":
         return {"type": "boolean"}
+    if param.choices:
+        return {"type": "string", "enum": list(param.choices), "default": param.choices[0]}
+    if param.kind == "cursor":  # what cannot be a cursor: blank, too long, outside printable ASCII
+        return {"type": "string", "minLength": 1, "maxLength": CURSOR_MAX, "pattern": "^[!-~]+$"}
     if param.kind == "ids":
         return {
             "type": "string",
@@ -685,6 +708,11 @@ def _data(endpoint: Endpoint, prefix: str, tag: str) -> dict:
     return {
         "operationId": (prefix + endpoint.path).strip("/").replace("/", "_"),
         "summary": endpoint.summary,
+        **(
+            {"description": f"Send at least one of {', '.join(endpoint.one_of)} (422 when none is sent)."}
+            if endpoint.one_of
+            else {}
+        ),
         "tags": [tag],
         "security": [{"apiKey": []}],
         "parameters": [query(p.name, _param_schema(p), p.description, p.required) for p in endpoint.params],

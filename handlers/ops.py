@@ -43,6 +43,8 @@ class HealthHandler(BaseHandler):
     def get(self) -> None:
         self.send_json({"status": "ok"})
 
+    head = get  # load balancers probe with HEAD too; Tornado sends the headers only
+
 
 class ReadyHandler(BaseHandler):
     """Ready for traffic: database answers, upstream breaker closed, usage buffer under its bound, not draining."""
@@ -65,6 +67,8 @@ class ReadyHandler(BaseHandler):
             },
             200 if ready else 503,
         )
+
+    head = get
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

@@ -6,21 +6,22 @@ upstream failure budget (429) -> input (422) -> unavailable (501) -> usage buffe
 unless the upstream answered with data.
 """
 
+import re
 import time
 
 import orjson
 
 from accounting.meter import KeyEntry, LeasesExpired
-from handlers.base import ApiError, BaseHandler
+from handlers.base import ApiError, BaseHandler, NotFoundHandler
 from handlers.validation import ValidationError, error, length, missing, parse_bool, parse_int
 from metering.ledger import Reservation
 from metering.plans import Plan
-from social.endpoints import ENDPOINTS, Endpoint, count_items, page_size
+from social.endpoints import CURSOR_MAX, ENDPOINTS, Endpoint, count_items, page_size
 from social.upstream import UpstreamError
 
 
 def parse_args(endpoint: Endpoint, arguments: dict[str, list[bytes]]) -> dict:
-    """Validates the parameters the table names; others are passed upstream untouched."""
+    """Validates the parameters the table names (every constraint it states); others are passed upstream untouched."""
     args, errors = {}, []
     for param in endpoint.params:
         loc = ["query", param.name]
@@ -41,19 +42,44 @@ def parse_args(endpoint: Endpoint, arguments: dict[str, list[bytes]]) -> dict:
                 args[param.name] = parse_bool(value, loc)
             elif param.kind == "ids":
                 args[param.name] = _ids(value, loc, param.maximum)
+            elif param.kind == "cursor":
+                args[param.name] = _cursor(value, loc)
+            elif param.choices:
+                args[param.name] = _choice(value, loc, param.choices)
             else:
                 length(1, 1000)(value, loc)
                 args[param.name] = value
         except ValidationError as exc:
             errors.extend(exc.errors)
+    if endpoint.one_of and not any(name in args for name in endpoint.one_of):
+        errors.append(error(["query"], f"One of {', '.join(endpoint.one_of)} is required", "missing"))
     if errors:
         raise ValidationError(errors)
     return args
 
 
+def _choice(value: str, loc: list, choices: tuple[str, ...]) -> str:
+    if value not in choices:  # worded like a body field's enumeration (handlers/validation.py)
+        raise ValidationError([error(loc, f"Input should be one of {', '.join(choices)}", "enum")])
+    return value
+
+
+def _cursor(value: str, loc: list) -> str:
+    # Opaque upstream: refuse only what cannot be a cursor (see social/endpoints.py).
+    length(1, CURSOR_MAX)(value, loc)
+    if not all("!" <= c <= "~" for c in value):
+        raise ValidationError(
+            [error(loc, "Cursor should be next_cursor of a previous page (printable ASCII, no spaces)", "value_error")]
+        )
+    return value
+
+
+_ID = re.compile(r"[0-9]{1,20}")
+
+
 def _ids(value: str, loc: list, maximum: int) -> list[str]:
     ids = [part.strip() for part in value.split(",")]
-    if any(not i.isdigit() or len(i) > 20 for i in ids):
+    if any(not _ID.fullmatch(i) for i in ids):  # ASCII digits only: str.isdigit() also takes "²" and "٣"
         raise ValidationError([error(loc, "Input should be a comma-separated list of numeric ids", "value_error")])
     if len(ids) > maximum:
         raise ValidationError([error(loc, f"List should have at most {maximum} items", "too_long")])
@@ -193,6 +219,19 @@ class DataHandler(BaseHandler):
         self.finish(upstream.body)
 
 
-routes = [("/social" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS]
+class UnknownDataHandler(NotFoundHandler):
+    """An unknown path under a data prefix: 404 in the data plane's error shape."""
+
+    def error_body(self, status: int, message: str) -> dict:
+        return {
+            "status": "error",
+            "msg": "Unknown data endpoint; GET /openapi.json lists them" if status == 404 else message,
+        }
+
+
+# After the table's exact paths: every other path under the prefix.
+routes = [("/social" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [(r"/social/.*", UnknownDataHandler)]
 # The provider's own paths, so existing clients only change their base URL.
-alias_routes = [("/twitter" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS]
+alias_routes = [("/twitter" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [
+    (r"/twitter/.*", UnknownDataHandler)
+]

@@ -15,7 +15,7 @@ from handlers.errors import ValidationError, error, missing
 
 
 def parse_int(raw: str, loc: list, minimum: int | None = None, maximum: int | None = None) -> int:
-    if not re.fullmatch(r"[+-]?\d{1,18}", raw.strip()):
+    if not re.fullmatch(r"[+-]?[0-9]{1,18}", raw.strip()):
         raise ValidationError(
             [error(loc, "Input should be a valid integer, unable to parse string as an integer", "int_parsing")]
         )

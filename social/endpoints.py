@@ -1,6 +1,15 @@
 """The 24 data endpoints as one table. Validation, pricing, routing, the OpenAPI
 document and the tests are all driven from it.
 
+Every constraint a parameter has is stated here and checked before anything is forwarded
+(handlers/social.py), and shown in the OpenAPI document (handlers/openapi.py): required,
+integer bounds, booleans, id lists, enumerations (`choices`), cursors, and either-or groups
+(`one_of`: at least one of these parameters must be sent).
+
+Cursors: the provider's are opaque strings, so the gateway refuses only what cannot be one:
+blank, longer than CURSOR_MAX characters, or with a character outside printable ASCII
+(spaces, control characters, non-ASCII). followers_ids' cursor is an integer (-1 or 0 start).
+
 `size` names how the page size of a call is known: a fixed maximum per page, a
 query parameter (with its default and maximum), or the number of ids sent.
 The most a call can cost (what is reserved before forwarding) is the price of
@@ -13,8 +22,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str = "str"  # str | int | bool | ids
+    kind: str = "str"  # str | int | bool | ids | cursor
     required: bool = False
+    choices: tuple[str, ...] = ()  # an enumeration: exactly one of these values (case-sensitive)
     minimum: int | None = None
     maximum: int | None = None  # for ids: how many ids at most
     description: str = ""
@@ -38,12 +48,19 @@ class Endpoint:
     summary: str
     paged: bool = True
     available: bool = True
+    one_of: tuple[str, ...] = ()  # at least one of these parameters is required
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
 
 
-CURSOR = Param("cursor", description="Opaque cursor from next_cursor of the previous page.")
+CURSOR_MAX = 1000
+CURSOR = Param(
+    "cursor",
+    "cursor",
+    description=f"Opaque cursor: next_cursor of the previous page (printable ASCII, at most {CURSOR_MAX} characters).",
+)
+USER_EITHER = ("userName", "userId")
 TWEET_PAGE = Size(fixed=20)
 
 
@@ -54,7 +71,11 @@ def _ep(path, params, results, msg_key, price, size, summary, **kw) -> Endpoint:
 ENDPOINTS: tuple[Endpoint, ...] = (
     _ep(
         "/tweet/advanced_search",
-        [Param("query", required=True), Param("queryType", description="Latest or Top"), CURSOR],
+        [
+            Param("query", required=True),
+            Param("queryType", choices=("Latest", "Top"), description="Latest (default) or Top"),
+            CURSOR,
+        ],
         "tweets",
         "message",
         "tweets",
@@ -177,8 +198,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     _ep(
         "/user/followers_ids",
         [
-            Param("userName"),
-            Param("userId"),
+            Param("userName", description="The user's handle; send userName or userId"),
+            Param("userId", description="The user's numeric id; send userName or userId"),
             Param("count", "int", minimum=50, maximum=5000),
             Param("cursor", "int", minimum=-1, description="Integer cursor from next_cursor."),
         ],
@@ -187,6 +208,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "follower_ids",
         Size(param="count", default=5000),
         "Follower ids in large pages.",
+        one_of=USER_EITHER,
     ),
     _ep(
         "/tweet/quotes",
@@ -199,19 +221,29 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     _ep(
         "/user/last_tweets",
-        [Param("userName"), Param("userId"), CURSOR, Param("includeReplies", "bool")],
+        [
+            Param("userName", description="The user's handle; send userName or userId"),
+            Param("userId", description="The user's numeric id; send userName or userId"),
+            CURSOR,
+            Param("includeReplies", "bool"),
+        ],
         "tweets",
         "message",
         "tweets",
         TWEET_PAGE,
         "A user's most recent posts, newest first.",
+        one_of=USER_EITHER,
     ),
     _ep(
         "/tweet/replies/v2",
         [
             Param("tweetId", required=True),
             CURSOR,
-            Param("queryType", description="Relevance (default), Latest or Likes"),
+            Param(
+                "queryType",
+                choices=("Relevance", "Latest", "Likes"),
+                description="Relevance (default), Latest or Likes",
+            ),
         ],
         "tweets",
         "message",

@@ -63,20 +63,26 @@ class AccountStore:
     async def get(self, account_id: str) -> dict | None:
         return await self.accounts.find_one({"_id": account_id}, {"password_hash": 0})
 
-    async def set_attribution(self, account_id: str, first_touch: dict | None, anonymous_id: str | None) -> None:
-        """Set-once first touch; earlier anonymous events of this browser are linked to the account."""
+    async def set_attribution(self, account_id: str, first_touch: dict | None, anonymous_id: str | None) -> bool:
+        """Set-once first touch; earlier anonymous events of this browser are linked to the account.
+
+        True when every value given was stored; False when set-once kept an earlier value (or none was given)."""
+        stored = first_touch is not None or bool(anonymous_id)
         if first_touch is not None:
-            await self.accounts.update_one(
+            result = await self.accounts.update_one(
                 {"_id": account_id, "first_touch": {"$exists": False}},
                 {"$set": {"first_touch": first_touch, "first_touch_at": now_utc()}},
             )
+            stored = stored and result.modified_count == 1
         if anonymous_id:
-            await self.accounts.update_one(
+            result = await self.accounts.update_one(
                 {"_id": account_id, "anonymous_id": {"$exists": False}}, {"$set": {"anonymous_id": anonymous_id}}
             )
+            stored = stored and result.modified_count == 1
             await self.events.update_many(
                 {"anonymous_id": anonymous_id, "account_id": None}, {"$set": {"account_id": account_id}}
             )
+        return stored
 
     async def add_credits(
         self, account_id: str, credits: int, paid_usd: float = 0.0, topup_credits: int = 0

@@ -17,7 +17,7 @@ async def test_register_login_me(api):
     status, me, _ = await api.call("GET", "/auth/me", token=body["token"])
     assert status == 200
     assert me["account_id"] == user["account_id"] and me["email"] == "alice@example.com" and me["is_admin"] is False
-    assert me["created_at"].endswith("+00:00")
+    assert me["created_at"].endswith("Z")  # UTC, one format everywhere (tests/test_contract.py)
 
 
 async def test_duplicate_email_is_409(api):
@@ -235,7 +235,12 @@ async def test_attribution_set_once(api, ctx):
         token=user["token"],
     )
     assert status == 200 and body["stored"] is True
-    await api.call("POST", "/auth/attribution", {"first_touch": {"utm_source": "later"}}, token=user["token"])
+    status, body, _ = await api.call(
+        "POST", "/auth/attribution", {"first_touch": {"utm_source": "later"}}, token=user["token"]
+    )
+    assert status == 200 and body == {"ok": True, "stored": False}  # set-once kept the earlier value
+    status, body, _ = await api.call("POST", "/auth/attribution", {"anonymous_id": "anon-2"}, token=user["token"])
+    assert body == {"ok": True, "stored": False}
     doc = await ctx.accounts.accounts.find_one({"_id": user["account_id"]})
     assert doc["first_touch"] == {"utm_source": "hn"}
     assert (await ctx.accounts.events.find_one({"anonymous_id": "anon-1"}))["account_id"] == user["account_id"]
