@@ -244,6 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     settings = config.load_for_command(host=args.host, port=args.port)
     if settings is None:
         return 2
+    if not settings.production:
+        settings = with_dev_secrets(settings)
+    if args.workers < 1:
+        print("social-gateway: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if settings.production and not settings.host:
+        print("social-gateway: GATEWAY_HOST (or --host) is required in production, e.g. 0.0.0.0", file=sys.stderr)
+        return 2
     if settings.production and not settings.upstream_url:
         # The sandbox upstream (and its default credential) must never serve production traffic.
         print(
@@ -253,14 +261,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if settings.production and settings.upstream_api_key == config.Settings().upstream_api_key:
         print("social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)", file=sys.stderr)
-        return 2
-    if not settings.production:
-        settings = with_dev_secrets(settings)
-    if args.workers < 1:
-        print("social-gateway: --workers must be at least 1", file=sys.stderr)
-        return 2
-    if settings.production and not settings.host:
-        print("social-gateway: GATEWAY_HOST (or --host) is required in production, e.g. 0.0.0.0", file=sys.stderr)
         return 2
     # Before anything starts: a busy port is one clear line, not a traceback after the helpers are up.
     problem = port_problem(settings.host, settings.port)

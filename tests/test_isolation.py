@@ -40,6 +40,7 @@ def test_production_refuses_to_start_without_an_upstream(tmp_path):
     env = {
         "PATH": os.environ["PATH"],
         "GATEWAY_ENV": "production",
+        "GATEWAY_HOST": "127.0.0.1",
         "JWT_SECRET": "j" * 40,
         "SECRETS_KEY": "s" * 40,
         "MONGODB_URI": "mongodb://127.0.0.1:1",
