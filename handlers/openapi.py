@@ -392,6 +392,16 @@ OPERATIONS: list[Operation] = [
             query_param(keys.CURSOR),
         ),
         errors=(401, 422),
+        extra={
+            "200": {
+                "description": "Success: still a plain list; when more keys follow, the next page is announced",
+                "headers": {
+                    "X-Next-Cursor": {"schema": I, "description": "Pass as `cursor` for the next page"},
+                    "Link": {"schema": S, "description": '</keys?limit=N&cursor=C>; rel="next"'},
+                },
+                "content": {"application/json": {"schema": array(ref("Key"))}},
+            }
+        },
     ),
     Operation(
         "post",
