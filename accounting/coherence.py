@@ -4,6 +4,7 @@ Every process caches keys and accounts (accounting/meter.py). What another proce
 this one through a MongoDB change stream within milliseconds; where change streams are
 unavailable (a standalone server), by polling every COHERENCE_POLL_SECONDS. Applied here:
 - a key revoked elsewhere stops working here (the revoking process already stopped it);
+- a key's properties changed elsewhere (expiry, roll, scopes, addresses, budget): the cached entry follows;
 - a top-up, payment or admin change elsewhere: new plan at once, and a remembered 402 is forgotten;
 - another process found the balance empty while this one holds leased credits: give half back.
 """
@@ -47,6 +48,9 @@ class Coherence:
         meter = self.meter
         if change.kind == "revoked":
             meter.key_revoked(change.id)
+            return
+        if change.kind == "key":
+            meter.key_changed(change.doc)
             return
         account_id, doc = change.id, change.doc
         if "lease_wanted_at" in change.fields and doc.get("lease_wanted_by") != meter.leases.process_id:

@@ -7,35 +7,83 @@ heartbeats and lease reclaims.
 """
 
 import asyncio
+import ipaddress
 import itertools
 import logging
+import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from accounting.cache import LoadingCache
 from accounting.metrics import Metrics
 from config.settings import Settings
-from metering.ledger import Ledger, Reservation
+from metering.ledger import Budget, Ledger, Reservation, budget_period
 from metering.plans import Plan, plan_for
 from metering.usage import UsageBuffer
 from security.apikeys import KeyVault
+from social.endpoints import scope_of
 from storage.accounts import AccountStore
+from storage.budgets import BudgetStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
-from storage.usage import UsageStore
+from storage.usage import UsageStore, is_error
 
 log = logging.getLogger("gateway.meter")
 
 TOUCH_INTERVAL = 5.0  # seconds between writes of keys' last_used_at
 REFILL_ATTEMPTS = 4
+ADDRESS_MEMO = 1024  # client addresses remembered per key with allowed_ips
+BUDGET_ATTEMPTS = 64  # each attempt either reserves, takes a slice of at least one credit, or finds none left
 
 
 @dataclass(frozen=True)
 class KeyEntry:
+    """A key as the data plane checks it; restrictions are pre-parsed once per load (None: unrestricted)."""
+
     key_id: int
     account_id: str
     revoked: bool
+    expires_at: float | None = None  # epoch seconds
+    networks: tuple | None = None  # allowed_ips as ip_network objects
+    scope: frozenset[str] | None = None  # the data paths allowed_endpoints permits
+    credit_limit: int | None = None
+    period: str | None = None  # credit_limit_period: day | month | total
+    budget_id: int = 0  # shared by a key and the keys rolled from it
+    # client address -> allowed, for keys with allowed_ips: a dict lookup per call instead of parsing
+    # the address and testing each network (bounded; a new entry per key change starts it afresh).
+    verdicts: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def allows(self, address: str, parse) -> bool:
+        """Whether a call from `address` may use this key; `parse` turns it into an address object (or None)."""
+        verdict = self.verdicts.get(address)
+        if verdict is None:
+            parsed = parse(address)
+            verdict = parsed is not None and any(parsed in network for network in self.networks)
+            if len(self.verdicts) >= ADDRESS_MEMO:
+                self.verdicts.clear()
+            self.verdicts[address] = verdict
+        return verdict
+
+
+def entry_of(doc: dict) -> KeyEntry:
+    expires = doc.get("expires_at")
+    ips, endpoints = doc.get("allowed_ips"), doc.get("allowed_endpoints")
+    return KeyEntry(
+        doc["key_id"],
+        doc["account_id"],
+        doc["revoked"],
+        expires.timestamp() if expires is not None else None,
+        tuple(ipaddress.ip_network(n) for n in ips) if ips is not None else None,
+        scope_of(endpoints) if endpoints is not None else None,
+        doc.get("credit_limit"),
+        doc.get("credit_limit_period"),
+        doc.get("budget_id", doc["key_id"]),
+    )
+
+
+class BudgetExhausted(Exception):
+    """The key's credit budget for the period cannot pay for the call (402, not the balance)."""
 
 
 @dataclass(frozen=True)
@@ -59,9 +107,17 @@ class Meter:
         leases: LeaseStore,
         vault: KeyVault,
         metrics: Metrics,
+        budget_store: BudgetStore,
         clock=time.monotonic,
     ):
         self.settings, self.accounts, self.keys, self.usage, self.leases = settings, accounts, keys, usage, leases
+        self.budget_store = budget_store
+        # (budget id, limit, period) -> this process's slice. Keys rolled from one another share a budget
+        # id and may carry different limits: each checks its own against the shared spend.
+        self.budgets: dict[tuple, Budget] = {}
+        self._budget_takes: dict[tuple, asyncio.Future] = {}
+        self._periods: dict[str, tuple[str, str]] = {}
+        self._periods_until = 0.0
         self.vault, self.metrics, self.clock = vault, metrics, clock
         self.ledger = Ledger(settings.lease_seconds)
         self.buffer = UsageBuffer(settings.buffer_max)
@@ -84,7 +140,7 @@ class Meter:
     # --- views from memory -----------------------------------------------------------------
     async def _load_key(self, digest: str) -> KeyEntry | None:
         doc = await self.keys.by_digest(digest)
-        return KeyEntry(doc["key_id"], doc["account_id"], doc["revoked"]) if doc else None
+        return entry_of(doc) if doc else None
 
     async def _load_account(self, account_id: str) -> AccountView | None:
         doc = await self.accounts.get(account_id)
@@ -107,6 +163,11 @@ class Meter:
         else:
             self.key_cache.invalidate(digest)
 
+    def key_changed(self, doc: dict) -> None:
+        """A key's properties changed (here or, through coherence, elsewhere): the cached entry follows at once."""
+        if self.key_cache.peek(doc["digest"]) is not None:
+            self.key_cache.put(doc["digest"], entry_of(doc))
+
     async def account_view(self, account_id: str) -> AccountView:
         view = await self.account_cache.get(account_id)
         if view is None:
@@ -114,8 +175,100 @@ class Meter:
         return view
 
     # --- credits -----------------------------------------------------------------------------
-    async def reserve(self, account_id: str, most: int, least: int) -> Reservation | None:
-        """Reserves credits for one call; None means the account cannot pay for it (402)."""
+    async def reserve(self, account_id: str, most: int, least: int, key: KeyEntry | None = None) -> Reservation | None:
+        """Reserves credits for one call from the account and, if the key has one, from its budget; None
+        means the account cannot pay for it (402); BudgetExhausted that the key's budget cannot."""
+        if key is None or key.credit_limit is None:
+            return await self._reserve_account(account_id, most, least)
+        budget, amount = await self._reserve_budget(key, most, least)
+        try:
+            reservation = await self._reserve_account(account_id, amount, least)
+        except BaseException:
+            budget.reserved -= amount
+            raise
+        if reservation is None:
+            budget.reserved -= amount
+            return None
+        budget.reserved -= amount - reservation.amount  # the account may hold less than the budget did
+        return Reservation(account_id, reservation.amount, budget)
+
+    async def _reserve_budget(self, key: KeyEntry, most: int, least: int) -> tuple[Budget, int]:
+        period, since_day = self._period(key.period)
+        # A new period or a changed limit is a new slot; the old one goes back once idle (maintain).
+        slot = (key.budget_id, key.credit_limit, period)
+        budget = self.budgets.get(slot)
+        if budget is None:
+            budget = self.budgets[slot] = Budget(key.budget_id, period, key.credit_limit)
+        for _ in range(BUDGET_ATTEMPTS):
+            now = self.clock()
+            empty = budget.empty_until > now
+            # Less than a full call is accepted only once the budget has nothing more to give (the account's
+            # rule for its last credits): a slice running low is topped up first, not charged short.
+            amount = budget.reserve(most, least if empty else most, now)
+            if amount:
+                return budget, amount
+            if empty:
+                break
+            await self._take_slice(key, budget, slot, most, since_day)
+        raise BudgetExhausted()
+
+    def _period(self, kind: str) -> tuple[str, str]:
+        """budget_period for now, recomputed once a second rather than per call."""
+        now = time.time()
+        if now >= self._periods_until:
+            self._periods = {k: budget_period(k, datetime.fromtimestamp(now, UTC)) for k in ("day", "month", "total")}
+            self._periods_until = math.floor(now) + 1.0
+        return self._periods[kind]
+
+    async def _take_slice(self, key: KeyEntry, budget: Budget, slot: tuple, most: int, since_day: str) -> None:
+        """One take per slot at a time; callers arriving meanwhile wait for it."""
+        pending = self._budget_takes.get(slot)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future = self._budget_takes[slot] = asyncio.get_running_loop().create_future()
+        try:
+            grant = await self.budget_store.take(
+                budget.budget_id,
+                budget.period,
+                budget.limit,
+                budget.slice_request(most),
+                most,
+                lambda: self._spent_by_budget(key.account_id, budget.budget_id, since_day),
+            )
+            if grant:
+                budget.granted += grant
+            else:
+                budget.empty_until = self.clock() + 1.0
+            future.set_result(None)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()
+            raise
+        finally:
+            del self._budget_takes[slot]
+
+    def _retire(self, budget: Budget) -> None:
+        """Gives back what this process holds unreserved of a budget it stops spending from."""
+        give = budget.available
+        if give > 0:
+            budget.granted -= give
+            self.spawn(self._give_budget_back(budget.budget_id, budget.period, give))
+
+    async def _give_budget_back(self, budget_id: int, period: str, give: int) -> None:
+        try:
+            await self.budget_store.give_back(budget_id, period, give)
+        except Exception as exc:
+            # The credits stay counted as taken: the budget under-spends, it never overspends.
+            log.warning("could not give back %d credits of key budget %s: %s", give, budget_id, type(exc).__name__)
+
+    async def _spent_by_budget(self, account_id: str, budget_id: int, since_day: str) -> int:
+        """What the keys of a budget spent since `since_day`, stored and buffered here: the start of a
+        budget document for a period (other processes' unflushed records are not seen; README)."""
+        members = set(await self.keys.budget_members(budget_id))
+        rows = await self.usage_summary(account_id, since_day, ("key_id",))
+        return sum(row[1] for (key_id,), row in rows.items() if key_id in members)
+
+    async def _reserve_account(self, account_id: str, most: int, least: int) -> Reservation | None:
         # Concurrent calls may use up a refill before this one gets its share: ask again until the
         # database says the balance is empty (mark_empty), a few times at most.
         for _ in range(REFILL_ATTEMPTS):
@@ -254,6 +407,50 @@ class Meter:
         doc = doc or await self.accounts.get(account_id)
         return doc["credits"] + self.ledger.held(account_id) + await self.leases.others_held(account_id, doc)
 
+    async def usage_summary(self, account_id: str, since_day: str, group_by: tuple[str, ...]) -> dict[tuple, list]:
+        """(group values) -> [calls, credits, errors] from `since_day` (an ISO date, "" for all): stored
+        totals plus this process's buffered calls, each call counted once."""
+        buffered = self.buffer.with_batches(account_id, self.settings.flush_batch)
+        # The buckets the buffered records are (or will be) written to: their stored totals are skipped,
+        # the records counted instead, whether or not a flush writes them meanwhile.
+        pid = self.leases.process_id
+        skip = {f"{pid}-{seq}:{account_id}:{r['ts'].date().isoformat()}" for seq, r in buffered}
+        out = await self.usage.summary(account_id, since_day, group_by, skip)
+        for _, r in buffered:
+            day = r["ts"].date().isoformat()
+            if day >= since_day:
+                values = {"day": day, "endpoint": r["endpoint"], "key_id": r["key_id"]}
+                row = out.setdefault(tuple(values[name] for name in group_by), [0, 0, 0])
+                row[0] += 1
+                row[1] += r["credits"]
+                row[2] += is_error(r["status"])
+        return out
+
+    async def credits_used(self, account_id: str, keys: list[dict]) -> dict[int, int]:
+        """Per key: what its budget (the key and keys rolled from it) spent in the key's credit_limit_period,
+        the current UTC month for keys without a budget."""
+        if not keys:
+            return {}
+        now = datetime.now(UTC)
+        since = {k["key_id"]: budget_period(k.get("credit_limit_period") or "month", now)[1] for k in keys}
+        by_key: dict[int, list[tuple[str, int]]] = {}
+        for (day, key_id), row in (
+            await self.usage_summary(account_id, min(since.values()), ("day", "key_id"))
+        ).items():
+            by_key.setdefault(key_id, []).append((day, row[1]))
+        members: dict[int, list[int]] = {}
+        for k in keys:
+            members.setdefault(k.get("budget_id", k["key_id"]), []).append(k["key_id"])
+        return {
+            k["key_id"]: sum(
+                credits
+                for member in members[k.get("budget_id", k["key_id"])]
+                for day, credits in by_key.get(member, ())
+                if day >= since[k["key_id"]]
+            )
+            for k in keys
+        }
+
     async def usage_of(self, account_id: str, since: datetime, limit: int) -> list[dict]:
         buffered = [r for r in self.buffer.for_account(account_id) if r["ts"] >= since]
         stored = await self.usage.recent(account_id, since, limit)
@@ -305,6 +502,16 @@ class Meter:
         self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
         # Leases of an earlier incarnation of this node are known dead: return them now.
         await self.leases.reclaim_dead(self.settings.lease_timeout, same_node_now=True)
+        self.spawn(self._backfill())
+
+    async def _backfill(self) -> None:
+        try:
+            folded = await self.usage.backfill()
+        except Exception as exc:
+            log.warning("could not sum older usage buckets for summaries: %s", type(exc).__name__)
+            return
+        if folded:
+            log.info("summed %d usage buckets written before usage totals existed", folded)
 
     def spawn(self, work) -> None:
         """Runs `work` in the background; close() waits for it."""
@@ -323,13 +530,32 @@ class Meter:
             await self.leases.register()
         for account_id, give in self.ledger.surplus(self.clock(), self.settings.lease_seconds * 3).items():
             await self.give_back(account_id, give)
+        self._retire_idle_budgets()
         await self.leases.reclaim_dead(self.settings.lease_timeout)
 
+    def _retire_idle_budgets(self) -> None:
+        """Slices of budgets idle for 3 lease windows (or of a past period) go back for other processes."""
+        now, today = self.clock(), datetime.now(UTC)
+        current = {budget_period(kind, today)[0] for kind in ("day", "month", "total")}
+        for slot, budget in list(self.budgets.items()):
+            if (
+                budget.reserved == 0
+                and slot not in self._budget_takes  # a take under way grants to this very slot
+                and (now - budget.last_used > self.settings.lease_seconds * 3 or budget.period not in current)
+            ):
+                del self.budgets[slot]
+                if budget.period in current:
+                    self._retire(budget)
+
     async def close(self) -> None:
-        """Shutdown: persist every record, then give every lease back."""
+        """Shutdown: persist every record, then give every lease and budget slice back."""
         self.ledger.valid_until = 0.0  # no reservation after this point: late calls get 503
         # Lease operations under way change amounts that closing must see.
         await asyncio.gather(*self._background, *self._refills.values(), return_exceptions=True)
+        for budget in self.budgets.values():
+            self._retire(budget)
+        self.budgets.clear()
+        await asyncio.gather(*self._background, return_exceptions=True)
         await self.flush(final=True)
         for account_id, purse in list(self.ledger.purses.items()):
             if purse.reserved == 0 and await self.leases.close(account_id, purse.leased, purse.spent):

@@ -22,6 +22,7 @@ from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
+from storage.budgets import BudgetStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
 from storage.sessions import SessionStore
@@ -56,7 +57,7 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     node = f"{socket.gethostname()}:{settings.port}" + (f":{worker}" if worker is not None else "")
     leases = LeaseStore(db, usage, process_id=uuid.uuid4().hex, node=node)
     vault = KeyVault(settings.secrets_key)
-    meter = Meter(settings, accounts, keys_, usage, leases, vault, metrics)
+    meter = Meter(settings, accounts, keys_, usage, leases, vault, metrics, BudgetStore(db))
     await meter.start()
     upstream = UpstreamClient(
         settings.upstream_url,

@@ -62,9 +62,17 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 400, 401, 402
 
 # Rules JSON Schema cannot state: a password needs 4 different characters and must not be a common one;
 # the current password must be the right one; an order's minimum depends on the currency (GET
-# /billing/crypto/config); admin cursors are opaque.
+# /billing/crypto/config); admin cursors are opaque; a key's expires_at must be in the future, its
+# allowed_ips must parse as addresses, a credit_limit needs its period (and the reverse).
 [[operations]]
-include-operation-id = ["post_auth_register", "post_auth_password", "post_billing_crypto_checkout", "get_admin_users"]
+include-operation-id = [
+    "post_auth_register",
+    "post_auth_password",
+    "post_billing_crypto_checkout",
+    "get_admin_users",
+    "post_keys",
+    "patch_keys_key_id",
+]
 checks.positive_data_acceptance.enabled = false
 
 # Logging out would end the one session token the whole run uses: walked by hand in tests/test_isolation.py.

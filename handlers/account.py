@@ -1,14 +1,35 @@
-"""The account's balance and plan, and its usage history (buffered calls included)."""
+"""The account's balance and plan, and its usage history (buffered calls included): per call, summed
+by day / endpoint / key, and exported as CSV or JSON lines."""
 
 from datetime import UTC, datetime, timedelta
 
-from handlers.base import BaseHandler, authenticated
+import orjson
+
+from handlers.base import BaseHandler, authenticated, timestamp
+from handlers.errors import ValidationError, error
 from handlers.validation import Field
+
+GROUPS = {"day": "day", "endpoint": "endpoint", "key": "key_id"}  # group_by value -> row field
+EXPORT_COLUMNS = ("timestamp", "key_id", "endpoint", "status", "credits", "request_id")
+EXPORT_CHUNK = 1000  # rows per write + flush: the period is never held in memory
+FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 
 DAYS = Field("days", int, required=False, default=14, minimum=1, maximum=365, description="Window in days, ending now")
 LIMIT = Field(
     "limit", int, required=False, default=1000, minimum=1, maximum=10_000, description="At most this many records"
 )
+
+PERIOD_DAYS = Field(
+    "days", int, required=False, default=30, minimum=1, maximum=365, description="UTC days, today included"
+)
+
+
+def _format(value: str, loc: list) -> None:
+    if value not in FORMATS:
+        raise ValidationError([error(loc, "Input should be 'csv' or 'jsonl'", "enum")])
+
+
+FORMAT = Field("format", str, required=False, default="csv", check=_format, description="csv or jsonl")
 
 
 class AccountHandler(BaseHandler):
@@ -56,7 +77,78 @@ class UsageHandler(BaseHandler):
         )
 
 
+class UsageSummaryHandler(BaseHandler):
+    """Calls, credits and errors per day, endpoint and/or key over the last `days` UTC days, newest first."""
+
+    @authenticated
+    async def get(self) -> None:
+        account_id = self.current_user
+        days = self.query_arg(PERIOD_DAYS)
+        names = [n.strip() for raw in self.get_query_arguments("group_by") for n in raw.split(",") if n.strip()]
+        wrong = [n for n in names if n not in GROUPS]
+        if wrong:
+            raise ValidationError([error(["query", "group_by"], "Input should be 'day', 'endpoint' or 'key'", "enum")])
+        fields = tuple(dict.fromkeys(GROUPS[n] for n in names or ["day"]))
+        since_day = (datetime.now(UTC).date() - timedelta(days=days - 1)).isoformat()
+        sums = await self.ctx.meter.usage_summary(account_id, since_day, fields)
+        rows = [
+            {**dict(zip(fields, group, strict=True)), "calls": n, "credits": c, "errors": x}
+            for group, (n, c, x) in sums.items()
+        ]
+        # Newest day first; within a day (or without days) the biggest spend first.
+        rows.sort(key=lambda r: (r.get("day", ""), r["credits"], r["calls"]), reverse=True)
+        self.send_json(rows)
+
+
+def _line(fmt: str, ts: datetime, record: dict) -> bytes:
+    values = (
+        timestamp(ts),
+        record["key_id"],
+        record["endpoint"],
+        record["status"],
+        record["credits"],
+        record["request_id"],
+    )
+    if fmt == "csv":  # no value can hold a comma or a quote: ids, routes and numbers
+        request_id = record["request_id"]
+        if request_id.startswith("-"):  # a caller's X-Request-ID: never a formula in a spreadsheet (OWASP)
+            values = (*values[:-1], "'" + request_id)
+        return (",".join(str(v) for v in values) + "\n").encode()
+    return orjson.dumps(dict(zip(EXPORT_COLUMNS, values, strict=True))) + b"\n"
+
+
+class UsageExportHandler(BaseHandler):
+    """Every call of the last `days` days, one row each, streamed in chunks (CSV or JSON lines)."""
+
+    @authenticated
+    async def get(self) -> None:
+        account_id = self.current_user
+        days = self.query_arg(PERIOD_DAYS)
+        fmt = self.query_arg(FORMAT)
+        until = datetime.now(UTC)
+        since = until - timedelta(days=days)
+        # What this process has not written yet: exported from memory, and skipped if a flush writes it
+        # while the stored records stream (each record exactly once).
+        buffered = self.ctx.meter.buffer.for_account(account_id)
+        skip = {r["_id"] for r in buffered}
+        self.set_header("Content-Type", FORMATS[fmt])
+        name = f"usage-{since:%Y%m%d}-{until:%Y%m%d}.{fmt}"
+        self.set_header("Content-Disposition", f'attachment; filename="{name}"')
+        chunk = [(",".join(EXPORT_COLUMNS) + "\n").encode()] if fmt == "csv" else []
+        async for record in self.ctx.usage.stream(account_id, since, until):
+            if record["id"] not in skip:
+                chunk.append(_line(fmt, record["ts"], record))
+                if len(chunk) >= EXPORT_CHUNK:
+                    self.write(b"".join(chunk))
+                    chunk = []
+                    await self.flush()  # waits for the client: a slow reader slows the read, not memory
+        chunk.extend(_line(fmt, r["ts"], r) for r in buffered if since <= r["ts"] <= until)
+        self.finish(b"".join(chunk))
+
+
 routes = [
     (r"/account", AccountHandler),
     (r"/usage", UsageHandler),
+    (r"/usage/summary", UsageSummaryHandler),
+    (r"/usage/export", UsageExportHandler),
 ]

@@ -297,6 +297,11 @@ def _networks(trusted: tuple) -> tuple:
     return tuple(ipaddress.ip_network(n) for n in trusted)
 
 
+def parse_address(text: str):
+    """An address object (IPv4-mapped IPv6 as IPv4), None if `text` is not an address."""
+    return _address(text)
+
+
 def _address(text: str):
     try:
         address = ipaddress.ip_address(text)

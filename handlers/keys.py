@@ -1,12 +1,59 @@
-"""API keys: list, create (secret shown once), reveal to the owner, revoke, development top-up."""
+"""API keys: list, create (secret shown once), change properties, roll, reveal to the owner, revoke,
+development top-up.
 
+Key properties (README, "Key properties") restrict what a key may do in the data plane: expires_at,
+allowed_endpoints (data paths or group names), allowed_ips (addresses or CIDRs) and a credit budget
+(credit_limit per credit_limit_period). Absent or null means unrestricted.
+"""
+
+import ipaddress
 import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.errors import ValidationError, error, missing
 from handlers.validation import Field, parse_int, validate_body
 from security.apikeys import KeyVault
+from social.endpoints import BY_PATH, GROUPS
+from storage.keys import PROPERTIES
 
-KEY_CREATE = [Field("name", str, required=False, min_length=1, max_length=100, description='Absent or null: "default"')]
+PERIODS = ("day", "month", "total")
+MAX_ENDPOINTS, MAX_IPS, MAX_CREDIT_LIMIT, MAX_GRACE = 100, 100, 10**15, 604_800
+NAME = Field("name", str, required=False, min_length=1, max_length=100, description='Absent or null: "default"')
+
+
+def _one_of(choices: tuple) -> Callable:
+    def check(value: str, loc: list) -> None:
+        if value not in choices:
+            expected = ", ".join(f"'{c}'" for c in choices)
+            raise ValidationError([error(loc, f"Input should be {expected}", "enum")])
+
+    return check
+
+
+def _items(maximum: int) -> Callable:
+    def check(value: list, loc: list) -> None:
+        if not value:
+            raise ValidationError([error(loc, "List should have at least 1 item after validation", "too_short")])
+        if len(value) > maximum:
+            raise ValidationError([error(loc, f"List should have at most {maximum} items", "too_long")])
+
+    return check
+
+
+# The list items, the future date and the period are checked by `properties_of` and `check`; the OpenAPI
+# document states them (handlers/openapi.py KEY_PROPERTIES).
+PROPERTY_FIELDS = [
+    Field("expires_at", str, required=False, min_length=1, max_length=64, description="ISO 8601, in the future"),
+    Field("allowed_endpoints", list, required=False, check=_items(MAX_ENDPOINTS)),
+    Field("allowed_ips", list, required=False, check=_items(MAX_IPS)),
+    Field("credit_limit", int, required=False, minimum=1, maximum=MAX_CREDIT_LIMIT),
+    Field("credit_limit_period", str, required=False, check=_one_of(PERIODS)),
+]
+KEY_CREATE = [NAME, *PROPERTY_FIELDS]
+KEY_PATCH = KEY_CREATE
+ROLL = [Field("grace_seconds", int, minimum=0, maximum=MAX_GRACE, description="Seconds the old key keeps working")]
 CREDITS = Field("credits", int, minimum=1, maximum=10**12)  # also the bound of `social-gateway admin credit`
 TOP_UP = [CREDITS]
 PAGE = Field("limit", int, required=False, default=100, minimum=1, maximum=1000, description="Keys per page")
@@ -19,6 +66,81 @@ CURSOR = Field(
     description="X-Next-Cursor of the previous page: the keys after it",
 )
 _TOO_MANY = "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT); revoke one to create another"
+
+
+def _expiry(value: str, loc: list) -> datetime:
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError([error(loc, "Input should be a valid ISO 8601 datetime", "datetime_parsing")]) from None
+    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    if moment <= datetime.now(UTC):
+        raise ValidationError([error(loc, "Input should be in the future", "datetime_future")])
+    return moment
+
+
+def _endpoints(values: list, loc: list) -> list[str]:
+    out, errors = [], []
+    for i, value in enumerate(values):
+        name = value if isinstance(value, str) else None
+        if name in GROUPS or name in BY_PATH:
+            if name not in out:
+                out.append(name)
+        else:
+            errors.append(
+                error(
+                    loc + [i],
+                    "Input should be a data path such as '/user/info' or a group: " + ", ".join(GROUPS),
+                    "value_error",
+                )
+            )
+    if errors:
+        raise ValidationError(errors)
+    return out
+
+
+def _networks(values: list, loc: list) -> list[str]:
+    out, errors = [], []
+    for i, value in enumerate(values):
+        try:
+            if not isinstance(value, str) or len(value) > 64:
+                raise ValueError
+            network = str(ipaddress.ip_network(value.strip(), strict=False))
+        except ValueError:
+            errors.append(error(loc + [i], "Input should be an IPv4 or IPv6 address or CIDR network", "ip_any_network"))
+            continue
+        if network not in out:
+            out.append(network)
+    if errors:
+        raise ValidationError(errors)
+    return out
+
+
+def properties_of(data: dict, fields: list[Field]) -> dict:
+    """The body's fields in stored form (validated, normalised); a field sent as null maps to None."""
+    if not isinstance(data, dict):
+        validate_body(data, fields)  # the 422 for a body that is not an object
+    given = validate_body({k: v for k, v in data.items() if v is not None}, fields)
+    out: dict = {name: None for name, value in data.items() if value is None}
+    errors: list = []
+    for name, convert in (("expires_at", _expiry), ("allowed_endpoints", _endpoints), ("allowed_ips", _networks)):
+        if name in given:
+            try:
+                given[name] = convert(given[name], ["body", name])
+            except ValidationError as exc:
+                errors.extend(exc.errors)
+    if errors:
+        raise ValidationError(errors)
+    return {**out, **given}
+
+
+def check_budget(final: dict) -> None:
+    """A credit limit needs its period and a period needs a limit, in the key's resulting state."""
+    limit, period = final.get("credit_limit"), final.get("credit_limit_period")
+    if limit is not None and period is None:
+        raise ValidationError([missing(["body", "credit_limit_period"])])
+    if period is not None and limit is None:
+        raise ValidationError([missing(["body", "credit_limit"])])
 
 
 class KeysBase(BaseHandler):
@@ -36,8 +158,18 @@ class KeysBase(BaseHandler):
         view = await self.ctx.meter.account_view(account_id)
         return view.plan.qps
 
+    async def rows(
+        self, account_id: str, only: int | None = None, limit: int = 0, before: int | None = None
+    ) -> list[dict]:
+        """The account's key rows, newest first (or the one key `only`; or `limit` of them with ids below
+        `before`) with credits_used in each key's period."""
+        keys = await self.ctx.keys.list(account_id, limit, before)
+        used = await self.ctx.meter.credits_used(account_id, keys)
+        qps = await self.qps_of(account_id)
+        return [_row(k, qps, used[k["key_id"]]) for k in keys if only is None or k["key_id"] == only]
 
-def _row(key: dict, qps: float) -> dict:
+
+def _row(key: dict, qps: float, credits_used: int) -> dict:
     return {
         "key_id": key["key_id"],
         "name": key["name"],
@@ -46,6 +178,8 @@ def _row(key: dict, qps: float) -> dict:
         "revoked": key["revoked"],
         "created_at": key["created_at"],
         "last_used_at": key.get("last_used_at"),
+        **{name: key.get(name) for name in PROPERTIES},
+        "credits_used": credits_used,
     }
 
 
@@ -55,40 +189,94 @@ class KeysHandler(KeysBase):
     @authenticated
     async def get(self) -> None:
         """Still a JSON list; a further page is announced in `X-Next-Cursor` and a `Link: rel="next"` header."""
-        account_id = self.current_user
-        limit, before = self.query_arg(PAGE), self.query_arg(CURSOR)
-        qps = await self.qps_of(account_id)
-        rows = await self.ctx.keys.list(account_id, limit + 1, before)
+        limit = self.query_arg(PAGE)
+        rows = await self.rows(self.current_user, limit=limit + 1, before=self.query_arg(CURSOR))
         if len(rows) > limit:
             rows = rows[:limit]
             after = rows[-1]["key_id"]
             self.set_header("X-Next-Cursor", str(after))
             self.set_header("Link", f'</keys?limit={limit}&cursor={after}>; rel="next"')
-        self.send_json([_row(k, qps) for k in rows])
+        self.send_json(rows)
 
     @authenticated
     async def post(self) -> None:
         account_id = self.current_user
-        body = validate_body(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
+        body = properties_of(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
+        check_budget(body)
         most = self.ctx.settings.max_keys_per_account
         if await self.ctx.keys.count_active(account_id) >= most:
             raise ApiError(409, _TOO_MANY.format(most))
-        vault = self.ctx.vault
-        secret = vault.generate()
-        key = await self.ctx.keys.create(
-            account_id,
-            body.get("name", "default"),
-            vault.digest(secret),
-            KeyVault.display_prefix(secret),
-            lambda key_id: vault.encrypt(secret, key_id),
-        )
+        secret, key = await issue(self.ctx, account_id, body.pop("name", None) or "default", body)
         # Concurrent creations may all pass the count above: the ones with the highest ids give way.
         if await self.ctx.keys.count_active(account_id, up_to=key["key_id"]) > most:
             await self.ctx.keys.delete(key["key_id"])
             raise ApiError(409, _TOO_MANY.format(most))
         self.log_fields["key_id"] = key["key_id"]
         # 200, not 201: the spec says every success is HTTP 200.
-        self.send_json({**_row(key, await self.qps_of(account_id)), "key": secret})
+        self.send_json({**_row(key, await self.qps_of(account_id), 0), "key": secret})
+
+
+async def issue(ctx, account_id: str, name: str, properties: dict) -> tuple[str, dict]:
+    """A new key with a fresh secret; the secret is returned, never stored in clear."""
+    vault = ctx.vault
+    secret = vault.generate()
+    key = await ctx.keys.create(
+        account_id,
+        name,
+        vault.digest(secret),
+        KeyVault.display_prefix(secret),
+        lambda key_id: vault.encrypt(secret, key_id),
+        properties,
+    )
+    return secret, key
+
+
+class KeyHandler(KeysBase):
+    """Changes a key's name and properties (never its secret); null removes a restriction."""
+
+    @authenticated
+    async def patch(self, key_id: str) -> None:
+        key = await self.owned_key(key_id)
+        changes = properties_of(self.json_body(), KEY_PATCH)
+        if "name" in changes and changes["name"] is None:
+            raise ValidationError([error(["body", "name"], "Input should be a valid string", "string_type")])
+        if "expires_at" in changes and key.get("expires_at") is not None and key["expires_at"] <= datetime.now(UTC):
+            # An expired key (a rolled one's grace included) stays expired: revived, a leaked key would work again.
+            raise ApiError(409, "This API key has expired; its expiry cannot be changed")
+        if "credit_limit" in changes and changes["credit_limit"] is None:
+            changes["credit_limit_period"] = None  # removing the budget removes its period with it
+        check_budget({**{name: key.get(name) for name in PROPERTIES}, **changes})
+        doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes)
+        if doc is None:
+            raise ApiError(404, "Key not found")
+        self.ctx.meter.key_changed(doc)  # effective here before the answer; elsewhere within a second
+        self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
+
+
+class RollHandler(KeysBase):
+    """Issues a new secret with the same properties; the old key expires after grace_seconds."""
+
+    @authenticated
+    async def post(self, key_id: str) -> None:
+        old = await self.owned_key(key_id)
+        grace = validate_body(self.json_body(), ROLL)["grace_seconds"]
+        now = datetime.now(UTC)
+        if old["revoked"]:
+            raise ApiError(409, "A revoked key cannot be rolled")
+        if old.get("expires_at") is not None and old["expires_at"] <= now:
+            raise ApiError(409, "An expired key cannot be rolled")
+        properties = {name: old.get(name) for name in PROPERTIES}
+        # The new key spends from the same budget: rolling does not grant a fresh one.
+        properties["budget_id"] = old.get("budget_id", old["key_id"])
+        secret, new = await issue(self.ctx, old["account_id"], old["name"], properties)
+        ends = now + timedelta(seconds=grace)
+        if old.get("expires_at") is None or ends < old["expires_at"]:
+            doc = await self.ctx.keys.update(old["account_id"], old["key_id"], {"expires_at": ends})
+            if doc is not None:
+                self.ctx.meter.key_changed(doc)
+        self.log_fields["key_id"] = new["key_id"]
+        rows = {r["key_id"]: r for r in await self.rows(old["account_id"])}
+        self.send_json({**rows[new["key_id"]], "key": secret, "rolled_from": old["key_id"]})
 
 
 class RevealHandler(KeysBase):
@@ -106,9 +294,9 @@ class RevokeHandler(KeysBase):
     @authenticated
     async def post(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
-        row = await self.ctx.keys.revoke(key["account_id"], key["key_id"])
+        await self.ctx.keys.revoke(key["account_id"], key["key_id"])
         self.ctx.meter.key_revoked(key["digest"])
-        self.send_json(_row(row, await self.qps_of(key["account_id"])))
+        self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
 
 
 class TopUpHandler(KeysBase):
@@ -134,6 +322,8 @@ class TopUpHandler(KeysBase):
 
 routes = [
     (r"/keys", KeysHandler),
+    (r"/keys/([^/]+)", KeyHandler),
+    (r"/keys/([^/]+)/roll", RollHandler),
     (r"/keys/([^/]+)/reveal", RevealHandler),
     (r"/keys/([^/]+)/revoke", RevokeHandler),
     (r"/keys/([^/]+)/topup", TopUpHandler),

@@ -14,7 +14,7 @@ import orjson
 
 from handlers import account, admin, auth, billing, keys
 from handlers.validation import Field
-from social.endpoints import CURSOR_MAX, ENDPOINTS, Endpoint, Param
+from social.endpoints import BY_PATH, CURSOR_MAX, ENDPOINTS, GROUPS, Endpoint, Param
 
 VERSION = "0.1.0"
 
@@ -48,7 +48,7 @@ def query(name: str, schema: dict, description: str = "", required: bool = False
     return {"name": name, "in": "query", "required": required, "schema": schema, "description": description}
 
 
-_KINDS = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}
+_KINDS = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
 _KEYWORDS = (
     ("minimum", "minimum"),
     ("exclusive_minimum", "exclusiveMinimum"),
@@ -78,6 +78,11 @@ def body_schema(fields: list[Field]) -> dict:
     return obj(tuple(f.name for f in fields if f.required), True, **properties)
 
 
+def with_properties(schema: dict, **properties) -> dict:
+    schema["properties"].update(properties)
+    return schema
+
+
 def query_param(f: Field) -> dict:
     return query(f.name, field_schema(f), f.description, f.required)
 
@@ -100,8 +105,50 @@ class Operation:
     body_required: bool = True
     errors: tuple = (401,)
     media: str = "application/json"
+    also: tuple = ()  # further media types of the success body, same schema
+    headers: dict = field(default_factory=dict)  # headers of the success answer
     extra: dict = field(default_factory=dict)  # further responses: status -> response object
 
+
+KEY_PROPERTIES = {
+    "expires_at": nullable(
+        {
+            "type": "string",
+            "format": "date-time",
+            "description": "ISO 8601, in the future; from then on the key gets 401 'This API key has expired'",
+        }
+    ),
+    "allowed_endpoints": nullable(
+        {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 100,
+            "items": {"enum": sorted(BY_PATH) + list(GROUPS)},
+            "description": "Data paths as written after /social (they cover the /twitter aliases too) or groups: "
+            + "; ".join(f"{name} = {', '.join(sorted(paths))}" for name, paths in GROUPS.items())
+            + ". Other endpoints get 403 'This API key may not call this endpoint'",
+        }
+    ),
+    "allowed_ips": nullable(
+        {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 100,
+            "items": {"type": "string", "maxLength": 64},
+            "description": "IPv4/IPv6 addresses or CIDR networks (stored normalised); calls from elsewhere get "
+            "403 'This API key is not allowed from this address'. The address honours TRUSTED_PROXIES",
+        }
+    ),
+    "credit_limit": nullable(
+        {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 10**15,
+            "description": "Credits the key may spend per credit_limit_period (needs it); then 402",
+        }
+    ),
+    "credit_limit_period": nullable({"enum": ["day", "month", "total"], "description": "UTC day, UTC month, or ever"}),
+}
 
 SCHEMAS: dict = {
     # --- errors --------------------------------------------------------------------------------------
@@ -126,9 +173,21 @@ SCHEMAS: dict = {
     "Me": obj(("account_id", "email", "is_admin", "created_at"), account_id=S, email=S, is_admin=B, created_at=TIME),
     "Attribution": body_schema(auth.ATTRIBUTION),
     "AttributionResult": obj(("ok", "stored"), ok=B, stored=B),
-    "KeyCreate": body_schema(keys.KEY_CREATE),
+    # The declared fields, with the properties' richer schemas (lists, groups, formats) and null that
+    # removes a restriction; PATCH cannot null the name.
+    "KeyCreate": with_properties(body_schema(keys.KEY_CREATE), **KEY_PROPERTIES),
+    "KeyPatch": with_properties(body_schema(keys.KEY_PATCH), name=field_schema(keys.NAME), **KEY_PROPERTIES),
     "Key": obj(
-        ("key_id", "name", "prefix", "qps_limit", "revoked", "created_at"),
+        (
+            "key_id",
+            "name",
+            "prefix",
+            "qps_limit",
+            "revoked",
+            "created_at",
+            *KEY_PROPERTIES,
+            "credits_used",
+        ),
         key_id=I,
         name=S,
         prefix=S,
@@ -136,8 +195,30 @@ SCHEMAS: dict = {
         revoked=B,
         created_at=TIME,
         last_used_at=nullable(TIME),
+        **KEY_PROPERTIES,
+        credits_used={
+            "type": "integer",
+            "description": "Credits the key's budget (the key and keys rolled from it) spent in its "
+            "credit_limit_period so far; the current UTC month for a key without a budget",
+        },
     ),
     "NewKey": {"allOf": [ref("Key"), obj(("key",), key={"type": "string", "description": "The secret, shown once"})]},
+    "Roll": obj(
+        ("grace_seconds",),
+        True,
+        grace_seconds={
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 604_800,
+            "description": "How long the old key keeps working (0: it stops at once; at most 7 days)",
+        },
+    ),
+    "RolledKey": {
+        "allOf": [
+            ref("NewKey"),
+            obj(("rolled_from",), rolled_from={"type": "integer", "description": "The key_id of the old key"}),
+        ]
+    },
     "RevealedKey": obj(("key_id", "key"), key_id=I, key=S),
     "TopUp": body_schema(keys.TOP_UP),
     "TopUpResult": obj(
@@ -168,6 +249,24 @@ SCHEMAS: dict = {
         credits=I,
         status=I,
         key_id=I,
+        request_id=S,
+    ),
+    "UsageSummaryRow": obj(
+        ("calls", "credits", "errors"),
+        day={"type": "string", "format": "date", "description": "UTC day (when grouped by day)"},
+        endpoint={"type": "string", "description": "Data route, e.g. /social/user/info (when grouped by endpoint)"},
+        key_id={"type": "integer", "description": "When grouped by key"},
+        calls=I,
+        credits=I,
+        errors={"type": "integer", "description": "Calls answered with a status other than 2xx"},
+    ),
+    "UsageExportRow": obj(
+        ("timestamp", "key_id", "endpoint", "status", "credits", "request_id"),
+        timestamp=TIME,
+        key_id=I,
+        endpoint=S,
+        status=I,
+        credits=I,
         request_id=S,
     ),
     # --- billing -------------------------------------------------------------------------------------
@@ -318,11 +417,11 @@ SCHEMAS: dict = {
 
 _ERRORS = {
     400: "The data provider refused the parameters (its answer, passed through; not charged)",
-    401: "Missing, invalid or expired credential",
-    402: "Not enough credits for this call: stop, do not retry",
-    403: "Not allowed for this account",
-    404: "Not found (or not yours)",
+    401: "Missing, invalid, revoked or expired credential",
+    402: "Not enough credits for this call (the account's balance or the key's credit budget): stop, do not retry",
+    403: "Not allowed: for this account, or by the key's allowed_ips / allowed_endpoints",
     409: "Conflict",
+    404: "Not found (or not yours)",
     413: "Request body too large",
     422: "Invalid input",
     429: "Too many requests: retry after Retry-After seconds",
@@ -383,7 +482,8 @@ OPERATIONS: list[Operation] = [
     Operation(
         "get",
         "/keys",
-        "The account's keys, newest first, with QPS limit and revocation state (no secrets); "
+        "The account's keys, newest first, with QPS limit, revocation state, properties and credits_used "
+        "(no secrets); "
         "a further page is announced in the X-Next-Cursor and Link headers",
         "keys",
         array(ref("Key")),
@@ -412,6 +512,26 @@ OPERATIONS: list[Operation] = [
         body="KeyCreate",
         body_required=False,
         errors=(401, 409, 413, 422),
+    ),
+    Operation(
+        "patch",
+        "/keys/{key_id}",
+        "Change a key's name and properties (never its secret); null removes a restriction",
+        "keys",
+        ref("Key"),
+        params=(KEY_ID,),
+        body="KeyPatch",
+        errors=(401, 404, 409, 413, 422),
+    ),
+    Operation(
+        "post",
+        "/keys/{key_id}/roll",
+        "Issue a new secret with the same properties and budget; the old key expires after grace_seconds",
+        "keys",
+        ref("RolledKey"),
+        params=(KEY_ID,),
+        body="Roll",
+        errors=(401, 404, 409, 413, 422),
     ),
     Operation(
         "get",
@@ -451,6 +571,46 @@ OPERATIONS: list[Operation] = [
         array(ref("UsageRecord")),
         params=(query_param(account.DAYS), query_param(account.LIMIT)),
         errors=(401, 422),
+    ),
+    Operation(
+        "get",
+        "/usage/summary",
+        "Calls, credits and errors per UTC day, endpoint and/or key (stored and buffered), newest first",
+        "account",
+        array(ref("UsageSummaryRow")),
+        params=(
+            query_param(account.PERIOD_DAYS),
+            {
+                "name": "group_by",
+                "in": "query",
+                "required": False,
+                "schema": array({"enum": list(account.GROUPS)}),
+                "style": "form",
+                "explode": True,
+                "description": "Repeat it or separate with commas to group by several; default day",
+            },
+        ),
+        errors=(401, 422),
+    ),
+    Operation(
+        "get",
+        "/usage/export",
+        "Every call of the period, one row each, streamed as CSV (with a header line) or JSON lines",
+        "account",
+        ref("UsageExportRow"),
+        params=(
+            query_param(account.PERIOD_DAYS),
+            query("format", {"enum": list(account.FORMATS), "default": "csv"}, account.FORMAT.description),
+        ),
+        errors=(401, 422),
+        media="text/csv",
+        also=("application/x-ndjson",),
+        headers={
+            "Content-Disposition": {
+                "schema": S,
+                "description": 'attachment; filename="usage-<from>-<to>.<format>"',
+            }
+        },
     ),
     # billing
     Operation(
@@ -617,6 +777,8 @@ _LINKS = {
         "RevealKey": ("get_keys_key_id_reveal", "key_id"),
         "RevokeKey": ("post_keys_key_id_revoke", "key_id"),
         "TopUpKey": ("post_keys_key_id_topup", "key_id"),
+        "ChangeKey": ("patch_keys_key_id", "key_id"),
+        "RollKey": ("post_keys_key_id_roll", "key_id"),
     },
     ("get", "/keys/{key_id}/reveal"): {"RevokeKey": ("post_keys_key_id_revoke", "key_id")},
     ("post", "/keys/{key_id}/revoke"): {"RevealRevokedKey": ("get_keys_key_id_reveal", "key_id")},
@@ -625,7 +787,10 @@ _LINKS = {
 
 
 def _portal(op: Operation) -> dict:
-    responses = {str(op.status): {"description": "Success", "content": {op.media: {"schema": op.response}}}}
+    content = {media: {"schema": op.response} for media in (op.media, *op.also)}
+    responses = {str(op.status): {"description": "Success", "content": content}}
+    if op.headers:
+        responses[str(op.status)]["headers"] = op.headers
     links = _LINKS.get((op.method, op.path))
     if links:
         responses[str(op.status)]["links"] = {
@@ -712,9 +877,9 @@ def _data(endpoint: Endpoint, prefix: str, tag: str) -> dict:
                 "content": {"application/json": {"schema": _envelope(endpoint)}},
             }
         }
-        errors = (400, 401, 402, 404, 422, 429, 502, 503, 504)  # 400, 404: the provider's own, passed through
+        errors = (400, 401, 402, 403, 404, 422, 429, 502, 503, 504)  # 400, 404: the provider's, passed through
     else:
-        ok, errors = {}, (401, 422, 429, 501)
+        ok, errors = {}, (401, 403, 422, 429, 501)
     return {
         "operationId": (prefix + endpoint.path).strip("/").replace("/", "_"),
         "summary": endpoint.summary,

@@ -1,20 +1,24 @@
 """The 24 data endpoints: one handler driven by the endpoint table.
 
-Order of checks: key (401) -> rate limits of the key and its account (429) -> the account's
-upstream failure budget (429) -> input (422) -> unavailable (501) -> usage buffer bound (503)
--> credits (402) -> upstream. Nothing is charged
+Order of checks: key (401) -> expired (401) -> client address (403) -> endpoint
+scope (403) -> rate limits of the key and its account (429) -> the account's upstream
+failure budget (429) -> input (422) -> unavailable (501) -> usage buffer bound (503)
+-> credits: the key's budget, then the account (402) -> upstream. The key's
+restrictions come pre-parsed with its cached entry: no database round trip, no
+allocation for an unrestricted key. Nothing is charged
 unless the upstream answered with data.
 """
 
 import re
 import time
+from datetime import UTC, datetime
 
 import orjson
 
-from accounting.meter import KeyEntry, LeasesExpired
-from handlers.base import ApiError, BaseHandler, NotFoundHandler
+from accounting.meter import BudgetExhausted, KeyEntry, LeasesExpired
+from handlers.base import ApiError, BaseHandler, NotFoundHandler, parse_address
 from handlers.validation import ValidationError, error, length, missing, parse_bool, parse_int
-from metering.ledger import Reservation
+from metering.ledger import Reservation, period_end
 from metering.plans import Plan
 from social.endpoints import CURSOR_MAX, ENDPOINTS, Endpoint, count_items, page_size
 from social.upstream import UpstreamError
@@ -117,9 +121,11 @@ class DataHandler(BaseHandler):
         most = ctx.prices.cost(endpoint.price, size, size)
         least = ctx.prices.cost(endpoint.price, 0, size)
         try:
-            reservation = await ctx.meter.reserve(key.account_id, most, least)
+            reservation = await ctx.meter.reserve(key.account_id, most, least, key)
         except LeasesExpired:
             raise ApiError(503, "Credits cannot be checked right now; retry shortly", {"Retry-After": "1"}) from None
+        except BudgetExhausted:
+            raise ApiError(402, _budget_message(key, least)) from None
         if reservation is None:
             raise ApiError(402, f"Insufficient credits: this call needs at least {least} credits; top up your account")
         await self.forward(key, reservation, size)
@@ -135,6 +141,12 @@ class DataHandler(BaseHandler):
             raise ApiError(401, "This API key has been revoked")
         self.account_id = key.account_id
         self.log_fields["key_id"] = key.key_id
+        if key.expires_at is not None and time.time() >= key.expires_at:
+            raise ApiError(401, "This API key has expired")
+        if key.networks is not None and not key.allows(self.client_ip(), parse_address):
+            raise ApiError(403, "This API key is not allowed from this address")
+        if key.scope is not None and self.endpoint.path not in key.scope:
+            raise ApiError(403, "This API key may not call this endpoint")
         return key
 
     def rate_limit(self, key: KeyEntry, plan: Plan) -> None:
@@ -217,6 +229,19 @@ class DataHandler(BaseHandler):
         self.set_header("X-Credits-Charged", charged)
         self.set_status(status)
         self.finish(upstream.body)
+
+
+_PER = {"day": "per day (UTC)", "month": "per month (UTC)", "total": "in total"}
+
+
+def _budget_message(key: KeyEntry, least: int) -> str:
+    ends = period_end(key.period, datetime.now(UTC))
+    when = f"; it renews at {ends.isoformat().replace('+00:00', 'Z')}" if ends else ""
+    return (
+        f"This API key's credit budget is exhausted ({key.credit_limit} credits {_PER[key.period]}{when}); "
+        f"this call needs at least {least} credits. The account balance is not the limit: raise or remove "
+        "the key's credit_limit"
+    )
 
 
 class UnknownDataHandler(NotFoundHandler):

@@ -100,6 +100,7 @@ _TYPE_NAMES = {
     bool: ("boolean", "bool_type"),
     float: ("number", "float_type"),
     dict: ("object", "dict_type"),
+    list: ("list", "list_type"),
 }
 
 

@@ -13,6 +13,7 @@ summing that lease's persisted usage records (storage/leases.py).
 """
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 RATE_WINDOW = 2.0  # seconds over which the spend rate is smoothed
 
@@ -36,10 +37,64 @@ class Purse:
         return self.leased - self.spent - self.reserved
 
 
+@dataclass(eq=False)
+class Budget:
+    """A per-key budget's slice held by this process for one period (storage/budgets.py): calls of the
+    budget's keys reserve from it like from the account's lease, with no await between check and hold."""
+
+    budget_id: int
+    period: str
+    limit: int
+    granted: int = 0  # credits of the budget's slices this process took for the period
+    spent: int = 0
+    reserved: int = 0
+    empty_until: float = 0.0  # the budget had nothing more to give: refuse without asking for a moment
+    last_used: float = 0.0
+
+    @property
+    def available(self) -> int:
+        return self.granted - self.spent - self.reserved
+
+    def reserve(self, most: int, least: int, now: float) -> int:
+        """Holds up to `most` (at least `least`) credits; 0 if less is left in this process's slices."""
+        available = self.granted - self.spent - self.reserved
+        if available < least:
+            return 0
+        amount = min(most, available)
+        self.reserved += amount
+        self.last_used = now
+        return amount
+
+    def slice_request(self, most: int) -> int:
+        return max(most * 20, 2 * self.reserved)
+
+
+def budget_period(kind: str, now: datetime) -> tuple[str, str]:
+    """(period id, first day of the period as an ISO date, "" for `total`) of a budget at `now` (UTC)."""
+    if kind == "day":
+        day = now.date().isoformat()
+        return day, day
+    if kind == "month":
+        first = now.date().replace(day=1).isoformat()
+        return first[:7], first
+    return "total", ""
+
+
+def period_end(kind: str, now: datetime) -> datetime | None:
+    """When the current period ends (UTC midnight), None for `total`."""
+    midnight = datetime(now.year, now.month, now.day, tzinfo=now.tzinfo)
+    if kind == "day":
+        return midnight + timedelta(days=1)
+    if kind == "month":
+        return datetime(now.year + now.month // 12, now.month % 12 + 1, 1, tzinfo=now.tzinfo)
+    return None
+
+
 @dataclass(frozen=True)
 class Reservation:
     account_id: str
     amount: int
+    budget: Budget | None = None  # the key's budget, holding the same amount
 
 
 class Ledger:
@@ -69,6 +124,9 @@ class Ledger:
         charged = min(cost, reservation.amount)
         purse.reserved -= reservation.amount
         purse.spent += charged
+        if reservation.budget is not None:
+            reservation.budget.reserved -= reservation.amount
+            reservation.budget.spent += charged
         # Time since the previous charge, not since this call's reservation: else idle gaps never decay the rate.
         since = purse.last_used if purse.last_settled is None else purse.last_settled
         elapsed = max(now - since, 0.001)
@@ -81,6 +139,8 @@ class Ledger:
 
     def release(self, reservation: Reservation) -> None:
         self.purses[reservation.account_id].reserved -= reservation.amount
+        if reservation.budget is not None:
+            reservation.budget.reserved -= reservation.amount
 
     def lease_request(self, account_id: str, most: int) -> int:
         """How many credits to ask the database for so that calls can go on for a lease window."""

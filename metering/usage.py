@@ -37,5 +37,13 @@ class UsageBuffer:
     def done(self) -> None:
         self._in_flight = []
 
+    def with_batches(self, account_id: str, limit: int) -> list[tuple[int, dict]]:
+        """The account's records, each with the sequence number of the batch that writes or will write
+        it (batches of `limit` records, taken in order)."""
+        found = [(self._batch_seq, r) for r in self._in_flight if r["account_id"] == account_id]
+        first = self._batch_seq + 1
+        found.extend((first + i // limit, r) for i, r in enumerate(self._pending) if r["account_id"] == account_id)
+        return found
+
     def for_account(self, account_id: str) -> list[dict]:
         return [r for r in (*self._in_flight, *self._pending) if r["account_id"] == account_id]

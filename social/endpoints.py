@@ -323,6 +323,29 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 BY_PATH = {e.path: e for e in ENDPOINTS}
 
 
+def _group(endpoint: Endpoint) -> str:
+    for prefix, group in (("/community/", "communities"), ("/list/", "lists"), ("/spaces/", "spaces")):
+        if endpoint.path.startswith(prefix):
+            return group
+    if endpoint.path == "/trends":
+        return "trends"
+    return "tweets" if endpoint.results in ("tweets", "replies") else "users"
+
+
+# Names a key's allowed_endpoints may use instead of listing paths (README, "Key properties").
+GROUPS: dict[str, frozenset[str]] = {
+    name: frozenset(e.path for e in ENDPOINTS if _group(e) == name) for name in sorted({_group(e) for e in ENDPOINTS})
+}
+
+
+def scope_of(names) -> frozenset[str]:
+    """The data paths a list of allowed_endpoints entries (paths or group names) permits."""
+    paths: set[str] = set()
+    for name in names:
+        paths |= GROUPS.get(name) or {name}
+    return frozenset(paths)
+
+
 def page_size(endpoint: Endpoint, args: dict) -> int:
     """How many items a call may return, from the validated arguments."""
     size = endpoint.size

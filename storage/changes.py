@@ -1,6 +1,7 @@
-"""What other processes change that this one caches: key revocations, account top-ups and plan
-changes, and requests for leased credits. Read from a change stream (replica sets and the embedded
-server), or by polling indexed timestamps where change streams are unavailable."""
+"""What other processes change that this one caches: key revocations and property changes (expiry,
+scopes, address lists, budgets), account top-ups and plan changes, and requests for leased credits.
+Read from a change stream (replica sets and the embedded server), or by polling indexed timestamps
+where change streams are unavailable."""
 
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +22,7 @@ _PIPELINE = [
             "operationType": "update",
             "$or": [
                 {"ns.coll": "keys", "updateDescription.updatedFields.revoked": True},
+                {"ns.coll": "keys", "updateDescription.updatedFields.props_changed_at": {"$exists": True}},
                 {
                     "ns.coll": "accounts",
                     "$or": [{f"updateDescription.updatedFields.{f}": {"$exists": True}} for f in ACCOUNT_FIELDS],
@@ -34,7 +36,7 @@ _PIPELINE = [
 
 @dataclass(frozen=True)
 class Change:
-    kind: str  # "revoked": a key (by digest); "account": an account document
+    kind: str  # "revoked": a key (by digest); "key": a key's properties; "account": an account document
     id: Any  # the key's digest or the account id
     fields: frozenset[str]  # for accounts: which of ACCOUNT_FIELDS changed
     doc: dict | None = None
@@ -58,7 +60,9 @@ class ChangeFeed:
         if doc is None:  # deleted before the lookup: nothing left to apply
             return None
         if event["ns"]["coll"] == "keys":
-            return Change("revoked", doc["digest"], frozenset())
+            if doc.get("revoked"):
+                return Change("revoked", doc["digest"], frozenset())
+            return Change("key", doc["digest"], frozenset(), doc)
         updated = set(event.get("updateDescription", {}).get("updatedFields", {}))
         return Change("account", doc["_id"], frozenset(updated.intersection(ACCOUNT_FIELDS)), doc)
 
@@ -67,6 +71,9 @@ class ChangeFeed:
         found = []
         async for key in self.db.keys.find({"revoked_at": {"$gte": since}}, {"digest": 1, "revoked_at": 1}):
             found.append((key["revoked_at"], Change("revoked", key["digest"], frozenset())))
+        async for key in self.db.keys.find({"props_changed_at": {"$gte": since}}, _HIDDEN):
+            if not key.get("revoked"):
+                found.append((key["props_changed_at"], Change("key", key["digest"], frozenset(), key)))
         query = {"$or": [{"changed_at": {"$gte": since}}, {"lease_wanted_at": {"$gte": since}}]}
         async for doc in self.db.accounts.find(query, _HIDDEN):
             for field in ("changed_at", "lease_wanted_at"):

@@ -23,11 +23,19 @@ INDEXES = {
         IndexModel([("account_id", ASCENDING), ("created_at", DESCENDING)]),
         IndexModel([("account_id", ASCENDING), ("_id", DESCENDING)]),  # GET /keys pages, the key cap
         IndexModel([("revoked_at", ASCENDING)], sparse=True),
+        IndexModel([("props_changed_at", ASCENDING)], sparse=True),
+        IndexModel([("budget_id", ASCENDING)], sparse=True),
     ],
     "usage_buckets": [
         IndexModel([("account_id", ASCENDING), ("ts_max", DESCENDING)]),
         IndexModel([("lease", ASCENDING), ("account_id", ASCENDING)]),
         IndexModel([("ts", DESCENDING)]),
+        # Exports read an account's buckets day by day (storage/usage.py).
+        IndexModel([("account_id", ASCENDING), ("day", ASCENDING)]),
+    ],
+    "usage_totals": [
+        IndexModel([("account_id", ASCENDING), ("day", ASCENDING)]),
+        IndexModel([("lease", ASCENDING)]),
     ],
     "processes": [IndexModel([("heartbeat_at", ASCENDING)])],
     "events": [IndexModel([("anonymous_id", ASCENDING)])],

@@ -14,7 +14,17 @@ _ROW = {
     "created_at": 1,
     "last_used_at": 1,
     "account_id": 1,
+    "expires_at": 1,
+    "allowed_endpoints": 1,
+    "allowed_ips": 1,
+    "credit_limit": 1,
+    "credit_limit_period": 1,
+    "budget_id": 1,
 }
+# Restrictions a key may carry (README, "Key properties"); absent means unrestricted.
+PROPERTIES = ("expires_at", "allowed_endpoints", "allowed_ips", "credit_limit", "credit_limit_period")
+# What the data plane caches per key (accounting/meter.py KeyEntry).
+_ENTRY = {"key_id": 1, "account_id": 1, "revoked": 1, "digest": 1, "budget_id": 1, **{p: 1 for p in PROPERTIES}}
 
 
 class KeyStore:
@@ -32,8 +42,11 @@ class KeyStore:
                 return doc["value"]
         raise RuntimeError("the key id counter could not be read")
 
-    async def create(self, account_id: str, name: str, digest: str, prefix: str, seal) -> dict:
-        """`seal(key_id)` encrypts the secret bound to its id, which is known only here."""
+    async def create(
+        self, account_id: str, name: str, digest: str, prefix: str, seal, properties: dict | None = None
+    ) -> dict:
+        """`seal(key_id)` encrypts the secret bound to its id, which is known only here. `properties`:
+        restrictions (PROPERTIES) and, for a rolled key, the budget_id it shares with its predecessor."""
         key_id = await self._next_id()
         doc = {
             "_id": key_id,
@@ -46,9 +59,15 @@ class KeyStore:
             "revoked": False,
             "created_at": now_utc(),
             "last_used_at": None,
+            **{k: v for k, v in (properties or {}).items() if v is not None},
         }
         await self.keys.insert_one(doc)
         return {k: doc[k] for k in _ROW if k in doc}
+
+    async def budget_members(self, budget_id: int) -> list[int]:
+        """The keys that share a budget: a key and the keys rolled from it."""
+        docs = await self.keys.find({"$or": [{"_id": budget_id}, {"budget_id": budget_id}]}, {"_id": 1}).to_list(None)
+        return [d["_id"] for d in docs]
 
     async def list(self, account_id: str, limit: int = 0, before: int | None = None) -> list[dict]:
         """Newest first (key ids grow with creation); `before`: only keys with a smaller id (the cursor)."""
@@ -58,8 +77,13 @@ class KeyStore:
         return await self.keys.find(query, _ROW).sort("_id", -1).limit(limit).to_list(None)
 
     async def count_active(self, account_id: str, up_to: int | None = None) -> int:
-        """Unrevoked keys of the account; with `up_to`, only those with an id up to it."""
-        query: dict = {"account_id": account_id, "revoked": False}
+        """Unrevoked, unexpired keys of the account; with `up_to`, only those with an id up to it."""
+        # An expired key (a rolled one past its grace included) no longer counts.
+        query: dict = {
+            "account_id": account_id,
+            "revoked": False,
+            "$or": [{"expires_at": None}, {"expires_at": {"$gt": now_utc()}}],
+        }
         if up_to is not None:
             query["_id"] = {"$lte": up_to}
         return await self.keys.count_documents(query)
@@ -73,7 +97,22 @@ class KeyStore:
         return await self.keys.find_one({"_id": key_id, "account_id": account_id})
 
     async def by_digest(self, digest: str) -> dict | None:
-        return await self.keys.find_one({"digest": digest}, {"key_id": 1, "account_id": 1, "revoked": 1})
+        return await self.keys.find_one({"digest": digest}, _ENTRY)
+
+    async def update(self, account_id: str, key_id: int, changes: dict) -> dict | None:
+        """Sets the given fields (None removes one) and stamps props_changed_at, which other processes
+        follow (storage/changes.py); the row plus the digest, or None if the account has no such key."""
+        now = now_utc()
+        update: dict = {"$set": {"props_changed_at": now, **{k: v for k, v in changes.items() if v is not None}}}
+        removed = {k: "" for k, v in changes.items() if v is None}
+        if removed:
+            update["$unset"] = removed
+        return await self.keys.find_one_and_update(
+            {"_id": key_id, "account_id": account_id},
+            update,
+            projection={**_ROW, **_ENTRY},
+            return_document=ReturnDocument.AFTER,
+        )
 
     async def revoke(self, account_id: str, key_id: int) -> dict | None:
         return await self.keys.find_one_and_update(

@@ -9,10 +9,23 @@ embedded server). A bucket carries its records and their totals:
      n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id}]}
 
 Bucket ids derive from the batch, so a retried batch skips what an earlier try wrote.
+
+Right after its buckets, a batch writes their totals, one small document per bucket (same id) with
+one row per key and endpoint, for GET /usage/summary and key budgets (reading the buckets themselves
+means decoding every record: seconds for a year of heavy use):
+
+    {_id: <bucket id>, account_id, lease, day, rows: JSON of [[key_id, endpoint, calls, credits, errors], ...]}
+
+Both writes are idempotent (ids from the batch). A process killed between the two writes of a batch
+leaves that batch (at most FLUSH_BATCH records) out of summaries; its records, charges and export
+rows are unaffected. Buckets of processes that never wrote totals (from before they existed) are
+summed by `backfill`.
 """
 
+from collections.abc import AsyncIterator
 from datetime import datetime
 
+import orjson
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
@@ -41,6 +54,35 @@ def buckets_of(batch_id: str, records: list[dict]) -> list[dict]:
     ]
 
 
+def is_error(status: int) -> bool:
+    return not 200 <= status < 300
+
+
+def totals_doc(bucket: dict) -> dict:
+    """The totals document of a bucket: one row [key_id, endpoint, calls, credits, errors] per key and endpoint."""
+    rows = totals_of(bucket["records"])
+    return {
+        "_id": bucket["_id"],
+        "account_id": bucket["account_id"],
+        "lease": bucket["lease"],
+        "day": bucket["day"],
+        # One binary field, not nested arrays: the server decodes one value per document (read as a
+        # year of documents, nested arrays cost seconds on the embedded server); orjson reads it back.
+        "rows": orjson.dumps([[t["key_id"], t["endpoint"], t["n"], t["credits"], t["errors"]] for t in rows]),
+    }
+
+
+def totals_of(records) -> list[dict]:
+    """Calls, credits and errors per (key, endpoint) of some records."""
+    sums: dict[tuple, list[int]] = {}
+    for r in records:
+        row = sums.setdefault((r["key_id"], r["endpoint"]), [0, 0, 0])
+        row[0] += 1
+        row[1] += r["credits"]
+        row[2] += is_error(r["status"])
+    return [{"key_id": k, "endpoint": e, "n": n, "credits": c, "errors": x} for (k, e), (n, c, x) in sums.items()]
+
+
 def flatten(bucket: dict) -> list[dict]:
     """A bucket's records in the shape the rest of the service uses (`_id`, `account_id`, `lease`)."""
     return [
@@ -57,18 +99,56 @@ def flatten(bucket: dict) -> list[dict]:
 class UsageStore:
     def __init__(self, db: AsyncDatabase):
         self.buckets = db.usage_buckets
+        self.totals = db.usage_totals
 
     async def insert_batch(self, batch_id: str, records: list[dict]) -> int:
-        """Writes a batch; buckets already written by an earlier try of the same batch are skipped."""
+        """Writes a batch's buckets, then their totals; what an earlier try of the same batch wrote is skipped."""
         if not records:
             return 0
+        buckets = buckets_of(batch_id, records)
+        inserted = await self._insert(self.buckets, buckets)
+        await self._insert(self.totals, [totals_doc(b) for b in buckets])
+        return inserted
+
+    @staticmethod
+    async def _insert(collection, docs: list[dict]) -> int:
         try:
-            result = await self.buckets.insert_many(buckets_of(batch_id, records), ordered=False)
+            result = await collection.insert_many(docs, ordered=False)
             return len(result.inserted_ids)
         except BulkWriteError as exc:
             if not only_duplicates(exc):
                 raise
             return exc.details["nInserted"]
+
+    async def summary(
+        self, account_id: str, since_day: str, group_by: tuple[str, ...], skip: set[str] = frozenset()
+    ) -> dict[tuple, list[int]]:
+        """(day?, endpoint?, key_id?) -> [calls, credits, errors] over the totals of days from `since_day`
+        (an ISO date, "" for all), except the buckets `skip` (batches this process still holds)."""
+        out: dict[tuple, list[int]] = {}
+        pick = [("day", "endpoint", "key_id").index(name) for name in group_by]
+        query = {"account_id": account_id, "day": {"$gte": since_day}}
+        async for doc in self.totals.find(query, {"day": 1, "rows": 1}):
+            if doc["_id"] in skip:
+                continue
+            day = doc["day"]
+            for key_id, endpoint, n, credits, errors in orjson.loads(doc["rows"]):
+                values = (day, endpoint, key_id)
+                row = out.setdefault(tuple(values[i] for i in pick), [0, 0, 0])
+                row[0] += n
+                row[1] += credits
+                row[2] += errors
+        return out
+
+    async def backfill(self) -> int:
+        """Writes the totals of buckets of processes that never wrote any (buckets from before totals existed)."""
+        done = set(await self.totals.distinct("lease"))
+        count = 0
+        for lease in await self.buckets.distinct("lease"):
+            if lease not in done:
+                async for bucket in self.buckets.find({"lease": lease}):  # one bucket in memory at a time
+                    count += await self._insert(self.totals, [totals_doc(bucket)])
+        return count
 
     async def recent(self, account_id: str, since: datetime, limit: int) -> list[dict]:
         """The newest `limit` records since `since`, reading buckets newest first only as far as needed."""
@@ -81,6 +161,15 @@ class UsageStore:
             found.extend(r for r in flatten(bucket) if r["ts"] >= since)
             found.sort(key=lambda r: r["ts"], reverse=True)
         return found[:limit]
+
+    async def stream(self, account_id: str, since: datetime, until: datetime) -> AsyncIterator[dict]:
+        """Every stored record of the account in [since, until], bucket by bucket, day by day (the index
+        order, so that the server does not sort the period in memory); a few buckets in memory at a time."""
+        query = {"account_id": account_id, "day": {"$gte": since.date().isoformat(), "$lte": until.date().isoformat()}}
+        async for bucket in self.buckets.find(query, batch_size=16).sort([("account_id", 1), ("day", 1)]):
+            for record in bucket["records"]:
+                if since <= record["ts"] <= until:
+                    yield record
 
     async def records(self, query: dict) -> list[dict]:
         """Every record of the buckets matching `query` (tests and reconciliation tools)."""

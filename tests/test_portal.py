@@ -138,7 +138,14 @@ async def test_key_lifecycle(api):
     assert created["key"].startswith(created["prefix"])
     status, listed, _ = await api.call("GET", "/keys", token=token)
     assert status == 200 and len(listed) == 1
-    assert set(listed[0]) == {"key_id", "name", "prefix", "qps_limit", "revoked", "created_at", "last_used_at"}
+    assert set(listed[0]) == {"key_id", "name", "prefix", "qps_limit", "revoked", "created_at", "last_used_at"} | {
+        "expires_at",
+        "allowed_endpoints",
+        "allowed_ips",
+        "credit_limit",
+        "credit_limit_period",
+        "credits_used",
+    }
     assert created["key"] not in str(listed)
     status, revealed, _ = await api.call("GET", f"/keys/{created['key_id']}/reveal", token=token)
     assert status == 200 and revealed == {"key_id": created["key_id"], "key": created["key"]}

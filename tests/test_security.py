@@ -245,6 +245,8 @@ async def test_every_object_route_answers_404_to_another_account(api, app, catal
         r"/keys/([^/]+)/reveal$": ("GET", f"/keys/{key['key_id']}/reveal", None, "Key not found"),
         r"/keys/([^/]+)/revoke$": ("POST", f"/keys/{key['key_id']}/revoke", None, "Key not found"),
         r"/keys/([^/]+)/topup$": ("POST", f"/keys/{key['key_id']}/topup", {"credits": 5}, "Key not found"),
+        r"/keys/([^/]+)$": ("PATCH", f"/keys/{key['key_id']}", {"allowed_ips": ["10.0.0.1"]}, "Key not found"),
+        r"/keys/([^/]+)/roll$": ("POST", f"/keys/{key['key_id']}/roll", {"grace_seconds": 0}, "Key not found"),
         r"/billing/crypto/orders/([^/]+)$": (
             "GET",
             f"/billing/crypto/orders/{order['order_id']}",
@@ -265,8 +267,9 @@ async def test_every_object_route_answers_404_to_another_account(api, app, catal
     for method, path, body in by_body:
         status, answer, _ = await api.call(method, path, body, token=other["token"])
         assert status == 404 and answer == {"detail": "Order not found"}, path
-    # Nothing changed for the owner: key live, credits and order untouched.
-    assert (await api.call("GET", "/keys", token=owner["token"]))[1][0]["revoked"] is False
+    # Nothing changed for the owner: key live and unrestricted, not rolled, credits and order untouched.
+    (row,) = (await api.call("GET", "/keys", token=owner["token"]))[1]
+    assert row["revoked"] is False and row["allowed_ips"] is None and row["expires_at"] is None
     assert (await api.call("GET", "/account", token=owner["token"]))[1]["credits"] == 1000
     status, mine, _ = await api.call("GET", f"/billing/crypto/orders/{order['order_id']}", token=owner["token"])
     assert status == 200 and mine["amount_received"]["amount"] == 0
@@ -459,7 +462,17 @@ OPERATOR = {"$gt": ""}
 BODIES = {  # every JSON body the portal takes, with a valid value for each field
     "/auth/register": (auth.CREDENTIALS, {"email": "x@example.com", "password": PASSWORD}),
     "/auth/login": (auth.LOGIN, {"email": "x@example.com", "password": PASSWORD}),
-    "/keys": (keys.KEY_CREATE, {"name": "n"}),
+    "/keys": (
+        keys.KEY_CREATE,
+        {
+            "name": "n",
+            "expires_at": "2999-01-01T00:00:00Z",
+            "allowed_endpoints": ["users"],
+            "allowed_ips": ["10.0.0.0/8"],
+            "credit_limit": 100,
+            "credit_limit_period": "day",
+        },
+    ),
     "/keys/1/topup": (keys.TOP_UP, {"credits": 5}),
     "/billing/crypto/checkout": (billing.CHECKOUT, {"currency": "USDTTRC20", "amount_usd": 10}),
     "/billing/crypto/sandbox/pay": (

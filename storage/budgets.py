@@ -1,0 +1,55 @@
+"""Per-key credit budgets: what the keys of one budget may still spend in a period.
+
+One document per budget and period, `{_id: "<budget_id>:<period>", taken}`. `taken` counts the
+credits spent in the period before the document existed (read from the usage buckets when it is
+created) plus every slice a process has taken since, minus what processes gave back. A process
+spends only from slices it holds (accounting/meter.py), and slices are taken only while
+`taken + slice <= limit`, so no number of processes can spend more than the limit.
+"""
+
+from collections.abc import Awaitable, Callable
+
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import DuplicateKeyError
+
+CAS_ATTEMPTS = 8
+
+
+class BudgetStore:
+    def __init__(self, db: AsyncDatabase):
+        self.budgets = db.key_budgets
+
+    async def take(
+        self,
+        budget_id: int,
+        period: str,
+        limit: int,
+        want: int,
+        one_call: int,
+        spent_so_far: Callable[[], Awaitable[int]],
+    ) -> int:
+        """Moves up to `want` credits into a slice: at most half of what the limit leaves (so that other
+        processes spending from the budget still find some) but at least `one_call`, and never more than
+        is left; 0 when nothing is left."""
+        _id = f"{budget_id}:{period}"
+        for _ in range(CAS_ATTEMPTS):
+            doc = await self.budgets.find_one({"_id": _id})
+            if doc is None:
+                try:
+                    await self.budgets.insert_one({"_id": _id, "taken": await spent_so_far()})
+                except DuplicateKeyError:
+                    pass  # another process created it meanwhile
+                continue
+            left = limit - doc["taken"]
+            grant = min(left, max(one_call, min(want, left // 2)))
+            if grant <= 0:
+                return 0
+            # Compare-and-set on `taken`: a concurrent take in another process makes this one read again.
+            result = await self.budgets.update_one({"_id": _id, "taken": doc["taken"]}, {"$inc": {"taken": grant}})
+            if result.modified_count:
+                return grant
+        return 0
+
+    async def give_back(self, budget_id: int, period: str, amount: int) -> None:
+        if amount > 0:
+            await self.budgets.update_one({"_id": f"{budget_id}:{period}"}, {"$inc": {"taken": -amount}})
