@@ -204,13 +204,14 @@ class KeysHandler(KeysBase):
         body = properties_of(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
         check_budget(body)
         most = self.ctx.settings.max_keys_per_account
-        if await self.ctx.keys.count_active(account_id) >= most:
-            raise ApiError(409, _TOO_MANY.format(most))
-        secret, key = await issue(self.ctx, account_id, body.pop("name", None) or "default", body)
-        # Concurrent creations may all pass the count above: the ones with the highest ids give way.
-        if await self.ctx.keys.count_active(account_id, up_to=key["key_id"]) > most:
-            await self.ctx.keys.delete(key["key_id"])
-            raise ApiError(409, _TOO_MANY.format(most))
+        async with self.ctx.keys.creating(account_id):
+            if await self.ctx.keys.count_active(account_id) >= most:
+                raise ApiError(409, _TOO_MANY.format(most))
+            secret, key = await issue(self.ctx, account_id, body.pop("name", None) or "default", body)
+            # Other processes may create at the same moment: the highest ids past the cap give way.
+            if await self.ctx.keys.count_active(account_id, up_to=key["key_id"]) > most:
+                await self.ctx.keys.delete(key["key_id"])
+                raise ApiError(409, _TOO_MANY.format(most))
         self.log_fields["key_id"] = key["key_id"]
         # 200, not 201: the spec says every success is HTTP 200.
         self.send_json({**_row(key, await self.qps_of(account_id), 0), "key": secret})

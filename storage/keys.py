@@ -1,5 +1,8 @@
 """API keys: integer ids from a counter, digest for lookup, sealed secret for reveal."""
 
+import asyncio
+import contextlib
+
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -31,6 +34,21 @@ class KeyStore:
     def __init__(self, db: AsyncDatabase):
         self.keys = db.keys
         self.counters = db.counters
+        self._creating: dict[str, list] = {}  # account -> [lock, holders and waiters]
+
+    @contextlib.asynccontextmanager
+    async def creating(self, account_id: str):
+        """One key creation of an account at a time in this process: the key cap is counted, then the key
+        inserted, and concurrent creations must not all pass the count before any of them is inserted."""
+        entry = self._creating.setdefault(account_id, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._creating[account_id]
 
     async def _next_id(self) -> int:
         # Concurrent first upserts of the counter can race: the loser sees no document; it asks again.
