@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -26,12 +27,13 @@ from app.context import build_context
 from app.embedded import DataDirBusy, Helpers, start_helpers
 from app.server import make_server, port_problem
 from app.tasks import start_background
-from handlers import account, admin, auth, billing, keys, ops, sandbox, social
+from handlers import accesslog, account, admin, auth, billing, keys, ops, sandbox, social
 from handlers.base import NotFoundHandler
 from handlers.context import Context
 from metering.pricing import Prices
 
 log = logging.getLogger("gateway")
+GC_GEN0 = 20_000
 
 
 # --- 1. settings ---------------------------------------------------------------------------------
@@ -58,18 +60,10 @@ def with_dev_secrets(settings: config.Settings) -> config.Settings:
 
 # --- 2. the application (the context is built by app/context.py) --------------------------------------------------------------------------
 def make_app(ctx: Context) -> tornado.web.Application:
-    routes = (
-        auth.routes
-        + keys.routes
-        + account.routes
-        + social.routes
-        + billing.routes
-        + admin.routes
-        + ops.routes
-        + sandbox.routes
-    )
-    if ctx.settings.twitter_alias:
-        routes += social.alias_routes
+    # Tornado tries the rules in order: the data plane's first, so a data call does not test every portal
+    # pattern before its own (no pattern overlaps another).
+    routes = social.routes + (social.alias_routes if ctx.settings.twitter_alias else [])
+    routes += auth.routes + keys.routes + account.routes + billing.routes + admin.routes + ops.routes + sandbox.routes
     if not ctx.settings.metrics_port:
         routes += ops.metrics_routes
     bound = [(route[0], route[1], {"ctx": ctx, **(route[2] if len(route) > 2 else {})}) for route in routes]
@@ -130,7 +124,10 @@ async def serve(
     """One gateway process; with `sockets`, worker `worker` of `serve --workers N` (app/workers.py).
     `settings` name the database and upstream; `helpers` are what was started for them here."""
     ctx = await build_context(settings, worker)
+    # main() sent logging to stderr in LOG_FORMAT: access lines go there in batches, in the same format.
+    ctx.access_log.stream = sys.stderr
     server = make_server(make_app(ctx), settings)  # body, header and slow-client limits (app/server.py)
+    tune_gc()
     if sockets:
         server.add_sockets(sockets)
     else:
@@ -154,7 +151,17 @@ async def serve(
         metrics_server.stop()
     await shutdown(ctx, tasks)
     await server.close_all_connections()
+    ctx.access_log.flush()  # the lines of the last calls
     log.info("stopped cleanly")
+
+
+def tune_gc() -> None:
+    """Garbage collection off the per-call budget: what start-up built lives as long as the process, so it
+    leaves the collector's view (gc.freeze), and young collections run every GC_GEN0 allocations instead
+    of every 700. Measured under load: collections cost ~35 us per call, mostly full passes over start-up
+    objects; with this, a few."""
+    gc.freeze()
+    gc.set_threshold(GC_GEN0, 20, 50)
 
 
 def announce(settings: config.Settings, helpers: Helpers, workers_line: str = "") -> None:
@@ -178,6 +185,10 @@ def announce(settings: config.Settings, helpers: Helpers, workers_line: str = ""
 
 def run_service(settings: config.Settings, count: int) -> int:
     """Starts what the settings leave embedded, then one gateway here or `count` forked ones."""
+    if settings.event_loop == "uvloop":  # every asyncio.run below (and in forked workers) runs on uvloop
+        import uvloop
+
+        uvloop.install()
     try:
         helpers = start_helpers(settings)
     except DataDirBusy as exc:
@@ -230,7 +241,7 @@ VERBATIM_LOGGERS = ("pymongo",)
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format=accesslog.LOG_FORMAT)
     for name in VERBATIM_LOGGERS:
         logger = logging.getLogger(name)
         logger.setLevel(max(logging.INFO, logging.getLogger().level))

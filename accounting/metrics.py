@@ -1,22 +1,41 @@
 """Counters the service keeps about itself (exposed by the ops endpoints)."""
 
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 
-from prometheus_client import Histogram
+from prometheus_client.core import HistogramMetricFamily
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-def _latency() -> Histogram:
-    # registry=None: one histogram per context, exposed by handlers/ops.py rather than a global registry.
-    return Histogram(
-        "gateway_request_duration_seconds",
-        "Time from request start to the last byte, by route.",
-        ["route"],
-        buckets=LATENCY_BUCKETS,
-        registry=None,
-    )
+class LatencyHistogram:
+    """Request latency by route, as a Prometheus histogram built at scrape time. An observation is one
+    bisect and two additions (prometheus_client's Histogram takes a lock and walks every bucket)."""
+
+    def __init__(self, buckets: tuple[float, ...] = LATENCY_BUCKETS):
+        self.buckets = buckets
+        self.routes: dict[str, list] = {}  # route -> [count per bucket (+Inf last)..., sum of seconds]
+
+    def observe(self, route: str, seconds: float) -> None:
+        counts = self.routes.get(route)
+        if counts is None:
+            counts = self.routes[route] = [0] * (len(self.buckets) + 1) + [0.0]
+        counts[bisect_left(self.buckets, seconds)] += 1
+        counts[-1] += seconds
+
+    def collect(self):
+        family = HistogramMetricFamily(
+            "gateway_request_duration_seconds", "Time from request start to the last byte, by route.", labels=["route"]
+        )
+        bounds = [str(b) for b in self.buckets] + ["+Inf"]
+        for route, counts in sorted(self.routes.items()):
+            cumulative, running = [], 0
+            for bound, count in zip(bounds, counts):
+                running += count
+                cumulative.append((bound, running))
+            family.add_metric([route], cumulative, counts[-1])
+        yield family
 
 
 @dataclass
@@ -32,4 +51,4 @@ class Metrics:
     loop_lag_seconds: float = 0.0  # how late the last periodic wake-up ran (app/tasks.py)
     loop_lag_max_seconds: float = 0.0
     loop_stalls: int = 0  # wake-ups later than the alarm threshold
-    latency: Histogram = field(default_factory=_latency)  # observed in BaseHandler.on_finish
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)  # observed in BaseHandler.on_finish

@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from accounting.coherence import Coherence
+from handlers.accesslog import FLUSH_SECONDS
 from handlers.context import Context
 from storage.admin import REFRESH_SECONDS
 from storage.changes import ChangeFeed
@@ -64,6 +65,13 @@ async def watch_loop_lag(ctx: Context) -> None:
             log.warning("event loop stalled: a periodic callback ran %.0f ms late", lag * 1000)
 
 
+async def flush_access_log(ctx: Context) -> None:
+    """Writes the waiting access-log lines every FLUSH_SECONDS (handlers/accesslog.py)."""
+    while True:
+        await asyncio.sleep(FLUSH_SECONDS)
+        ctx.access_log.flush()
+
+
 async def forget_idle_buckets(ctx: Context, now: float | None = None) -> None:
     """Drops the rate-limit buckets of keys idle for BUCKET_IDLE_SECONDS (`now`: the handlers' monotonic clock)."""
     ctx.limiter.forget_idle(time.monotonic() if now is None else now, BUCKET_IDLE_SECONDS)
@@ -74,6 +82,7 @@ def start_background(ctx: Context) -> list[asyncio.Task]:
     tasks = {
         "flusher": flush_usage(ctx),
         "loop-lag": watch_loop_lag(ctx),
+        "access-log": flush_access_log(ctx),
         # Heartbeat, idle surplus back to the balance, dead processes' leases reclaimed.
         "leases": every(settings.lease_timeout / 6, ctx.meter.maintain, "lease maintenance"),
         "admin-rollups": every(REFRESH_SECONDS, ctx.admin.refresh, "admin rollup refresh"),

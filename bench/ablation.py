@@ -28,8 +28,11 @@ KEY = "ablation-upstream-key"
 VARIANTS = [
     ("gateway", {}),
     ("gateway, no change stream", {"COHERENCE": "off"}),
-    ("gateway, no usage flushes", {"FLUSH_INTERVAL": "3600", "BUFFER_MAX": "10000000"}),
-    ("gateway, neither", {"COHERENCE": "off", "FLUSH_INTERVAL": "3600", "BUFFER_MAX": "10000000"}),
+    ("gateway, no usage flushes", {"FLUSH_INTERVAL": "3600", "FLUSH_BATCH": "10000000", "BUFFER_MAX": "10000000"}),
+    (
+        "gateway, neither",
+        {"COHERENCE": "off", "FLUSH_INTERVAL": "3600", "FLUSH_BATCH": "10000000", "BUFFER_MAX": "10000000"},
+    ),
 ]
 
 

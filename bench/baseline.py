@@ -3,6 +3,7 @@
 
 import argparse
 import asyncio
+import os
 
 import tornado.web
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
@@ -45,4 +46,10 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    if (
+        os.environ.get("EVENT_LOOP") == "uvloop"
+    ):  # as the gateway's EVENT_LOOP, for `./dev bench --static --loop uvloop`
+        import uvloop
+
+        uvloop.install()
     asyncio.run(main())

@@ -7,6 +7,9 @@ gateway's p99 vs. the baseline's at half the baseline's saturation rate, and Mon
 round trips per data call (the gateway's own PyMongo command-monitoring counter).
 
     ./dev bench [--seconds 10] [--connections 32] [--accounts 50] [--workers 1]
+
+`./dev bench --static` measures the gateway's own cost instead: a static upstream (nginx), 300 keys of
+10 accounts, the goals of issue 16 (bench/static.py).
 """
 
 import argparse
@@ -141,8 +144,27 @@ def main() -> None:
     parser.add_argument("--accounts", type=int, default=50)
     parser.add_argument("--keys-per-account", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="gateway processes on the port (serve --workers N)")
-    parser.add_argument("--out", default=os.path.join(HERE, "results", "latest.json"))
+    parser.add_argument("--out", default=None, help="where the JSON goes (bench/results/latest.json or static.json)")
+    parser.add_argument(
+        "--static", action="store_true", help="static upstream, the gateway's own cost (bench/static.py)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--static: alternating saturation rounds of each")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio", help="--static: event loop of both")
     args = parser.parse_args()
+    if args.static:
+        from bench import static
+
+        if "--seconds" not in sys.argv:
+            args.seconds = 6
+        result = static.run(args)
+        out = args.out or os.path.join(HERE, "results", f"static-{args.loop}.json")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "w") as fh:
+            json.dump(result, fh, indent=2)
+        print(static.report(result))
+        print(f"(figures: {out})")
+        return
+    args.out = args.out or os.path.join(HERE, "results", "latest.json")
 
     work = tempfile.mkdtemp(prefix="gw-bench-")
     mongo = EmbeddedMongo(os.path.join(work, "db")).start()

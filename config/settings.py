@@ -8,6 +8,7 @@ TOML file named by CONFIG_FILE, and the environment. The result is a frozen
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import ipaddress
 import os
 import sys
@@ -263,6 +264,9 @@ class Settings:
         0, "If set, /metrics is served only on this port (0: on the main port).", "METRICS_PORT"
     )
     access_log: bool = _setting(True, "One JSON line per request on the gateway.access logger.", "ACCESS_LOG")
+    event_loop: str = _setting(
+        "asyncio", "asyncio, or uvloop (pip install 'social-gateway[uvloop]'): the event loop of serve.", "EVENT_LOOP"
+    )
 
     @property
     def production(self) -> bool:
@@ -405,6 +409,10 @@ def validate(settings: Settings) -> None:
         raise SettingsError("BREAKER_MIN_ACCOUNTS and ACCOUNT_FAILURE_BUDGET must be at least 1")
     if settings.coherence not in ("changestream", "poll", "off"):
         raise SettingsError("COHERENCE must be changestream, poll or off")
+    if settings.event_loop not in ("asyncio", "uvloop"):
+        raise SettingsError("EVENT_LOOP must be asyncio or uvloop")
+    if settings.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise SettingsError("EVENT_LOOP=uvloop needs uvloop: pip install 'social-gateway[uvloop]'")
     if settings.qps_divisor < 1:
         raise SettingsError("QPS_DIVISOR must be at least 1")
     if settings.order_ttl_seconds < 1:

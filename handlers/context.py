@@ -1,7 +1,7 @@
 """The one typed context every handler and background task works from (built by app/context.py)."""
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pymongo import AsyncMongoClient
 
@@ -10,6 +10,7 @@ from accounting.meter import Meter
 from accounting.metrics import Metrics
 from accounting.sessions import Sessions
 from config.settings import Settings
+from handlers.accesslog import AccessLog
 from metering.limiter import RateLimiter
 from metering.pricing import Prices
 from payments.service import Payments
@@ -47,3 +48,4 @@ class Context:
     sessions: Sessions  # session token checks, logout, password change (accounting/sessions.py)
     failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
+    access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

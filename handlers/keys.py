@@ -166,10 +166,14 @@ class KeysBase(BaseHandler):
         keys = await self.ctx.keys.list(account_id, limit, before)
         used = await self.ctx.meter.credits_used(account_id, keys)
         qps = await self.qps_of(account_id)
-        return [_row(k, qps, used[k["key_id"]]) for k in keys if only is None or k["key_id"] == only]
+        seen = self.ctx.meter.last_used_at
+        return [_row(k, qps, used[k["key_id"]], seen(k["key_id"])) for k in keys if only is None or k["key_id"] == only]
 
 
-def _row(key: dict, qps: float, credits_used: int) -> dict:
+def _row(key: dict, qps: float, credits_used: int, seen: datetime | None = None) -> dict:
+    """`seen`: this process's newest use of the key, which may be newer than the stored last_used_at
+    (stored as the minute of the newest use, at most once a minute: accounting/meter.py)."""
+    stored = key.get("last_used_at")
     return {
         "key_id": key["key_id"],
         "name": key["name"],
@@ -177,7 +181,7 @@ def _row(key: dict, qps: float, credits_used: int) -> dict:
         "qps_limit": qps,
         "revoked": key["revoked"],
         "created_at": key["created_at"],
-        "last_used_at": key.get("last_used_at"),
+        "last_used_at": max(stored, seen) if stored and seen else stored or seen,
         **{name: key.get(name) for name in PROPERTIES},
         "credits_used": credits_used,
     }

@@ -13,14 +13,12 @@ import re
 import time
 from datetime import UTC, datetime
 
-import orjson
-
 from accounting.meter import BudgetExhausted, KeyEntry, LeasesExpired
 from handlers.base import ApiError, BaseHandler, NotFoundHandler, parse_address
-from handlers.validation import ValidationError, error, length, missing, parse_bool, parse_int
+from handlers.validation import ValidationError, check_length, error, missing, parse_bool, parse_int
 from metering.ledger import Reservation, period_end
 from metering.plans import Plan
-from social.endpoints import CURSOR_MAX, ENDPOINTS, Endpoint, count_items, page_size
+from social.endpoints import CURSOR_MAX, ENDPOINTS, Endpoint, page_size, read_answer
 from social.upstream import UpstreamError
 
 
@@ -51,7 +49,7 @@ def parse_args(endpoint: Endpoint, arguments: dict[str, list[bytes]]) -> dict:
             elif param.choices:
                 args[param.name] = _choice(value, loc, param.choices)
             else:
-                length(1, 1000)(value, loc)
+                check_length(value, loc, 1, 1000)
                 args[param.name] = value
         except ValidationError as exc:
             errors.extend(exc.errors)
@@ -70,7 +68,7 @@ def _choice(value: str, loc: list, choices: tuple[str, ...]) -> str:
 
 def _cursor(value: str, loc: list) -> str:
     # Opaque upstream: refuse only what cannot be a cursor (see social/endpoints.py).
-    length(1, CURSOR_MAX)(value, loc)
+    check_length(value, loc, 1, CURSOR_MAX)
     if not all("!" <= c <= "~" for c in value):
         raise ValidationError(
             [error(loc, "Cursor should be next_cursor of a previous page (printable ASCII, no spaces)", "value_error")]
@@ -203,13 +201,11 @@ class DataHandler(BaseHandler):
         except BaseException:
             meter.release(reservation)
             raise
-        charged, status, body = 0, upstream.status, None
+        charged, status, answer = 0, upstream.status, None
         if 200 <= status < 300:
-            try:
-                body = orjson.loads(upstream.body)
-            except orjson.JSONDecodeError:
-                body = None
-            if not isinstance(body, dict):
+            # Only the status and the item count, read without building the page (social/endpoints.py).
+            answer = read_answer(endpoint, upstream.body)
+            if answer is None:
                 status = 502  # untrusted upstream: a 2xx that is not a JSON object is a failure
         if status in (401, 403) or status >= 500:
             # Upstream auth failures are ours, not the client's: never pass them off as a bad client key.
@@ -219,9 +215,8 @@ class DataHandler(BaseHandler):
             meter.record(key, route, 502, 0, self.request_id)
             ctx.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")
-        if body is not None and body.get("status") != "error":
-            items = count_items(endpoint, body)
-            charged = meter.settle(reservation, ctx.prices.cost(endpoint.price, items, size))
+        if answer is not None and not answer[0]:
+            charged = meter.settle(reservation, ctx.prices.cost(endpoint.price, answer[1], size))
         else:
             meter.release(reservation)  # upstream 4xx or an error body: passed through, not charged
         meter.record(key, route, status, charged, self.request_id)

@@ -45,11 +45,12 @@ def length(minimum: int, maximum: int) -> Callable[[str, list], None]:
 
 
 _TRUE, _FALSE = {"true", "1"}, {"false", "0"}
+_BOOL = _TRUE | _FALSE
 
 
 def parse_bool(raw: str, loc: list) -> bool:
     value = raw.strip().lower()
-    if value in _TRUE | _FALSE:
+    if value in _BOOL:
         return value in _TRUE
     raise ValidationError([error(loc, "Input should be a valid boolean, unable to interpret input", "bool_parsing")])
 

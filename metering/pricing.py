@@ -40,6 +40,7 @@ class Prices:
         rules = {**DEFAULT_RULES, **(overrides or {})}
         self.minimum = int(rules.pop("minimum"))
         self.rules = rules
+        self._memo: dict[tuple[str, int, int], int] = {}
         for name, rule in rules.items():
             if not isinstance(rule, dict) or len({"each", "call", "tiers"} & set(rule)) != 1:
                 raise PriceError(f"price rule {name!r} needs exactly one of each, call, tiers")
@@ -62,6 +63,16 @@ class Prices:
 
     def cost(self, rule_name: str, items: int, size: int) -> int:
         """Credits for a successful call that returned `items` for a page size of `size`."""
+        # Every call prices the same few (rule, items, size) triples three times: remember the answers.
+        memo = self._memo
+        known = memo.get((rule_name, items, size))
+        if known is None:
+            if len(memo) >= 65_536:
+                memo.clear()
+            known = memo[(rule_name, items, size)] = self._cost(rule_name, items, size)
+        return known
+
+    def _cost(self, rule_name: str, items: int, size: int) -> int:
         rule = self.rules[rule_name]
         minimum = max(self.minimum, int(rule.get("minimum", 0)))
         if "call" in rule:

@@ -20,6 +20,11 @@ class UsageBuffer:
         return len(self._pending) + len(self._in_flight)
 
     @property
+    def waiting(self) -> int:
+        """Records not yet part of a batch being written."""
+        return len(self._pending)
+
+    @property
     def full(self) -> bool:
         return len(self) >= self.max_records
 

@@ -31,7 +31,8 @@ class KeyVault:
         return PREFIX + body + self._tag(body)
 
     def _tag(self, body: str) -> str:
-        return base64.urlsafe_b64encode(hmac.new(self._tag_key, body.encode(), hashlib.sha256).digest()[:6]).decode()
+        # hmac.digest: OpenSSL's one-shot HMAC, the same value as hmac.new(...).digest() at half the cost.
+        return base64.urlsafe_b64encode(hmac.digest(self._tag_key, body.encode(), "sha256")[:6]).decode()
 
     def plausible(self, secret: str) -> bool:
         """False for a string this vault cannot have issued, decided without I/O (constant-time tag check)."""
@@ -45,7 +46,7 @@ class KeyVault:
         return secret[: len(PREFIX) + 6]
 
     def digest(self, secret: str) -> str:
-        return hmac.new(self._digest_key, secret.encode(), hashlib.sha256).hexdigest()
+        return hmac.digest(self._digest_key, secret.encode(), "sha256").hex()
 
     def encrypt(self, secret: str, key_id: int) -> str:
         nonce = os.urandom(12)

@@ -2,8 +2,9 @@
 
 import asyncio
 import contextlib
+from datetime import datetime
 
-from pymongo import ReturnDocument, UpdateOne
+from pymongo import ReturnDocument, UpdateMany
 from pymongo.asynchronous.database import AsyncDatabase
 
 from storage.accounts import now_utc
@@ -140,9 +141,13 @@ class KeyStore:
             return_document=ReturnDocument.AFTER,
         )
 
-    async def touch(self, last_used: dict[int, object]) -> None:
-        """Batched last_used_at, written with the usage flush."""
-        if last_used:
+    async def touch(self, last_used: dict[int, datetime]) -> None:
+        """Batched last_used_at (key id -> a minute), one statement per distinct minute, in one round trip."""
+        by_minute: dict[datetime, list[int]] = {}
+        for key_id, minute in last_used.items():
+            by_minute.setdefault(minute, []).append(key_id)
+        if by_minute:
             await self.keys.bulk_write(
-                [UpdateOne({"_id": k}, {"$max": {"last_used_at": ts}}) for k, ts in last_used.items()], ordered=False
+                [UpdateMany({"_id": {"$in": ids}}, {"$max": {"last_used_at": m}}) for m, ids in by_minute.items()],
+                ordered=False,
             )

@@ -48,7 +48,19 @@ def buckets_of(batch_id: str, records: list[dict]) -> list[dict]:
             "ts_max": group[-1]["ts"],
             "n": len(group),
             "credits": sum(r["credits"] for r in group),
-            "records": [{"id": r["_id"], **{f: r[f] for f in _RECORD_FIELDS}} for r in group],
+            # Spelled out rather than built from _RECORD_FIELDS: this runs for every call's record.
+            "records": [
+                {
+                    "id": r["_id"],
+                    "key_id": r["key_id"],
+                    "endpoint": r["endpoint"],
+                    "ts": r["ts"],
+                    "credits": r["credits"],
+                    "status": r["status"],
+                    "request_id": r["request_id"],
+                }
+                for r in group
+            ],
         }
         for (account_id, lease, day), group in groups.items()
     ]

@@ -2,6 +2,7 @@
 access logs without secrets, trusted proxies, and the SIGHUP reload."""
 
 import dataclasses
+import io
 import logging
 import re
 import time
@@ -20,7 +21,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 import gateway
 from app.context import build_context
 from app.embedded import EmbeddedMongo, free_port
-from handlers import ops
+from handlers import accesslog, ops
+from handlers.accesslog import AccessLog
 from social.endpoints import ENDPOINTS
 
 pytestmark = [pytest.mark.gen_test(timeout=60), pytest.mark.settings(admin_emails="ops-admin@example.com")]
@@ -345,6 +347,25 @@ async def test_access_log_lines_carry_no_secrets(api, ctx, catalog, caplog):
         ctx.settings.secrets_key,
     ):
         assert secret not in text
+
+
+def test_batched_access_lines_are_the_lines_logging_would_write():
+    """handlers/accesslog.py formats its lines itself (off the request path): byte for byte what the
+    `logging` setup of gateway.main would have written for the same record."""
+    stream, expected = io.StringIO(), io.StringIO()
+    access = AccessLog(stream)
+    handler = logging.StreamHandler(expected)
+    handler.setFormatter(logging.Formatter(accesslog.LOG_FORMAT))
+    for created in (1_700_000_000.0, 1_700_000_000.999_9, 1_700_000_059.5, 1_700_003_600.001):
+        fields = {"request_id": "r1", "method": "GET", "route": "/social/user/info", "status": 200, "ms": 1.5}
+        access.waiting.append((created, orjson.dumps(fields)))
+        record = logging.LogRecord(
+            accesslog.LOGGER, logging.INFO, __file__, 1, "%s", (orjson.dumps(fields).decode(),), None
+        )
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        handler.emit(record)
+    access.flush()
+    assert stream.getvalue() == expected.getvalue() and access.waiting == []
 
 
 async def test_request_id_is_generated_when_unusable(api, caplog):

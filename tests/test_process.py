@@ -2,6 +2,7 @@
 flush window, never leaves a charge without its record, and a restart returns the dead lease."""
 
 import asyncio
+import re
 import signal
 import uuid
 
@@ -80,3 +81,35 @@ async def test_sigkill_then_restart_reconciles(mongo, upstream_url, catalog):
     assert "detail" in status
     gw2.proc.send_signal(signal.SIGTERM)
     assert gw2.proc.wait(30) == 0
+
+
+async def test_served_access_log_lines_are_batched_in_the_log_format(mongo, upstream_url, catalog, tmp_path):
+    log_path = tmp_path / "gateway.log"
+    gw = Gateway(mongo.uri, upstream_url, f"p_{uuid.uuid4().hex[:10]}", LOG_LEVEL="INFO")
+    with open(log_path, "wb") as log:
+        gw.stderr = log
+        await gw.launch()
+    user, keys, _ = await account_with_keys(gw, INITIAL, 1)
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    response = await gw.call("GET", path, **{"X-API-Key": keys[0], "X-Request-ID": "served-1"})
+    assert response.code == 200
+
+    def access_lines() -> list[str]:
+        return [line for line in log_path.read_text().splitlines() if " INFO gateway.access: " in line]
+
+    for _ in range(100):  # written within the access log's flush interval, while the process runs
+        if any('"served-1"' in line for line in access_lines()):
+            break
+        await asyncio.sleep(0.05)
+    line = next(line for line in access_lines() if '"served-1"' in line)
+    # The shape every other log line has (LOG_FORMAT): date, time with milliseconds, level, logger.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO gateway\.access: \{.*\}", line)
+    data = orjson.loads(line.split(": ", 1)[1])
+    assert list(data)[:7] == ["request_id", "method", "route", "status", "ms", "ip", "account"]
+    assert data["route"] == "/social/user/info" and data["status"] == 200 and data["account"] == user["account_id"]
+    assert data["credits"] == int(response.headers["X-Credits-Charged"]) and keys[0] not in log_path.read_text()
+    # The lines of the last calls are written on shutdown, not lost with the buffer.
+    last = await gw.call("GET", "/healthz", **{"X-Request-ID": "served-last"})
+    assert last.code == 200
+    assert gw.stop() == 0
+    assert any('"served-last"' in line for line in access_lines())

@@ -41,6 +41,7 @@ def test_a_bad_config_file_is_refused_with_a_reason(tmp_path, content, message):
         ({"PLAN_RULES": '[{"name": "x", "qps": 5}]'}, "PLAN_RULES"),
         ({"PRICE_RULES": '{"tweets": {"each": "15"}}'}, "PRICE_RULES"),
         ({"UPSTREAM_PATH_PREFIX": "twitter"}, "UPSTREAM_PATH_PREFIX"),
+        ({"EVENT_LOOP": "trio"}, "EVENT_LOOP must be asyncio or uvloop"),
     ],
 )
 def test_invalid_settings_stop_the_start(environ, message):

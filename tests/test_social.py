@@ -430,3 +430,65 @@ async def test_upstream_connections_are_reused(api, ctx, catalog):
         await asyncio.gather(*[api.call("GET", path, key=key["key"]) for _ in range(5)])
     assert sim.stats["requests"] == 50 and sim.stats["connections"] <= 8
     sim.stop()
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600, flush_batch=5)
+async def test_a_batch_being_written_does_not_trigger_the_next_flush(api, ctx, catalog):
+    user, key = await api.funded_key(100_000)
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    real_insert, writes = ctx.meter.usage.insert_batch, []
+    gate = asyncio.Event()
+
+    async def slow_insert(batch_id, records):
+        writes.append(len(records))
+        await gate.wait()  # the database is slow: calls go on meanwhile
+        await real_insert(batch_id, records)
+
+    ctx.meter.usage.insert_batch = slow_insert
+    for _ in range(5):  # FLUSH_BATCH records wait: the flusher starts at once
+        assert (await api.call("GET", path, key=key["key"]))[0] == 200
+    for _ in range(50):
+        if writes:
+            break
+        await asyncio.sleep(0.01)
+    assert writes == [5]
+    for _ in range(4):  # fewer than FLUSH_BATCH new records, however many are in flight
+        assert (await api.call("GET", path, key=key["key"]))[0] == 200
+    gate.set()
+    await asyncio.sleep(0.2)
+    assert writes == [5] and len(ctx.meter.buffer) == 4  # no flush of a partial batch before FLUSH_INTERVAL
+    assert (await api.call("GET", path, key=key["key"]))[0] == 200  # the fifth new record: a batch again
+    for _ in range(50):
+        if len(writes) == 2 and not len(ctx.meter.buffer):
+            break
+        await asyncio.sleep(0.01)
+    assert writes == [5, 5]
+    records = await ctx.usage.records({"account_id": user["account_id"]})
+    assert len(records) == 10
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
+async def test_last_used_at_is_stored_by_the_minute_and_listed_at_once(api, ctx, catalog):
+    user, key = await api.funded_key(100_000)
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    listed = lambda: api.call("GET", "/keys", token=user["token"])
+    stored = lambda: ctx.keys.get(user["account_id"], key["key_id"])
+    assert (await listed())[1][0]["last_used_at"] is None
+    assert (await api.call("GET", path, key=key["key"]))[0] == 200
+    first = (await listed())[1][0]["last_used_at"]
+    assert first is not None  # this process's own use, before anything is written
+    await ctx.meter.flush(final=True)
+    minute = lambda ts: ts.replace(second=0, microsecond=0)
+    written = (await stored())["last_used_at"]
+    assert written == minute(ctx.meter.last_used_at(key["key_id"]))  # the minute of the use
+    await asyncio.sleep(0.01)
+    assert (await api.call("GET", path, key=key["key"]))[0] == 200
+    newest = (await listed())[1][0]["last_used_at"]
+    assert newest > first  # the listing shows the newest use at once
+    updates = ctx.metrics.db_commands["update"]
+    await ctx.meter.flush(final=True)
+    now_used = ctx.meter.last_used_at(key["key_id"])
+    if minute(now_used) == written:  # used again within the same minute: nothing to write
+        assert ctx.metrics.db_commands["update"] == updates and (await stored())["last_used_at"] == written
+    else:  # the minute turned between the two calls: the new minute is stored
+        assert (await stored())["last_used_at"] == minute(now_used)

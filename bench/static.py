@@ -1,0 +1,294 @@
+"""`./dev bench --static`: the gateway's own cost against a bare proxy, with an upstream that costs nothing.
+
+nginx serves one recorded sandbox page (a 20-post `advanced_search` answer) for every path, so the
+gateway and the bare Tornado proxy (bench/baseline.py, the same curl client) are measured on their own
+work. wrk drives both with 32 connections, the gateway rotating over 300 keys of 10 accounts. In one run:
+
+- saturation, in alternating rounds (gateway, bare, gateway, bare...) so that a neighbour's load on a
+  shared machine hits both alike: the throughput ratio, and CPU ms per call of each process and of the
+  database (from /proc), with the database round trips per call (the gateway's /metrics);
+- p99 of both at a fixed rate of half the bare proxy's saturation (bench/load.py, open loop);
+- whether each goal is met.
+
+Installs nginx and wrk with apt-get when they are missing and it runs as root; without nginx a small
+asyncio server answers the recorded page instead, without wrk bench/load.py drives the load.
+`--loop uvloop` runs both the gateway and the bare proxy on uvloop.
+
+    ./dev bench --static [--seconds 6] [--rounds 3] [--loop asyncio|uvloop]
+"""
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from app.embedded import EmbeddedMongo, free_port
+from bench import load
+from bench.run import HERE, UPSTREAM_KEY, cpu_seconds, db_commands, http, spawn, wrk
+from bench.stack import wait_for
+
+ROOT = os.path.dirname(HERE)
+ACCOUNTS, KEYS_PER_ACCOUNT = 10, 30
+GOALS = {
+    "throughput ratio gateway/bare >= 0.90": ("ratio_rps", 0.90, ">="),
+    "gateway p99 <= 1.5 x bare p99 at half the bare saturation": ("p99_ratio", 1.5, "<="),
+    "database round trips per call <= 0.02": ("db_round_trips_per_call", 0.02, "<="),
+    "database CPU per call <= 0.05 ms": ("database_cpu_ms_per_call", 0.05, "<="),
+}
+NGINX_CONF = """daemon off;
+master_process off;
+worker_processes 1;
+error_log {work}/nginx-error.log;
+pid {work}/nginx.pid;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {work}/nginx-tmp;
+    proxy_temp_path {work}/nginx-tmp;
+    fastcgi_temp_path {work}/nginx-tmp;
+    uwsgi_temp_path {work}/nginx-tmp;
+    scgi_temp_path {work}/nginx-tmp;
+    keepalive_requests 10000000;
+    keepalive_timeout 300s;
+    server {{
+        listen 127.0.0.1:{port};
+        root {work};
+        location / {{
+            default_type application/json;
+            try_files /page.json =404;
+        }}
+    }}
+}}
+"""
+# Without nginx: the recorded page from a bare asyncio protocol (no HTTP framework), about as cheap.
+STATIC_SERVER = """
+import asyncio, sys
+body = open(sys.argv[2], "rb").read()
+answer = b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body) + body
+class Static(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.data = transport, b""
+    def data_received(self, data):
+        self.data += data
+        while b"\\r\\n\\r\\n" in self.data:
+            _, self.data = self.data.split(b"\\r\\n\\r\\n", 1)
+            self.transport.write(answer)
+async def main():
+    server = await asyncio.get_running_loop().create_server(Static, "127.0.0.1", int(sys.argv[1]))
+    await server.serve_forever()
+asyncio.run(main())
+"""
+
+
+def ensure_tools() -> None:
+    """nginx and wrk from apt when missing and we may install them (root); otherwise the fallbacks."""
+    missing = [tool for tool in ("nginx", "wrk") if not shutil.which(tool) and not os.path.exists("/usr/sbin/" + tool)]
+    if not missing or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return
+    print(f"bench: installing {' '.join(missing)} with apt-get...", file=sys.stderr, flush=True)
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], env=env, check=False, **quiet)
+    subprocess.run(["apt-get", "install", "-y", "-qq", *missing], env=env, check=False, **quiet)
+
+
+def record_page(work: str) -> str:
+    """A 20-post advanced_search page from the sandbox, saved as the static upstream's one answer."""
+    port = free_port()
+    sandbox = spawn([sys.executable, "-m", "sandbox", "--port", str(port), "--api-key", UPSTREAM_KEY])
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(base + "/healthz", sandbox)
+        catalog = json.loads(urllib.request.urlopen(base + "/sandbox/catalog").read())
+        user = catalog["big_accounts"][0]
+        request = urllib.request.Request(
+            f"{base}/twitter/tweet/advanced_search?query=from%3A{user}", headers={"X-API-Key": UPSTREAM_KEY}
+        )
+        body = urllib.request.urlopen(request).read()
+    finally:
+        sandbox.terminate()
+        sandbox.wait(10)
+    page = json.loads(body)
+    assert page["status"] == "success" and len(page["tweets"]) == 20, "the recorded page must hold 20 posts"
+    path = os.path.join(work, "page.json")
+    with open(path, "wb") as fh:
+        fh.write(body)
+    return path
+
+
+def start_upstream(work: str, page: str) -> tuple[subprocess.Popen, int, str]:
+    port = free_port()
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if nginx:
+        os.makedirs(os.path.join(work, "nginx-tmp"), exist_ok=True)
+        conf = os.path.join(work, "nginx.conf")
+        with open(conf, "w") as fh:
+            fh.write(NGINX_CONF.format(work=work, port=port))
+        proc = spawn([nginx, "-p", work, "-c", conf])
+        kind = "nginx"
+    else:
+        proc = spawn([sys.executable, "-c", STATIC_SERVER, str(port), page])
+        kind = "asyncio static server (nginx not installed)"
+    wait_for(f"http://127.0.0.1:{port}/", proc)
+    return proc, port, kind
+
+
+def drive(port: int, plan: list[tuple[str, str]], raw: list[bytes], seconds: float, connections: int) -> dict:
+    if shutil.which("wrk"):
+        return wrk(port, plan, seconds, connections)
+    figures = asyncio.run(load.run("127.0.0.1", port, raw, seconds, connections))
+    figures["errors"] = sum(n for status, n in figures["statuses"].items() if status != 200)
+    return figures
+
+
+def measured(port, plan, raw, seconds, connections, pids) -> tuple[dict, list[float]]:
+    before = [cpu_seconds(p) for p in pids]
+    figures = drive(port, plan, raw, seconds, connections)
+    return figures, [cpu_seconds(p) - b for p, b in zip(pids, before)]
+
+
+def run(args) -> dict:
+    ensure_tools()
+    work = tempfile.mkdtemp(prefix="gw-bench-static-")
+    mongo = EmbeddedMongo(os.path.join(work, "db")).start()
+    procs: list[subprocess.Popen] = []
+    loop_env = {"EVENT_LOOP": args.loop}
+    try:
+        page = record_page(work)
+        upstream_proc, upstream_port, upstream_kind = start_upstream(work, page)
+        procs.append(upstream_proc)
+        upstream = f"http://127.0.0.1:{upstream_port}"
+        gateway_port, bare_port = free_port(), free_port()
+        gateway_log = open(os.path.join(work, "gateway.log"), "wb")
+        gateway_args = [sys.executable, os.path.join(ROOT, "gateway.py"), "serve"]
+        gateway_args += ["--host", "127.0.0.1", "--port", str(gateway_port)]
+        gateway = subprocess.Popen(
+            gateway_args,
+            env={
+                **os.environ,
+                **loop_env,
+                "MONGODB_URI": mongo.uri,
+                "UPSTREAM_URL": upstream,
+                "UPSTREAM_API_KEY": UPSTREAM_KEY,
+                "DATA_DIR": work,
+                "LOG_LEVEL": "INFO",  # as deployed: the access log is on, written to a file here
+                "PLAN_RULES": json.dumps([{"name": "bench", "min_paid_usd": 0, "qps": 100000}]),
+                "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "100000",
+            },
+            stdout=gateway_log,
+            stderr=gateway_log,
+        )
+        procs.append(gateway)
+        gateway_url = f"http://127.0.0.1:{gateway_port}"
+        wait_for(gateway_url + "/healthz", gateway)
+        bare_args = [sys.executable, os.path.join(HERE, "baseline.py"), "--port", str(bare_port)]
+        bare_args += ["--upstream", upstream, "--upstream-key", UPSTREAM_KEY]
+        bare = spawn(bare_args, {"PYTHONPATH": ROOT, **loop_env})
+        procs.append(bare)
+        wait_for(f"http://127.0.0.1:{bare_port}/social/nothing", bare)
+
+        keys = []
+        for a in range(ACCOUNTS):
+            user = http(
+                "POST", gateway_url + "/auth/register", {"email": f"s{a}@example.com", "password": "bench pass 1"}
+            )
+            for _ in range(KEYS_PER_ACCOUNT):
+                key = http("POST", gateway_url + "/keys", {"name": "bench"}, user["token"])
+                keys.append(key["key"])
+            http("POST", f"{gateway_url}/keys/{key['key_id']}/topup", {"credits": 10**12}, user["token"])
+        paths = [f"/social/tweet/advanced_search?query=from%3Auser{i}" for i in range(len(keys))]
+        gw_plan = [(paths[i], keys[i]) for i in range(len(keys))]
+        bare_plan = [(p, "") for p in paths]
+        gw_raw = [load.request_bytes("127.0.0.1", p, {"X-API-Key": k}) for p, k in gw_plan]
+        bare_raw = [load.request_bytes("127.0.0.1", p, {}) for p in paths]
+
+        # Warm both: lease refills, key caches, upstream connections, the database's first writes.
+        drive(gateway_port, gw_plan, gw_raw, 3, args.connections)
+        drive(bare_port, bare_plan, bare_raw, 3, args.connections)
+
+        gw_rounds, bare_rounds, gw_cpu, db_cpu, bare_cpu = [], [], 0.0, 0.0, 0.0
+        commands_before = db_commands(gateway_url)
+        for _ in range(args.rounds):
+            figures, (gw_used, db_used) = measured(
+                gateway_port, gw_plan, gw_raw, args.seconds, args.connections, (gateway.pid, mongo.process.pid)
+            )
+            gw_rounds.append(figures)
+            gw_cpu, db_cpu = gw_cpu + gw_used, db_cpu + db_used
+            figures, (used,) = measured(bare_port, bare_plan, bare_raw, args.seconds, args.connections, (bare.pid,))
+            bare_rounds.append(figures)
+            bare_cpu += used
+        commands = {n: c - commands_before.get(n, 0) for n, c in db_commands(gateway_url).items()}
+        commands = {n: int(c) for n, c in commands.items() if c}
+        gw_calls = sum(r["requests"] for r in gw_rounds)
+        bare_calls = sum(r["requests"] for r in bare_rounds)
+
+        half = bare_calls / (args.seconds * args.rounds) / 2
+        time.sleep(1)  # let the last saturation's queues drain
+        bare_fixed = asyncio.run(load.run("127.0.0.1", bare_port, bare_raw, args.seconds, args.connections, rate=half))
+        gw_fixed = asyncio.run(load.run("127.0.0.1", gateway_port, gw_raw, args.seconds, args.connections, rate=half))
+
+        result = {
+            "mode": "static upstream",
+            "upstream": upstream_kind,
+            "load": "wrk" if shutil.which("wrk") else "bench/load.py",
+            "loop": args.loop,
+            "machine": {"cores": os.cpu_count()},
+            "settings": {"seconds": args.seconds, "rounds": args.rounds, "connections": args.connections},
+            "keys": len(keys),
+            "accounts": ACCOUNTS,
+            "page_bytes": os.path.getsize(page),
+            "gateway_rps": round(gw_calls / (args.seconds * args.rounds), 1),
+            "bare_rps": round(bare_calls / (args.seconds * args.rounds), 1),
+            "ratio_rps": round(gw_calls / max(bare_calls, 1), 3),
+            "gateway_cpu_ms_per_call": round(gw_cpu * 1000 / max(gw_calls, 1), 3),
+            "bare_cpu_ms_per_call": round(bare_cpu * 1000 / max(bare_calls, 1), 3),
+            "database_cpu_ms_per_call": round(db_cpu * 1000 / max(gw_calls, 1), 4),
+            "db_round_trips_per_call": round(sum(commands.values()) / max(gw_calls, 1), 5),
+            "db_commands_during_saturation": commands,
+            "errors": {
+                "gateway": sum(r.get("errors", 0) for r in gw_rounds),
+                "bare": sum(r.get("errors", 0) for r in bare_rounds),
+            },
+            "rounds": {"gateway": gw_rounds, "bare": bare_rounds},
+            "fixed_rate": {"rate": round(half, 1), "bare": bare_fixed, "gateway": gw_fixed},
+        }
+        result["cpu_ratio"] = round(result["bare_cpu_ms_per_call"] / max(result["gateway_cpu_ms_per_call"], 1e-9), 3)
+        result["p99_ratio"] = round(gw_fixed["p99_ms"] / max(bare_fixed["p99_ms"], 1e-9), 3)
+        result["goals"] = {
+            name: (result[field] >= bound if op == ">=" else result[field] <= bound)
+            for name, (field, bound, op) in GOALS.items()
+        }
+        return result
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        mongo.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(result: dict) -> str:
+    fixed = result["fixed_rate"]
+    lines = [
+        f"static upstream ({result['upstream']}), {result['keys']} keys of {result['accounts']} accounts, "
+        f"{result['load']}, loop {result['loop']}",
+        f"  saturation   gateway {result['gateway_rps']} req/s, bare proxy {result['bare_rps']} req/s, "
+        f"ratio {result['ratio_rps']}",
+        f"  CPU/call     gateway {result['gateway_cpu_ms_per_call']} ms, bare proxy {result['bare_cpu_ms_per_call']} ms, "
+        f"database {result['database_cpu_ms_per_call']} ms (CPU ratio {result['cpu_ratio']})",
+        f"  database     {result['db_round_trips_per_call']} round trips per call {result['db_commands_during_saturation']}",
+        f"  at {fixed['rate']} req/s   p99 gateway {fixed['gateway']['p99_ms']} ms, bare {fixed['bare']['p99_ms']} ms "
+        f"(ratio {result['p99_ratio']}); p50 {fixed['gateway']['p50_ms']} / {fixed['bare']['p50_ms']} ms",
+        f"  errors       {result['errors']}",
+    ]
+    lines += [f"  {'met   ' if ok else 'MISSED'} {name}" for name, ok in result["goals"].items()]
+    return "\n".join(lines)
