@@ -282,9 +282,13 @@ async def test_many_keys_do_not_multiply_the_account_rate(api, ctx):
     user, first = await api.funded_key()
     keys = [first] + [await api.new_key(user["token"], f"k{i}") for i in range(3)]
     path = "/social/user/info?userName=" + urllib.parse.quote("nobody_here")
+    started = time.monotonic()
     answers = [await api.call("GET", path, key=k["key"]) for k in keys for _ in range(3)]
+    elapsed = time.monotonic() - started
     passed = [a for a in answers if a[0] != 429]
-    assert len(passed) == 6  # 4 keys x 3 calls, each key within its 4/s: the account's 6/s binds
+    # 4 keys x 3 calls, each key within its burst of 4: the account's burst of 6 (plus what 6/s refills
+    # while the calls run) binds.
+    assert 6 <= len(passed) <= 6 + int(6 * elapsed) and len(passed) < 12, (len(passed), elapsed)
     status, body, headers = next(a for a in answers if a[0] == 429)
     assert "for this account" in body["msg"] and int(headers["Retry-After"]) >= 1
     assert headers["X-RateLimit-Account-Limit"] == "6" and headers["X-RateLimit-Account-Remaining"] == "0"
