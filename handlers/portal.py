@@ -19,7 +19,6 @@ import tornado.web
 from handlers import auth, openapi
 from handlers.base import BaseHandler
 from handlers.context import Context
-from security import tokens
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATES = os.path.join(HERE, "templates")
@@ -107,8 +106,7 @@ class PortalHandler(PageHandler):
     """The portal page; the signed-in view when the session cookie holds a valid token."""
 
     def get(self) -> None:
-        token = self.bearer_token()
-        signed_in = token is not None and tokens.account_of(self.ctx.settings.jwt_secret, token) is not None
+        signed_in = self.session is not None  # checked by BaseHandler.prepare: logged-out tokens count as out
         served = {(op.method, op.path) for op in openapi.OPERATIONS}
         features = [name for name, operation in OPTIONAL.items() if operation in served]
         sandbox = not self.ctx.settings.production and self.ctx.payments.chain is not None
@@ -125,12 +123,14 @@ class DocsHandler(PageHandler):
 
 
 class LogoutHandler(BaseHandler):
-    """Ends the browser session: clears the session cookie; needs the page's XSRF token."""
+    """Ends the browser session: its token stops working and the cookie is cleared; needs the XSRF token."""
 
     xsrf_always = True
 
-    def post(self) -> None:
+    async def post(self) -> None:
         s = self.ctx.settings
+        if self.session is not None:
+            await self.ctx.sessions.end(self.session)
         self.clear_cookie(self.session_cookie(), httponly=True, secure=s.production, samesite="Strict")
         self.send_json({"ok": True})
 
@@ -139,6 +139,7 @@ routes = [
     (r"/", PortalHandler),
     (r"/portal/register", auth.RegisterHandler, {"cookie": True}),
     (r"/portal/login", auth.LoginHandler, {"cookie": True}),
+    (r"/portal/password", auth.PasswordHandler, {"cookie": True}),
     (r"/portal/logout", LogoutHandler),
     (r"/static/(.+)", StaticHandler),
     (r"/docs", DocsHandler),

@@ -428,6 +428,8 @@ def test_admin_sees_metrics_and_accounts(watched, stack, tmp_path):
     status, _, _ = stack.call("POST", "/auth/login", {"email": ADMIN, "password": PASSWORD})
     if status == 401:
         register(page, stack, ADMIN)
+        stack.grant_admin(ADMIN)  # the operator's `admin grant`; registering grants nothing
+        page.reload()
     else:
         page.goto(stack.url + "/")
         page.get_by_test_id("email").fill(ADMIN)
@@ -536,3 +538,25 @@ def test_an_ended_session_sends_the_user_back_to_log_in(watched, stack):
     expect(page.locator("#auth-form").get_by_test_id("error")).to_have_text(re.compile("session has ended"))
     expect(page.get_by_test_id("logout")).to_be_hidden()
     w.check(allowed_errors=r"Failed to load resource: the server responded with a status of 401")
+
+
+def test_password_change_keeps_this_session_and_ends_the_others(watched, stack):
+    w = watched()
+    page = w.page
+    email = register(page, stack)
+    _, other, _ = stack.call("POST", "/auth/login", {"email": email, "password": PASSWORD})
+    form = page.locator("#password-form")
+    form.get_by_label("Current password").fill(PASSWORD)
+    form.get_by_label("New password").fill("a new portal passphrase")
+    form.get_by_role("button", name="Change password").click()
+    expect(form.get_by_text("Password changed.")).to_be_visible()
+    assert stack.call("GET", "/account", token=other["token"])[0] == 401  # the other session ended
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_test_id("create-key").click()  # this browser's session goes on, with its new cookie
+    expect(page.get_by_test_id("key-row")).to_have_count(1)
+    page.get_by_test_id("logout").click()
+    page.get_by_test_id("email").fill(email)
+    page.get_by_test_id("password").fill("a new portal passphrase")
+    page.get_by_test_id("login").click()
+    expect(page.get_by_test_id("logout")).to_be_visible()
+    w.check()
