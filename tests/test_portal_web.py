@@ -168,11 +168,13 @@ async def test_bearer_tokens_work_as_before_without_xsrf(api):
     assert (await browser.call("GET", "/account", headers={"Authorization": "Basic abc"}))[0] == 401
 
 
-async def test_logout_clears_the_cookie(api):
+async def test_logout_clears_the_cookie_and_ends_the_session(api):
     browser, _ = await signed_in(api)
+    token = browser.cookies["gw_session"]
     status, body, headers = await browser.call("POST", "/portal/logout")
     assert status == 200 and body == {"ok": True}
     assert "gw_session" not in browser.cookies
+    assert (await api.call("GET", "/account", token=token))[0] == 401  # a copied cookie is worthless now
     assert (await browser.call("GET", "/account"))[0] == 401
     status, _, _ = await browser.call("POST", "/portal/logout")  # idempotent
     assert status == 200
