@@ -797,6 +797,7 @@ OPERATIONS: list[Operation] = [
         "Change the password; earlier sessions end and the new one goes to the cookie (needs the XSRF token)",
         "portal",
         ref("CookieSession"),
+        security=None,  # the portal's cookie, which is no bearer scheme; 401 without it
         body="PasswordChange",
         errors=(401, 403, 413, 422, 429),
     ),
