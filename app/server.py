@@ -27,6 +27,7 @@ import tornado.httpserver
 import tornado.web
 from tornado import httputil
 
+from handlers.base import request_id
 from handlers.errors import portal_error
 
 HARD_CAP_FACTOR = 4
@@ -53,12 +54,18 @@ class _Limits(httputil.HTTPMessageDelegate):
         self.refused = False
         self.received = 0
         self.data_plane = False
+        self.request_id = ""
 
     def refuse(self, status: int, reason: str, message: str, close: bool) -> None:
         """Answers at once, in the error shape of the part addressed; the application never sees the request."""
         self.refused = True
         body = orjson.dumps({"status": "error", "msg": message} if self.data_plane else portal_error(message))
-        headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "Cache-Control": "no-store"}
+        headers = {
+            "Content-Type": "application/json",
+            "Content-Length": str(len(body)),
+            "Cache-Control": "no-store",
+            "X-Request-ID": self.request_id,  # like every other answer
+        }
         if close:
             headers["Connection"] = "close"
         self.connection.write_headers(
@@ -70,6 +77,7 @@ class _Limits(httputil.HTTPMessageDelegate):
 
     def headers_received(self, start_line, headers):
         self.data_plane = start_line.path.startswith(DATA_PREFIXES)
+        self.request_id = request_id(headers.get("X-Request-ID", ""))
         limit = self.server.max_header_bytes
         if head_size(start_line, headers) > limit:
             self.refuse(431, "Request Header Fields Too Large", f"Request headers are larger than {limit} bytes", True)

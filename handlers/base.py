@@ -10,6 +10,7 @@ import functools
 import ipaddress
 import itertools
 import logging
+import os
 import re
 import time
 import uuid
@@ -28,8 +29,18 @@ from security import tokens
 log = logging.getLogger("gateway.access")  # unhandled errors; access lines: handlers/accesslog.py
 
 # Request ids: unique per process start plus a counter; cheaper than a uuid4 (a syscall) per request.
-_ID_PREFIX = uuid.uuid4().hex[:12]
-_ID_COUNTER = itertools.count()
+_ID_PREFIX, _ID_COUNTER = "", itertools.count()
+
+
+def _new_id_prefix() -> None:
+    global _ID_PREFIX, _ID_COUNTER
+    _ID_PREFIX, _ID_COUNTER = uuid.uuid4().hex[:12], itertools.count()
+
+
+_new_id_prefix()
+# `serve --workers N` forks after this module is imported: each worker (and each restart) needs its own
+# prefix, or workers hand out the same ids and a charge no longer matches one call.
+os.register_at_fork(after_in_child=_new_id_prefix)
 
 
 def next_request_id() -> str:
@@ -38,6 +49,11 @@ def next_request_id() -> str:
 
 # A caller's X-Request-ID is kept only if short and plain ASCII, so logs cannot be forged through it.
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def request_id(incoming: str) -> str:
+    """The id of a request: the caller's X-Request-ID when acceptable, else a new one."""
+    return incoming if _CLIENT_ID.fullmatch(incoming) else next_request_id()
 
 
 def timestamp(moment: datetime) -> str:
@@ -100,8 +116,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.account_id: str | None = None
         self.log_fields: dict = {}
         self.kept_headers: dict = {}
-        incoming = self.request.headers.get("X-Request-ID", "")
-        self.request_id = incoming if _CLIENT_ID.fullmatch(incoming) else next_request_id()
+        self.request_id = request_id(self.request.headers.get("X-Request-ID", ""))
         self.keep_header("X-Request-ID", self.request_id)
 
     def keep_header(self, name: str, value) -> None:

@@ -20,6 +20,7 @@ from storage.keys import PROPERTIES
 
 PERIODS = ("day", "month", "total")
 MAX_ENDPOINTS, MAX_IPS, MAX_CREDIT_LIMIT, MAX_GRACE = 100, 100, 10**15, 604_800
+MAX_IP_TEXT = 64  # characters of one allowed_ips entry
 NAME = Field("name", str, required=False, min_length=1, max_length=100, description='Absent or null: "default"')
 
 
@@ -93,7 +94,7 @@ def _networks(values: list, loc: list) -> list[str]:
     out, errors = [], []
     for i, value in enumerate(values):
         try:
-            if not isinstance(value, str) or len(value) > 64:
+            if not isinstance(value, str) or len(value) > MAX_IP_TEXT:
                 raise ValueError
             network = str(ipaddress.ip_network(value.strip(), strict=False))
         except ValueError:

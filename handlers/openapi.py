@@ -13,8 +13,19 @@ from dataclasses import dataclass, field
 import orjson
 
 from handlers import account, admin, auth, billing, keys
-from handlers.validation import Field
-from social.endpoints import BY_PATH, CURSOR_MAX, ENDPOINTS, GROUPS, Endpoint, Param
+from handlers.validation import INT_MAX, Field
+from social.endpoints import (
+    BY_PATH,
+    CURSOR_MAX,
+    CURSOR_PATTERN,
+    ENDPOINTS,
+    GROUPS,
+    NOT_BLANK,
+    STRING_MAX,
+    Endpoint,
+    Param,
+    ids_pattern,
+)
 
 VERSION = "0.1.0"
 
@@ -122,7 +133,7 @@ KEY_PROPERTIES = {
         {
             "type": "array",
             "minItems": 1,
-            "maxItems": 100,
+            "maxItems": keys.MAX_ENDPOINTS,
             "items": {"enum": sorted(BY_PATH) + list(GROUPS)},
             "description": "Data paths as written after /social (they cover the /twitter aliases too) or groups: "
             + "; ".join(f"{name} = {', '.join(sorted(paths))}" for name, paths in GROUPS.items())
@@ -133,8 +144,8 @@ KEY_PROPERTIES = {
         {
             "type": "array",
             "minItems": 1,
-            "maxItems": 100,
-            "items": {"type": "string", "maxLength": 64},
+            "maxItems": keys.MAX_IPS,
+            "items": {"type": "string", "maxLength": keys.MAX_IP_TEXT},
             "description": "IPv4/IPv6 addresses or CIDR networks (stored normalised); calls from elsewhere get "
             "403 'This API key is not allowed from this address'. The address honours TRUSTED_PROXIES",
         }
@@ -143,11 +154,11 @@ KEY_PROPERTIES = {
         {
             "type": "integer",
             "minimum": 1,
-            "maximum": 10**15,
+            "maximum": keys.MAX_CREDIT_LIMIT,
             "description": "Credits the key may spend per credit_limit_period (needs it); then 402",
         }
     ),
-    "credit_limit_period": nullable({"enum": ["day", "month", "total"], "description": "UTC day, UTC month, or ever"}),
+    "credit_limit_period": nullable({"enum": list(keys.PERIODS), "description": "UTC day, UTC month, or ever"}),
 }
 
 SCHEMAS: dict = {
@@ -207,7 +218,7 @@ SCHEMAS: dict = {
         grace_seconds={
             "type": "integer",
             "minimum": 0,
-            "maximum": 604_800,
+            "maximum": keys.MAX_GRACE,
             "description": "How long the old key keeps working (0: it stops at once; at most 7 days)",
         },
     ),
@@ -782,27 +793,27 @@ def _portal(op: Operation) -> dict:
 
 def _param_schema(param: Param) -> dict:
     if param.kind == "int":
-        # Integers are read with at most 18 digits (int64-safe); that is the bound when the table has none.
+        # Integers are read with at most INT_DIGITS digits (int64-safe); that is the bound when the table has none.
         return {
             "type": "integer",
-            "minimum": -(10**18 - 1) if param.minimum is None else param.minimum,
-            "maximum": 10**18 - 1 if param.maximum is None else param.maximum,
+            "minimum": -INT_MAX if param.minimum is None else param.minimum,
+            "maximum": INT_MAX if param.maximum is None else param.maximum,
         }
     if param.kind == "bool":
         return {"type": "boolean"}
     if param.choices:
         return {"type": "string", "enum": list(param.choices), "default": param.choices[0]}
     if param.kind == "cursor":  # what cannot be a cursor: blank, too long, outside printable ASCII
-        return {"type": "string", "minLength": 1, "maxLength": CURSOR_MAX, "pattern": "^[!-~]+$"}
+        return {"type": "string", "minLength": 1, "maxLength": CURSOR_MAX, "pattern": CURSOR_PATTERN}
     if param.kind == "ids":
         return {
             "type": "string",
-            "pattern": r"^\d{1,20}(,\d{1,20})*$",
+            "pattern": ids_pattern(param.maximum),
             "description": f"Comma-separated numeric ids, at most {param.maximum}",
         }
-    if param.required:  # blank (ASCII whitespace only) counts as missing: 422
-        return {"type": "string", "minLength": 1, "maxLength": 1000, "pattern": "[^ \\t\\n\\r\\v\\f]"}
-    return {"type": "string", "maxLength": 1000}
+    if param.required:  # blank (whitespace only) counts as missing: 422
+        return {"type": "string", "minLength": 1, "maxLength": STRING_MAX, "pattern": NOT_BLANK}
+    return {"type": "string", "maxLength": STRING_MAX}
 
 
 _RESULT_ITEMS = {

@@ -10,13 +10,23 @@ unless the upstream answered with data.
 
 import re
 import time
+import urllib.parse
 from datetime import UTC, datetime
 
 from accounting.meter import BudgetExhausted, KeyEntry, LeasesExpired
 from handlers.base import ApiError, BaseHandler, NotFoundHandler, parse_address
 from handlers.validation import ValidationError, check_length, error, missing, parse_bool, parse_int
 from metering.ledger import Reservation, period_end
-from social.endpoints import CURSOR_MAX, ENDPOINTS, Endpoint, page_size, read_answer
+from social.endpoints import (
+    CURSOR_MAX,
+    CURSOR_PATTERN,
+    ENDPOINTS,
+    ID_PART,
+    STRING_MAX,
+    Endpoint,
+    page_size,
+    read_answer,
+)
 from social.upstream import UpstreamError
 
 
@@ -26,14 +36,14 @@ def parse_args(endpoint: Endpoint, arguments: dict[str, list[bytes]]) -> dict:
     for param in endpoint.params:
         loc = ["query", param.name]
         raw = arguments.get(param.name)
-        if not raw or not raw[-1].strip():
-            if param.required:
-                errors.append(missing(loc))
-            continue
         try:
-            value = raw[-1].decode("utf-8")
+            value = raw[-1].decode("utf-8") if raw else ""  # repeated: the last value counts (and is forwarded)
         except UnicodeDecodeError:
             errors.append(error(loc, "Input should be a valid string", "string_unicode"))
+            continue
+        if not value.strip():  # blank, Unicode whitespace included: as if absent
+            if param.required:
+                errors.append(missing(loc))
             continue
         try:
             if param.kind == "int":
@@ -47,7 +57,7 @@ def parse_args(endpoint: Endpoint, arguments: dict[str, list[bytes]]) -> dict:
             elif param.choices:
                 args[param.name] = _choice(value, loc, param.choices)
             else:
-                check_length(value, loc, 1, 1000)
+                check_length(value, loc, 1, STRING_MAX)
                 args[param.name] = value
         except ValidationError as exc:
             errors.extend(exc.errors)
@@ -67,23 +77,48 @@ def _choice(value: str, loc: list, choices: tuple[str, ...]) -> str:
 def _cursor(value: str, loc: list) -> str:
     # Opaque upstream: refuse only what cannot be a cursor (see social/endpoints.py).
     check_length(value, loc, 1, CURSOR_MAX)
-    if not all("!" <= c <= "~" for c in value):
+    if not _CURSOR.fullmatch(value):
         raise ValidationError(
             [error(loc, "Cursor should be next_cursor of a previous page (printable ASCII, no spaces)", "value_error")]
         )
     return value
 
 
-_ID = re.compile(r"[0-9]{1,20}")
+_CURSOR = re.compile(CURSOR_PATTERN)
+_ID = re.compile(ID_PART)
 
 
 def _ids(value: str, loc: list, maximum: int) -> list[str]:
-    ids = [part.strip() for part in value.split(",")]
-    if any(not _ID.fullmatch(i) for i in ids):  # ASCII digits only: str.isdigit() also takes "²" and "٣"
+    parts = value.split(",")
+    if any(not _ID.fullmatch(part) for part in parts):  # ASCII digits only: str.isdigit() also takes "²" and "٣"
         raise ValidationError([error(loc, "Input should be a comma-separated list of numeric ids", "value_error")])
-    if len(ids) > maximum:
+    if len(parts) > maximum:
         raise ValidationError([error(loc, f"List should have at most {maximum} items", "too_long")])
-    return ids
+    return [part.strip(" ") for part in parts]
+
+
+def upstream_query(endpoint: Endpoint, arguments: dict[str, list[bytes]], args: dict) -> str:
+    """The query sent upstream: each table parameter once, as validated and priced (a repeated one's last
+    value, a blank one left out), so the provider cannot read a call differently from how it was charged;
+    parameters the table does not name are passed as sent."""
+    pairs: list[tuple[str, bytes]] = []
+    for name, values in arguments.items():  # names are Latin-1 text of the raw bytes (Tornado)
+        param = endpoint.param(name)
+        if param is None:
+            pairs += [(name, value) for value in values]
+        elif name in args:
+            pairs.append((name, _canonical(args[name], values[-1])))
+    return urllib.parse.urlencode(pairs, safe=",", encoding="latin-1")
+
+
+def _canonical(value, raw: bytes) -> bytes:
+    if isinstance(value, bool):
+        return b"true" if value else b"false"
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, list):
+        return ",".join(value).encode()
+    return raw  # a string: exactly as sent
 
 
 class DataHandler(BaseHandler):
@@ -123,7 +158,7 @@ class DataHandler(BaseHandler):
             raise ApiError(402, _budget_message(key, least)) from None
         if reservation is None:
             raise ApiError(402, f"Insufficient credits: this call needs at least {least} credits; top up your account")
-        await self.forward(key, reservation, size)
+        await self.forward(key, reservation, size, upstream_query(endpoint, self.request.query_arguments, args))
 
     async def authenticate(self) -> KeyEntry:
         secret = self.request.headers.get("X-API-Key", "").strip()
@@ -157,11 +192,11 @@ class DataHandler(BaseHandler):
                 {"Retry-After": str(decision.retry_after)},
             )
 
-    async def forward(self, key: KeyEntry, reservation: Reservation, size: int) -> None:
+    async def forward(self, key: KeyEntry, reservation: Reservation, size: int, query: str) -> None:
         ctx, endpoint, route = self.ctx, self.endpoint, self.log_fields["route"]
         meter = ctx.meter
         try:
-            upstream = await ctx.upstream.get(endpoint.path, self.request.query)
+            upstream = await ctx.upstream.get(endpoint.path, query)
         except UpstreamError as exc:
             meter.release(reservation)
             status, message = {
@@ -220,9 +255,11 @@ class UnknownDataHandler(NotFoundHandler):
         }
 
 
-# After the table's exact paths: every other path under the prefix.
-routes = [("/social" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [(r"/social/.*", UnknownDataHandler)]
+# After the table's exact paths: every other path under the prefix, and the bare prefix.
+routes = [("/social" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [
+    (r"/social(?:/.*)?", UnknownDataHandler)
+]
 # The provider's own paths, so existing clients only change their base URL.
 alias_routes = [("/twitter" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [
-    (r"/twitter/.*", UnknownDataHandler)
+    (r"/twitter(?:/.*)?", UnknownDataHandler)
 ]

@@ -320,6 +320,27 @@ async def test_metrics_on_a_known_data_set(api, ctx):
     assert not await ctx.admin.refresh(data["now"])  # nothing new to fold
 
 
+async def test_top_endpoints_leave_out_endpoints_only_internal_accounts_called(api, ctx):
+    stop_refresher()
+    token = await admin_token(api)
+    now = datetime.now(UTC)
+    staff = account("staff@example.com", now - timedelta(days=3), internal=True)
+    customer = account("customer@example.com", now - timedelta(days=3))
+    await ctx.accounts.accounts.insert_many([staff, customer])
+    earlier = now - timedelta(days=1)
+    await insert_usage(
+        ctx, [[record(staff, earlier, "/user/mentions", 200, 15), record(customer, earlier, "/user/info", 200, 18)]]
+    )
+    for rolled_up in (False, True):  # read live, then from the rollups less the internal accounts' share
+        if rolled_up:
+            assert await ctx.admin.refresh(now - timedelta(hours=1) + GRACE)
+        _, m, _ = await api.call("GET", "/admin/metrics", token=token)
+        for ranking in ("by_calls", "by_credits"):
+            assert m["top_endpoints"][ranking] == [{"endpoint": "/social/user/info", "calls": 1, "credits": 18}]
+        _, m, _ = await api.call("GET", "/admin/metrics?include_internal=true", token=token)
+        assert [e["endpoint"] for e in m["top_endpoints"]["by_calls"]] == ["/social/user/info", "/social/user/mentions"]
+
+
 async def test_user_rows_and_paging(api, ctx):
     stop_refresher()
     token = await admin_token(api)

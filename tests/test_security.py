@@ -5,6 +5,7 @@ upstream faults in test_social.py."""
 
 import asyncio
 import logging
+import re
 import secrets
 import statistics
 import time
@@ -329,6 +330,7 @@ async def test_oversize_headers_get_431_and_the_connection_is_closed(app, settin
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 431 ")
         assert b"Connection: close" in head and orjson.loads(body)["detail"].startswith("Request headers are larger")
+        assert re.search(rb"\r\nX-Request-Id: [0-9a-f]{20}\r\n", head + b"\r\n")  # an id, like every other answer
         assert answer.count(b"HTTP/1.1") == 1  # the connection was not kept for the next request
         # Past the hard cap the head is not even read: the connection is cut without an answer.
         huge = b"X-Filler: " + b"a" * (settings.max_header_bytes * 5) + b"\r\n"
