@@ -62,9 +62,10 @@ TOP_UP = [CREDITS]
 def _expiry(value: str, loc: list) -> datetime:
     try:
         moment = datetime.fromisoformat(value)
-    except ValueError:
+        # Converting to UTC can leave the years 1..9999 ("9999-12-31T23:59:59-05:00"): OverflowError.
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise ValidationError([error(loc, "Input should be a valid ISO 8601 datetime", "datetime_parsing")]) from None
-    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     if moment <= datetime.now(UTC):
         raise ValidationError([error(loc, "Input should be in the future", "datetime_future")])
     return moment
@@ -96,7 +97,7 @@ def _networks(values: list, loc: list) -> list[str]:
         try:
             if not isinstance(value, str) or len(value) > MAX_IP_TEXT:
                 raise ValueError
-            network = str(ipaddress.ip_network(value.strip(), strict=False))
+            network = _unmapped(ipaddress.ip_network(value.strip(), strict=False))
         except ValueError:
             errors.append(error(loc + [i], "Input should be an IPv4 or IPv6 address or CIDR network", "ip_any_network"))
             continue
@@ -105,6 +106,17 @@ def _networks(values: list, loc: list) -> list[str]:
     if errors:
         raise ValidationError(errors)
     return out
+
+
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+
+
+def _unmapped(network) -> str:
+    """IPv4-mapped IPv6 (::ffff:10.0.0.0/104) as the IPv4 network it means: the data plane compares a
+    mapped client address as IPv4 (handlers/base.py parse_address), which an IPv6 network never holds."""
+    if network.version == 6 and network.prefixlen >= 96 and network.subnet_of(_MAPPED):
+        return str(ipaddress.ip_network((network.network_address.ipv4_mapped, network.prefixlen - 96)))
+    return str(network)
 
 
 def properties_of(data: dict, fields: list[Field]) -> dict:

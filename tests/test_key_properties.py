@@ -134,6 +134,9 @@ async def test_properties_are_set_listed_changed_and_removed(api):
         ({"expires_at": "2001-01-01T00:00:00Z"}, ["body", "expires_at"], "datetime_future"),
         ({"expires_at": "tomorrow"}, ["body", "expires_at"], "datetime_parsing"),
         ({"expires_at": 12}, ["body", "expires_at"], "string_type"),
+        # Valid ISO 8601 whose UTC time leaves the years 1..9999: was a 500 (OverflowError).
+        ({"expires_at": "9999-12-31T23:59:59-05:00"}, ["body", "expires_at"], "datetime_parsing"),
+        ({"expires_at": "0001-01-01T00:00:00+05:00"}, ["body", "expires_at"], "datetime_parsing"),
         ({"allowed_endpoints": ["/user/nope"]}, ["body", "allowed_endpoints", 0], "value_error"),
         ({"allowed_endpoints": ["/social/user/info"]}, ["body", "allowed_endpoints", 0], "value_error"),
         ({"allowed_endpoints": []}, ["body", "allowed_endpoints"], "too_short"),
@@ -227,6 +230,23 @@ async def test_address_allowlist_honours_trusted_proxies(api, catalog):
         ("198.51.100.1", 403),
         ("2001:db9::1", 403),
         ("203.0.113.9, 198.51.100.1", 403),  # the nearest untrusted hop is the client, not what it wrote
+    ):
+        status, body, _ = await api.call("GET", info(catalog), key=key["key"], headers={"X-Forwarded-For": client})
+        assert status == expected, (client, body)
+
+
+@pytest.mark.settings(plan_rules=FAST, trusted_proxies=("127.0.0.1",))
+async def test_an_ipv4_mapped_allowlist_entry_means_the_ipv4_address(api, catalog):
+    # Written the IPv6 way, the entry used to be stored as ::ffff:cb00:7105/128 and never matched: clients
+    # are compared as IPv4 (README: IPv4-mapped IPv6 counts as IPv4).
+    user, key = await keyed(api, allowed_ips=["::ffff:203.0.113.5", "::ffff:198.51.100.0/120"])
+    rows = (await api.call("GET", "/keys", token=user["token"]))[1]
+    assert rows[0]["allowed_ips"] == ["203.0.113.5/32", "198.51.100.0/24"]
+    for client, expected in (
+        ("203.0.113.5", 200),
+        ("::ffff:203.0.113.5", 200),
+        ("198.51.100.77", 200),
+        ("203.0.113.6", 403),
     ):
         status, body, _ = await api.call("GET", info(catalog), key=key["key"], headers={"X-Forwarded-For": client})
         assert status == expected, (client, body)
