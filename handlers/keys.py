@@ -8,6 +8,7 @@ allowed_endpoints (data paths or group names), allowed_ips (addresses or CIDRs) 
 
 import ipaddress
 import re
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -234,7 +235,14 @@ class KeyHandler(KeysBase):
             raise ApiError(409, "This API key has expired; its expiry cannot be changed")
         if "credit_limit" in changes and changes["credit_limit"] is None:
             changes["credit_limit_period"] = None  # removing the budget removes its period with it
-        check_budget({**{name: key.get(name) for name in PROPERTIES}, **changes})
+        final = {**{name: key.get(name) for name in PROPERTIES}, **changes}
+        check_budget(final)
+        if final["credit_limit"] is not None and (
+            key.get("credit_limit") is None or final["credit_limit_period"] != key.get("credit_limit_period")
+        ):
+            # The budget starts again (it was removed) or counts another period: what the key spent meanwhile
+            # is in no budget document, so the new run gets its own, counted from the usage (storage/budgets.py).
+            changes["budget_epoch"] = time.time_ns() // 1_000_000
         doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes)
         if doc is None:
             raise ApiError(404, "Key not found")
@@ -257,6 +265,7 @@ class RollHandler(KeysBase):
         properties = {name: old.get(name) for name in PROPERTIES}
         # The new key spends from the same budget: rolling does not grant a fresh one.
         properties["budget_id"] = old.get("budget_id", old["key_id"])
+        properties["budget_epoch"] = old.get("budget_epoch")
         secret, new = await issue(self.ctx, old["account_id"], old["name"], properties)
         ends = now + timedelta(seconds=grace)
         if old.get("expires_at") is None or ends < old["expires_at"]:
