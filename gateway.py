@@ -34,6 +34,7 @@ from metering.pricing import Prices
 
 log = logging.getLogger("gateway")
 GC_GEN0 = 20_000
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # drain and exit
 
 
 # --- 1. settings ---------------------------------------------------------------------------------
@@ -123,6 +124,20 @@ async def serve(
 ) -> None:
     """One gateway process; with `sockets`, worker `worker` of `serve --workers N` (app/workers.py).
     `settings` name the database and upstream; `helpers` are what was started for them here."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def stop_during_start() -> None:
+        # A second signal before start-up is done (a database that does not answer) ends the process.
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+        stop.set()
+
+    # Before build_context registers this process: a SIGTERM during start-up (a worker restarted just
+    # as the parent is stopped) must end in the clean shutdown below, not in the default action, which
+    # left the process's registration behind (and, were it holding any, its leases until LEASE_TIMEOUT).
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop_during_start)
     ctx = await build_context(settings, worker)
     # main() sent logging to stderr in LOG_FORMAT: access lines go there in batches, in the same format.
     ctx.access_log.stream = sys.stderr
@@ -139,10 +154,8 @@ async def serve(
     tasks = start_background(ctx)
     if helpers is not None:
         announce(settings, helpers)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)  # a stop asked for during start-up is still set
     loop.add_signal_handler(signal.SIGHUP, reload, ctx)
     await stop.wait()
     log.info("shutting down: no new connections, draining calls in flight")
@@ -235,9 +248,21 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+# Loggers that print request or command documents at DEBUG: password hashes, first-touch data and key
+# digests would reach the log. They are held at INFO whatever LOG_LEVEL says.
+VERBATIM_LOGGERS = ("pymongo",)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format=accesslog.LOG_FORMAT)
+    for name in VERBATIM_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(max(logging.INFO, logging.getLogger().level))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"), format=accesslog.LOG_FORMAT)
+    configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
     if args.command != "serve":
         return commands.run(args)
     settings = config.load_for_command(host=args.host, port=args.port)
@@ -250,6 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if settings.production and not settings.host:
         print("social-gateway: GATEWAY_HOST (or --host) is required in production, e.g. 0.0.0.0", file=sys.stderr)
+        return 2
+    if settings.production and not settings.upstream_url:
+        # The sandbox upstream (and its default credential) must never serve production traffic.
+        print(
+            "social-gateway: UPSTREAM_URL is required in production (the sandbox upstream is for development only)",
+            file=sys.stderr,
+        )
+        return 2
+    if settings.production and settings.upstream_api_key == config.Settings().upstream_api_key:
+        print("social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)", file=sys.stderr)
         return 2
     # Before anything starts: a busy port is one clear line, not a traceback after the helpers are up.
     problem = port_problem(settings.host, settings.port)

@@ -97,6 +97,7 @@ class BudgetExhausted(Exception):
 class AccountView:
     account_id: str
     plan: Plan
+    session_version: int = 0  # tokens issued under another version are refused (password change)
 
 
 class LeasesExpired(Exception):
@@ -155,7 +156,7 @@ class Meter:
 
     def view_of(self, doc: dict) -> AccountView:
         basis = doc.get("paid_usd", 0.0) + doc.get("topup_credits", 0) / self.settings.credits_per_usd
-        return AccountView(doc["_id"], plan_for(basis, self.settings.plan_rules))
+        return AccountView(doc["_id"], plan_for(basis, self.settings.plan_rules), doc.get("session_version", 0))
 
     async def authenticate(self, secret: str) -> KeyEntry | None:
         if len(secret) > 128 or not self.vault.plausible(secret):
@@ -411,9 +412,15 @@ class Meter:
         return view
 
     async def balance(self, account_id: str, doc: dict | None = None) -> int:
-        """Unleased balance + what this process holds (buffered charges already out) + other processes' leases."""
+        """Unleased balance + what this process holds (buffered charges already out) + other processes' leases.
+
+        Every amount comes from the one account document: a lease take or give-back of this process
+        may land between the read and now, so adding the in-memory `Purse.leased` to the document's
+        `credits` would count the moved credits twice or not at all. Only the spent part is in memory
+        (charges never touch the document)."""
         doc = doc or await self.accounts.get(account_id)
-        return doc["credits"] + self.ledger.held(account_id) + await self.leases.others_held(account_id, doc)
+        mine = ((doc.get("leases") or {}).get(self.leases.process_id) or {}).get("amount", 0)
+        return doc["credits"] + self.ledger.held(account_id, mine) + await self.leases.others_held(account_id, doc)
 
     async def usage_summary(self, account_id: str, since_day: str, group_by: tuple[str, ...]) -> dict[tuple, list]:
         """(group values) -> [calls, credits, errors] from `since_day` (an ISO date, "" for all): stored

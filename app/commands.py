@@ -59,9 +59,7 @@ async def _apply(settings: config.Settings, uri: str, args: argparse.Namespace) 
         if args.action in ("grant", "revoke"):
             if not await accounts.set_admin(email, args.action == "grant"):
                 return None
-            return f"{email} is {'now' if args.action == 'grant' else 'no longer'} an admin" + (
-                " (it stays one while listed in ADMIN_EMAILS)" if email in settings.admin_emails else ""
-            )
+            return f"{email} is {'now' if args.action == 'grant' else 'no longer'} an admin"
         account = await accounts.by_email(email)
         if account is None:
             return None

@@ -15,12 +15,18 @@ arrives and cut at the limit: the same 413, then the connection is closed.
 
 Slow clients: a client still sending its request head after HTTP_IDLE_TIMEOUT seconds, or its
 body after HTTP_BODY_TIMEOUT seconds, is disconnected.
+
+Connections per client address: at most MAX_CONNECTIONS_PER_ADDRESS open at once (peers in
+TRUSTED_PROXIES excepted: a proxy carries many clients); a further one is closed on accept, so one
+address cannot hold thousands of idle connections.
 """
 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
+from collections import Counter
 
 import orjson
 import tornado.httpserver
@@ -136,9 +142,45 @@ class Limited(httputil.HTTPServerConnectionDelegate):
         self.app.on_close(server_conn)
 
 
+class LimitedServer(tornado.httpserver.HTTPServer):
+    """An HTTPServer that counts open connections per client address and closes those past the cap."""
+
+    def limit_connections(self, per_address: int, exempt: tuple) -> None:
+        self.per_address, self.exempt = per_address, tuple(ipaddress.ip_network(n) for n in exempt)
+        self.open_by_address: Counter[str] = Counter()
+        self.address_of: dict[object, str] = {}  # stream -> its counted client address
+        self.refused_connections = 0
+
+    def _counted(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False  # a unix socket
+        return not any(ip in network for network in self.exempt)
+
+    def handle_stream(self, stream, address) -> None:
+        ip = address[0] if isinstance(address, tuple) else ""
+        if getattr(self, "per_address", 0) and self._counted(ip):
+            if self.open_by_address[ip] >= self.per_address:
+                self.refused_connections += 1
+                stream.close()
+                return
+            self.open_by_address[ip] += 1
+            self.address_of[stream] = ip
+        super().handle_stream(stream, address)
+
+    def on_close(self, server_conn) -> None:
+        ip = self.address_of.pop(getattr(server_conn, "stream", None), None)
+        if ip is not None:
+            self.open_by_address[ip] -= 1
+            if self.open_by_address[ip] <= 0:
+                del self.open_by_address[ip]
+        super().on_close(server_conn)
+
+
 def make_server(app: tornado.web.Application, settings) -> tornado.httpserver.HTTPServer:
     """The HTTP server with the service's limits; `gateway.serve` and the tests use this one."""
-    return tornado.httpserver.HTTPServer(
+    server = LimitedServer(
         Limited(app, settings.max_header_bytes, settings.max_body_bytes),
         # Tornado's own cap only bounds how much of an already refused body is drained.
         max_body_size=max(DRAIN_BYTES, settings.max_body_bytes),
@@ -146,6 +188,8 @@ def make_server(app: tornado.web.Application, settings) -> tornado.httpserver.HT
         idle_connection_timeout=settings.http_idle_timeout,
         body_timeout=settings.http_body_timeout,
     )
+    server.limit_connections(settings.max_connections_per_address, settings.trusted_proxies)
+    return server
 
 
 def port_problem(host: str, port: int) -> str | None:

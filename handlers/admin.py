@@ -165,7 +165,7 @@ class AdminUsersHandler(BaseHandler):
                 "balance": await self.ctx.meter.balance(a["_id"], a),
                 "first_touch_source": _source(a.get("first_touch")),
                 "last_activity": a["last_activity"],
-                "is_admin": bool(a.get("is_admin")) or a["email"] in admins,
+                "is_admin": bool(a.get("is_admin")),
                 "internal": bool(a.get("internal")),
             }
             for a in page

@@ -179,6 +179,8 @@ SCHEMAS: dict = {
         account_id=S,
         expires_in=I,
     ),
+    "LoggedOut": obj(("ok",), ok=B),
+    "PasswordChange": body_schema(auth.PASSWORD_CHANGE),
     "Me": obj(("account_id", "email", "is_admin", "created_at"), account_id=S, email=S, is_admin=B, created_at=TIME),
     "Attribution": body_schema(auth.ATTRIBUTION),
     "AttributionResult": obj(("ok", "stored"), ok=B, stored=B),
@@ -239,12 +241,14 @@ SCHEMAS: dict = {
         qps_limit=N,
     ),
     "Account": obj(
-        ("account_id", "credits", "plan", "qps_limit"),
+        ("account_id", "credits", "plan", "qps_limit", "account_qps_limit", "max_keys"),
         account_id=S,
         email=S,
         credits=I,
         plan=S,
         qps_limit=N,
+        account_qps_limit={"type": "number", "description": "Calls per second of all the account's keys together"},
+        max_keys={"type": "integer", "description": "Active keys the account may hold"},
         total_paid_usd=N,
         credits_per_usd=I,
         created_at=TIME,
@@ -463,6 +467,18 @@ OPERATIONS: list[Operation] = [
         body="Login",
         errors=(401, 413, 422, 429),
     ),
+    Operation(
+        "post", "/auth/logout", "End this session token (other sessions go on)", "auth", ref("LoggedOut"), body=None
+    ),
+    Operation(
+        "post",
+        "/auth/password",
+        "Change the password; every earlier session token stops working; returns a new one",
+        "auth",
+        ref("Session"),
+        body="PasswordChange",
+        errors=(401, 403, 413, 422, 429),
+    ),
     Operation("get", "/auth/me", "The account behind the token", "auth", ref("Me")),
     Operation(
         "post",
@@ -477,19 +493,36 @@ OPERATIONS: list[Operation] = [
     Operation(
         "get",
         "/keys",
-        "The account's keys with QPS limit, revocation state, properties and credits_used (no secrets)",
+        "The account's keys, newest first, with QPS limit, revocation state, properties and credits_used "
+        "(no secrets); "
+        "a further page is announced in the X-Next-Cursor and Link headers",
         "keys",
         array(ref("Key")),
+        params=(
+            query_param(keys.PAGE),
+            query_param(keys.CURSOR),
+        ),
+        errors=(401, 422),
+        extra={
+            "200": {
+                "description": "Success: still a plain list; when more keys follow, the next page is announced",
+                "headers": {
+                    "X-Next-Cursor": {"schema": I, "description": "Pass as `cursor` for the next page"},
+                    "Link": {"schema": S, "description": '</keys?limit=N&cursor=C>; rel="next"'},
+                },
+                "content": {"application/json": {"schema": array(ref("Key"))}},
+            }
+        },
     ),
     Operation(
         "post",
         "/keys",
-        "Issue a key; the secret is returned once",
+        "Issue a key; the secret is returned once (409 past MAX_KEYS_PER_ACCOUNT active keys)",
         "keys",
         ref("NewKey"),
         body="KeyCreate",
         body_required=False,
-        errors=(401, 413, 422),
+        errors=(401, 409, 413, 422),
     ),
     Operation(
         "patch",
@@ -607,7 +640,7 @@ OPERATIONS: list[Operation] = [
         "billing",
         ref("Order"),
         body="Checkout",
-        errors=(401, 413, 422, 502, 503),
+        errors=(401, 413, 422, 429, 502, 503),
     ),
     Operation(
         "get",
@@ -846,7 +879,11 @@ def _data(endpoint: Endpoint, prefix: str, tag: str) -> dict:
                 "description": "Success; charged per X-Credits-Charged",
                 "headers": {
                     "X-Credits-Charged": {"schema": I, "description": "Credits charged for this call"},
-                    **{h: {"schema": I} for h in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")},
+                    **{
+                        f"X-RateLimit{scope}-{h}": {"schema": I}
+                        for scope in ("", "-Account")  # the key's bucket, and the one all its account's keys share
+                        for h in ("Limit", "Remaining", "Reset")
+                    },
                 },
                 "content": {"application/json": {"schema": _envelope(endpoint)}},
             }

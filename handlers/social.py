@@ -1,10 +1,11 @@
 """The 24 data endpoints: one handler driven by the endpoint table.
 
 Order of checks: key (401) -> expired (401) -> client address (403) -> endpoint
-scope (403) -> rate limit (429) -> input (422) -> unavailable (501) -> usage
-buffer bound (503) -> credits: the key's budget, then the account (402) ->
-upstream. The key's restrictions come pre-parsed with its cached entry: no
-database round trip, no allocation for an unrestricted key. Nothing is charged
+scope (403) -> rate limits of the key and its account (429) -> the account's upstream
+failure budget (429) -> input (422) -> unavailable (501) -> usage buffer bound (503)
+-> credits: the key's budget, then the account (402) -> upstream. The key's
+restrictions come pre-parsed with its cached entry: no database round trip, no
+allocation for an unrestricted key. Nothing is charged
 unless the upstream answered with data.
 """
 
@@ -17,6 +18,7 @@ from accounting.meter import BudgetExhausted, KeyEntry, LeasesExpired
 from handlers.base import ApiError, BaseHandler, NotFoundHandler, parse_address
 from handlers.validation import ValidationError, check_length, error, missing, parse_bool, parse_int
 from metering.ledger import Reservation, period_end
+from metering.plans import Plan
 from social.endpoints import (
     CURSOR_MAX,
     CURSOR_PATTERN,
@@ -139,7 +141,8 @@ class DataHandler(BaseHandler):
             raise ApiError(503, "The gateway is restarting; retry shortly", {"Retry-After": "1"})
         key = await self.authenticate()
         view = await ctx.meter.account_view(key.account_id)
-        self.rate_limit(key, view.plan.qps)
+        self.rate_limit(key, view.plan)
+        self.failure_budget(key.account_id)
         args = parse_args(endpoint, self.request.query_arguments)
         route = self.log_fields["route"]
         if not endpoint.available:
@@ -179,26 +182,50 @@ class DataHandler(BaseHandler):
             raise ApiError(403, "This API key may not call this endpoint")
         return key
 
-    def rate_limit(self, key: KeyEntry, qps: float) -> None:
-        # Without nginx routing each key to one process, every process gets its share of the key's limit.
-        decision = self.ctx.limiter.take(key.key_id, qps / self.ctx.settings.qps_divisor, time.monotonic())
-        self.keep_header("X-RateLimit-Limit", decision.limit)
-        self.keep_header("X-RateLimit-Remaining", decision.remaining)
-        self.keep_header("X-RateLimit-Reset", decision.reset)
-        if not decision.allowed:
+    def rate_limit(self, key: KeyEntry, plan: Plan) -> None:
+        # Without nginx routing each key to one process, every process gets its share of the limits.
+        divisor = self.ctx.settings.qps_divisor
+        per_key, per_account = self.ctx.limiter.take_both(
+            key.key_id, plan.qps / divisor, key.account_id, plan.account_qps / divisor, time.monotonic()
+        )
+        self.keep_header("X-RateLimit-Limit", per_key.limit)
+        self.keep_header("X-RateLimit-Remaining", per_key.remaining)
+        self.keep_header("X-RateLimit-Reset", per_key.reset)
+        self.keep_header("X-RateLimit-Account-Limit", per_account.limit)
+        self.keep_header("X-RateLimit-Account-Remaining", per_account.remaining)
+        self.keep_header("X-RateLimit-Account-Reset", per_account.reset)
+        if not per_key.allowed:
             raise ApiError(
                 429,
-                f"Rate limit exceeded: {qps:g} requests per second for this key",
-                {"Retry-After": str(decision.retry_after)},
+                f"Rate limit exceeded: {plan.qps:g} requests per second for this key",
+                {"Retry-After": str(per_key.retry_after)},
+            )
+        if not per_account.allowed:
+            raise ApiError(
+                429,
+                f"Rate limit exceeded: {plan.account_qps:g} requests per second for this account (all its keys)",
+                {"Retry-After": str(per_account.retry_after)},
+            )
+
+    def failure_budget(self, account_id: str) -> None:
+        # Failed calls are free: an account whose calls keep failing upstream is slowed down on its own.
+        wait = self.ctx.failure_budget.retry_after(account_id, time.monotonic())
+        if wait:
+            raise ApiError(
+                429,
+                "Too many of this account's calls failed at the data provider; retry later",
+                {"Retry-After": str(wait)},
             )
 
     async def forward(self, key: KeyEntry, reservation: Reservation, size: int, query: str) -> None:
         ctx, endpoint, route = self.ctx, self.endpoint, self.log_fields["route"]
         meter = ctx.meter
         try:
-            upstream = await ctx.upstream.get(endpoint.path, query)
+            upstream = await ctx.upstream.get(endpoint.path, query, key.account_id)
         except UpstreamError as exc:
             meter.release(reservation)
+            if exc.kind in ("timeout", "failed"):
+                ctx.failure_budget.failed(key.account_id, time.monotonic())
             status, message = {
                 "timeout": (504, "The data provider did not answer in time; you were not charged"),
                 "unavailable": (503, "The data provider is failing; retry shortly; you were not charged"),
@@ -218,6 +245,8 @@ class DataHandler(BaseHandler):
         if status in (401, 403) or status >= 500:
             # Upstream auth failures are ours, not the client's: never pass them off as a bad client key.
             meter.release(reservation)
+            if status >= 500:
+                ctx.failure_budget.failed(key.account_id, time.monotonic())
             meter.record(key, route, 502, 0, self.request_id)
             ctx.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")

@@ -66,8 +66,11 @@ async def insert_usage(ctx, batches: list[list[dict]]) -> None:
         await ctx.usage.buckets.insert_many(buckets[i : i + 1000])
 
 
-async def admin_token(api) -> str:
-    return (await api.register(ADMIN))["token"]
+async def admin_token(api, ctx) -> str:
+    """The configured address registered, then granted by the operator (registration alone grants nothing)."""
+    token = (await api.register(ADMIN))["token"]
+    assert await ctx.accounts.set_admin(ADMIN, True)
+    return token
 
 
 # --- authorization -----------------------------------------------------------------------------------------
@@ -94,8 +97,17 @@ async def test_non_admins_get_403_whatever_they_send(api):
     assert me["is_admin"] is False
 
 
-async def test_admin_by_setting(api):
-    token = await admin_token(api)
+async def test_registering_the_configured_admin_address_grants_nothing(api, ctx):
+    """The attack: ADMIN_EMAILS names an address nobody registered yet; an attacker registers it (any case)."""
+    attacker = await api.register("Boss@Example.COM")
+    for path in ENDPOINTS:
+        status, body, _ = await api.call("GET", path, token=attacker["token"])
+        assert status == 403 and "users" not in body and "series" not in body
+    assert (await api.call("GET", "/auth/me", token=attacker["token"]))[1]["is_admin"] is False
+
+
+async def test_admin_by_operator_grant(api, ctx):
+    token = await admin_token(api, ctx)
     assert (await api.call("GET", "/auth/me", token=token))[1]["is_admin"] is True
     for path in ENDPOINTS:
         assert (await api.call("GET", path, token=token))[0] == 200
@@ -115,8 +127,8 @@ async def test_admin_by_setting(api):
         ("/admin/users?cursor=WzFd", ["query", "cursor"], "value_error"),  # base64 of [1]
     ],
 )
-async def test_admin_validation(api, query, loc, type_):
-    status, body, _ = await api.call("GET", query, token=await admin_token(api))
+async def test_admin_validation(api, ctx, query, loc, type_):
+    status, body, _ = await api.call("GET", query, token=await admin_token(api, ctx))
     assert status == 422 and body["detail"][0]["loc"] == loc and body["detail"][0]["type"] == type_
 
 
@@ -306,7 +318,7 @@ async def check_metrics(api, token: str, data: dict) -> None:
 
 async def test_metrics_on_a_known_data_set(api, ctx):
     stop_refresher()
-    token = await admin_token(api)
+    token = await admin_token(api, ctx)
     data = await known_data(ctx)
     await check_metrics(api, token, data)  # nothing rolled up: all live
     d1 = datetime.fromisoformat(data["days"]["d1"]).replace(tzinfo=UTC)
@@ -343,7 +355,7 @@ async def test_top_endpoints_leave_out_endpoints_only_internal_accounts_called(a
 
 async def test_user_rows_and_paging(api, ctx):
     stop_refresher()
-    token = await admin_token(api)
+    token = await admin_token(api, ctx)
     data = await known_data(ctx)
     await ctx.admin.refresh()
     status, page, _ = await api.call("GET", "/admin/users", token=token)
@@ -387,7 +399,7 @@ async def test_user_rows_and_paging(api, ctx):
 
 
 async def test_paging_through_equal_signup_times(api, ctx):
-    token = await admin_token(api)
+    token = await admin_token(api, ctx)
     moment = datetime.now(UTC).replace(microsecond=0) - timedelta(days=3)
     twins = [account(f"twin{i}@example.com", moment) for i in range(5)]
     await ctx.accounts.accounts.insert_many(twins)
@@ -443,7 +455,7 @@ async def test_cli_grant_revoke_credit(api, mongo, settings, monkeypatch, capsys
 async def test_admin_queries_stay_fast_at_scale(api, ctx, capsys):
     """3,000 accounts and 100,000 usage records: each admin request answers well under a second."""
     stop_refresher()
-    token = await admin_token(api)
+    token = await admin_token(api, ctx)
     rnd, now = random.Random(7), datetime.now(UTC)
     people = [account(f"user{i}@scale.example", now - timedelta(days=rnd.uniform(0, 90))) for i in range(3000)]
     people[0]["internal"], people[1]["is_admin"] = True, True

@@ -315,7 +315,7 @@ def timestamps(value, key=""):
 
 
 @pytest.mark.settings(plan_rules=FAST, admin_emails="time-admin@example.com")
-async def test_every_timestamp_has_one_format_and_reads_back_equal(api, catalog):
+async def test_every_timestamp_has_one_format_and_reads_back_equal(api, ctx, catalog):
     user, key = await api.funded_key(100_000)
     auth = user["token"]
     await api.call("GET", f"/social/user/info?userName={catalog['users'][0]['userName']}", key=key["key"])
@@ -328,6 +328,7 @@ async def test_every_timestamp_has_one_format_and_reads_back_equal(api, catalog)
     _, order_again, _ = await api.call("GET", f"/billing/crypto/orders/{order['order_id']}", token=auth)
     assert order_again["created_at"] == order["created_at"] and order_again["expires_at"] == order["expires_at"]
     admin = await api.register("time-admin@example.com")
+    assert await ctx.accounts.set_admin("time-admin@example.com", True)  # the operator's `admin grant`
     answers = [created, listed, order, order_again]
     for path, token in [("/auth/me", auth), ("/account", auth), ("/usage", auth), ("/billing/crypto/orders", auth)]:
         answers.append((await api.call("GET", path, token=token))[1])
