@@ -45,6 +45,7 @@ class Budget:
     budget_id: int
     period: str
     limit: int
+    epoch: int = 0  # the key's budget_epoch: which run of the budget (storage/budgets.py)
     granted: int = 0  # credits of the budget's slices this process took for the period
     spent: int = 0
     reserved: int = 0
