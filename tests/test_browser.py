@@ -165,6 +165,7 @@ def test_register_create_key_use_it_revoke_it(watched, stack, user_name, tmp_pat
     page.get_by_test_id("confirm").click()
     expect(rows.first).to_contain_text("revoked")
     expect(rows.first.get_by_test_id("revoke-key")).to_have_count(0)
+    expect(page.locator("#new-secret")).to_be_hidden()  # a revoked secret is no longer offered for copying
     assert data_call(stack, key, user_name) == 401  # the revoked key fails at once
     w.check()
 
@@ -199,7 +200,8 @@ def test_key_properties_edit_and_roll(watched, stack, user_name, tmp_path):
     row.get_by_role("button", name="Edit key profiles only").click()
     dialog.get_by_label("Allowed addresses").fill("not-an-address")
     dialog.get_by_role("button", name="Save").click()
-    expect(dialog.get_by_test_id("error")).to_contain_text("allowed_ips")
+    expect(dialog.get_by_test_id("error")).to_contain_text("Allowed addresses (item 1): Input should be an IP")
+    expect(dialog.get_by_label("Allowed addresses")).to_have_attribute("aria-invalid", "true")
     dialog.get_by_role("button", name="Cancel").click()
     expect(row).not_to_contain_text("addresses:")
 
@@ -336,6 +338,9 @@ def test_api_errors_are_shown_next_to_the_form(watched, stack):
     page = w.page
     page.goto(stack.url + "/")
     form = page.locator("#auth-form")
+    page.get_by_test_id("login").click()  # nothing typed: each field says it is required, in words
+    expect(form.get_by_test_id("error")).to_have_text("Email: this field is required; Password: this field is required")
+    expect(page.get_by_test_id("password")).to_have_attribute("aria-invalid", "true")
     page.get_by_test_id("email").fill("nobody@example.com")
     page.get_by_test_id("password").fill("wrong password")
     page.get_by_test_id("login").click()
@@ -466,11 +471,27 @@ def test_phone_sized_screen_and_keyboard(watched, stack, tmp_path):
     assert nameless == [], nameless
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, f"the page scrolls sideways on a phone ({width} px)"
+    logout = page.get_by_test_id("logout").bounding_box()
+    assert logout["height"] < 40, "Log out breaks over two lines"
     shot(page, tmp_path, "phone-overview")
     page.get_by_role("link", name="API keys").click()
     page.get_by_test_id("create-key").click()
     expect(page.get_by_test_id("key-secret")).to_be_visible()
     shot(page, tmp_path, "phone-keys")
+    # The chart is drawn at the phone's width: its axis text is as large on screen as it is in the page.
+    page.get_by_role("link", name="Usage").click()
+    label = page.get_by_test_id("usage-chart").locator("text").first
+    expect(label).to_be_visible()
+    assert label.bounding_box()["height"] >= 10, "the chart's text is too small to read on a phone"
+    # Orders stack like the keys: every value beside its column's name, nothing hidden off to the side.
+    page.get_by_role("link", name="Buy credits", exact=True).click()
+    page.get_by_test_id("checkout-submit").click()
+    expect(page.get_by_test_id("order-status")).to_be_visible()
+    cell = page.locator("#orders-table tbody td").nth(2)
+    expect(cell).to_have_attribute("data-label", "USD")
+    box = cell.bounding_box()
+    assert box["x"] + box["width"] <= 390, "the orders table runs off the screen"
+    shot(page, tmp_path, "phone-billing")
     w.check()
 
 

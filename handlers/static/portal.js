@@ -12,7 +12,10 @@
   const FIELD_LABELS = {
     email: "Email", password: "Password", name: "Name", amount_usd: "Amount (USD)", currency: "Currency",
     current_password: "Current password", new_password: "New password", body: "Request",
+    expires_at: "Expires", allowed_endpoints: "Allowed endpoints", allowed_ips: "Allowed addresses",
+    credit_limit: "Credit budget", credit_limit_period: "Budget period", grace_seconds: "Grace period",
   };
+  const WHERE = new Set(["body", "query", "path", "header"]);
   const state = { me: null, account: null, keys: [], order: null, orderTimer: null, usersCursor: "" };
 
   // --- the API -------------------------------------------------------------------------------
@@ -33,11 +36,17 @@
   function readable(status, body) {
     // 422: {"detail": [{loc, msg, type}]}; other portal errors: {"detail": "..."}; data plane: {"msg": "..."}.
     if (body && Array.isArray(body.detail)) {
-      const fields = body.detail.map((e) => String(e.loc[e.loc.length - 1]));
+      // loc is ["body", field] or, for a list item, ["body", field, index]: name the field as its form does.
+      const fields = body.detail.map((e) => String(e.loc.find((part) => typeof part === "string" && !WHERE.has(part)) || ""));
       const text = body.detail
-        .map((e) => (FIELD_LABELS[e.loc[e.loc.length - 1]] || e.loc.slice(1).join(".") || "Input") + ": " + e.msg)
+        .map((e, i) => {
+          const index = e.loc.find((part) => typeof part === "number");
+          const name = FIELD_LABELS[fields[i]] || fields[i] || "Input";
+          const msg = /^String should have at least 1 characters?$/.test(e.msg) ? "this field is required" : e.msg;
+          return name + (index === undefined ? "" : " (item " + (index + 1) + ")") + ": " + msg;
+        })
         .join("; ");
-      return [text, fields];
+      return [text, fields.filter(Boolean)];
     }
     if (body && typeof body.detail === "string") return [body.detail, []];
     if (body && typeof body.msg === "string") return [body.msg, []];
@@ -410,7 +419,13 @@
     );
     if (!sure) return;
     const done = await act(trigger.parentNode, trigger, () => api("POST", "/keys/" + key.key_id + "/revoke"));
-    if (done) await loadKeys();
+    if (!done) return;
+    if ($("#key-secret").textContent.startsWith(key.prefix)) {
+      // The secret on show belongs to the key just revoked: it must not look usable any longer.
+      $("#new-secret").hidden = true;
+      $("#key-secret").textContent = "";
+    }
+    await loadKeys();
   }
 
   async function rollKey(key, trigger) {
@@ -590,7 +605,9 @@
   function drawChart(box, totalsLine, perDay, days) {
     box.textContent = "";
     const entries = Array.from(perDay.entries());
-    const W = 720, H = 240, left = 44, right = 52, top = 12, bottom = 28;
+    // Drawn at the box's own width (within 320..720) so the axis text stays legible on a phone.
+    const W = Math.round(Math.min(720, Math.max(320, box.clientWidth || 720)));
+    const H = 240, left = 44, right = 52, top = 12, bottom = 28;
     const plotW = W - left - right, plotH = H - top - bottom;
     const maxCalls = Math.max(1, ...entries.map(([, v]) => v.calls));
     const maxCredits = Math.max(1, ...entries.map(([, v]) => v.credits));
@@ -608,7 +625,7 @@
     chart.append(svg("text", { x: left + plotW + 6, y: top + 10 }, number.format(maxCredits)));
     const step = plotW / entries.length;
     const points = [];
-    const labelEvery = Math.ceil(entries.length / 8);
+    const labelEvery = Math.ceil(entries.length / Math.max(3, Math.min(8, Math.floor(plotW / 52))));
     entries.forEach(([date, v], i) => {
       const h = (v.calls / maxCalls) * plotH;
       const bar = svg("rect", {
@@ -809,6 +826,7 @@
       cell(row, number.format(o.credits_applied), "num");
       body.append(row);
     });
+    labelCells($("#orders-table"));
   }
 
   $("#copy-address").addEventListener("click", () => copy($("#order-address").textContent, $("#order-note")));
@@ -868,6 +886,7 @@
       cell(row, when(u.last_activity));
       body.append(row);
     });
+    labelCells($("#users-table"));
     state.usersCursor = page.next_cursor;
     $("#users-more").hidden = !page.has_next_page;
   }
