@@ -16,7 +16,7 @@
     credit_limit: "Credit budget", credit_limit_period: "Budget period", grace_seconds: "Grace period",
   };
   const WHERE = new Set(["body", "query", "path", "header"]);
-  const state = { me: null, account: null, keys: [], order: null, orderTimer: null, usersCursor: "" };
+  const state = { me: null, account: null, keys: [], order: null, orderTimer: null, usersCursor: "", passwordChange: null };
 
   // --- the API -------------------------------------------------------------------------------
   class ApiFailure extends Error {
@@ -261,6 +261,8 @@
   });
   $("#register").addEventListener("click", () => authenticate("/portal/register", $("#register")));
   $("#logout").addEventListener("click", async () => {
+    // A password change in flight answers with a new session cookie: let it land first, then end that session.
+    if (state.passwordChange) await state.passwordChange;
     try {
       await api("POST", "/portal/logout");
     } catch (err) {
@@ -312,8 +314,10 @@
     const ok = $(".ok", passwordForm);
     ok.hidden = true;
     const body = { current_password: $("#current-password").value, new_password: $("#new-password").value };
-    const done = await act(passwordForm, $('button[type="submit"]', passwordForm), () =>
+    state.passwordChange = act(passwordForm, $('button[type="submit"]', passwordForm), () =>
       api("POST", "/portal/password", body));
+    const done = await state.passwordChange;
+    state.passwordChange = null;
     if (done !== undefined) {
       passwordForm.reset();
       ok.textContent = "Password changed.";
