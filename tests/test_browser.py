@@ -580,5 +580,4 @@ def test_password_change_keeps_this_session_and_ends_the_others(watched, stack):
     page.get_by_test_id("password").fill("a new portal passphrase")
     page.get_by_test_id("login").click()
     expect(page.get_by_test_id("logout")).to_be_visible()
-
     w.check()
