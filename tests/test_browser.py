@@ -459,7 +459,7 @@ def test_phone_sized_screen_and_keyboard(watched, stack, tmp_path):
     page.keyboard.press("Tab")  # the skip link first, then the form fields in order
     page.keyboard.press("Tab")
     expect(page.get_by_test_id("email")).to_be_focused()
-    register(page, stack)
+    register(page, stack, f"averylongaddresswithoutbreaks{uuid.uuid4().hex[:12]}@example.com")  # wraps, not widens
     unlabelled = page.evaluate(
         """() => [...document.querySelectorAll('input, select')]
                  .filter(el => el.type !== 'hidden' && el.labels.length === 0).map(el => el.id || el.name)"""
