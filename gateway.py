@@ -34,6 +34,7 @@ from metering.pricing import Prices
 
 log = logging.getLogger("gateway")
 GC_GEN0 = 20_000
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # drain and exit
 
 
 # --- 1. settings ---------------------------------------------------------------------------------
@@ -123,6 +124,20 @@ async def serve(
 ) -> None:
     """One gateway process; with `sockets`, worker `worker` of `serve --workers N` (app/workers.py).
     `settings` name the database and upstream; `helpers` are what was started for them here."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def stop_during_start() -> None:
+        # A second signal before start-up is done (a database that does not answer) ends the process.
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+        stop.set()
+
+    # Before build_context registers this process: a SIGTERM during start-up (a worker restarted just
+    # as the parent is stopped) must end in the clean shutdown below, not in the default action, which
+    # left the process's registration behind (and, were it holding any, its leases until LEASE_TIMEOUT).
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop_during_start)
     ctx = await build_context(settings, worker)
     # main() sent logging to stderr in LOG_FORMAT: access lines go there in batches, in the same format.
     ctx.access_log.stream = sys.stderr
@@ -139,10 +154,8 @@ async def serve(
     tasks = start_background(ctx)
     if helpers is not None:
         announce(settings, helpers)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)  # a stop asked for during start-up is still set
     loop.add_signal_handler(signal.SIGHUP, reload, ctx)
     await stop.wait()
     log.info("shutting down: no new connections, draining calls in flight")
