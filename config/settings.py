@@ -189,6 +189,13 @@ class Settings:
         "Failed upstream calls (5xx, timeouts) one account may cause per ACCOUNT_FAILURE_WINDOW before its calls get 429.",
         "ACCOUNT_FAILURE_BUDGET",
     )
+    account_max_in_flight: int = _setting(
+        32,
+        "Upstream calls one account may have in flight at once; further calls get 429. Keep it below "
+        "UPSTREAM_MAX_CONNECTIONS: the connection pool to the provider is shared, and slow calls of one "
+        "account must not hold all of it while everybody else's calls queue behind them.",
+        "ACCOUNT_MAX_IN_FLIGHT",
+    )
     account_failure_window: float = _setting(
         60.0, "Window of the per-account failure budget, seconds.", "ACCOUNT_FAILURE_WINDOW"
     )
@@ -405,8 +412,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("SIGNUP_CREDITED_PER_NETWORK and LOGIN_MAX_DELAY_SECONDS must not be negative")
     if settings.max_keys_per_account < 1:
         raise SettingsError("MAX_KEYS_PER_ACCOUNT must be at least 1")
-    if settings.breaker_min_accounts < 1 or settings.account_failure_budget < 1:
-        raise SettingsError("BREAKER_MIN_ACCOUNTS and ACCOUNT_FAILURE_BUDGET must be at least 1")
+    if settings.breaker_min_accounts < 1 or settings.account_failure_budget < 1 or settings.account_max_in_flight < 1:
+        raise SettingsError("BREAKER_MIN_ACCOUNTS, ACCOUNT_FAILURE_BUDGET and ACCOUNT_MAX_IN_FLIGHT must be at least 1")
     if settings.coherence not in ("changestream", "poll", "off"):
         raise SettingsError("COHERENCE must be changestream, poll or off")
     if settings.event_loop not in ("asyncio", "uvloop"):

@@ -3,9 +3,9 @@
 Order of checks: key (401) -> expired (401) -> client address (403) -> endpoint
 scope (403) -> rate limits of the key and its account (429) -> the account's upstream
 failure budget (429) -> input (422) -> unavailable (501) -> usage buffer bound (503)
--> credits: the key's budget, then the account (402) -> upstream. The key's
-restrictions come pre-parsed with its cached entry: no database round trip, no
-allocation for an unrestricted key. Nothing is charged
+-> the account's calls under way (429) -> credits: the key's budget, then the account (402)
+-> upstream. The key's restrictions come pre-parsed with its cached entry: no database round
+trip, no allocation for an unrestricted key. Nothing is charged
 unless the upstream answered with data.
 """
 
@@ -153,15 +153,29 @@ class DataHandler(BaseHandler):
         size = page_size(endpoint, args)
         most = ctx.prices.cost(endpoint.price, size, size)
         least = ctx.prices.cost(endpoint.price, 0, size)
+        query = upstream_query(endpoint, self.request.query_arguments, args)
+        if not ctx.in_flight.enter(key.account_id):
+            raise ApiError(
+                429,
+                f"Too many calls of this account under way at once (at most {ctx.in_flight.limit}); retry shortly",
+                {"Retry-After": "1"},
+            )
         try:
-            reservation = await ctx.meter.reserve(key.account_id, most, least, key)
-        except LeasesExpired:
-            raise ApiError(503, "Credits cannot be checked right now; retry shortly", {"Retry-After": "1"}) from None
-        except BudgetExhausted:
-            raise ApiError(402, _budget_message(key, least)) from None
-        if reservation is None:
-            raise ApiError(402, f"Insufficient credits: this call needs at least {least} credits; top up your account")
-        await self.forward(key, reservation, size, upstream_query(endpoint, self.request.query_arguments, args))
+            try:
+                reservation = await ctx.meter.reserve(key.account_id, most, least, key)
+            except LeasesExpired:
+                raise ApiError(
+                    503, "Credits cannot be checked right now; retry shortly", {"Retry-After": "1"}
+                ) from None
+            except BudgetExhausted:
+                raise ApiError(402, _budget_message(key, least)) from None
+            if reservation is None:
+                raise ApiError(
+                    402, f"Insufficient credits: this call needs at least {least} credits; top up your account"
+                )
+            await self.forward(key, reservation, size, query)
+        finally:
+            ctx.in_flight.leave(key.account_id)
 
     async def authenticate(self) -> KeyEntry:
         secret = self.request.headers.get("X-API-Key", "").strip()
