@@ -147,9 +147,10 @@ class DataHandler(BaseHandler):
     def rate_limit(self, key: KeyEntry, qps: float) -> None:
         # Without nginx routing each key to one process, every process gets its share of the key's limit.
         decision = self.ctx.limiter.take(key.key_id, qps / self.ctx.settings.qps_divisor, time.monotonic())
-        self.keep_header("X-RateLimit-Limit", decision.limit)
-        self.keep_header("X-RateLimit-Remaining", decision.remaining)
-        self.keep_header("X-RateLimit-Reset", decision.reset)
+        # Strings, not ints: Tornado checks a non-str value against numbers.Integral (an ABC check) per header.
+        self.keep_header("X-RateLimit-Limit", str(decision.limit))
+        self.keep_header("X-RateLimit-Remaining", str(decision.remaining))
+        self.keep_header("X-RateLimit-Reset", str(decision.reset))
         if not decision.allowed:
             raise ApiError(
                 429,
@@ -192,7 +193,7 @@ class DataHandler(BaseHandler):
             meter.release(reservation)  # upstream 4xx or an error body: passed through, not charged
         meter.record(key, route, status, charged, self.request_id)
         self.log_fields["credits"] = charged
-        self.set_header("X-Credits-Charged", charged)
+        self.set_header("X-Credits-Charged", str(charged))
         self.set_status(status)
         self.finish(upstream.body)
 

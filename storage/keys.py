@@ -7,6 +7,8 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from storage.accounts import now_utc
 
+TOUCH_CHUNK = 10  # key ids per last_used_at statement (touch)
+
 _ROW = {
     "_id": 0,
     "key_id": 1,
@@ -105,8 +107,13 @@ class KeyStore:
         by_minute: dict[datetime, list[int]] = {}
         for key_id, minute in last_used.items():
             by_minute.setdefault(minute, []).append(key_id)
-        if by_minute:
-            await self.keys.bulk_write(
-                [UpdateMany({"_id": {"$in": ids}}, {"$max": {"last_used_at": m}}) for m, ids in by_minute.items()],
-                ordered=False,
-            )
+        # At most TOUCH_CHUNK ids per statement: the embedded server re-checks every matched key against
+        # the whole `$in` list (twice), so one statement for 300 keys cost it ~350 ms of CPU in one burst;
+        # chunks of 10 cost ~50 ms, one UpdateOne per key ~100 ms (a journaled commit each).
+        statements = [
+            UpdateMany({"_id": {"$in": ids[i : i + TOUCH_CHUNK]}}, {"$max": {"last_used_at": m}})
+            for m, ids in by_minute.items()
+            for i in range(0, len(ids), TOUCH_CHUNK)
+        ]
+        if statements:
+            await self.keys.bulk_write(statements, ordered=False)

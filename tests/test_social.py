@@ -492,3 +492,20 @@ async def test_last_used_at_is_stored_by_the_minute_and_listed_at_once(api, ctx,
         assert ctx.metrics.db_commands["update"] == updates and (await stored())["last_used_at"] == written
     else:  # the minute turned between the two calls: the new minute is stored
         assert (await stored())["last_used_at"] == minute(now_used)
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
+async def test_last_used_at_is_stored_for_every_key_used_in_a_minute(api, ctx, catalog):
+    """More keys than one touch statement holds (TOUCH_CHUNK): each used key gets its minute, no other."""
+    user, first = await api.funded_key(1_000_000)
+    keys = [first] + [await api.new_key(user["token"]) for _ in range(24)]
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    used, idle = keys[:23], keys[23:]
+    for key in used:
+        assert (await api.call("GET", path, key=key["key"]))[0] == 200
+    await ctx.meter.flush(final=True)
+    for key in used:
+        stored = (await ctx.keys.get(user["account_id"], key["key_id"]))["last_used_at"]
+        assert stored == ctx.meter.last_used_at(key["key_id"]).replace(second=0, microsecond=0)
+    for key in idle:
+        assert (await ctx.keys.get(user["account_id"], key["key_id"]))["last_used_at"] is None
