@@ -17,7 +17,7 @@ from pymongo.errors import InvalidOperation, OperationFailure, PyMongoError
 
 from accounting.meter import Meter
 from config.settings import Settings
-from storage.changes import WATCHED, Change, ChangeFeed
+from storage.changes import Change, ChangeFeed
 
 log = logging.getLogger("gateway.coherence")
 
@@ -26,7 +26,7 @@ log = logging.getLogger("gateway.coherence")
 POLL_OVERLAP = timedelta(seconds=2)
 MAX_BACKOFF = 5.0
 STREAM_PAUSE = (
-    0.5  # seconds between empty batches: at most 2 round trips a second per stream, revocations within ~0.6 s
+    0.5  # seconds between empty change-stream batches: at most 2 round trips a second, revocations within ~0.6 s
 )
 PLAN_FIELDS = frozenset(("changed_at", "paid_usd", "topup_credits", "is_admin"))
 
@@ -39,10 +39,7 @@ class Coherence:
     async def run(self) -> None:
         if self.settings.coherence == "off":
             return
-        # Change streams exist server-wide or not at all: every watch returns False at once, or none does.
-        if self.settings.coherence == "changestream" and all(
-            await asyncio.gather(*(self._watch(collection) for collection in WATCHED))
-        ):
+        if self.settings.coherence == "changestream" and await self._watch():
             return
         await self._poll_forever()
 
@@ -73,12 +70,12 @@ class Coherence:
             log.warning("could not give back credits another process asked for: %s", type(exc).__name__)
 
     # --- change stream ----------------------------------------------------------------------------
-    async def _watch(self, collection: str) -> bool:
-        """Follows the collection's change stream until cancelled; False at once if the server has none."""
+    async def _watch(self) -> bool:
+        """Follows the change stream until cancelled; False at once if the server has none."""
         token, delay, opened, failed_at = None, 0.5, False, None
         while True:
             try:
-                async with await self.feed.stream(collection, token) as stream:
+                async with await self.feed.stream(token) as stream:
                     if failed_at is not None and token is None:
                         # The stream could not resume where it stopped: read what changed meanwhile.
                         await self._catch_up(failed_at - POLL_OVERLAP)

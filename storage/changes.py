@@ -13,8 +13,6 @@ from pymongo.asynchronous.database import AsyncDatabase
 # Fields whose change matters to other processes. Lease takes and give-backs (credits, leases.*,
 # lease_holders) happen on every refill and are filtered out by the server.
 ACCOUNT_FIELDS = ("changed_at", "paid_usd", "topup_credits", "is_admin", "lease_wanted_at")
-# The collections whose changes other processes follow (one change stream each).
-WATCHED = ("keys", "accounts")
 # Never needed to apply a change, and not worth shipping to every process.
 _HIDDEN = {"password_hash": 0, "applied_credits": 0, "sealed": 0}
 
@@ -48,13 +46,11 @@ class ChangeFeed:
     def __init__(self, db: AsyncDatabase):
         self.db = db
 
-    async def stream(self, collection: str, resume_after: dict | None) -> AsyncChangeStream:
-        # One stream per collection of WATCHED, filtered server-side to the fields above. Not one over the
-        # database: the embedded server turns every write of a database stream's scope into an event before
-        # the filter drops it, usage buckets included (a quarter of its CPU under load); a collection's
-        # stream skips other collections' writes first. Each read waits at most 50 ms on the server: the
-        # caller's pause between empty batches sets the pace, and a cancelled read (shutdown) is answered at once.
-        return await self.db[collection].watch(
+    async def stream(self, resume_after: dict | None) -> AsyncChangeStream:
+        # One stream over the database, filtered server-side to the two collections and fields above.
+        # Each read waits at most 50 ms on the server: the caller's pause between empty batches sets
+        # the pace, and a cancelled read (shutdown) is answered at once.
+        return await self.db.watch(
             _PIPELINE, full_document="updateLookup", resume_after=resume_after, max_await_time_ms=50
         )
 
