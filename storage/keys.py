@@ -68,6 +68,8 @@ class KeyStore:
             **{k: v for k, v in (properties or {}).items() if v is not None},
         }
         await self.keys.insert_one(doc)
+        # Its last_used_at document now, so that touch finds it (an upsert costs a commit per key).
+        await self.last_used.insert_one({"_id": key_id, "at": None})
         return {k: doc[k] for k in _ROW if k in doc}
 
     async def budget_members(self, budget_id: int) -> list[int]:
@@ -85,7 +87,7 @@ class KeyStore:
         return (await self._with_last_used([key]))[0] if key else None
 
     async def _with_last_used(self, keys: list[dict]) -> list[dict]:
-        """The keys with last_used_at from key_last_used where that is newer."""
+        """The keys with last_used_at from key_last_used where that is newer (`at` is None until first stored)."""
         if keys:
             ids = [k["key_id"] for k in keys]
             stored = {d["_id"]: d["at"] async for d in self.last_used.find({"_id": {"$in": ids}})}
@@ -122,7 +124,7 @@ class KeyStore:
         )
 
     async def touch(self, last_used: dict[int, datetime]) -> None:
-        """Batched last_used_at (key id -> a minute) in one round trip (two the first time a key is written)."""
+        """Batched last_used_at (key id -> a minute) in one round trip (two for keys older than key_last_used)."""
         by_minute: dict[datetime, list[int]] = {}
         for key_id, minute in last_used.items():
             by_minute.setdefault(minute, []).append(key_id)
@@ -138,8 +140,8 @@ class KeyStore:
             return
         result = await self.last_used.bulk_write(statements, ordered=False)
         if result.matched_count < len(last_used):
-            # Keys not written before (a key's first minute of use, once): one upsert each. $max keeps a
-            # newer minute another process wrote meanwhile.
+            # Keys created before key_last_used existed, at their first use since (once): one upsert each.
+            # $max keeps a newer minute another process wrote meanwhile.
             await self.last_used.bulk_write(
                 [UpdateOne({"_id": k}, {"$max": {"at": m}}, upsert=True) for k, m in last_used.items()], ordered=False
             )

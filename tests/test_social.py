@@ -516,7 +516,9 @@ async def test_last_used_at_stored_on_a_key_before_the_move_still_shows_and_a_ne
     """Keys written when last_used_at lived on the key document keep showing it; a newer touch replaces it."""
     user, key = await api.funded_key(1_000)
     old = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
-    await ctx.client[ctx.settings.mongodb_db].keys.update_one({"_id": key["key_id"]}, {"$set": {"last_used_at": old}})
+    db = ctx.client[ctx.settings.mongodb_db]
+    await db.keys.update_one({"_id": key["key_id"]}, {"$set": {"last_used_at": old}})
+    await db.key_last_used.delete_one({"_id": key["key_id"]})  # as for a key created before the collection
     listed = lambda: api.call("GET", "/keys", token=user["token"])
     assert (await listed())[1][0]["last_used_at"] == "2026-01-01T10:00:00.000Z"
     await ctx.keys.touch({key["key_id"]: old - timedelta(minutes=5)})  # older: the stored one stays
