@@ -235,9 +235,21 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+# Loggers that print request or command documents at DEBUG: password hashes, first-touch data and key
+# digests would reach the log. They are held at INFO whatever LOG_LEVEL says.
+VERBATIM_LOGGERS = ("pymongo",)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format=accesslog.LOG_FORMAT)
+    for name in VERBATIM_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(max(logging.INFO, logging.getLogger().level))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"), format=accesslog.LOG_FORMAT)
+    configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
     if args.command != "serve":
         return commands.run(args)
     settings = config.load_for_command(host=args.host, port=args.port)
@@ -250,6 +262,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if settings.production and not settings.host:
         print("social-gateway: GATEWAY_HOST (or --host) is required in production, e.g. 0.0.0.0", file=sys.stderr)
+        return 2
+    if settings.production and not settings.upstream_url:
+        # The sandbox upstream (and its default credential) must never serve production traffic.
+        print(
+            "social-gateway: UPSTREAM_URL is required in production (the sandbox upstream is for development only)",
+            file=sys.stderr,
+        )
+        return 2
+    if settings.production and settings.upstream_api_key == config.Settings().upstream_api_key:
+        print("social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)", file=sys.stderr)
         return 2
     # Before anything starts: a busy port is one clear line, not a traceback after the helpers are up.
     problem = port_problem(settings.host, settings.port)

@@ -95,6 +95,7 @@ class BudgetExhausted(Exception):
 class AccountView:
     account_id: str
     plan: Plan
+    session_version: int = 0  # tokens issued under another version are refused (password change)
 
 
 class LeasesExpired(Exception):
@@ -153,7 +154,7 @@ class Meter:
 
     def view_of(self, doc: dict) -> AccountView:
         basis = doc.get("paid_usd", 0.0) + doc.get("topup_credits", 0) / self.settings.credits_per_usd
-        return AccountView(doc["_id"], plan_for(basis, self.settings.plan_rules))
+        return AccountView(doc["_id"], plan_for(basis, self.settings.plan_rules), doc.get("session_version", 0))
 
     async def authenticate(self, secret: str) -> KeyEntry | None:
         if len(secret) > 128 or not self.vault.plausible(secret):

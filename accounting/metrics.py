@@ -48,4 +48,7 @@ class Metrics:
     flush_failures: int = 0
     db_round_trips: int = 0  # counted by a PyMongo command listener
     db_commands: Counter = field(default_factory=Counter)  # command name -> count, to see what the trips are
+    loop_lag_seconds: float = 0.0  # how late the last periodic wake-up ran (app/tasks.py)
+    loop_lag_max_seconds: float = 0.0
+    loop_stalls: int = 0  # wake-ups later than the alarm threshold
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)  # observed in BaseHandler.on_finish

@@ -1,12 +1,5 @@
 """Every sub-command of `social-gateway` besides serve: `admin grant|revoke|credit`, `sandbox-pay`,
-`sandbox-confirm` (the sandbox chain from a terminal) and `simulate-upstream`.
-
-admin connects to MONGODB_URI (and MONGODB_DB), or, when MONGODB_URI is unset, starts the
-embedded database on DATA_DIR/db. Two processes cannot open one embedded data
-directory: stop the service first, or point MONGODB_URI at the server it uses.
-A grant or revoke applies to the next request; a running gateway picks up credits
-through its coherence feed (at most KEY_CACHE_TTL later).
-"""
+`sandbox-confirm` (the sandbox chain from a terminal) and `simulate-upstream`."""
 
 import argparse
 import asyncio
@@ -25,6 +18,14 @@ from payments.service import build_payments, view
 from storage import db as database
 from storage.accounts import AccountStore
 
+ADMIN_HELP = """\
+admin connects to MONGODB_URI (and MONGODB_DB), or, when MONGODB_URI is unset, starts the
+embedded database on DATA_DIR/db. Two processes cannot open one embedded data
+directory: stop the service first, or point MONGODB_URI at the server it uses.
+A grant or revoke applies to the next request; a running gateway picks up credits
+through its coherence feed (at most KEY_CACHE_TTL later).
+"""
+
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     sandbox.add_arguments(
@@ -37,7 +38,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     admin = commands.add_parser(
         "admin",
         help="grant or revoke admin rights; credit an account (development)",
-        description=__doc__,
+        description=ADMIN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = admin.add_subparsers(dest="action", required=True)
@@ -58,9 +59,7 @@ async def _apply(settings: config.Settings, uri: str, args: argparse.Namespace) 
         if args.action in ("grant", "revoke"):
             if not await accounts.set_admin(email, args.action == "grant"):
                 return None
-            return f"{email} is {'now' if args.action == 'grant' else 'no longer'} an admin" + (
-                " (it stays one while listed in ADMIN_EMAILS)" if email in settings.admin_emails else ""
-            )
+            return f"{email} is {'now' if args.action == 'grant' else 'no longer'} an admin"
         account = await accounts.by_email(email)
         if account is None:
             return None

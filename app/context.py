@@ -9,6 +9,7 @@ from pymongo import monitoring
 
 from accounting.meter import Meter
 from accounting.metrics import Metrics
+from accounting.sessions import Sessions
 from config.settings import Settings
 from handlers.context import Context
 from metering.limiter import RateLimiter
@@ -16,14 +17,15 @@ from metering.pricing import Prices
 from payments.service import build_payments
 from security import passwords
 from security.apikeys import KeyVault
-from security.throttle import LoginThrottle
-from social.upstream import Breaker, UpstreamClient
+from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
+from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
 from storage.budgets import BudgetStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
+from storage.sessions import SessionStore
 from storage.usage import UsageStore
 
 
@@ -65,7 +67,7 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         settings.upstream_timeout,
         settings.upstream_max_connections,
         settings.upstream_max_body_bytes,
-        Breaker(settings.breaker_failures, settings.breaker_reset_seconds),
+        Breaker(settings.breaker_failures, settings.breaker_reset_seconds, min_accounts=settings.breaker_min_accounts),
     )
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hash")
     decoy = await asyncio.get_running_loop().run_in_executor(executor, passwords.decoy_hash, settings.password_scrypt_n)
@@ -93,6 +95,19 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
             settings.login_max_failures_per_email,
             settings.login_window_seconds,
             settings.login_max_attempts_per_address,
+            slowdown_after=settings.login_slowdown_after,
+            max_delay=settings.login_max_delay_seconds,
+            v4_prefix=settings.client_network_v4_prefix,
+            v6_prefix=settings.client_network_v6_prefix,
+        ),
+        signup_throttle=SignupThrottle(
+            settings.signup_max_per_network,
+            settings.signup_window_seconds,
+            settings.client_network_v4_prefix,
+            settings.client_network_v6_prefix,
         ),
         admin=admin_store,
+        checkout_throttle=CheckoutThrottle(settings.checkouts_per_minute),
+        sessions=Sessions(settings, accounts, SessionStore(db), meter),
+        failure_budget=FailureBudget(settings.account_failure_budget, settings.account_failure_window),
     )

@@ -15,18 +15,25 @@ arrives and cut at the limit: the same 413, then the connection is closed.
 
 Slow clients: a client still sending its request head after HTTP_IDLE_TIMEOUT seconds, or its
 body after HTTP_BODY_TIMEOUT seconds, is disconnected.
+
+Connections per client address: at most MAX_CONNECTIONS_PER_ADDRESS open at once (peers in
+TRUSTED_PROXIES excepted: a proxy carries many clients); a further one is closed on accept, so one
+address cannot hold thousands of idle connections.
 """
 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
+from collections import Counter
 
 import orjson
 import tornado.httpserver
 import tornado.web
 from tornado import httputil
 
+from handlers.base import request_id
 from handlers.errors import portal_error
 
 HARD_CAP_FACTOR = 4
@@ -53,12 +60,18 @@ class _Limits(httputil.HTTPMessageDelegate):
         self.refused = False
         self.received = 0
         self.data_plane = False
+        self.request_id = ""
 
     def refuse(self, status: int, reason: str, message: str, close: bool) -> None:
         """Answers at once, in the error shape of the part addressed; the application never sees the request."""
         self.refused = True
         body = orjson.dumps({"status": "error", "msg": message} if self.data_plane else portal_error(message))
-        headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "Cache-Control": "no-store"}
+        headers = {
+            "Content-Type": "application/json",
+            "Content-Length": str(len(body)),
+            "Cache-Control": "no-store",
+            "X-Request-ID": self.request_id,  # like every other answer
+        }
         if close:
             headers["Connection"] = "close"
         self.connection.write_headers(
@@ -70,6 +83,7 @@ class _Limits(httputil.HTTPMessageDelegate):
 
     def headers_received(self, start_line, headers):
         self.data_plane = start_line.path.startswith(DATA_PREFIXES)
+        self.request_id = request_id(headers.get("X-Request-ID", ""))
         limit = self.server.max_header_bytes
         if head_size(start_line, headers) > limit:
             self.refuse(431, "Request Header Fields Too Large", f"Request headers are larger than {limit} bytes", True)
@@ -128,9 +142,45 @@ class Limited(httputil.HTTPServerConnectionDelegate):
         self.app.on_close(server_conn)
 
 
+class LimitedServer(tornado.httpserver.HTTPServer):
+    """An HTTPServer that counts open connections per client address and closes those past the cap."""
+
+    def limit_connections(self, per_address: int, exempt: tuple) -> None:
+        self.per_address, self.exempt = per_address, tuple(ipaddress.ip_network(n) for n in exempt)
+        self.open_by_address: Counter[str] = Counter()
+        self.address_of: dict[object, str] = {}  # stream -> its counted client address
+        self.refused_connections = 0
+
+    def _counted(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False  # a unix socket
+        return not any(ip in network for network in self.exempt)
+
+    def handle_stream(self, stream, address) -> None:
+        ip = address[0] if isinstance(address, tuple) else ""
+        if getattr(self, "per_address", 0) and self._counted(ip):
+            if self.open_by_address[ip] >= self.per_address:
+                self.refused_connections += 1
+                stream.close()
+                return
+            self.open_by_address[ip] += 1
+            self.address_of[stream] = ip
+        super().handle_stream(stream, address)
+
+    def on_close(self, server_conn) -> None:
+        ip = self.address_of.pop(getattr(server_conn, "stream", None), None)
+        if ip is not None:
+            self.open_by_address[ip] -= 1
+            if self.open_by_address[ip] <= 0:
+                del self.open_by_address[ip]
+        super().on_close(server_conn)
+
+
 def make_server(app: tornado.web.Application, settings) -> tornado.httpserver.HTTPServer:
     """The HTTP server with the service's limits; `gateway.serve` and the tests use this one."""
-    return tornado.httpserver.HTTPServer(
+    server = LimitedServer(
         Limited(app, settings.max_header_bytes, settings.max_body_bytes),
         # Tornado's own cap only bounds how much of an already refused body is drained.
         max_body_size=max(DRAIN_BYTES, settings.max_body_bytes),
@@ -138,6 +188,8 @@ def make_server(app: tornado.web.Application, settings) -> tornado.httpserver.HT
         idle_connection_timeout=settings.http_idle_timeout,
         body_timeout=settings.http_body_timeout,
     )
+    server.limit_connections(settings.max_connections_per_address, settings.trusted_proxies)
+    return server
 
 
 def port_problem(host: str, port: int) -> str | None:

@@ -14,6 +14,8 @@ from storage.admin import REFRESH_SECONDS
 from storage.changes import ChangeFeed
 
 log = logging.getLogger("gateway.tasks")
+LAG_INTERVAL = 0.05  # seconds between the lag probe's wake-ups
+LAG_ALARM = 0.1  # a wake-up later than this is logged: something held the event loop
 
 # A key's token bucket refills within 1 / QPS seconds (5 s on the free plan): one idle this long is full,
 # and a full bucket behaves like a missing one, so dropping it frees memory without changing an answer.
@@ -48,6 +50,21 @@ async def flush_usage(ctx: Context) -> None:
             log.warning("usage flush failed (%s); %d records kept for retry", type(exc).__name__, len(meter.buffer))
 
 
+async def watch_loop_lag(ctx: Context) -> None:
+    """How late a periodic wake-up runs is how long the event loop was held by something else: every
+    request waited that long. Published as gateway_event_loop_lag_seconds; past LAG_ALARM, a warning."""
+    loop, metrics = asyncio.get_running_loop(), ctx.metrics
+    while True:
+        due = loop.time() + LAG_INTERVAL
+        await asyncio.sleep(LAG_INTERVAL)
+        lag = max(0.0, loop.time() - due)
+        metrics.loop_lag_seconds = lag
+        metrics.loop_lag_max_seconds = max(metrics.loop_lag_max_seconds, lag)
+        if lag > LAG_ALARM:
+            metrics.loop_stalls += 1
+            log.warning("event loop stalled: a periodic callback ran %.0f ms late", lag * 1000)
+
+
 async def flush_access_log(ctx: Context) -> None:
     """Writes the waiting access-log lines every FLUSH_SECONDS (handlers/accesslog.py)."""
     while True:
@@ -64,6 +81,7 @@ def start_background(ctx: Context) -> list[asyncio.Task]:
     settings = ctx.settings
     tasks = {
         "flusher": flush_usage(ctx),
+        "loop-lag": watch_loop_lag(ctx),
         "access-log": flush_access_log(ctx),
         # Heartbeat, idle surplus back to the balance, dead processes' leases reclaimed.
         "leases": every(settings.lease_timeout / 6, ctx.meter.maintain, "lease maintenance"),

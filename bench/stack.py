@@ -178,6 +178,11 @@ class Stack:
             DATA_DIR=self.work,
             LOGIN_MAX_ATTEMPTS_PER_ADDRESS="1000000",
             LOGIN_MAX_FAILURES_PER_EMAIL="1000000",
+            # Load and fuzzing come from one address: the per-network and per-address limits would
+            # measure themselves (tests/test_isolation.py tests them).
+            SIGNUP_MAX_PER_NETWORK="1000000",
+            LOGIN_SLOWDOWN_AFTER="1000000",
+            MAX_CONNECTIONS_PER_ADDRESS="1000000",
             **self.extra_env,
         )
 
@@ -226,6 +231,17 @@ class Stack:
         status, body, _ = self.call("POST", "/auth/register", {"email": email, "password": password})
         assert status == 200, (status, body)
         return {**body, "email": email}
+
+    def grant_admin(self, email: str) -> None:
+        """The operator's `social-gateway admin grant EMAIL` (registration never grants admin)."""
+        done = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "gateway.py"), "admin", "grant", email],
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
 
     def new_key(self, token: str, name: str = "stack") -> dict:
         status, body, _ = self.call("POST", "/keys", {"name": name}, token=token)

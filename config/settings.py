@@ -80,9 +80,21 @@ class Settings:
         2**17, "scrypt cost N for new password hashes (OWASP: 2^17).", "PASSWORD_SCRYPT_N"
     )
     # Accounts
-    admin_emails: tuple = _setting((), "Comma-separated emails of admin accounts.", "ADMIN_EMAILS")
+    admin_emails: tuple = _setting(
+        (),
+        "Comma-separated emails of the operator's own accounts, left out of /admin figures. Grants no rights: "
+        "admin is granted only with `social-gateway admin grant EMAIL`.",
+        "ADMIN_EMAILS",
+    )
     signup_credits: int = _setting(0, "Credits granted to a new account.", "SIGNUP_CREDITS")
-    plan_rules: tuple = _setting(_default_plans(), "JSON list of plan tiers {name, min_paid_usd, qps}.", "PLAN_RULES")
+    plan_rules: tuple = _setting(
+        _default_plans(),
+        "JSON list of plan tiers {name, min_paid_usd, qps (per key), account_qps (all keys; default 5 x qps)}.",
+        "PLAN_RULES",
+    )
+    max_keys_per_account: int = _setting(
+        20, "Active (unrevoked) API keys one account may hold; creating one more answers 409.", "MAX_KEYS_PER_ACCOUNT"
+    )
     credits_per_usd: int = _setting(100_000, "Credits one US dollar buys.", "CREDITS_PER_USD")
     max_body_bytes: int = _setting(64 * 1024, "Largest request body accepted (413 above).", "MAX_BODY_BYTES")
     max_header_bytes: int = _setting(
@@ -100,11 +112,51 @@ class Settings:
     )
     login_max_failures_per_email: int = _setting(
         5,
-        "Failed logins per email within LOGIN_WINDOW_SECONDS before 429 (unknown emails too).",
+        "Failed logins per email from one client network within LOGIN_WINDOW_SECONDS before that network gets 429 "
+        "for that email (unknown emails too); other networks are not affected.",
         "LOGIN_MAX_FAILURES_PER_EMAIL",
     )
     login_window_seconds: float = _setting(
-        900.0, "Window of the per-email login failure limit, seconds.", "LOGIN_WINDOW_SECONDS"
+        900.0, "Window of the login failure counts, seconds.", "LOGIN_WINDOW_SECONDS"
+    )
+    login_slowdown_after: int = _setting(
+        10,
+        "Failed logins per email from all networks within LOGIN_WINDOW_SECONDS past which each further failure is "
+        "answered after a delay doubling from 1 s (never a lock: the right password is answered at once).",
+        "LOGIN_SLOWDOWN_AFTER",
+    )
+    login_max_delay_seconds: float = _setting(
+        30.0, "Longest delay of a failed login answer (LOGIN_SLOWDOWN_AFTER).", "LOGIN_MAX_DELAY_SECONDS"
+    )
+    client_network_v4_prefix: int = _setting(
+        24,
+        "Prefix length of the IPv4 client network that login and sign-up limits count by.",
+        "CLIENT_NETWORK_V4_PREFIX",
+    )
+    client_network_v6_prefix: int = _setting(
+        64,
+        "Prefix length of the IPv6 client network that login and sign-up limits count by.",
+        "CLIENT_NETWORK_V6_PREFIX",
+    )
+    signup_max_per_network: int = _setting(
+        10, "Registrations per client network within SIGNUP_WINDOW_SECONDS before 429.", "SIGNUP_MAX_PER_NETWORK"
+    )
+    signup_window_seconds: float = _setting(
+        3600.0, "Window of the per-network registration limit, seconds.", "SIGNUP_WINDOW_SECONDS"
+    )
+    signup_credited_per_network: int = _setting(
+        3,
+        "Registrations per client network per UTC day that get SIGNUP_CREDITS; later ones start with 0 credits.",
+        "SIGNUP_CREDITED_PER_NETWORK",
+    )
+    max_open_orders: int = _setting(
+        5, "Unpaid checkout orders one account may have open before checkout answers 429.", "MAX_OPEN_ORDERS"
+    )
+    checkouts_per_minute: int = _setting(10, "Checkouts per account per minute before 429.", "CHECKOUTS_PER_MINUTE")
+    max_connections_per_address: int = _setting(
+        256,
+        "Open connections one client address may hold (peers in TRUSTED_PROXIES are exempt); further ones are closed.",
+        "MAX_CONNECTIONS_PER_ADDRESS",
     )
     login_max_attempts_per_address: int = _setting(
         20,
@@ -131,6 +183,19 @@ class Settings:
     )
     breaker_failures: int = _setting(
         20, "Consecutive upstream failures that open the circuit breaker.", "BREAKER_FAILURES"
+    )
+    breaker_min_accounts: int = _setting(
+        3,
+        "Accounts whose calls must share in the failures that open the breaker (connection errors need none).",
+        "BREAKER_MIN_ACCOUNTS",
+    )
+    account_failure_budget: int = _setting(
+        10,
+        "Failed upstream calls (5xx, timeouts) one account may cause per ACCOUNT_FAILURE_WINDOW before its calls get 429.",
+        "ACCOUNT_FAILURE_BUDGET",
+    )
+    account_failure_window: float = _setting(
+        60.0, "Window of the per-account failure budget, seconds.", "ACCOUNT_FAILURE_WINDOW"
     )
     breaker_reset_seconds: float = _setting(
         5.0, "Seconds an open breaker waits before a trial call.", "BREAKER_RESET_SECONDS"
@@ -318,8 +383,8 @@ def validate(settings: Settings) -> None:
     plans = settings.plan_rules
     if not plans or any(not {"name", "min_paid_usd", "qps"} <= set(p) for p in plans):
         raise SettingsError("PLAN_RULES must be a non-empty list of {name, min_paid_usd, qps}")
-    if any(p["qps"] <= 0 for p in plans):
-        raise SettingsError("PLAN_RULES: qps must be positive")
+    if any(p["qps"] <= 0 or p.get("account_qps", 1) <= 0 for p in plans):
+        raise SettingsError("PLAN_RULES: qps and account_qps must be positive")
     if settings.payments_provider not in ("", "nowpayments"):
         raise SettingsError("PAYMENTS_PROVIDER must be nowpayments or empty (the development sandbox chain)")
     if settings.payments_provider == "nowpayments" and not (
@@ -330,8 +395,25 @@ def validate(settings: Settings) -> None:
         )
     if settings.max_header_bytes < 1024:
         raise SettingsError("MAX_HEADER_BYTES must be at least 1024")
-    if settings.login_max_failures_per_email < 1 or settings.login_max_attempts_per_address < 1:
-        raise SettingsError("LOGIN_MAX_FAILURES_PER_EMAIL and LOGIN_MAX_ATTEMPTS_PER_ADDRESS must be at least 1")
+    for name in (
+        "login_max_failures_per_email",
+        "login_max_attempts_per_address",
+        "login_slowdown_after",
+        "signup_max_per_network",
+        "max_open_orders",
+        "checkouts_per_minute",
+        "max_connections_per_address",
+    ):
+        if getattr(settings, name) < 1:
+            raise SettingsError(f"{by_env(name)} must be at least 1")
+    if not (8 <= settings.client_network_v4_prefix <= 32 and 16 <= settings.client_network_v6_prefix <= 128):
+        raise SettingsError("CLIENT_NETWORK_V4_PREFIX must be 8..32 and CLIENT_NETWORK_V6_PREFIX 16..128")
+    if settings.signup_credited_per_network < 0 or settings.login_max_delay_seconds < 0:
+        raise SettingsError("SIGNUP_CREDITED_PER_NETWORK and LOGIN_MAX_DELAY_SECONDS must not be negative")
+    if settings.max_keys_per_account < 1:
+        raise SettingsError("MAX_KEYS_PER_ACCOUNT must be at least 1")
+    if settings.breaker_min_accounts < 1 or settings.account_failure_budget < 1:
+        raise SettingsError("BREAKER_MIN_ACCOUNTS and ACCOUNT_FAILURE_BUDGET must be at least 1")
     if settings.coherence not in ("changestream", "poll", "off"):
         raise SettingsError("COHERENCE must be changestream, poll or off")
     if settings.event_loop not in ("asyncio", "uvloop"):
@@ -353,6 +435,8 @@ def validate(settings: Settings) -> None:
         "http_idle_timeout",
         "http_body_timeout",
         "coherence_poll_seconds",
+        "account_failure_window",
+        "signup_window_seconds",
     ):
         if getattr(settings, name) <= 0:
             raise SettingsError(f"{by_env(name)} must be positive")

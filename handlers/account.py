@@ -45,7 +45,9 @@ class AccountHandler(BaseHandler):
                 "email": account["email"],
                 "credits": await self.ctx.meter.balance(account["_id"], account),
                 "plan": view.plan.name,
-                "qps_limit": view.plan.qps,
+                "qps_limit": view.plan.qps,  # per key
+                "account_qps_limit": view.plan.account_qps,  # all the account's keys together
+                "max_keys": self.ctx.settings.max_keys_per_account,
                 "total_paid_usd": round(account.get("paid_usd", 0.0), 2),
                 "credits_per_usd": self.ctx.settings.credits_per_usd,
                 "created_at": account["created_at"],

@@ -1,11 +1,11 @@
-"""Accounts and sessions: register, login, me, attribution."""
+"""Accounts and sessions: register, login, logout, password change, me, attribution."""
 
 import asyncio
 import time
 
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.validation import Field, ValidationError, error, no_operators, validate_body
-from security import passwords, tokens
+from security import passwords
 from storage.accounts import DuplicateEmail
 
 
@@ -13,11 +13,20 @@ def _varied(value: str, loc: list) -> None:
     # Length is what makes a password strong (NIST 800-63B); one character class only is still refused.
     if len(set(value)) < 4:
         raise ValidationError([error(loc, "Password is too weak: use at least 4 different characters", "value_error")])
+    # NIST 800-63B also asks to refuse passwords known from breaches: the 30,000 most common ones.
+    if passwords.is_common(value):
+        raise ValidationError(
+            [error(loc, "This password is one of the most common ones; choose another", "value_error")]
+        )
 
 
 CREDENTIALS = [
     Field("email", str, format="email", max_length=254),
     Field("password", str, min_length=8, max_length=128, check=_varied),
+]
+PASSWORD_CHANGE = [
+    Field("current_password", str, min_length=1, max_length=128),
+    Field("new_password", str, min_length=8, max_length=128, check=_varied),
 ]
 LOGIN = [Field("email", str, min_length=1, max_length=254), Field("password", str, min_length=1, max_length=128)]
 ATTRIBUTION = [
@@ -47,12 +56,20 @@ class AuthHandler(BaseHandler):
             self.log_fields["throttled"] = True
             raise ApiError(429, "Too many attempts; retry later", {"Retry-After": str(wait)})
 
-    def session(self, account_id: str) -> None:
+    def issue_session(self, account_id: str, version: int = 0) -> None:
         s = self.ctx.settings
-        token = tokens.issue(s.jwt_secret, account_id, s.token_ttl_seconds)
+        token = self.ctx.sessions.issue(account_id, version)
         self.send_json(
             {"token": token, "token_type": "bearer", "account_id": account_id, "expires_in": s.token_ttl_seconds}
         )
+
+    async def slow_down(self, email: str) -> None:
+        """A failed login of an email under a spread-out guessing attack is answered late (never a lock)."""
+        throttle = self.ctx.login_throttle
+        delay = throttle.delay(email, time.monotonic()) if throttle is not None else 0.0
+        if delay:
+            self.log_fields["delayed_s"] = delay
+            await asyncio.sleep(delay)
 
 
 class RegisterHandler(AuthHandler):
@@ -62,13 +79,23 @@ class RegisterHandler(AuthHandler):
         body = validate_body(self.json_body(), CREDENTIALS)
         email = body["email"].strip().lower()
         self.throttle()  # per address: hashing is expensive, and registration answers which emails exist
+        address = self.client_ip()
+        wait = self.ctx.signup_throttle.check(address, time.monotonic())  # per network: accounts cannot be farmed
+        if wait:
+            self.log_fields["throttled"] = True
+            raise ApiError(429, "Too many registrations from your network; retry later", {"Retry-After": str(wait)})
         digest = await self.hash(passwords.hash_password, body["password"], self.ctx.settings.password_scrypt_n)
+        credits = self.ctx.settings.signup_credits
+        if credits and not await self.ctx.accounts.claim_signup_credits(
+            self.ctx.signup_throttle.network(address), self.ctx.settings.signup_credited_per_network
+        ):
+            credits = 0  # this network's signup credits for today are used up: the account starts empty
         try:
-            account = await self.ctx.accounts.create(email, digest, self.ctx.settings.signup_credits)
+            account = await self.ctx.accounts.create(email, digest, credits)
         except DuplicateEmail:
             raise ApiError(409, "An account with this email already exists") from None
         self.account_id = account["_id"]
-        self.session(account["_id"])
+        self.issue_session(account["_id"])
 
 
 class LoginHandler(AuthHandler):
@@ -82,11 +109,45 @@ class LoginHandler(AuthHandler):
         stored = account["password_hash"] if account else self.ctx.decoy_hash
         ok = await self.hash(passwords.verify_password, body["password"], stored)
         if not (ok and account):
+            await self.slow_down(email)
             raise ApiError(401, "Incorrect email or password")
         if self.ctx.login_throttle is not None:
-            self.ctx.login_throttle.succeeded(email)
+            self.ctx.login_throttle.succeeded(email, self.client_ip())
         self.account_id = account["_id"]
-        self.session(account["_id"])
+        self.issue_session(account["_id"], account.get("session_version", 0))
+
+
+class LogoutHandler(BaseHandler):
+    """Ends this session token; other sessions of the account go on."""
+
+    @authenticated
+    async def post(self) -> None:
+        await self.ctx.sessions.end(self.session)
+        self.send_json({"ok": True})
+
+
+class PasswordHandler(AuthHandler):
+    """Changes the password; every earlier session token stops working, and a new one is returned."""
+
+    @authenticated
+    async def post(self) -> None:
+        account = await self.current_account()
+        body = validate_body(self.json_body(), PASSWORD_CHANGE)
+        email = account["email"]
+        self.throttle(email)  # a stolen token must not become a way to guess the password
+        stored = await self.ctx.accounts.by_email(email)
+        ok = stored is not None and await self.hash(
+            passwords.verify_password, body["current_password"], stored["password_hash"]
+        )
+        if not ok:
+            await self.slow_down(email)
+            raise ApiError(403, "The current password is incorrect")
+        self.ctx.login_throttle.succeeded(email, self.client_ip())
+        digest = await self.hash(passwords.hash_password, body["new_password"], self.ctx.settings.password_scrypt_n)
+        version = await self.ctx.sessions.password_changed(account["_id"], digest)
+        if version is None:
+            raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
+        self.issue_session(account["_id"], version)
 
 
 class MeHandler(BaseHandler):
@@ -125,6 +186,8 @@ class AttributionHandler(BaseHandler):
 routes = [
     (r"/auth/register", RegisterHandler),
     (r"/auth/login", LoginHandler),
+    (r"/auth/logout", LogoutHandler),
+    (r"/auth/password", PasswordHandler),
     (r"/auth/me", MeHandler),
     (r"/auth/attribution", AttributionHandler),
 ]

@@ -10,6 +10,7 @@ import functools
 import ipaddress
 import itertools
 import logging
+import os
 import re
 import time
 import uuid
@@ -28,8 +29,18 @@ from security import tokens
 log = logging.getLogger("gateway.access")  # unhandled errors; access lines: handlers/accesslog.py
 
 # Request ids: unique per process start plus a counter; cheaper than a uuid4 (a syscall) per request.
-_ID_PREFIX = uuid.uuid4().hex[:12]
-_ID_COUNTER = itertools.count()
+_ID_PREFIX, _ID_COUNTER = "", itertools.count()
+
+
+def _new_id_prefix() -> None:
+    global _ID_PREFIX, _ID_COUNTER
+    _ID_PREFIX, _ID_COUNTER = uuid.uuid4().hex[:12], itertools.count()
+
+
+_new_id_prefix()
+# `serve --workers N` forks after this module is imported: each worker (and each restart) needs its own
+# prefix, or workers hand out the same ids and a charge no longer matches one call.
+os.register_at_fork(after_in_child=_new_id_prefix)
 
 
 def next_request_id() -> str:
@@ -38,6 +49,11 @@ def next_request_id() -> str:
 
 # A caller's X-Request-ID is kept only if short and plain ASCII, so logs cannot be forged through it.
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def request_id(incoming: str) -> str:
+    """The id of a request: the caller's X-Request-ID when acceptable, else a new one."""
+    return incoming if _CLIENT_ID.fullmatch(incoming) else next_request_id()
 
 
 def timestamp(moment: datetime) -> str:
@@ -98,10 +114,10 @@ class BaseHandler(tornado.web.RequestHandler):
         self.ctx = ctx
         self.started = time.perf_counter()
         self.account_id: str | None = None
+        self.session: tokens.Session | None = None  # a valid session token's, set by prepare()
         self.log_fields: dict = {}
         self.kept_headers: dict = {}
-        incoming = self.request.headers.get("X-Request-ID", "")
-        self.request_id = incoming if _CLIENT_ID.fullmatch(incoming) else next_request_id()
+        self.request_id = request_id(self.request.headers.get("X-Request-ID", ""))
         self.keep_header("X-Request-ID", self.request_id)
 
     def keep_header(self, name: str, value) -> None:
@@ -114,6 +130,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.set_header("X-Content-Type-Options", "nosniff")
+        self.clear_header("Server")  # Tornado's names its version: nothing to tell a scanner
         # Tornado calls this before initialize() too, when kept_headers does not exist yet.
         for name, value in getattr(self, "kept_headers", {}).items():
             self.set_header(name, value)
@@ -199,13 +216,21 @@ class BaseHandler(tornado.web.RequestHandler):
         scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
         return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
-    def get_current_user(self) -> str | None:
-        """The account id of a valid session token (a signature check, no database read); Tornado caches it."""
+    async def prepare(self) -> None:
+        # The session is checked here, before any handler code, where I/O is possible: a token whose
+        # account is gone, that was logged out, or that predates a password change, or whose claims
+        # have the wrong types, leaves no current user, so @authenticated answers 401 before anything
+        # is read or written. From memory on the usual path (accounting/sessions.py).
         token = self.bearer_token()
-        account_id = tokens.account_of(self.ctx.settings.jwt_secret, token) if token else None
-        if account_id is not None:
-            self.account_id = account_id
-        return account_id
+        if token is not None:
+            self.session = await self.ctx.sessions.check(token)
+
+    def get_current_user(self) -> str | None:
+        """The account id of the valid session prepare() found; Tornado caches it."""
+        if self.session is None:
+            return None
+        self.account_id = self.session.account_id
+        return self.session.account_id
 
     async def current_account(self) -> dict:
         """The session's account document; 401 when the account no longer exists. Needs @authenticated."""
@@ -215,7 +240,8 @@ class BaseHandler(tornado.web.RequestHandler):
         return account
 
     def is_admin(self, account: dict) -> bool:
-        return bool(account.get("is_admin")) or account["email"] in self.ctx.settings.admin_emails
+        # Only the operator's `admin grant` sets the flag: registering a listed address grants nothing.
+        return bool(account.get("is_admin"))
 
     # --- client address -------------------------------------------------------------------------
     def client_ip(self) -> str:

@@ -3,6 +3,8 @@
 import functools
 import logging
 import re
+import time
+from datetime import UTC, datetime
 
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.validation import Field, ValidationError, error, validate_body
@@ -66,11 +68,25 @@ class CheckoutHandler(BillingBase):
                     )
                 ]
             )
+        # Every checkout costs a call to the processor: one account may not flood it.
+        throttle = self.ctx.checkout_throttle
+        wait = throttle.begin(account_id, time.monotonic())
+        if wait:
+            raise ApiError(429, "Too many checkouts; retry later", {"Retry-After": str(wait)})
         try:
+            most = self.ctx.settings.max_open_orders
+            if await payments.orders.count_open(account_id, datetime.now(UTC)) >= most:
+                raise ApiError(
+                    429,
+                    f"This account already has {most} unpaid orders (MAX_OPEN_ORDERS); pay one or wait until it expires",
+                    {"Retry-After": "60"},
+                )
             order = await payments.checkout(account_id, currency, amount)
         except ProviderError as exc:
             log.warning("checkout failed at the processor: %s", exc)
             raise ApiError(502, "The payment processor is unavailable; try again shortly") from None
+        finally:
+            throttle.end(account_id)
         self.log_fields["order_id"] = order["_id"]
         self.send_json(view(order))
 

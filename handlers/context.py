@@ -8,14 +8,15 @@ from pymongo import AsyncMongoClient
 from accounting.cache import LoadingCache
 from accounting.meter import Meter
 from accounting.metrics import Metrics
+from accounting.sessions import Sessions
 from config.settings import Settings
 from handlers.accesslog import AccessLog
 from metering.limiter import RateLimiter
 from metering.pricing import Prices
 from payments.service import Payments
 from security.apikeys import KeyVault
-from security.throttle import LoginThrottle
-from social.upstream import UpstreamClient
+from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
+from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
 from storage.keys import KeyStore
@@ -41,6 +42,10 @@ class Context:
     decoy_hash: str  # verified for unknown emails so login takes the same time
     payments: Payments  # crypto top-ups: processor, orders, crediting
     login_throttle: LoginThrottle  # failed logins per email, attempts per address (429)
+    signup_throttle: SignupThrottle  # registrations per client network (429)
+    checkout_throttle: CheckoutThrottle  # checkouts per account per minute, one at a time (429)
     admin: AdminStore  # /admin queries and usage rollups (storage/admin.py)
+    sessions: Sessions  # session token checks, logout, password change (accounting/sessions.py)
+    failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

@@ -20,6 +20,7 @@ from storage.keys import PROPERTIES
 
 PERIODS = ("day", "month", "total")
 MAX_ENDPOINTS, MAX_IPS, MAX_CREDIT_LIMIT, MAX_GRACE = 100, 100, 10**15, 604_800
+MAX_IP_TEXT = 64  # characters of one allowed_ips entry
 NAME = Field("name", str, required=False, min_length=1, max_length=100, description='Absent or null: "default"')
 
 
@@ -56,6 +57,16 @@ KEY_PATCH = KEY_CREATE
 ROLL = [Field("grace_seconds", int, minimum=0, maximum=MAX_GRACE, description="Seconds the old key keeps working")]
 CREDITS = Field("credits", int, minimum=1, maximum=10**12)  # also the bound of `social-gateway admin credit`
 TOP_UP = [CREDITS]
+PAGE = Field("limit", int, required=False, default=100, minimum=1, maximum=1000, description="Keys per page")
+CURSOR = Field(
+    "cursor",
+    int,
+    required=False,
+    minimum=1,
+    maximum=10**17,  # far past any key id the counter will reach
+    description="X-Next-Cursor of the previous page: the keys after it",
+)
+_TOO_MANY = "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT); revoke one to create another"
 
 
 def _expiry(value: str, loc: list) -> datetime:
@@ -93,7 +104,7 @@ def _networks(values: list, loc: list) -> list[str]:
     out, errors = [], []
     for i, value in enumerate(values):
         try:
-            if not isinstance(value, str) or len(value) > 64:
+            if not isinstance(value, str) or len(value) > MAX_IP_TEXT:
                 raise ValueError
             network = str(ipaddress.ip_network(value.strip(), strict=False))
         except ValueError:
@@ -148,9 +159,12 @@ class KeysBase(BaseHandler):
         view = await self.ctx.meter.account_view(account_id)
         return view.plan.qps
 
-    async def rows(self, account_id: str, only: int | None = None) -> list[dict]:
-        """The account's key rows (or the one key `only`) with credits_used in each key's period."""
-        keys = await self.ctx.keys.list(account_id)
+    async def rows(
+        self, account_id: str, only: int | None = None, limit: int = 0, before: int | None = None
+    ) -> list[dict]:
+        """The account's key rows, newest first (or the one key `only`; or `limit` of them with ids below
+        `before`) with credits_used in each key's period."""
+        keys = await self.ctx.keys.list(account_id, limit, before)
         used = await self.ctx.meter.credits_used(account_id, keys)
         qps = await self.qps_of(account_id)
         seen = self.ctx.meter.last_used_at
@@ -179,14 +193,30 @@ class KeysHandler(KeysBase):
 
     @authenticated
     async def get(self) -> None:
-        self.send_json(await self.rows(self.current_user))
+        """Still a JSON list; a further page is announced in `X-Next-Cursor` and a `Link: rel="next"` header."""
+        limit = self.query_arg(PAGE)
+        rows = await self.rows(self.current_user, limit=limit + 1, before=self.query_arg(CURSOR))
+        if len(rows) > limit:
+            rows = rows[:limit]
+            after = rows[-1]["key_id"]
+            self.set_header("X-Next-Cursor", str(after))
+            self.set_header("Link", f'</keys?limit={limit}&cursor={after}>; rel="next"')
+        self.send_json(rows)
 
     @authenticated
     async def post(self) -> None:
         account_id = self.current_user
         body = properties_of(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
         check_budget(body)
-        secret, key = await issue(self.ctx, account_id, body.pop("name", None) or "default", body)
+        most = self.ctx.settings.max_keys_per_account
+        async with self.ctx.keys.creating(account_id):
+            if await self.ctx.keys.count_active(account_id) >= most:
+                raise ApiError(409, _TOO_MANY.format(most))
+            secret, key = await issue(self.ctx, account_id, body.pop("name", None) or "default", body)
+            # Other processes may create at the same moment: the highest ids past the cap give way.
+            if await self.ctx.keys.count_active(account_id, up_to=key["key_id"]) > most:
+                await self.ctx.keys.delete(key["key_id"])
+                raise ApiError(409, _TOO_MANY.format(most))
         self.log_fields["key_id"] = key["key_id"]
         # 200, not 201: the spec says every success is HTTP 200.
         self.send_json({**_row(key, await self.qps_of(account_id), 0), "key": secret})

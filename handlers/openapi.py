@@ -13,8 +13,19 @@ from dataclasses import dataclass, field
 import orjson
 
 from handlers import account, admin, auth, billing, keys
-from handlers.validation import Field
-from social.endpoints import BY_PATH, CURSOR_MAX, ENDPOINTS, GROUPS, Endpoint, Param
+from handlers.validation import INT_MAX, Field
+from social.endpoints import (
+    BY_PATH,
+    CURSOR_MAX,
+    CURSOR_PATTERN,
+    ENDPOINTS,
+    GROUPS,
+    NOT_BLANK,
+    STRING_MAX,
+    Endpoint,
+    Param,
+    ids_pattern,
+)
 
 VERSION = "0.1.0"
 
@@ -122,7 +133,7 @@ KEY_PROPERTIES = {
         {
             "type": "array",
             "minItems": 1,
-            "maxItems": 100,
+            "maxItems": keys.MAX_ENDPOINTS,
             "items": {"enum": sorted(BY_PATH) + list(GROUPS)},
             "description": "Data paths as written after /social (they cover the /twitter aliases too) or groups: "
             + "; ".join(f"{name} = {', '.join(sorted(paths))}" for name, paths in GROUPS.items())
@@ -133,8 +144,8 @@ KEY_PROPERTIES = {
         {
             "type": "array",
             "minItems": 1,
-            "maxItems": 100,
-            "items": {"type": "string", "maxLength": 64},
+            "maxItems": keys.MAX_IPS,
+            "items": {"type": "string", "maxLength": keys.MAX_IP_TEXT},
             "description": "IPv4/IPv6 addresses or CIDR networks (stored normalised); calls from elsewhere get "
             "403 'This API key is not allowed from this address'. The address honours TRUSTED_PROXIES",
         }
@@ -143,11 +154,11 @@ KEY_PROPERTIES = {
         {
             "type": "integer",
             "minimum": 1,
-            "maximum": 10**15,
+            "maximum": keys.MAX_CREDIT_LIMIT,
             "description": "Credits the key may spend per credit_limit_period (needs it); then 402",
         }
     ),
-    "credit_limit_period": nullable({"enum": ["day", "month", "total"], "description": "UTC day, UTC month, or ever"}),
+    "credit_limit_period": nullable({"enum": list(keys.PERIODS), "description": "UTC day, UTC month, or ever"}),
 }
 
 SCHEMAS: dict = {
@@ -168,6 +179,8 @@ SCHEMAS: dict = {
         account_id=S,
         expires_in=I,
     ),
+    "LoggedOut": obj(("ok",), ok=B),
+    "PasswordChange": body_schema(auth.PASSWORD_CHANGE),
     "Me": obj(("account_id", "email", "is_admin", "created_at"), account_id=S, email=S, is_admin=B, created_at=TIME),
     "Attribution": body_schema(auth.ATTRIBUTION),
     "AttributionResult": obj(("ok", "stored"), ok=B, stored=B),
@@ -207,7 +220,7 @@ SCHEMAS: dict = {
         grace_seconds={
             "type": "integer",
             "minimum": 0,
-            "maximum": 604_800,
+            "maximum": keys.MAX_GRACE,
             "description": "How long the old key keeps working (0: it stops at once; at most 7 days)",
         },
     ),
@@ -228,12 +241,14 @@ SCHEMAS: dict = {
         qps_limit=N,
     ),
     "Account": obj(
-        ("account_id", "credits", "plan", "qps_limit"),
+        ("account_id", "credits", "plan", "qps_limit", "account_qps_limit", "max_keys"),
         account_id=S,
         email=S,
         credits=I,
         plan=S,
         qps_limit=N,
+        account_qps_limit={"type": "number", "description": "Calls per second of all the account's keys together"},
+        max_keys={"type": "integer", "description": "Active keys the account may hold"},
         total_paid_usd=N,
         credits_per_usd=I,
         created_at=TIME,
@@ -452,6 +467,18 @@ OPERATIONS: list[Operation] = [
         body="Login",
         errors=(401, 413, 422, 429),
     ),
+    Operation(
+        "post", "/auth/logout", "End this session token (other sessions go on)", "auth", ref("LoggedOut"), body=None
+    ),
+    Operation(
+        "post",
+        "/auth/password",
+        "Change the password; every earlier session token stops working; returns a new one",
+        "auth",
+        ref("Session"),
+        body="PasswordChange",
+        errors=(401, 403, 413, 422, 429),
+    ),
     Operation("get", "/auth/me", "The account behind the token", "auth", ref("Me")),
     Operation(
         "post",
@@ -466,19 +493,36 @@ OPERATIONS: list[Operation] = [
     Operation(
         "get",
         "/keys",
-        "The account's keys with QPS limit, revocation state, properties and credits_used (no secrets)",
+        "The account's keys, newest first, with QPS limit, revocation state, properties and credits_used "
+        "(no secrets); "
+        "a further page is announced in the X-Next-Cursor and Link headers",
         "keys",
         array(ref("Key")),
+        params=(
+            query_param(keys.PAGE),
+            query_param(keys.CURSOR),
+        ),
+        errors=(401, 422),
+        extra={
+            "200": {
+                "description": "Success: still a plain list; when more keys follow, the next page is announced",
+                "headers": {
+                    "X-Next-Cursor": {"schema": I, "description": "Pass as `cursor` for the next page"},
+                    "Link": {"schema": S, "description": '</keys?limit=N&cursor=C>; rel="next"'},
+                },
+                "content": {"application/json": {"schema": array(ref("Key"))}},
+            }
+        },
     ),
     Operation(
         "post",
         "/keys",
-        "Issue a key; the secret is returned once",
+        "Issue a key; the secret is returned once (409 past MAX_KEYS_PER_ACCOUNT active keys)",
         "keys",
         ref("NewKey"),
         body="KeyCreate",
         body_required=False,
-        errors=(401, 413, 422),
+        errors=(401, 409, 413, 422),
     ),
     Operation(
         "patch",
@@ -596,7 +640,7 @@ OPERATIONS: list[Operation] = [
         "billing",
         ref("Order"),
         body="Checkout",
-        errors=(401, 413, 422, 502, 503),
+        errors=(401, 413, 422, 429, 502, 503),
     ),
     Operation(
         "get",
@@ -782,27 +826,27 @@ def _portal(op: Operation) -> dict:
 
 def _param_schema(param: Param) -> dict:
     if param.kind == "int":
-        # Integers are read with at most 18 digits (int64-safe); that is the bound when the table has none.
+        # Integers are read with at most INT_DIGITS digits (int64-safe); that is the bound when the table has none.
         return {
             "type": "integer",
-            "minimum": -(10**18 - 1) if param.minimum is None else param.minimum,
-            "maximum": 10**18 - 1 if param.maximum is None else param.maximum,
+            "minimum": -INT_MAX if param.minimum is None else param.minimum,
+            "maximum": INT_MAX if param.maximum is None else param.maximum,
         }
     if param.kind == "bool":
         return {"type": "boolean"}
     if param.choices:
         return {"type": "string", "enum": list(param.choices), "default": param.choices[0]}
     if param.kind == "cursor":  # what cannot be a cursor: blank, too long, outside printable ASCII
-        return {"type": "string", "minLength": 1, "maxLength": CURSOR_MAX, "pattern": "^[!-~]+$"}
+        return {"type": "string", "minLength": 1, "maxLength": CURSOR_MAX, "pattern": CURSOR_PATTERN}
     if param.kind == "ids":
         return {
             "type": "string",
-            "pattern": r"^\d{1,20}(,\d{1,20})*$",
+            "pattern": ids_pattern(param.maximum),
             "description": f"Comma-separated numeric ids, at most {param.maximum}",
         }
-    if param.required:  # blank (ASCII whitespace only) counts as missing: 422
-        return {"type": "string", "minLength": 1, "maxLength": 1000, "pattern": "[^ \\t\\n\\r\\v\\f]"}
-    return {"type": "string", "maxLength": 1000}
+    if param.required:  # blank (whitespace only) counts as missing: 422
+        return {"type": "string", "minLength": 1, "maxLength": STRING_MAX, "pattern": NOT_BLANK}
+    return {"type": "string", "maxLength": STRING_MAX}
 
 
 _RESULT_ITEMS = {
@@ -835,7 +879,11 @@ def _data(endpoint: Endpoint, prefix: str, tag: str) -> dict:
                 "description": "Success; charged per X-Credits-Charged",
                 "headers": {
                     "X-Credits-Charged": {"schema": I, "description": "Credits charged for this call"},
-                    **{h: {"schema": I} for h in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")},
+                    **{
+                        f"X-RateLimit{scope}-{h}": {"schema": I}
+                        for scope in ("", "-Account")  # the key's bucket, and the one all its account's keys share
+                        for h in ("Limit", "Remaining", "Reset")
+                    },
                 },
                 "content": {"application/json": {"schema": _envelope(endpoint)}},
             }

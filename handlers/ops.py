@@ -144,6 +144,15 @@ class GatewayCollector:
             "Records past which data calls fail closed (BUFFER_MAX).",
             meter.buffer.max_records,
         )
+        yield _gauge(
+            "gateway_event_loop_lag_seconds",
+            "How late the last periodic callback ran: how long the event loop was held (probe every 50 ms).",
+            m.loop_lag_seconds,
+        )
+        yield _gauge(
+            "gateway_event_loop_lag_max_seconds", "Largest event-loop lag since start.", m.loop_lag_max_seconds
+        )
+        yield _counter("gateway_event_loop_stalls", "Event-loop lags past 100 ms (each also logged).", m.loop_stalls)
         yield _counter("gateway_db_round_trips", "Commands sent to MongoDB.", m.db_round_trips)
         commands = CounterMetricFamily(
             "gateway_db_commands", "Commands sent to MongoDB, by command.", labels=["command"]
@@ -169,7 +178,11 @@ class MetricsHandler(BaseHandler):
     """Prometheus text format; needs `Authorization: Bearer METRICS_TOKEN` when that is set."""
 
     def get(self) -> None:
-        token = self.ctx.settings.metrics_token
+        settings = self.ctx.settings
+        token = settings.metrics_token
+        if not token and settings.production and not settings.metrics_port:
+            # In production the figures (routes, volumes, cache ratios) are not for the public internet.
+            raise ApiError(401, "Set METRICS_TOKEN, or serve /metrics on METRICS_PORT", {"WWW-Authenticate": "Bearer"})
         if token:
             scheme, _, given = self.request.headers.get("Authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):

@@ -1,22 +1,34 @@
 """The 24 data endpoints: one handler driven by the endpoint table.
 
 Order of checks: key (401) -> expired (401) -> client address (403) -> endpoint
-scope (403) -> rate limit (429) -> input (422) -> unavailable (501) -> usage
-buffer bound (503) -> credits: the key's budget, then the account (402) ->
-upstream. The key's restrictions come pre-parsed with its cached entry: no
-database round trip, no allocation for an unrestricted key. Nothing is charged
+scope (403) -> rate limits of the key and its account (429) -> the account's upstream
+failure budget (429) -> input (422) -> unavailable (501) -> usage buffer bound (503)
+-> credits: the key's budget, then the account (402) -> upstream. The key's
+restrictions come pre-parsed with its cached entry: no database round trip, no
+allocation for an unrestricted key. Nothing is charged
 unless the upstream answered with data.
 """
 
 import re
 import time
+import urllib.parse
 from datetime import UTC, datetime
 
 from accounting.meter import BudgetExhausted, KeyEntry, LeasesExpired
 from handlers.base import ApiError, BaseHandler, NotFoundHandler, parse_address
 from handlers.validation import ValidationError, check_length, error, missing, parse_bool, parse_int
 from metering.ledger import Reservation, period_end
-from social.endpoints import CURSOR_MAX, ENDPOINTS, Endpoint, page_size, read_answer
+from metering.plans import Plan
+from social.endpoints import (
+    CURSOR_MAX,
+    CURSOR_PATTERN,
+    ENDPOINTS,
+    ID_PART,
+    STRING_MAX,
+    Endpoint,
+    page_size,
+    read_answer,
+)
 from social.upstream import UpstreamError
 
 
@@ -26,14 +38,14 @@ def parse_args(endpoint: Endpoint, arguments: dict[str, list[bytes]]) -> dict:
     for param in endpoint.params:
         loc = ["query", param.name]
         raw = arguments.get(param.name)
-        if not raw or not raw[-1].strip():
-            if param.required:
-                errors.append(missing(loc))
-            continue
         try:
-            value = raw[-1].decode("utf-8")
+            value = raw[-1].decode("utf-8") if raw else ""  # repeated: the last value counts (and is forwarded)
         except UnicodeDecodeError:
             errors.append(error(loc, "Input should be a valid string", "string_unicode"))
+            continue
+        if not value.strip():  # blank, Unicode whitespace included: as if absent
+            if param.required:
+                errors.append(missing(loc))
             continue
         try:
             if param.kind == "int":
@@ -47,7 +59,7 @@ def parse_args(endpoint: Endpoint, arguments: dict[str, list[bytes]]) -> dict:
             elif param.choices:
                 args[param.name] = _choice(value, loc, param.choices)
             else:
-                check_length(value, loc, 1, 1000)
+                check_length(value, loc, 1, STRING_MAX)
                 args[param.name] = value
         except ValidationError as exc:
             errors.extend(exc.errors)
@@ -67,23 +79,48 @@ def _choice(value: str, loc: list, choices: tuple[str, ...]) -> str:
 def _cursor(value: str, loc: list) -> str:
     # Opaque upstream: refuse only what cannot be a cursor (see social/endpoints.py).
     check_length(value, loc, 1, CURSOR_MAX)
-    if not all("!" <= c <= "~" for c in value):
+    if not _CURSOR.fullmatch(value):
         raise ValidationError(
             [error(loc, "Cursor should be next_cursor of a previous page (printable ASCII, no spaces)", "value_error")]
         )
     return value
 
 
-_ID = re.compile(r"[0-9]{1,20}")
+_CURSOR = re.compile(CURSOR_PATTERN)
+_ID = re.compile(ID_PART)
 
 
 def _ids(value: str, loc: list, maximum: int) -> list[str]:
-    ids = [part.strip() for part in value.split(",")]
-    if any(not _ID.fullmatch(i) for i in ids):  # ASCII digits only: str.isdigit() also takes "²" and "٣"
+    parts = value.split(",")
+    if any(not _ID.fullmatch(part) for part in parts):  # ASCII digits only: str.isdigit() also takes "²" and "٣"
         raise ValidationError([error(loc, "Input should be a comma-separated list of numeric ids", "value_error")])
-    if len(ids) > maximum:
+    if len(parts) > maximum:
         raise ValidationError([error(loc, f"List should have at most {maximum} items", "too_long")])
-    return ids
+    return [part.strip(" ") for part in parts]
+
+
+def upstream_query(endpoint: Endpoint, arguments: dict[str, list[bytes]], args: dict) -> str:
+    """The query sent upstream: each table parameter once, as validated and priced (a repeated one's last
+    value, a blank one left out), so the provider cannot read a call differently from how it was charged;
+    parameters the table does not name are passed as sent."""
+    pairs: list[tuple[str, bytes]] = []
+    for name, values in arguments.items():  # names are Latin-1 text of the raw bytes (Tornado)
+        param = endpoint.param(name)
+        if param is None:
+            pairs += [(name, value) for value in values]
+        elif name in args:
+            pairs.append((name, _canonical(args[name], values[-1])))
+    return urllib.parse.urlencode(pairs, safe=",", encoding="latin-1")
+
+
+def _canonical(value, raw: bytes) -> bytes:
+    if isinstance(value, bool):
+        return b"true" if value else b"false"
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, list):
+        return ",".join(value).encode()
+    return raw  # a string: exactly as sent
 
 
 class DataHandler(BaseHandler):
@@ -104,7 +141,8 @@ class DataHandler(BaseHandler):
             raise ApiError(503, "The gateway is restarting; retry shortly", {"Retry-After": "1"})
         key = await self.authenticate()
         view = await ctx.meter.account_view(key.account_id)
-        self.rate_limit(key, view.plan.qps)
+        self.rate_limit(key, view.plan)
+        self.failure_budget(key.account_id)
         args = parse_args(endpoint, self.request.query_arguments)
         route = self.log_fields["route"]
         if not endpoint.available:
@@ -123,7 +161,7 @@ class DataHandler(BaseHandler):
             raise ApiError(402, _budget_message(key, least)) from None
         if reservation is None:
             raise ApiError(402, f"Insufficient credits: this call needs at least {least} credits; top up your account")
-        await self.forward(key, reservation, size)
+        await self.forward(key, reservation, size, upstream_query(endpoint, self.request.query_arguments, args))
 
     async def authenticate(self) -> KeyEntry:
         secret = self.request.headers.get("X-API-Key", "").strip()
@@ -144,27 +182,51 @@ class DataHandler(BaseHandler):
             raise ApiError(403, "This API key may not call this endpoint")
         return key
 
-    def rate_limit(self, key: KeyEntry, qps: float) -> None:
-        # Without nginx routing each key to one process, every process gets its share of the key's limit.
-        decision = self.ctx.limiter.take(key.key_id, qps / self.ctx.settings.qps_divisor, time.monotonic())
+    def rate_limit(self, key: KeyEntry, plan: Plan) -> None:
+        # Without nginx routing each key to one process, every process gets its share of the limits.
+        divisor = self.ctx.settings.qps_divisor
+        per_key, per_account = self.ctx.limiter.take_both(
+            key.key_id, plan.qps / divisor, key.account_id, plan.account_qps / divisor, time.monotonic()
+        )
         # Strings, not ints: Tornado checks a non-str value against numbers.Integral (an ABC check) per header.
-        self.keep_header("X-RateLimit-Limit", str(decision.limit))
-        self.keep_header("X-RateLimit-Remaining", str(decision.remaining))
-        self.keep_header("X-RateLimit-Reset", str(decision.reset))
-        if not decision.allowed:
+        self.keep_header("X-RateLimit-Limit", str(per_key.limit))
+        self.keep_header("X-RateLimit-Remaining", str(per_key.remaining))
+        self.keep_header("X-RateLimit-Reset", str(per_key.reset))
+        self.keep_header("X-RateLimit-Account-Limit", str(per_account.limit))
+        self.keep_header("X-RateLimit-Account-Remaining", str(per_account.remaining))
+        self.keep_header("X-RateLimit-Account-Reset", str(per_account.reset))
+        if not per_key.allowed:
             raise ApiError(
                 429,
-                f"Rate limit exceeded: {qps:g} requests per second for this key",
-                {"Retry-After": str(decision.retry_after)},
+                f"Rate limit exceeded: {plan.qps:g} requests per second for this key",
+                {"Retry-After": str(per_key.retry_after)},
+            )
+        if not per_account.allowed:
+            raise ApiError(
+                429,
+                f"Rate limit exceeded: {plan.account_qps:g} requests per second for this account (all its keys)",
+                {"Retry-After": str(per_account.retry_after)},
             )
 
-    async def forward(self, key: KeyEntry, reservation: Reservation, size: int) -> None:
+    def failure_budget(self, account_id: str) -> None:
+        # Failed calls are free: an account whose calls keep failing upstream is slowed down on its own.
+        wait = self.ctx.failure_budget.retry_after(account_id, time.monotonic())
+        if wait:
+            raise ApiError(
+                429,
+                "Too many of this account's calls failed at the data provider; retry later",
+                {"Retry-After": str(wait)},
+            )
+
+    async def forward(self, key: KeyEntry, reservation: Reservation, size: int, query: str) -> None:
         ctx, endpoint, route = self.ctx, self.endpoint, self.log_fields["route"]
         meter = ctx.meter
         try:
-            upstream = await ctx.upstream.get(endpoint.path, self.request.query)
+            upstream = await ctx.upstream.get(endpoint.path, query, key.account_id)
         except UpstreamError as exc:
             meter.release(reservation)
+            if exc.kind in ("timeout", "failed"):
+                ctx.failure_budget.failed(key.account_id, time.monotonic())
             status, message = {
                 "timeout": (504, "The data provider did not answer in time; you were not charged"),
                 "unavailable": (503, "The data provider is failing; retry shortly; you were not charged"),
@@ -184,6 +246,8 @@ class DataHandler(BaseHandler):
         if status in (401, 403) or status >= 500:
             # Upstream auth failures are ours, not the client's: never pass them off as a bad client key.
             meter.release(reservation)
+            if status >= 500:
+                ctx.failure_budget.failed(key.account_id, time.monotonic())
             meter.record(key, route, 502, 0, self.request_id)
             ctx.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")
@@ -221,9 +285,11 @@ class UnknownDataHandler(NotFoundHandler):
         }
 
 
-# After the table's exact paths: every other path under the prefix.
-routes = [("/social" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [(r"/social/.*", UnknownDataHandler)]
+# After the table's exact paths: every other path under the prefix, and the bare prefix.
+routes = [("/social" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [
+    (r"/social(?:/.*)?", UnknownDataHandler)
+]
 # The provider's own paths, so existing clients only change their base URL.
 alias_routes = [("/twitter" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [
-    (r"/twitter/.*", UnknownDataHandler)
+    (r"/twitter(?:/.*)?", UnknownDataHandler)
 ]

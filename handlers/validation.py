@@ -13,9 +13,13 @@ from typing import Any
 
 from handlers.errors import ValidationError, error, missing
 
+INT_DIGITS = 18  # integers are read with at most this many digits: int64-safe, whatever the field's bounds
+INT_MAX = 10**INT_DIGITS - 1
+_INT = re.compile(rf"[+-]?[0-9]{{1,{INT_DIGITS}}}")
+
 
 def parse_int(raw: str, loc: list, minimum: int | None = None, maximum: int | None = None) -> int:
-    if not re.fullmatch(r"[+-]?[0-9]{1,18}", raw.strip()):
+    if not _INT.fullmatch(raw.strip()):
         raise ValidationError(
             [error(loc, "Input should be a valid integer, unable to parse string as an integer", "int_parsing")]
         )

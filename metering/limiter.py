@@ -1,4 +1,4 @@
-"""Per-key token buckets: O(1) per call, one second of burst (at least one call)."""
+"""Token buckets per key and per account: O(1) per call, one second of burst (at least one call)."""
 
 import math
 from typing import NamedTuple
@@ -14,25 +14,50 @@ class Decision(NamedTuple):  # a tuple: built on every call, three times cheaper
 
 class RateLimiter:
     def __init__(self):
-        self._buckets: dict[int, list[float]] = {}  # key_id -> [tokens, last_refill]
+        self._buckets: dict[object, list[float]] = {}  # key_id or ("account", id) -> [tokens, last_refill]
+
+    def _tokens(self, name: object, capacity: float, rate: float, now: float) -> tuple[list[float], float]:
+        bucket = self._buckets.get(name)
+        if bucket is None:
+            bucket = self._buckets[name] = [capacity, now]
+        return bucket, min(capacity, bucket[0] + (now - bucket[1]) * rate)
 
     def take(self, key_id: int, rate: float, now: float) -> Decision:
-        capacity = max(1.0, rate)
-        bucket = self._buckets.get(key_id)
-        if bucket is None:
-            bucket = self._buckets[key_id] = [capacity, now]
-        tokens = min(capacity, bucket[0] + (now - bucket[1]) * rate)
-        allowed = tokens >= 1.0 - 1e-9  # waiting exactly Retry-After must be enough despite float rounding
-        if allowed:
-            tokens -= 1.0
-        bucket[0], bucket[1] = tokens, now
-        return Decision(
-            allowed=allowed,
-            limit=int(capacity),
-            remaining=int(tokens),
-            reset=math.ceil((capacity - tokens) / rate),
-            retry_after=0 if allowed else max(1, math.ceil((1.0 - tokens) / rate)),
-        )
+        return self.take_all([(key_id, rate)], now)[0]
+
+    def take_both(
+        self, key_id: int, key_rate: float, account_id: str, account_rate: float, now: float
+    ) -> tuple[Decision, Decision]:
+        """The key's bucket and its account's (shared by all the account's keys)."""
+        key, account = self.take_all([(key_id, key_rate), (("account", account_id), account_rate)], now)
+        return key, account
+
+    def take_all(self, limits: list[tuple[object, float]], now: float) -> list[Decision]:
+        """A call passes only when every bucket has a token, and only then takes one from each: a call
+        refused by one limit costs nothing against the others. Each decision's `allowed` says whether
+        its own bucket had a token, so the caller can tell which limit refused."""
+        state = []
+        for name, rate in limits:
+            capacity = max(1.0, rate)
+            bucket, tokens = self._tokens(name, capacity, rate, now)
+            # Waiting exactly Retry-After must be enough despite float rounding.
+            state.append((bucket, capacity, rate, tokens, tokens >= 1.0 - 1e-9))
+        passes = all(has for *_, has in state)
+        decisions = []
+        for bucket, capacity, rate, tokens, has in state:
+            if passes:
+                tokens -= 1.0
+            bucket[0], bucket[1] = tokens, now
+            decisions.append(
+                Decision(
+                    allowed=has,
+                    limit=int(capacity),
+                    remaining=max(0, int(tokens)),
+                    reset=math.ceil((capacity - tokens) / rate),
+                    retry_after=0 if passes or has else max(1, math.ceil((1.0 - tokens) / rate)),
+                )
+            )
+        return decisions
 
     def forget_idle(self, now: float, idle_seconds: float = 300.0) -> None:
         """Drops buckets untouched for a while; a full bucket and a missing one behave the same."""

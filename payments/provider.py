@@ -60,6 +60,22 @@ class Provider(ABC):
         """Re-reads the authoritative state; raises ProviderError."""
 
 
+MAX_NOTIFICATION_DEPTH = 32  # a real notification is 1-2 levels deep; orjson cannot re-serialise past 255
+
+
+def _depth(value) -> int:
+    """Nesting depth of a decoded JSON value, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level > MAX_NOTIFICATION_DEPTH:
+                break
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def _canonical(value):
     # JSON.stringify, which the processor signs with, writes 5.0 as 5: match it.
     if isinstance(value, dict):
@@ -85,8 +101,8 @@ def verified(secret: str, body: bytes, signature: str | None) -> dict | None:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(payload, dict):
-        return None
+    if not isinstance(payload, dict) or _depth(payload) > MAX_NOTIFICATION_DEPTH:
+        return None  # checked before _canonical recurses through it
     # Bytes, because compare_digest refuses non-ASCII text (a forged header may carry any).
     expected, given = sign(secret, payload).encode(), signature.strip().lower().encode()
     return payload if hmac.compare_digest(expected, given) else None

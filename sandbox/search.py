@@ -80,49 +80,94 @@ def _int(value: str) -> int:
         raise QueryError(f"bad number: {value}") from None
 
 
+MAX_QUERY_LENGTH = 1000  # characters; what the gateway accepts for a string parameter
+MAX_DEPTH = 16  # nested parentheses
+MAX_TERMS = 64  # words, phrases and operators: each is checked against every candidate tweet
+
+
+def _all(preds: list[Pred]) -> Pred:
+    return preds[0] if len(preds) == 1 else (lambda t: all(p(t) for p in preds))
+
+
+def _any(preds: list[Pred]) -> Pred:
+    return preds[0] if len(preds) == 1 else (lambda t: any(p(t) for p in preds))
+
+
+def _negated(pred: Pred, negations: int) -> Pred:
+    # A chain of minus signs is its parity: `---x` is `-x`, never a tower of nested closures.
+    return (lambda t: not pred(t)) if negations % 2 else pred
+
+
+class _Frame:
+    """One parenthesised query (or the whole one) being read: its AND list of OR groups."""
+
+    def __init__(self, negations: int = 0, joins_or: bool = False):
+        self.groups: list[list[Pred]] = []  # each inner list: the alternatives of one group
+        self.negations = 0  # minus signs read before the next unary
+        self.joins_or = False  # an OR was read: the next unary is one more alternative of the last group
+        self.outer = (negations, joins_or)  # the parent's pending state, applied when this frame closes
+
+    def add(self, pred: Pred) -> None:
+        pred = _negated(pred, self.negations)
+        if self.joins_or and self.groups:
+            self.groups[-1].append(pred)
+        else:
+            self.groups.append([pred])
+        self.negations, self.joins_or = 0, False
+
+    def result(self) -> list[Pred]:
+        if self.negations:  # a trailing minus sign negates nothing: it matches everything
+            self.negations = 0
+            self.add(lambda t: True)
+        return [_any(alts) for alts in self.groups]
+
+
 class _Parser:
+    """Reads the query in one pass with an explicit stack: no recursion, so no input can exhaust it.
+
+    Beyond MAX_QUERY_LENGTH characters, MAX_DEPTH nested parentheses or MAX_TERMS terms the query
+    is refused (QueryError, answered 400) before any tweet is looked at."""
+
     def __init__(self, w: World, query: str):
+        if len(query) > MAX_QUERY_LENGTH:
+            raise QueryError(f"query is longer than {MAX_QUERY_LENGTH} characters")
         self.w = w
         self.toks = _tokens(query)
-        self.pos = 0
-
-    def peek(self) -> str | None:
-        return self.toks[self.pos][0] if self.pos < len(self.toks) else None
 
     def parse(self) -> list[Pred]:
         """The top-level AND list (kept as a list so the caller can narrow candidates)."""
-        groups = []
-        while self.peek() not in (None, ")"):
-            groups.append(self.group())
-        return groups
+        stack, terms = [_Frame()], 0
+        for kind, value in self.toks:
+            frame = stack[-1]
+            if kind == "-":
+                frame.negations += 1
+            elif kind == "(":
+                if len(stack) > MAX_DEPTH:
+                    raise QueryError(f"more than {MAX_DEPTH} nested parentheses")
+                stack.append(_Frame(frame.negations, frame.joins_or))
+                frame.negations, frame.joins_or = 0, False
+            elif kind == ")":
+                if len(stack) == 1:
+                    continue  # a stray closing parenthesis is ignored
+                self._close(stack)
+            elif kind == "OR" and frame.groups and not frame.joins_or and not frame.negations:
+                frame.joins_or = True
+            else:
+                terms += 1
+                if terms > MAX_TERMS:
+                    raise QueryError(f"more than {MAX_TERMS} search terms")
+                frame.add(self.phrase(value) if kind == "phrase" else self.atom(value))
+        while len(stack) > 1:  # unclosed parentheses close at the end
+            self._close(stack)
+        return stack[0].result()
 
-    def group(self) -> Pred:
-        alts = [self.unary()]
-        while self.peek() == "OR":
-            self.pos += 1
-            if self.peek() in (None, ")"):
-                break
-            alts.append(self.unary())
-        return alts[0] if len(alts) == 1 else (lambda t: any(p(t) for p in alts))
-
-    def unary(self) -> Pred:
-        kind, value = self.toks[self.pos]
-        self.pos += 1
-        if kind == "-":
-            if self.peek() is None:
-                return lambda t: True
-            inner = self.unary()
-            return lambda t: not inner(t)
-        if kind == "(":
-            inner = self.parse()
-            if self.peek() == ")":
-                self.pos += 1
-            return lambda t: all(p(t) for p in inner)
-        if kind == ")":  # stray closing parenthesis: ignored
-            return lambda t: True
-        if kind == "phrase":
-            return self.phrase(value)
-        return self.atom(value)
+    @staticmethod
+    def _close(stack: list[_Frame]) -> None:
+        inner = stack.pop()
+        parent = stack[-1]
+        parent.negations, parent.joins_or = inner.outer
+        preds = inner.result()
+        parent.add(_all(preds) if preds else (lambda t: True))
 
     def phrase(self, text: str) -> Pred:
         ws = words(text)

@@ -5,6 +5,7 @@ functions in an executor, never on the event loop.
 """
 
 import base64
+import functools
 import hashlib
 import hmac
 import os
@@ -38,3 +39,16 @@ def verify_password(password: str, stored: str) -> bool:
 # "no such account" takes as long as "wrong password" (no user enumeration by timing).
 def decoy_hash(n: int) -> str:
     return hash_password(base64.b64encode(os.urandom(12)).decode(), n)
+
+
+@functools.cache
+def _common() -> frozenset[str]:
+    # zxcvbn ships the 30,000 most common passwords of real breaches (lower case); loaded on first use.
+    from zxcvbn.frequency_lists import FREQUENCY_LISTS
+
+    return frozenset(FREQUENCY_LISTS["passwords"])
+
+
+def is_common(password: str) -> bool:
+    """Whether the password (in any case) is on the list of the most common ones."""
+    return password.lower() in _common()

@@ -10,6 +10,9 @@ Cursors: the provider's are opaque strings, so the gateway refuses only what can
 blank, longer than CURSOR_MAX characters, or with a character outside printable ASCII
 (spaces, control characters, non-ASCII). followers_ids' cursor is an integer (-1 or 0 start).
 
+A parameter sent twice counts with its last value; blank counts as absent. The provider is sent each
+parameter of the table once, as validated and priced (handlers/social.py `upstream_query`).
+
 `size` names how the page size of a call is known: a fixed maximum per page, a
 query parameter (with its default and maximum), or the number of ids sent.
 The most a call can cost (what is reserved before forwarding) is the price of
@@ -57,7 +60,21 @@ class Endpoint:
         return next((p for p in self.params if p.name == name), None)
 
 
+# Text rules, stated once: the handler checks them (handlers/social.py) and the OpenAPI document shows
+# them (handlers/openapi.py). Patterns use ASCII classes only, so Python's `re` and JSON Schema's
+# ECMA-262 regexes read them alike (`\d` would also match "٣" in Python).
+STRING_MAX = 1000  # every string parameter without a rule of its own: at most this many characters
 CURSOR_MAX = 1000
+CURSOR_PATTERN = "^[!-~]+$"  # printable ASCII, no spaces
+ID_PART = " *[0-9]{1,20} *"  # one id of an id list: ASCII digits, spaces around it allowed
+NOT_BLANK = r"\S"  # a required value needs a character that is not whitespace
+
+
+def ids_pattern(maximum: int) -> str:
+    """An id list of 1..maximum ids, as one pattern (the handler tells a malformed list from a long one)."""
+    return f"^{ID_PART}(,{ID_PART}){{0,{maximum - 1}}}$"
+
+
 CURSOR = Param(
     "cursor",
     "cursor",

@@ -1,12 +1,15 @@
 """The pooled upstream client: keep-alive connections (libcurl via Tornado), timeouts,
 no redirects, a response size cap and a circuit breaker."""
 
+import math
 import time
 from dataclasses import dataclass
 
 import pycurl
 from tornado.curl_httpclient import CurlAsyncHTTPClient
 from tornado.httpclient import HTTPClientError, HTTPRequest
+
+from security.throttle import MAX_ENTRIES, SlidingWindows
 
 CURLE_OPERATION_TIMEDOUT = 28
 
@@ -18,7 +21,8 @@ def _quiet(curl) -> None:
 
 
 class UpstreamError(Exception):
-    """The upstream gave no usable answer. `kind`: timeout, unavailable (breaker open), failed."""
+    """The upstream gave no usable answer. `kind`: timeout, unavailable (breaker open), unreachable
+    (connection refused or reset), failed."""
 
     def __init__(self, kind: str, detail: str = ""):
         super().__init__(f"{kind}: {detail}")
@@ -33,11 +37,21 @@ class UpstreamResponse:
 
 
 class Breaker:
-    """Opens after `threshold` consecutive failures; after `reset_seconds` lets one trial call through."""
+    """The shared circuit breaker: opens only on evidence that the provider itself is down.
 
-    def __init__(self, threshold: int, reset_seconds: float, clock=time.monotonic):
+    It opens after `threshold` failures in a run (any success ends the run). A failure with no
+    account (transport: connection refused or reset, the provider not there at all) always counts.
+    A failure an account's call ran into (a 5xx answer, a timeout, an oversize body) may be caused
+    by that account's own queries: each account counts for at most threshold / `min_accounts`
+    failures of the run, so it takes failures spread over at least `min_accounts` accounts to open
+    it; one tenant's failing calls never open it for everybody (they meet the per-account
+    FailureBudget instead). After `reset_seconds` an open breaker lets one trial call through."""
+
+    def __init__(self, threshold: int, reset_seconds: float, clock=time.monotonic, min_accounts: int = 3):
         self.threshold, self.reset_seconds, self.clock = threshold, reset_seconds, clock
-        self.failures = 0
+        self.share = math.ceil(threshold / max(1, min_accounts))  # most one account counts for
+        self.failures = 0  # failures that count, in the current run
+        self.by_account: dict[str, int] = {}  # the run's failures per account
         self.opened_at: float | None = None
         self.trial_running = False
 
@@ -58,12 +72,36 @@ class Breaker:
 
     def success(self) -> None:
         self.failures, self.opened_at, self.trial_running = 0, None, False
+        self.by_account.clear()
 
-    def failure(self) -> None:
-        self.failures += 1
+    def failure(self, account: str | None = None) -> None:
         self.trial_running = False
+        if account is None:
+            self.failures += 1
+        else:
+            seen = self.by_account.get(account, 0)
+            if seen < self.share:
+                self.failures += 1
+                if len(self.by_account) < 4 * self.threshold:  # more accounts than this: opening anyway
+                    self.by_account[account] = seen + 1
         if self.failures >= self.threshold or self.opened_at is not None:
             self.opened_at = self.clock()
+
+
+class FailureBudget:
+    """Per account: at most `limit` failed upstream calls in `window` seconds, then 429 until the oldest
+    one leaves the window. Failed calls are free, so without it one account could keep the provider
+    (and the shared connection pool) busy with calls it knows will fail."""
+
+    def __init__(self, limit: int, window: float):
+        self.windows = SlidingWindows(limit, window, MAX_ENTRIES)
+
+    def retry_after(self, account: str, now: float) -> int:
+        wait = self.windows.retry_after(account, now)
+        return max(1, math.ceil(wait)) if wait > 0 else 0
+
+    def failed(self, account: str, now: float) -> None:
+        self.windows.add(account, now)
 
 
 class UpstreamClient:
@@ -85,7 +123,8 @@ class UpstreamClient:
         self.http = CurlAsyncHTTPClient(force_instance=True, max_clients=max_connections)
         self.latencies: list[float] = []  # recent upstream latencies, for percentiles
 
-    async def get(self, path: str, query: str) -> UpstreamResponse:
+    async def get(self, path: str, query: str, account: str | None = None) -> UpstreamResponse:
+        """`account`: whose call this is, so that failures it runs into are attributed to it (Breaker)."""
         if not self.breaker.allow():
             raise UpstreamError("unavailable", "circuit breaker open")
         chunks: list[bytes] = []
@@ -114,17 +153,18 @@ class UpstreamClient:
             # raise_error=False still raises for transport failures (HTTP 599): connect, reset, timeout.
             response = await self.http.fetch(request, raise_error=False)
         except (HTTPClientError, OSError) as exc:
-            self.breaker.failure()
             timed_out = getattr(exc, "errno", None) == CURLE_OPERATION_TIMEDOUT
-            raise UpstreamError("timeout" if timed_out else "failed", type(exc).__name__) from None
+            # A timeout may be the account's own expensive query; a refused or reset connection is not.
+            self.breaker.failure(account if timed_out else None)
+            raise UpstreamError("timeout" if timed_out else "unreachable", type(exc).__name__) from None
         finally:
             self._observe(time.perf_counter() - started)
         seconds = time.perf_counter() - started
         if size[0] > self.max_body_bytes:
-            self.breaker.failure()
+            self.breaker.failure(account)
             raise UpstreamError("failed", "response too large")
         if response.code >= 500:
-            self.breaker.failure()
+            self.breaker.failure(account)
         else:
             self.breaker.success()
         return UpstreamResponse(response.code, b"".join(chunks), seconds)

@@ -1,6 +1,6 @@
 """Accounts: identity, credit balance (unleased part) and payment totals."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from bson import ObjectId
 from pymongo import ReturnDocument
@@ -20,6 +20,22 @@ class AccountStore:
     def __init__(self, db: AsyncDatabase):
         self.accounts = db.accounts
         self.events = db.events
+        self.signup_grants = db.signup_grants
+
+    async def claim_signup_credits(self, network: str, cap: int) -> bool:
+        """One of the `cap` signup-credit grants of `network` today (UTC), atomically across processes."""
+        if cap < 1:
+            return False
+        today = now_utc().strftime("%Y-%m-%d")
+        try:
+            await self.signup_grants.update_one(
+                {"_id": f"{network} {today}", "granted": {"$lt": cap}},
+                {"$inc": {"granted": 1}, "$setOnInsert": {"expires_at": now_utc() + timedelta(days=2)}},
+                upsert=True,
+            )
+        except DuplicateKeyError:
+            return False  # today's grants of this network are used up: the upsert collided with the full one
+        return True
 
     async def create(self, email: str, password_hash: str, credits: int) -> dict:
         doc = {
@@ -96,6 +112,21 @@ class AccountStore:
             return_document=ReturnDocument.AFTER,
         )
         return doc or await self.get(account_id)
+
+    async def change_password(self, account_id: str, password_hash: str) -> int | None:
+        """New hash and the next session version (every earlier token stops working); the new version."""
+        doc = await self.accounts.find_one_and_update(
+            {"_id": account_id},
+            {"$set": {"password_hash": password_hash, "changed_at": now_utc()}, "$inc": {"session_version": 1}},
+            projection={"session_version": 1},
+            return_document=ReturnDocument.AFTER,
+        )
+        return doc["session_version"] if doc else None
+
+    async def end_all_sessions(self, account_id: str) -> None:
+        await self.accounts.update_one(
+            {"_id": account_id}, {"$inc": {"session_version": 1}, "$set": {"changed_at": now_utc()}}
+        )
 
     async def set_admin(self, email: str, is_admin: bool) -> bool:
         result = await self.accounts.update_one(

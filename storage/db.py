@@ -7,6 +7,9 @@ from pymongo.errors import BulkWriteError
 DUPLICATE_KEY = 11000
 
 INDEXES = {
+    # Ended sessions are dropped once the token would have expired anyway.
+    "ended_sessions": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
+    "signup_grants": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
     "accounts": [
         IndexModel([("email", ASCENDING)], unique=True),
         IndexModel([("created_at", DESCENDING)]),
@@ -18,6 +21,7 @@ INDEXES = {
     "keys": [
         IndexModel([("digest", ASCENDING)], unique=True),
         IndexModel([("account_id", ASCENDING), ("created_at", DESCENDING)]),
+        IndexModel([("account_id", ASCENDING), ("_id", DESCENDING)]),  # GET /keys pages, the key cap
         IndexModel([("revoked_at", ASCENDING)], sparse=True),
         IndexModel([("props_changed_at", ASCENDING)], sparse=True),
         IndexModel([("budget_id", ASCENDING)], sparse=True),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import datetime
 
 from pymongo import ReturnDocument, UpdateMany, UpdateOne
@@ -41,12 +43,31 @@ class KeyStore:
         # embedded server rewrites on every update (300 keys: ~300 ms of its CPU a minute, ~80 ms here).
         # Keys written before it existed keep their own last_used_at; reads take the newer of the two.
         self.last_used = db.key_last_used
+        self._creating: dict[str, list] = {}  # account -> [lock, holders and waiters]
+
+    @contextlib.asynccontextmanager
+    async def creating(self, account_id: str):
+        """One key creation of an account at a time in this process: the key cap is counted, then the key
+        inserted, and concurrent creations must not all pass the count before any of them is inserted."""
+        entry = self._creating.setdefault(account_id, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._creating[account_id]
 
     async def _next_id(self) -> int:
-        doc = await self.counters.find_one_and_update(
-            {"_id": "key_id"}, {"$inc": {"value": 1}}, upsert=True, return_document=ReturnDocument.AFTER
-        )
-        return doc["value"]
+        # Concurrent first upserts of the counter can race: the loser sees no document; it asks again.
+        for _ in range(5):
+            doc = await self.counters.find_one_and_update(
+                {"_id": "key_id"}, {"$inc": {"value": 1}}, upsert=True, return_document=ReturnDocument.AFTER
+            )
+            if doc is not None:
+                return doc["value"]
+        raise RuntimeError("the key id counter could not be read")
 
     async def create(
         self, account_id: str, name: str, digest: str, prefix: str, seal, properties: dict | None = None
@@ -77,9 +98,30 @@ class KeyStore:
         docs = await self.keys.find({"$or": [{"_id": budget_id}, {"budget_id": budget_id}]}, {"_id": 1}).to_list(None)
         return [d["_id"] for d in docs]
 
-    async def list(self, account_id: str) -> list[dict]:
-        keys = await self.keys.find({"account_id": account_id}, _ROW).sort("created_at", -1).to_list(None)
+    async def list(self, account_id: str, limit: int = 0, before: int | None = None) -> list[dict]:
+        """Newest first (key ids grow with creation); `before`: only keys with a smaller id (the cursor)."""
+        query: dict = {"account_id": account_id}
+        if before is not None:
+            query["_id"] = {"$lt": before}
+        keys = await self.keys.find(query, _ROW).sort("_id", -1).limit(limit).to_list(None)
         return await self._with_last_used(keys)
+
+    async def count_active(self, account_id: str, up_to: int | None = None) -> int:
+        """Unrevoked, unexpired keys of the account; with `up_to`, only those with an id up to it."""
+        # An expired key (a rolled one past its grace included) no longer counts.
+        query: dict = {
+            "account_id": account_id,
+            "revoked": False,
+            "$or": [{"expires_at": None}, {"expires_at": {"$gt": now_utc()}}],
+        }
+        if up_to is not None:
+            query["_id"] = {"$lte": up_to}
+        return await self.keys.count_documents(query)
+
+    async def delete(self, key_id: int) -> None:
+        """Only for a key that was never shown to anybody (creation refused after the insert)."""
+        await self.keys.delete_one({"_id": key_id})
+        await self.last_used.delete_one({"_id": key_id})
 
     async def get(self, account_id: str, key_id: int) -> dict | None:
         """The key, only if `account_id` owns it."""

@@ -56,6 +56,12 @@ class OrderStore:
         """The order, only if `account_id` placed it."""
         return await self.orders.find_one({"_id": order_id, "account_id": account_id})
 
+    async def count_open(self, account_id: str, now: datetime) -> int:
+        """Orders of the account still waiting for any payment and not yet past their expiry."""
+        return await self.orders.count_documents(
+            {"account_id": account_id, "status": "waiting", "expires_at": {"$gt": now}}
+        )
+
     async def for_account(self, account_id: str, limit: int) -> list[dict]:
         return await self.orders.find({"account_id": account_id}).sort("created_at", -1).limit(limit).to_list(None)
 

@@ -72,7 +72,8 @@ def use_upstream(ctx, url: str, **kw) -> None:
         kw.get("timeout", s.upstream_timeout),
         8,
         kw.get("max_body", s.upstream_max_body_bytes),
-        Breaker(kw.get("breaker_failures", 1000), 0.3),
+        # One account's failures open it here (the mechanics); test_isolation.py tests attribution.
+        Breaker(kw.get("breaker_failures", 1000), 0.3, min_accounts=kw.get("min_accounts", 1)),
     )
 
 

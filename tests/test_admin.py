@@ -66,8 +66,11 @@ async def insert_usage(ctx, batches: list[list[dict]]) -> None:
         await ctx.usage.buckets.insert_many(buckets[i : i + 1000])
 
 
-async def admin_token(api) -> str:
-    return (await api.register(ADMIN))["token"]
+async def admin_token(api, ctx) -> str:
+    """The configured address registered, then granted by the operator (registration alone grants nothing)."""
+    token = (await api.register(ADMIN))["token"]
+    assert await ctx.accounts.set_admin(ADMIN, True)
+    return token
 
 
 # --- authorization -----------------------------------------------------------------------------------------
@@ -94,8 +97,17 @@ async def test_non_admins_get_403_whatever_they_send(api):
     assert me["is_admin"] is False
 
 
-async def test_admin_by_setting(api):
-    token = await admin_token(api)
+async def test_registering_the_configured_admin_address_grants_nothing(api, ctx):
+    """The attack: ADMIN_EMAILS names an address nobody registered yet; an attacker registers it (any case)."""
+    attacker = await api.register("Boss@Example.COM")
+    for path in ENDPOINTS:
+        status, body, _ = await api.call("GET", path, token=attacker["token"])
+        assert status == 403 and "users" not in body and "series" not in body
+    assert (await api.call("GET", "/auth/me", token=attacker["token"]))[1]["is_admin"] is False
+
+
+async def test_admin_by_operator_grant(api, ctx):
+    token = await admin_token(api, ctx)
     assert (await api.call("GET", "/auth/me", token=token))[1]["is_admin"] is True
     for path in ENDPOINTS:
         assert (await api.call("GET", path, token=token))[0] == 200
@@ -115,8 +127,8 @@ async def test_admin_by_setting(api):
         ("/admin/users?cursor=WzFd", ["query", "cursor"], "value_error"),  # base64 of [1]
     ],
 )
-async def test_admin_validation(api, query, loc, type_):
-    status, body, _ = await api.call("GET", query, token=await admin_token(api))
+async def test_admin_validation(api, ctx, query, loc, type_):
+    status, body, _ = await api.call("GET", query, token=await admin_token(api, ctx))
     assert status == 422 and body["detail"][0]["loc"] == loc and body["detail"][0]["type"] == type_
 
 
@@ -306,7 +318,7 @@ async def check_metrics(api, token: str, data: dict) -> None:
 
 async def test_metrics_on_a_known_data_set(api, ctx):
     stop_refresher()
-    token = await admin_token(api)
+    token = await admin_token(api, ctx)
     data = await known_data(ctx)
     await check_metrics(api, token, data)  # nothing rolled up: all live
     d1 = datetime.fromisoformat(data["days"]["d1"]).replace(tzinfo=UTC)
@@ -320,9 +332,30 @@ async def test_metrics_on_a_known_data_set(api, ctx):
     assert not await ctx.admin.refresh(data["now"])  # nothing new to fold
 
 
-async def test_user_rows_and_paging(api, ctx):
+async def test_top_endpoints_leave_out_endpoints_only_internal_accounts_called(api, ctx):
     stop_refresher()
     token = await admin_token(api)
+    now = datetime.now(UTC)
+    staff = account("staff@example.com", now - timedelta(days=3), internal=True)
+    customer = account("customer@example.com", now - timedelta(days=3))
+    await ctx.accounts.accounts.insert_many([staff, customer])
+    earlier = now - timedelta(days=1)
+    await insert_usage(
+        ctx, [[record(staff, earlier, "/user/mentions", 200, 15), record(customer, earlier, "/user/info", 200, 18)]]
+    )
+    for rolled_up in (False, True):  # read live, then from the rollups less the internal accounts' share
+        if rolled_up:
+            assert await ctx.admin.refresh(now - timedelta(hours=1) + GRACE)
+        _, m, _ = await api.call("GET", "/admin/metrics", token=token)
+        for ranking in ("by_calls", "by_credits"):
+            assert m["top_endpoints"][ranking] == [{"endpoint": "/social/user/info", "calls": 1, "credits": 18}]
+        _, m, _ = await api.call("GET", "/admin/metrics?include_internal=true", token=token)
+        assert [e["endpoint"] for e in m["top_endpoints"]["by_calls"]] == ["/social/user/info", "/social/user/mentions"]
+
+
+async def test_user_rows_and_paging(api, ctx):
+    stop_refresher()
+    token = await admin_token(api, ctx)
     data = await known_data(ctx)
     await ctx.admin.refresh()
     status, page, _ = await api.call("GET", "/admin/users", token=token)
@@ -366,7 +399,7 @@ async def test_user_rows_and_paging(api, ctx):
 
 
 async def test_paging_through_equal_signup_times(api, ctx):
-    token = await admin_token(api)
+    token = await admin_token(api, ctx)
     moment = datetime.now(UTC).replace(microsecond=0) - timedelta(days=3)
     twins = [account(f"twin{i}@example.com", moment) for i in range(5)]
     await ctx.accounts.accounts.insert_many(twins)
@@ -422,7 +455,7 @@ async def test_cli_grant_revoke_credit(api, mongo, settings, monkeypatch, capsys
 async def test_admin_queries_stay_fast_at_scale(api, ctx, capsys):
     """3,000 accounts and 100,000 usage records: each admin request answers well under a second."""
     stop_refresher()
-    token = await admin_token(api)
+    token = await admin_token(api, ctx)
     rnd, now = random.Random(7), datetime.now(UTC)
     people = [account(f"user{i}@scale.example", now - timedelta(days=rnd.uniform(0, 90))) for i in range(3000)]
     people[0]["internal"], people[1]["is_admin"] = True, True

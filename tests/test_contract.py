@@ -9,12 +9,17 @@ import urllib.parse
 import urllib.request
 from datetime import UTC, datetime
 
+import jsonschema
 import orjson
 import pytest
+from support import recorder, use_upstream
 from tornado.testing import bind_unused_port
 
 from app.server import make_server
-from social.endpoints import CURSOR_MAX, ENDPOINTS
+from handlers import openapi
+from handlers.errors import ValidationError
+from handlers.social import parse_args
+from social.endpoints import CURSOR_MAX, ENDPOINTS, STRING_MAX
 
 pytestmark = pytest.mark.gen_test(timeout=120)
 FAST = ({"name": "fast", "min_paid_usd": 0, "qps": 100000},)
@@ -50,6 +55,7 @@ def invalid_calls():
             if p.required:
                 yield e, f"{p.name} missing", {p.name: None}, loc, "missing"
                 yield e, f"{p.name} blank", {p.name: "  "}, loc, "missing"
+                yield e, f"{p.name} Unicode blank", {p.name: "\u00a0\u2003"}, loc, "missing"
             if p.kind == "int":
                 yield e, f"{p.name} not an integer", {p.name: "ten"}, loc, "int_parsing"
                 yield e, f"{p.name} in non-ASCII digits", {p.name: "\u0663"}, loc, "int_parsing"
@@ -73,7 +79,7 @@ def invalid_calls():
                 yield e, f"{p.name} not one of its values", {p.name: "Bogus"}, loc, "enum"
                 yield e, f"{p.name} in the wrong case", {p.name: p.choices[-1].lower()}, loc, "enum"
             else:
-                yield e, f"{p.name} too long", {p.name: "a" * 1001}, loc, "string_too_long"
+                yield e, f"{p.name} too long", {p.name: "a" * (STRING_MAX + 1)}, loc, "string_too_long"
         if e.one_of:
             yield e, "none of " + "/".join(e.one_of), dict.fromkeys(e.one_of), ["query"], "missing"
 
@@ -170,8 +176,108 @@ async def test_the_openapi_document_states_the_same_constraints(api):
     assert next(p for p in replies if p["name"] == "queryType")["schema"]["enum"] == ["Relevance", "Latest", "Likes"]
 
 
+# Text values a client may send for a string parameter; each is accepted by both or refused by both.
+PROBES = [
+    "a",
+    "from:jack",
+    "abc def",
+    " a ",
+    "a" * STRING_MAX,
+    "a" * (STRING_MAX + 1),
+    "é",
+    "abc\x01",
+    "\u200b",
+    "Latest",
+    "latest",
+    "Top",
+    "Relevance",
+    "c2J4MToyMA==",
+    "1",
+    "1,2",
+    "1, 2",
+    " 1 ,2 ",
+    "1,,2",
+    "1,abc",
+    "\u0663",
+    "12,\u0663",
+    "1" * 20,
+    "1" * 21,
+    ",".join(["7"] * 100),
+    ",".join(["7"] * 101),
+]
+BLANKS = ["  ", "\u00a0", "\u2003\t"]  # whitespace only: as if absent (422 when required)
+
+
+def accepted(endpoint, name: str, value: str) -> bool:
+    """Whether the gateway takes this value for this parameter (other parameters' errors aside)."""
+    try:
+        parse_args(endpoint, {name: [value.encode()]})
+        return True
+    except ValidationError as exc:
+        return not any(d["loc"] == ["query", name] for d in exc.errors)
+
+
+def test_the_openapi_schema_of_each_parameter_accepts_exactly_what_the_gateway_accepts():
+    """The handler and the document read their rules from one table: no value tells them apart."""
+    doc = openapi.build(twitter_alias=True, metrics_here=True)
+    for endpoint in ENDPOINTS:
+        operation = doc["paths"]["/social" + endpoint.path]["get"]
+        schemas = {p["name"]: p["schema"] for p in operation["parameters"]}
+        for param in endpoint.params:
+            if param.kind == "bool":
+                continue  # typed in the document; its text forms are covered by the invalid calls above
+            if (
+                param.kind == "int"
+            ):  # the document's bounds are the ones read: just inside is accepted, just outside not
+                schema = schemas[param.name]
+                for number in (schema["minimum"], schema["maximum"]):
+                    assert accepted(endpoint, param.name, str(number)), (endpoint.path, param.name, number)
+                for number in (schema["minimum"] - 1, schema["maximum"] + 1):
+                    assert not accepted(endpoint, param.name, str(number)), (endpoint.path, param.name, number)
+                continue
+            for value in PROBES + (BLANKS if param.required else []):
+                gateway = accepted(endpoint, param.name, value)
+                try:
+                    jsonschema.validate(value, schemas[param.name])
+                    document = True
+                except jsonschema.ValidationError:
+                    document = False
+                assert gateway == document, (endpoint.path, param.name, value[:40], gateway, document)
+
+
+@pytest.mark.settings(plan_rules=FAST)
+async def test_the_upstream_is_sent_each_table_parameter_once_as_validated_and_priced(api, ctx):
+    """A provider reading the first of two values, or a blank one, must not see a bigger page than was priced."""
+    server, url, seen = await recorder()
+    use_upstream(ctx, url)
+    _, key = await api.funded_key(100_000)
+    calls = {
+        # repeated: the last value counts; 5 users were priced, so 5 are asked for
+        "/social/user/followers?userName=jack&pageSize=200&pageSize=5&extra=1&extra=2": (
+            "userName=jack&pageSize=5&extra=1&extra=2"
+        ),
+        # `;` is not a separator here: a provider splitting on it must not find a pageSize the price did not see
+        "/social/user/followers?userName=jack;pageSize=5": "userName=jack%3BpageSize%3D5",
+        # blank: as if absent, so not sent at all
+        "/social/user/followers?userName=jack&pageSize=&cursor=%20": "userName=jack",
+        # typed values in one spelling: integers, booleans, id lists
+        "/social/user/last_tweets?userId=%2B00042&includeReplies=TRUE&userName=": "userId=%2B00042&includeReplies=true",
+        "/social/user/followers_ids?userId=42&count=%2B0100&cursor=-1": "userId=42&count=100&cursor=-1",
+        "/social/user/batch_info_by_ids?userIds=1,+2+,3&userIds=4,5": "userIds=4,5",
+        "/social/tweets?tweet_ids=+1,%202": "tweet_ids=1,2",
+        # strings exactly as sent (the last one), other parameters untouched
+        "/social/user/info?userName=a%26b%3Dc%C3%A9&userName=jack%20x&x%C3%A9=%FF": "userName=jack+x&x%C3%A9=%FF",
+    }
+    for path, expected in calls.items():
+        status, body, _ = await api.call("GET", path, key=key["key"])
+        assert status == 200, (path, body)
+        assert seen[-1]["query"] == expected, path
+    server.stop()
+
+
 async def test_unknown_data_paths_answer_in_the_data_plane_shape(api):
-    for method, path in [("GET", "/social/nope"), ("GET", "/twitter/user/nope"), ("POST", "/social/user/info/x")]:
+    unknown = [("GET", "/social/nope"), ("GET", "/twitter/user/nope"), ("POST", "/social/user/info/x")]
+    for method, path in unknown + [("GET", "/social"), ("GET", "/twitter?userName=a"), ("GET", "/social/")]:
         status, body, headers = await api.call(method, path, body={})
         assert status == 404 and body["status"] == "error" and body["msg"] and set(body) == {"status", "msg"}, path
     status, body, _ = await api.call("GET", "/elsewhere")
@@ -209,7 +315,7 @@ def timestamps(value, key=""):
 
 
 @pytest.mark.settings(plan_rules=FAST, admin_emails="time-admin@example.com")
-async def test_every_timestamp_has_one_format_and_reads_back_equal(api, catalog):
+async def test_every_timestamp_has_one_format_and_reads_back_equal(api, ctx, catalog):
     user, key = await api.funded_key(100_000)
     auth = user["token"]
     await api.call("GET", f"/social/user/info?userName={catalog['users'][0]['userName']}", key=key["key"])
@@ -222,6 +328,7 @@ async def test_every_timestamp_has_one_format_and_reads_back_equal(api, catalog)
     _, order_again, _ = await api.call("GET", f"/billing/crypto/orders/{order['order_id']}", token=auth)
     assert order_again["created_at"] == order["created_at"] and order_again["expires_at"] == order["expires_at"]
     admin = await api.register("time-admin@example.com")
+    assert await ctx.accounts.set_admin("time-admin@example.com", True)  # the operator's `admin grant`
     answers = [created, listed, order, order_again]
     for path, token in [("/auth/me", auth), ("/account", auth), ("/usage", auth), ("/billing/crypto/orders", auth)]:
         answers.append((await api.call("GET", path, token=token))[1])
@@ -276,11 +383,12 @@ async def test_a_3_mb_body_gets_a_json_413_decided_from_its_content_length(app, 
     server.add_sockets([sock])
     try:
         size = 3 * 1024 * 1024
-        head = f"POST /auth/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
+        head = f"POST /auth/register HTTP/1.1\r\nHost: x\r\nX-Request-ID: upload-7\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
         body = [b"x" * 65536] * (size // 65536)
         answer, (reader, writer) = await exchange(port, head.encode(), body)
-        status, parsed, _ = parse(answer)
+        status, parsed, raw_head = parse(answer)
         assert status == 413 and parsed == {"detail": f"Request body is larger than {settings.max_body_bytes} bytes"}
+        assert b"\r\nX-Request-Id: upload-7\r\n" in raw_head + b"\r\n"  # the caller's id, as on every answer
         # The body was drained: the same connection serves the next request.
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         second = await asyncio.wait_for(reader.readuntil(b'{"status":"ok"}'), 5)
@@ -295,6 +403,7 @@ async def test_a_3_mb_body_gets_a_json_413_decided_from_its_content_length(app, 
         answer, (_, writer) = await exchange(port, data_head.encode(), [])
         status, parsed, raw_head = parse(answer)
         assert status == 413 and parsed["status"] == "error" and b"100 Continue" not in answer
+        assert re.search(rb"\r\nX-Request-Id: [0-9a-f]{20}\r\n", raw_head + b"\r\n")  # generated when none was sent
         writer.close()
         # A chunked body is cut at the limit with the same 413, and the connection closed.
         chunked = b"POST /keys HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -338,3 +447,39 @@ def test_the_spec_page_lists_every_endpoint_and_parameter_of_the_table():
         for choice in next((p.choices for p in endpoint.params if p.choices), ()):
             assert choice in row
         assert ("one of" in row) == bool(endpoint.one_of) and ("501" in row) == (not endpoint.available)
+
+
+# --- portal limits: the document's are the ones enforced ---------------------------------------------------
+async def test_the_key_property_limits_the_document_states_are_the_ones_enforced(api):
+    """Each bound read from the document: a body at it is accepted, one past it gets 422 on that field."""
+    schemas = openapi.build(twitter_alias=True, metrics_here=True)["components"]["schemas"]
+    props = {
+        name: schema["anyOf"][0] for name, schema in schemas["KeyCreate"]["properties"].items() if "anyOf" in schema
+    }
+    user = await api.register()
+    endpoints, ips = props["allowed_endpoints"]["maxItems"], props["allowed_ips"]["maxItems"]
+    ip_text, most = props["allowed_ips"]["items"]["maxLength"], props["credit_limit"]["maximum"]
+    period = props["credit_limit_period"]["enum"][-1]
+    at_limit = {
+        "allowed_endpoints": ["/user/info"] * endpoints,
+        "allowed_ips": ["10.0.0.1".rjust(ip_text)] + ["10.0.0.2"] * (ips - 1),
+        "credit_limit": most,
+        "credit_limit_period": period,
+    }
+    status, body, _ = await api.call("POST", "/keys", at_limit, token=user["token"])
+    assert status == 200, body
+    past = [
+        ({"allowed_endpoints": ["/user/info"] * (endpoints + 1)}, ["body", "allowed_endpoints"]),
+        ({"allowed_ips": ["10.0.0.2"] * (ips + 1)}, ["body", "allowed_ips"]),
+        ({"allowed_ips": ["10.0.0.1".rjust(ip_text + 1)]}, ["body", "allowed_ips", 0]),
+        ({"credit_limit": most + 1, "credit_limit_period": period}, ["body", "credit_limit"]),
+    ]
+    for change, loc in past:
+        status, body, _ = await api.call("POST", "/keys", change, token=user["token"])
+        assert status == 422 and loc in [d["loc"] for d in body["detail"]], (change, body)
+    grace = schemas["Roll"]["properties"]["grace_seconds"]["maximum"]
+    key_id = (await api.call("POST", "/keys", {}, token=user["token"]))[1]["key_id"]
+    status, body, _ = await api.call("POST", f"/keys/{key_id}/roll", {"grace_seconds": grace + 1}, token=user["token"])
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "grace_seconds"], body
+    status, body, _ = await api.call("POST", f"/keys/{key_id}/roll", {"grace_seconds": grace}, token=user["token"])
+    assert status == 200, body

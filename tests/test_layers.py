@@ -3,6 +3,7 @@ anything on a lower layer, never a higher one (read from the source with ast, no
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -64,3 +65,30 @@ def test_the_layer_check_sees_a_wrong_import(tmp_path):
 def test_every_package_is_placed():
     packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
     assert packages - OWN == set(), "a new package needs its place in LAYERS"
+
+
+def code_map() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme.split("## Code map", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_code_map_names_every_layer_and_only_files_that_exist():
+    text = code_map()
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            folders, what = line.split("|")[1:3]
+            for folder in re.findall(r"`([^`]+)`", folders):
+                rows[folder.rstrip("/").removesuffix(".py")] = what
+    assert set(RANK) <= set(rows), "a layer without its line in the README's code map"
+    named = []
+    for folder, what in rows.items():
+        named += [f"{folder}/{name}" for name in re.findall(r"`([\w/]+\.py)`", what) if "/" not in name]
+        named += [f"{folder}/{name}.py" for name in re.findall(r"`([a-z_]+)`", what) if (ROOT / folder).is_dir()]
+    # Paths the data call's walk-through names, and its functions in the files it names.
+    named += re.findall(r"`(\w+/[\w/]+\.py)`", text)
+    missing = [path for path in named if not (ROOT / path).exists()]
+    assert not missing, f"the README's code map names files that do not exist: {missing}"
+    for cls, method in re.findall(r"`([A-Z]\w+)\.(\w+)`", text):
+        source = "\n".join(p.read_text() for p in ROOT.glob("*/*.py") if f"class {cls}" in p.read_text())
+        assert re.search(rf"def {method}\b", source), f"{cls}.{method}"

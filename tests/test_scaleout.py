@@ -88,10 +88,14 @@ async def test_concurrent_calls_over_three_processes_never_overspend(mongo, upst
         responses += await asyncio.gather(*await storm(targets, path, 30))
     assert {r.code for r in responses} <= {200, 402}
     assert 0 <= initial - charged(responses) < 3 * PRICE
+    ids = [r.headers["X-Request-ID"] for r in responses]
+    assert len(set(ids)) == len(ids), "two answers carried the same request id"  # the pair's workers included
     nodes = await process_ids(mongo.uri, db_name)
     assert pair.stop() == 0 and single.stop() == 0
     account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
     assert sum(r["credits"] for r in records) == charged(responses)
+    served = sorted(r.headers["X-Request-ID"] for r in responses if r.code == 200)
+    assert sorted(r["request_id"] for r in records) == served  # each record matches exactly one answer
     assert account["leases"] == {} and account["credits"] == initial - charged(responses)
     # Both ports served calls (which of the pair's workers accepts a connection is the kernel's choice).
     single_id = nodes[f"{socket.gethostname()}:{single.port}"]

@@ -5,6 +5,7 @@ upstream faults in test_social.py."""
 
 import asyncio
 import logging
+import re
 import secrets
 import statistics
 import time
@@ -76,12 +77,13 @@ async def serve_with_limits(app, settings) -> tuple[object, int]:
 
 
 # --- login throttling: the pure counter --------------------------------------------------------
-def test_throttle_locks_an_email_after_its_failures_for_the_rest_of_the_window():
+def test_throttle_locks_an_email_for_one_network_after_its_failures_for_the_rest_of_the_window():
     throttle = LoginThrottle(max_failures=3, window=900, max_attempts=1000)
     for i in range(3):
         assert throttle.check("10.0.0.1", "a@x.io", 100.0 + i) == 0
     assert throttle.check("10.0.0.1", "a@x.io", 110.0) == 890  # first failure at 100 + 900 - 110
-    assert throttle.check("10.0.0.2", "a@x.io", 110.0) == 890  # from any address
+    assert throttle.check("10.0.0.2", "a@x.io", 110.0) == 890  # from anywhere in the same /24
+    assert throttle.check("10.0.1.2", "a@x.io", 110.0) == 0  # another network (the owner's) is not locked out
     assert throttle.check("10.0.0.1", "b@x.io", 110.0) == 0  # other emails are not affected
     assert throttle.check("10.0.0.1", "a@x.io", 1000.5) == 0  # the oldest failure left the window
 
@@ -99,7 +101,7 @@ def test_throttle_success_forgets_the_failures():
     throttle = LoginThrottle(max_failures=3, window=900, max_attempts=1000)
     for i in range(2):
         throttle.check("ip", "a@x.io", float(i))
-    throttle.succeeded("a@x.io")
+    throttle.succeeded("a@x.io", "ip")
     for i in range(3):
         assert throttle.check("ip", "a@x.io", 10.0 + i) == 0
     assert throttle.check("ip", "a@x.io", 20.0) > 0
@@ -118,7 +120,7 @@ def test_throttle_limits_attempts_per_address_whatever_the_email():
 def test_throttle_memory_is_bounded_under_a_flood_of_names():
     throttle = LoginThrottle(max_failures=5, window=900, max_attempts=3, max_entries=100)
     for i in range(10_000):
-        throttle.check(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", f"u{i}@x.io", 1.0)
+        throttle.check(f"10.{i // 256 % 256}.{i % 256}.{i // 65536}", f"u{i}@x.io", 1.0)
     assert len(throttle.failures) == 100 and len(throttle.attempts) == 100
     # Hot entries survive: the most recent ones are kept.
     for _ in range(3):
@@ -329,6 +331,7 @@ async def test_oversize_headers_get_431_and_the_connection_is_closed(app, settin
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 431 ")
         assert b"Connection: close" in head and orjson.loads(body)["detail"].startswith("Request headers are larger")
+        assert re.search(rb"\r\nX-Request-Id: [0-9a-f]{20}\r\n", head + b"\r\n")  # an id, like every other answer
         assert answer.count(b"HTTP/1.1") == 1  # the connection was not kept for the next request
         # Past the hard cap the head is not even read: the connection is cut without an answer.
         huge = b"X-Filler: " + b"a" * (settings.max_header_bytes * 5) + b"\r\n"
