@@ -181,6 +181,7 @@ def run(args) -> dict:
                 "LOG_LEVEL": "INFO",  # as deployed: the access log is on, written to a file here
                 "PLAN_RULES": json.dumps([{"name": "bench", "min_paid_usd": 0, "qps": 100000}]),
                 "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "100000",
+                "MAX_KEYS_PER_ACCOUNT": str(KEYS_PER_ACCOUNT),
             },
             stdout=gateway_log,
             stderr=gateway_log,

@@ -495,7 +495,7 @@ async def test_last_used_at_is_stored_by_the_minute_and_listed_at_once(api, ctx,
         assert (await stored())["last_used_at"] == minute(now_used)
 
 
-@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600, max_keys_per_account=25)
 async def test_last_used_at_is_stored_for_every_key_used_in_a_minute(api, ctx, catalog):
     """More keys than one touch statement holds (TOUCH_CHUNK): each used key gets its minute, no other."""
     user, first = await api.funded_key(1_000_000)
