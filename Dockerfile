@@ -9,6 +9,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev l
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY setup.cfg pyproject.toml README.md gateway.py ./
+COPY accounting accounting
+COPY app app
 COPY config config
 COPY handlers handlers
 COPY metering metering

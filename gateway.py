@@ -27,13 +27,14 @@ from app.context import build_context
 from app.embedded import DataDirBusy, Helpers, start_helpers
 from app.server import make_server, port_problem
 from app.tasks import start_background
-from handlers import accesslog, account, admin, auth, billing, keys, ops, sandbox, social
+from handlers import accesslog, account, admin, auth, billing, keys, ops, portal, sandbox, social
 from handlers.base import NotFoundHandler
 from handlers.context import Context
 from metering.pricing import Prices
 
 log = logging.getLogger("gateway")
 GC_GEN0 = 20_000
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # drain and exit
 
 
 # --- 1. settings ---------------------------------------------------------------------------------
@@ -64,6 +65,7 @@ def make_app(ctx: Context) -> tornado.web.Application:
     # pattern before its own (no pattern overlaps another).
     routes = social.routes + (social.alias_routes if ctx.settings.twitter_alias else [])
     routes += auth.routes + keys.routes + account.routes + billing.routes + admin.routes + ops.routes + sandbox.routes
+    routes += portal.routes  # the web portal at /, its files, and the interactive docs at /docs
     if not ctx.settings.metrics_port:
         routes += ops.metrics_routes
     bound = [(route[0], route[1], {"ctx": ctx, **(route[2] if len(route) > 2 else {})}) for route in routes]
@@ -74,6 +76,7 @@ def make_app(ctx: Context) -> tornado.web.Application:
         compress_response=False,
         xheaders=False,
         log_function=lambda handler: None,  # BaseHandler.on_finish writes the access log
+        **portal.app_settings(ctx),  # templates, versioned static URLs, XSRF cookies
     )
 
 
@@ -123,6 +126,20 @@ async def serve(
 ) -> None:
     """One gateway process; with `sockets`, worker `worker` of `serve --workers N` (app/workers.py).
     `settings` name the database and upstream; `helpers` are what was started for them here."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def stop_during_start() -> None:
+        # A second signal before start-up is done (a database that does not answer) ends the process.
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+        stop.set()
+
+    # Before build_context registers this process: a SIGTERM during start-up (a worker restarted just
+    # as the parent is stopped) must end in the clean shutdown below, not in the default action, which
+    # left the process's registration behind (and, were it holding any, its leases until LEASE_TIMEOUT).
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop_during_start)
     ctx = await build_context(settings, worker)
     # main() sent logging to stderr in LOG_FORMAT: access lines go there in batches, in the same format.
     ctx.access_log.stream = sys.stderr
@@ -139,10 +156,8 @@ async def serve(
     tasks = start_background(ctx)
     if helpers is not None:
         announce(settings, helpers)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)  # a stop asked for during start-up is still set
     loop.add_signal_handler(signal.SIGHUP, reload, ctx)
     await stop.wait()
     log.info("shutting down: no new connections, draining calls in flight")
@@ -168,7 +183,7 @@ def announce(settings: config.Settings, helpers: Helpers, workers_line: str = ""
     """The start-up message: where it listens, what it uses, then the user's next steps."""
     shown = "127.0.0.1" if settings.host in ("", "0.0.0.0", "::") else settings.host
     base = f"http://{shown}:{settings.port}"
-    steps = [f"  API docs:        {base}/docs"]
+    steps = [f"  web portal:      {base}/   (sign up, API keys, usage, buy credits)", f"  API docs:        {base}/docs"]
     if not settings.production:
         steps.append(f"  sandbox catalog: {base}/sandbox/catalog   (valid userNames and ids)")
     steps.append(

@@ -55,6 +55,7 @@ class KeyEntry:
     credit_limit: int | None = None
     period: str | None = None  # credit_limit_period: day | month | total
     budget_id: int = 0  # shared by a key and the keys rolled from it
+    budget_epoch: int = 0  # changes when the budget starts again or changes period (storage/budgets.py)
     # client address -> allowed, for keys with allowed_ips: a dict lookup per call instead of parsing
     # the address and testing each network (bounded; a new entry per key change starts it afresh).
     verdicts: dict = field(default_factory=dict, compare=False, repr=False)
@@ -84,6 +85,7 @@ def entry_of(doc: dict) -> KeyEntry:
         doc.get("credit_limit"),
         doc.get("credit_limit_period"),
         doc.get("budget_id", doc["key_id"]),
+        doc.get("budget_epoch", 0),
     )
 
 
@@ -201,10 +203,10 @@ class Meter:
     async def _reserve_budget(self, key: KeyEntry, most: int, least: int) -> tuple[Budget, int]:
         period, since_day = self._period(key.period)
         # A new period or a changed limit is a new slot; the old one goes back once idle (maintain).
-        slot = (key.budget_id, key.credit_limit, period)
+        slot = (key.budget_id, key.credit_limit, period, key.budget_epoch)
         budget = self.budgets.get(slot)
         if budget is None:
-            budget = self.budgets[slot] = Budget(key.budget_id, period, key.credit_limit)
+            budget = self.budgets[slot] = Budget(key.budget_id, period, key.credit_limit, key.budget_epoch)
         for _ in range(BUDGET_ATTEMPTS):
             now = self.clock()
             empty = budget.empty_until > now
@@ -240,6 +242,7 @@ class Meter:
                 budget.slice_request(most),
                 most,
                 lambda: self._spent_by_budget(key.account_id, budget.budget_id, since_day),
+                budget.epoch,
             )
             if grant:
                 budget.granted += grant
@@ -258,11 +261,11 @@ class Meter:
         give = budget.available
         if give > 0:
             budget.granted -= give
-            self.spawn(self._give_budget_back(budget.budget_id, budget.period, give))
+            self.spawn(self._give_budget_back(budget.budget_id, budget.period, give, budget.epoch))
 
-    async def _give_budget_back(self, budget_id: int, period: str, give: int) -> None:
+    async def _give_budget_back(self, budget_id: int, period: str, give: int, epoch: int) -> None:
         try:
-            await self.budget_store.give_back(budget_id, period, give)
+            await self.budget_store.give_back(budget_id, period, give, epoch)
         except Exception as exc:
             # The credits stay counted as taken: the budget under-spends, it never overspends.
             log.warning("could not give back %d credits of key budget %s: %s", give, budget_id, type(exc).__name__)
@@ -409,9 +412,15 @@ class Meter:
         return view
 
     async def balance(self, account_id: str, doc: dict | None = None) -> int:
-        """Unleased balance + what this process holds (buffered charges already out) + other processes' leases."""
+        """Unleased balance + what this process holds (buffered charges already out) + other processes' leases.
+
+        Every amount comes from the one account document: a lease take or give-back of this process
+        may land between the read and now, so adding the in-memory `Purse.leased` to the document's
+        `credits` would count the moved credits twice or not at all. Only the spent part is in memory
+        (charges never touch the document)."""
         doc = doc or await self.accounts.get(account_id)
-        return doc["credits"] + self.ledger.held(account_id) + await self.leases.others_held(account_id, doc)
+        mine = ((doc.get("leases") or {}).get(self.leases.process_id) or {}).get("amount", 0)
+        return doc["credits"] + self.ledger.held(account_id, mine) + await self.leases.others_held(account_id, doc)
 
     async def usage_summary(self, account_id: str, since_day: str, group_by: tuple[str, ...]) -> dict[tuple, list]:
         """(group values) -> [calls, credits, errors] from `since_day` (an ISO date, "" for all): stored

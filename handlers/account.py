@@ -1,7 +1,7 @@
 """The account's balance and plan, and its usage history (buffered calls included): per call, summed
 by day / endpoint / key, and exported as CSV or JSON lines."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import orjson
 
@@ -126,7 +126,8 @@ class UsageExportHandler(BaseHandler):
         days = self.query_arg(PERIOD_DAYS)
         fmt = self.query_arg(FORMAT)
         until = datetime.now(UTC)
-        since = until - timedelta(days=days)
+        # The same UTC days as /usage/summary (today included), so an export adds up to the summary.
+        since = datetime.combine(until.date() - timedelta(days=days - 1), time.min, UTC)
         # What this process has not written yet: exported from memory, and skipped if a flush writes it
         # while the stored records stream (each record exactly once).
         buffered = self.ctx.meter.buffer.for_account(account_id)

@@ -42,6 +42,11 @@ ATTRIBUTION = [
 
 
 class AuthHandler(BaseHandler):
+    def initialize(self, ctx, cookie: bool = False, **kwargs) -> None:
+        """cookie=True: the portal's variant, which keeps the token in an HttpOnly cookie instead of the body."""
+        super().initialize(ctx, **kwargs)
+        self.cookie = self.xsrf_always = cookie
+
     async def hash(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.ctx.executor, fn, *args)
 
@@ -59,6 +64,18 @@ class AuthHandler(BaseHandler):
     def issue_session(self, account_id: str, version: int = 0) -> None:
         s = self.ctx.settings
         token = self.ctx.sessions.issue(account_id, version)
+        if self.cookie:
+            # Page scripts never see the token: HttpOnly, same-site only, HTTPS only in production.
+            self.set_cookie(
+                self.session_cookie(),
+                token,
+                max_age=s.token_ttl_seconds,
+                httponly=True,
+                secure=s.production,
+                samesite="Strict",
+            )
+            self.send_json({"account_id": account_id, "expires_in": s.token_ttl_seconds})
+            return
         self.send_json(
             {"token": token, "token_type": "bearer", "account_id": account_id, "expires_in": s.token_ttl_seconds}
         )

@@ -3,7 +3,8 @@
 Client-facing messages come only from ApiError (ValidationError is its 422 form); every error
 reaches the client through Tornado's write_error, and exception text goes to the log, never to
 the client. Sessions: get_current_user reads the bearer token; @authenticated and @admin_only
-guard the methods that need one.
+guard the methods that need one. The session token comes from `Authorization: Bearer` or, for the
+web portal, from its HttpOnly cookie (bearer_token); cookie-authenticated writes need the XSRF token.
 """
 
 import functools
@@ -211,10 +212,38 @@ class BaseHandler(tornado.web.RequestHandler):
         return parse_query(field, self.get_query_argument(field.name, None))
 
     # --- session authentication -------------------------------------------------------------
+    # Browsers send cookies on their own, so writes authenticated by the portal's cookie need the page's
+    # XSRF token; handlers that set or clear that cookie (portal login, logout) need it always.
+    xsrf_always = False
+
+    def session_cookie(self) -> str:
+        """The portal's cookie name; in production the __Host- prefix pins it to this exact origin over HTTPS.
+        Named for this service: browsers share localhost cookies across ports, so "session" would collide."""
+        return "__Host-gw_session" if self.ctx.settings.production else "gw_session"
+
     def bearer_token(self) -> str | None:
-        """The session token the request carries, if any: the one place that reads it."""
-        scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
-        return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+        """The session token the request carries, if any: the one place that reads it.
+
+        `Authorization: Bearer`, else the web portal's HttpOnly cookie; an explicit header wins, and a
+        cookie beside it is ignored."""
+        header = self.request.headers.get("Authorization")
+        if header is not None:
+            scheme, _, token = header.partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+        return self.get_cookie(self.session_cookie()) or None
+
+    def check_xsrf_cookie(self) -> None:
+        """Tornado's XSRF check, for cookie-authenticated writes only: a bearer token or an API key cannot be
+        attached by another site, so those requests (and requests with no credentials) need no XSRF token."""
+        if self.request.method not in self.allowed_methods():
+            return  # 405 follows; nothing will be done
+        cookie_auth = "Authorization" not in self.request.headers and self.get_cookie(self.session_cookie())
+        if not (cookie_auth or self.xsrf_always):
+            return
+        try:
+            super().check_xsrf_cookie()
+        except tornado.web.HTTPError:
+            raise ApiError(403, "Missing or invalid XSRF token: reload the page and try again") from None
 
     async def prepare(self) -> None:
         # The session is checked here, before any handler code, where I/O is possible: a token whose

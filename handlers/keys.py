@@ -8,6 +8,7 @@ allowed_endpoints (data paths or group names), allowed_ips (addresses or CIDRs) 
 
 import ipaddress
 import re
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -72,9 +73,10 @@ _TOO_MANY = "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT);
 def _expiry(value: str, loc: list) -> datetime:
     try:
         moment = datetime.fromisoformat(value)
-    except ValueError:
+        # Converting to UTC can leave the years 1..9999 ("9999-12-31T23:59:59-05:00"): OverflowError.
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise ValidationError([error(loc, "Input should be a valid ISO 8601 datetime", "datetime_parsing")]) from None
-    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     if moment <= datetime.now(UTC):
         raise ValidationError([error(loc, "Input should be in the future", "datetime_future")])
     return moment
@@ -106,7 +108,7 @@ def _networks(values: list, loc: list) -> list[str]:
         try:
             if not isinstance(value, str) or len(value) > MAX_IP_TEXT:
                 raise ValueError
-            network = str(ipaddress.ip_network(value.strip(), strict=False))
+            network = _unmapped(ipaddress.ip_network(value.strip(), strict=False))
         except ValueError:
             errors.append(error(loc + [i], "Input should be an IPv4 or IPv6 address or CIDR network", "ip_any_network"))
             continue
@@ -115,6 +117,17 @@ def _networks(values: list, loc: list) -> list[str]:
     if errors:
         raise ValidationError(errors)
     return out
+
+
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+
+
+def _unmapped(network) -> str:
+    """IPv4-mapped IPv6 (::ffff:10.0.0.0/104) as the IPv4 network it means: the data plane compares a
+    mapped client address as IPv4 (handlers/base.py parse_address), which an IPv6 network never holds."""
+    if network.version == 6 and network.prefixlen >= 96 and network.subnet_of(_MAPPED):
+        return str(ipaddress.ip_network((network.network_address.ipv4_mapped, network.prefixlen - 96)))
+    return str(network)
 
 
 def properties_of(data: dict, fields: list[Field]) -> dict:
@@ -251,7 +264,14 @@ class KeyHandler(KeysBase):
             raise ApiError(409, "This API key has expired; its expiry cannot be changed")
         if "credit_limit" in changes and changes["credit_limit"] is None:
             changes["credit_limit_period"] = None  # removing the budget removes its period with it
-        check_budget({**{name: key.get(name) for name in PROPERTIES}, **changes})
+        final = {**{name: key.get(name) for name in PROPERTIES}, **changes}
+        check_budget(final)
+        if final["credit_limit"] is not None and (
+            key.get("credit_limit") is None or final["credit_limit_period"] != key.get("credit_limit_period")
+        ):
+            # The budget starts again (it was removed) or counts another period: what the key spent meanwhile
+            # is in no budget document, so the new run gets its own, counted from the usage (storage/budgets.py).
+            changes["budget_epoch"] = time.time_ns() // 1_000_000
         doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes)
         if doc is None:
             raise ApiError(404, "Key not found")
@@ -274,6 +294,7 @@ class RollHandler(KeysBase):
         properties = {name: old.get(name) for name in PROPERTIES}
         # The new key spends from the same budget: rolling does not grant a fresh one.
         properties["budget_id"] = old.get("budget_id", old["key_id"])
+        properties["budget_epoch"] = old.get("budget_epoch")
         secret, new = await issue(self.ctx, old["account_id"], old["name"], properties)
         ends = now + timedelta(seconds=grace)
         if old.get("expires_at") is None or ends < old["expires_at"]:

@@ -169,6 +169,7 @@ SCHEMAS: dict = {
         ("detail",),
         detail=array(obj(("loc", "msg", "type"), loc=array({"type": ["string", "integer"]}), msg=S, type=S)),
     ),
+    "CookieSession": obj(("account_id", "expires_in"), account_id=S, expires_in=I),
     # --- portal --------------------------------------------------------------------------------------
     "Credentials": body_schema(auth.CREDENTIALS),
     "Login": body_schema(auth.LOGIN),
@@ -292,6 +293,7 @@ SCHEMAS: dict = {
         pay_address=S,
         pay_currency=S,
         pay_amount=N,
+        payment_uri={"type": "string", "description": "network:address?amount=coins, what a wallet scans"},
         price_usd=N,
         credits_expected=I,
         created_at=TIME,
@@ -430,7 +432,8 @@ _ERRORS = {
     400: "The data provider refused the parameters (its answer, passed through; not charged)",
     401: "Missing, invalid, revoked or expired credential",
     402: "Not enough credits for this call (the account's balance or the key's credit budget): stop, do not retry",
-    403: "Not allowed: for this account, or by the key's allowed_ips / allowed_endpoints",
+    403: "Not allowed: for this account, by the key's allowed_ips / allowed_endpoints, or (with the portal's "
+    "cookie) a write without its XSRF token",
     409: "Conflict",
     404: "Not found (or not yours)",
     413: "Request body too large",
@@ -661,6 +664,16 @@ OPERATIONS: list[Operation] = [
         errors=(401, 404),
     ),
     Operation(
+        "get",
+        f"{BILLING}/orders/{{order_id}}/qr",
+        "A QR code (SVG) of the order's payment_uri",
+        "billing",
+        {"type": "string"},
+        params=(path_param("order_id", S),),
+        errors=(401, 404),
+        media="image/svg+xml",
+    ),
+    Operation(
         "post",
         f"{BILLING}/ipn",
         "The payment processor's signed notification",
@@ -747,10 +760,60 @@ OPERATIONS: list[Operation] = [
         media="text/plain",
     ),
     Operation("get", "/openapi.json", "This document", "operations", {"type": "object"}, security=None, errors=()),
+    # the web portal (cookie sessions; handlers/portal.py)
+    Operation(
+        "get",
+        "/",
+        "The web portal for account holders",
+        "portal",
+        {"type": "string"},
+        security=None,
+        errors=(),
+        media="text/html",
+    ),
+    Operation(
+        "post",
+        "/portal/register",
+        "Create an account; the session goes to an HttpOnly cookie (needs the page's XSRF token)",
+        "portal",
+        ref("CookieSession"),
+        security=None,
+        body="Credentials",
+        errors=(403, 409, 413, 422, 429),
+    ),
+    Operation(
+        "post",
+        "/portal/login",
+        "Log in; the session goes to an HttpOnly cookie (needs the page's XSRF token)",
+        "portal",
+        ref("CookieSession"),
+        security=None,
+        body="Credentials",
+        errors=(401, 403, 413, 422, 429),
+    ),
+    Operation(
+        "post",
+        "/portal/password",
+        "Change the password; earlier sessions end and the new one goes to the cookie (needs the XSRF token)",
+        "portal",
+        ref("CookieSession"),
+        security=None,  # the portal's cookie, which is no bearer scheme; 401 without it
+        body="PasswordChange",
+        errors=(401, 403, 413, 422, 429),
+    ),
+    Operation(
+        "post",
+        "/portal/logout",
+        "Clear the session cookie (needs the page's XSRF token)",
+        "portal",
+        obj(("ok",), ok=B),
+        security=None,
+        errors=(403,),
+    ),
     Operation(
         "get",
         "/docs",
-        "A human page for this document",
+        "Interactive API docs (Swagger UI, served by this gateway)",
         "operations",
         {"type": "string"},
         security=None,
@@ -812,7 +875,7 @@ def _portal(op: Operation) -> dict:
     responses.update(op.extra)
     responses.update(_HEADERS_TOO_LARGE)
     spec = {
-        "operationId": f"{op.method}_{op.path.strip('/').replace('/', '_').replace('{', '').replace('}', '').replace('.', '_')}",
+        "operationId": f"{op.method}_{op.path.strip('/').replace('/', '_').replace('{', '').replace('}', '').replace('.', '_') or 'portal_page'}",
         "summary": op.summary,
         "tags": [op.tag],
         "security": _SECURITY[op.security],
@@ -921,10 +984,11 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
         "info": {
             "title": "Social Data Gateway API",
             "version": VERSION,
-            "description": "Portal endpoints use a bearer session token; data endpoints use X-API-Key and are "
-            "charged in credits (100,000 credits = 1 USD).",
+            "description": "Portal endpoints use a bearer session token (the web portal at / keeps it in an "
+            "HttpOnly cookie instead, and its writes carry an X-XSRFToken header); data endpoints use X-API-Key "
+            "and are charged in credits (100,000 credits = 1 USD).",
         },
-        "tags": [{"name": t} for t in ("auth", "keys", "account", "billing", "admin", "operations", "data")]
+        "tags": [{"name": t} for t in ("auth", "keys", "account", "billing", "admin", "operations", "portal", "data")]
         + ([{"name": prefixes[1][1]}] if twitter_alias else []),
         "paths": paths,
         "components": {

@@ -1,11 +1,7 @@
-"""Operations: liveness, readiness, Prometheus metrics, the OpenAPI document and its human page."""
+"""Operations: liveness, readiness, Prometheus metrics and the OpenAPI document (its interactive page: handlers/portal.py)."""
 
-import base64
 import bisect
-import hashlib
 import hmac
-import os
-import re
 import time
 
 import tornado.web
@@ -20,21 +16,6 @@ from handlers.context import Context
 
 READY_TIMEOUT = 1.0  # seconds: a load balancer must learn quickly that the database is gone
 BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
-
-with open(os.path.join(os.path.dirname(__file__), "docs.html"), "rb") as _fh:
-    _PAGE = _fh.read()
-
-
-def _hashes(tag: str) -> str:
-    blocks = re.findall(rb"<%s>(.*?)</%s>" % (tag.encode(), tag.encode()), _PAGE, re.S)
-    return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(b).digest()).decode()}'" for b in blocks)
-
-
-# The page's script and style are inline: allow exactly those, by hash, and nothing from anywhere else.
-_PAGE_POLICY = (
-    f"default-src 'none'; script-src {_hashes('script')}; style-src {_hashes('style')}; "
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
 
 
 class HealthHandler(BaseHandler):
@@ -202,20 +183,10 @@ class OpenAPIHandler(BaseHandler):
         self.finish(openapi.serialized(settings.twitter_alias, not settings.metrics_port))
 
 
-class DocsHandler(BaseHandler):
-    """A human page for the OpenAPI document; self-contained, no external scripts."""
-
-    def get(self) -> None:
-        self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.set_header("Content-Security-Policy", _PAGE_POLICY)
-        self.finish(_PAGE)
-
-
 routes = [
     (r"/healthz", HealthHandler),
     (r"/readyz", ReadyHandler),
     (r"/openapi\.json", OpenAPIHandler),
-    (r"/docs", DocsHandler),
 ]
 # On the main application only when METRICS_PORT is unset; otherwise on metrics_app's own port.
 metrics_routes = [(r"/metrics", MetricsHandler)]

@@ -45,6 +45,7 @@ class Budget:
     budget_id: int
     period: str
     limit: int
+    epoch: int = 0  # the key's budget_epoch: which run of the budget (storage/budgets.py)
     granted: int = 0  # credits of the budget's slices this process took for the period
     spent: int = 0
     reserved: int = 0
@@ -187,10 +188,12 @@ class Ledger:
         if purse is not None:
             purse.empty_until = 0.0
 
-    def held(self, account_id: str) -> int:
-        """Credits this process still holds for the account, counting in-flight calls as unspent."""
+    def held(self, account_id: str, leased: int) -> int:
+        """Credits this process still holds of a lease of `leased` credits, counting in-flight calls as
+        unspent. `leased` comes from the same account document as the balance it is added to, not from
+        `Purse.leased`: a take or give-back may have moved credits between that read and now."""
         purse = self.purses.get(account_id)
-        return purse.leased - purse.spent if purse else 0
+        return leased - purse.spent if purse else leased
 
     def surplus(self, now: float, idle_seconds: float) -> dict[str, int]:
         """Unreserved credits of accounts idle for a while, to give back to their balance."""

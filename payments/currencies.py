@@ -46,3 +46,8 @@ def usd_worth(paid, price_usd, pay_amount) -> Decimal:
 
 def cents(value: Decimal) -> float:
     return float(value.quantize(Decimal("0.01"), rounding=ROUND_DOWN))
+
+
+def payment_uri(code: str, address: str, amount) -> str:
+    """What a wallet scans: BIP 21 style `network:address?amount=coins`, the form wallets of these networks read."""
+    return f"{CURRENCIES[code].network}:{address}?amount={dec(amount).normalize():f}"

@@ -16,7 +16,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from config.settings import Settings
 from payments.crediting import CreditAccount, Crediting
-from payments.currencies import CURRENCIES, Currency, cents, usd_worth
+from payments.currencies import CURRENCIES, Currency, cents, payment_uri, usd_worth
 from payments.nowpayments import NowPayments
 from payments.provider import Provider, ProviderError, ms
 from payments.sandbox_chain import SandboxChain
@@ -42,6 +42,7 @@ def view(order: dict) -> dict:
         "pay_address": order["pay_address"],
         "pay_currency": order["currency"],
         "pay_amount": quote,
+        "payment_uri": payment_uri(order["currency"], order["pay_address"], quote),
         "price_usd": price,
         "credits_expected": order["credits_expected"],
         "created_at": order["created_at"],

@@ -1,6 +1,8 @@
 """Per-key credit budgets: what the keys of one budget may still spend in a period.
 
-One document per budget and period, `{_id: "<budget_id>:<period>", taken}`. `taken` counts the
+One document per budget, period and epoch, `{_id: "<budget_id>:<period>[:<epoch>]", taken}`. The epoch
+(the key's `budget_epoch`) changes when a budget starts again after being removed or changes its period:
+the spend made meanwhile is in no document, so the new run counts it afresh from the usage. `taken` counts the
 credits spent in the period before the document existed (read from the usage buckets when it is
 created) plus every slice a process has taken since, minus what processes gave back. A process
 spends only from slices it holds (accounting/meter.py), and slices are taken only while
@@ -27,11 +29,12 @@ class BudgetStore:
         want: int,
         one_call: int,
         spent_so_far: Callable[[], Awaitable[int]],
+        epoch: int = 0,
     ) -> int:
         """Moves up to `want` credits into a slice: at most half of what the limit leaves (so that other
         processes spending from the budget still find some) but at least `one_call`, and never more than
         is left; 0 when nothing is left."""
-        _id = f"{budget_id}:{period}"
+        _id = _doc_id(budget_id, period, epoch)
         for _ in range(CAS_ATTEMPTS):
             doc = await self.budgets.find_one({"_id": _id})
             if doc is None:
@@ -50,6 +53,10 @@ class BudgetStore:
                 return grant
         return 0
 
-    async def give_back(self, budget_id: int, period: str, amount: int) -> None:
+    async def give_back(self, budget_id: int, period: str, amount: int, epoch: int = 0) -> None:
         if amount > 0:
-            await self.budgets.update_one({"_id": f"{budget_id}:{period}"}, {"$inc": {"taken": -amount}})
+            await self.budgets.update_one({"_id": _doc_id(budget_id, period, epoch)}, {"$inc": {"taken": -amount}})
+
+
+def _doc_id(budget_id: int, period: str, epoch: int) -> str:
+    return f"{budget_id}:{period}:{epoch}" if epoch else f"{budget_id}:{period}"

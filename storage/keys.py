@@ -32,7 +32,15 @@ _ROW = {
 # Restrictions a key may carry (README, "Key properties"); absent means unrestricted.
 PROPERTIES = ("expires_at", "allowed_endpoints", "allowed_ips", "credit_limit", "credit_limit_period")
 # What the data plane caches per key (accounting/meter.py KeyEntry).
-_ENTRY = {"key_id": 1, "account_id": 1, "revoked": 1, "digest": 1, "budget_id": 1, **{p: 1 for p in PROPERTIES}}
+_ENTRY = {
+    "key_id": 1,
+    "account_id": 1,
+    "revoked": 1,
+    "digest": 1,
+    "budget_id": 1,
+    "budget_epoch": 1,
+    **{p: 1 for p in PROPERTIES},
+}
 
 
 class KeyStore:

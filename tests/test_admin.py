@@ -334,7 +334,7 @@ async def test_metrics_on_a_known_data_set(api, ctx):
 
 async def test_top_endpoints_leave_out_endpoints_only_internal_accounts_called(api, ctx):
     stop_refresher()
-    token = await admin_token(api)
+    token = await admin_token(api, ctx)
     now = datetime.now(UTC)
     staff = account("staff@example.com", now - timedelta(days=3), internal=True)
     customer = account("customer@example.com", now - timedelta(days=3))

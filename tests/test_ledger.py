@@ -58,13 +58,17 @@ def test_release_gives_the_whole_reservation_back():
 
 def test_held_counts_in_flight_calls_as_unspent():
     ledger = leased_ledger(1000)
-    assert ledger.held("nobody") == 0
+    assert ledger.held("nobody", 0) == 0
+    assert ledger.held("nobody", 500) == 500  # a lease whose take has not been answered yet: nothing spent
     r1 = ledger.reserve("a", 300, 15, 0.0)
-    assert ledger.held("a") == 1000
+    assert ledger.held("a", 1000) == 1000
     ledger.settle(r1, 200, 0.1)
-    assert ledger.held("a") == 800
+    assert ledger.held("a", 1000) == 800
     ledger.reserve("a", 300, 15, 0.2)
-    assert ledger.held("a") == 800
+    assert ledger.held("a", 1000) == 800
+    # The lease amount of the document read, not the purse's: a refill of 500 not yet in that document.
+    ledger.lease_is("a", 1500, 0.3)
+    assert ledger.held("a", 1000) == 800
 
 
 def test_mark_empty_forget_empty_and_timing():

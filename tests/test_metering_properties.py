@@ -180,7 +180,8 @@ class LedgerMachine(RuleBasedStateMachine):
             )
             # The balance (unleased + still held) is the top-ups minus the settled charges.
             assert (
-                self.db[account] + self.ledger.held(account) == self.initial[account] + self.topups[account] - charged
+                self.db[account] + self.ledger.held(account, self.db_lease[account])
+                == self.initial[account] + self.topups[account] - charged
             )
         assert self.ledger.in_flight() == sum(r.amount for r in self.outstanding)
 

@@ -165,7 +165,9 @@ async def test_workers_restart_after_a_crash_and_drain_on_sigterm(mongo, upstrea
     """A worker killed by SIGKILL is started again under its index and reclaims its predecessor's
     lease at once (no LEASE_TIMEOUT wait); SIGTERM to the parent drains every worker."""
     db_name = f"s_{uuid.uuid4().hex[:10]}"
-    gw = Gateway(mongo.uri, upstream_url, db_name, workers=2)
+    # A LEASE_TIMEOUT far beyond the wait below: only the restart can have returned the lease, however
+    # slowly a loaded machine restarts the workers (the parent pauses QUICK_DEATH per early death).
+    gw = Gateway(mongo.uri, upstream_url, db_name, workers=2, LEASE_TIMEOUT="300")
     await gw.launch()
     user, (key,), _ = await account_with_keys(gw, 1_000_000, 1)
     path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
@@ -178,7 +180,7 @@ async def test_workers_restart_after_a_crash_and_drain_on_sigterm(mongo, upstrea
     # Which worker holds the lease is not known from outside: kill both, one after the other.
     os.kill(int(worker_pids[0]), signal.SIGKILL)
     os.kill(int(worker_pids[1]), signal.SIGKILL)
-    deadline = time.monotonic() + 10  # well under the default 30 s LEASE_TIMEOUT
+    deadline = time.monotonic() + 60  # well under LEASE_TIMEOUT
     while dead in account["leases"]:
         assert time.monotonic() < deadline, "the restarted worker did not reclaim its predecessor's lease"
         await asyncio.sleep(0.2)
@@ -189,6 +191,28 @@ async def test_workers_restart_after_a_crash_and_drain_on_sigterm(mongo, upstrea
     account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
     assert account["leases"] == {} and await process_ids(mongo.uri, db_name) == {}
     assert account["credits"] == 1_000_000 - sum(r["credits"] for r in records)
+
+
+async def test_sigterm_while_a_restarted_worker_starts_still_drains_it(mongo, upstream_url):
+    """The parent is stopped just as a restarted worker has registered and is still starting: that worker
+    shuts down cleanly too (it used to die by the default SIGTERM action, leaving its registration)."""
+    db_name = f"s_{uuid.uuid4().hex[:10]}"
+    gw = Gateway(mongo.uri, upstream_url, db_name, workers=2)
+    await gw.launch()
+    client = database.connect(mongo.uri)
+    try:
+        processes = client[db_name].processes
+        before = {p["_id"] async for p in processes.find()}
+        worker_pids = subprocess.run(["pgrep", "-P", str(gw.proc.pid)], capture_output=True, text=True).stdout.split()
+        os.kill(int(worker_pids[0]), signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not {p["_id"] async for p in processes.find()} - before:  # the restarted worker registered
+            assert time.monotonic() < deadline, "the killed worker was not started again"
+            await asyncio.sleep(0.005)
+        assert gw.stop() == 0
+        assert [p async for p in processes.find()] == []
+    finally:
+        await client.close()
 
 
 @pytest.fixture

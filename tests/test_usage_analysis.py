@@ -263,6 +263,38 @@ async def test_a_year_of_stored_calls_exports_whole_and_sums_right(api, ctx, htt
 
 
 @pytest.mark.settings(plan_rules=FAST)
+async def test_export_covers_the_same_utc_days_as_the_summary(api, ctx, http_client, base_url):
+    # Found from outside: days=1 exported the last 24 hours, yesterday evening included, while the summary
+    # (and the documented parameter: "UTC days, today included") covers today only, so they disagreed.
+    user = await api.register()
+    midnight = datetime.combine(datetime.now(UTC).date(), datetime.min.time(), UTC)
+    records = [
+        {
+            "_id": f"edge-{i}",
+            "account_id": user["account_id"],
+            "key_id": 1,
+            "endpoint": "/social/user/info",
+            "ts": ts,
+            "credits": 18,
+            "status": 200,
+            "lease": "edge",
+            "request_id": f"edge{i}",
+        }
+        for i, ts in enumerate([midnight - timedelta(seconds=1), midnight, midnight - timedelta(days=1)])
+    ]
+    await ctx.usage.insert_batch("edge-1", records)
+    for days, expected in ((1, {"edge1"}), (2, {"edge0", "edge1", "edge2"})):
+        response = await http_client.fetch(
+            f"{base_url}/usage/export?days={days}&format=jsonl", headers={"Authorization": f"Bearer {user['token']}"}
+        )
+        exported = {orjson.loads(line)["request_id"] for line in response.body.splitlines()}
+        summary = (await api.call("GET", f"/usage/summary?days={days}", token=user["token"]))[1]
+        assert exported == expected and sum(r["calls"] for r in summary) == len(expected), days
+        start = (midnight - timedelta(days=days - 1)).strftime("%Y%m%d")
+        assert f'filename="usage-{start}-{midnight:%Y%m%d}.jsonl"' in response.headers["Content-Disposition"]
+
+
+@pytest.mark.settings(plan_rules=FAST)
 async def test_a_request_id_cannot_become_a_spreadsheet_formula(api, catalog):
     user, key = await api.funded_key(1000)
     path = f"/social/user/info?userName={catalog['users'][0]['userName']}"

@@ -1,0 +1,562 @@
+"""The web portal in a real browser: Debian's Chromium driven by Playwright against a served gateway
+process (embedded database, sandbox upstream, sandbox chain), the way an account holder uses it.
+
+Every page's requests are recorded (all must go to the gateway's own origin) and its console is
+watched (no errors); each main view is saved as a screenshot under the test's tmp_path.
+`./dev test` installs Chromium when it can; without it these tests are skipped with the reason.
+"""
+
+import http.server
+import json
+import os
+import re
+import shutil
+import threading
+import urllib.request
+import uuid
+
+import pytest
+
+from bench.stack import Stack
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+PASSWORD = "portal password 1"
+ADMIN = "portal-admin@example.com"
+SIGNUP_CREDITS = 50_000  # under 1 USD: every new account starts with the low-balance warning
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - the test extra installs it
+    sync_playwright = None
+
+pytestmark = pytest.mark.skipif(
+    sync_playwright is None or not shutil.which(CHROMIUM),
+    reason=f"browser tests need playwright and Chromium at {CHROMIUM} (./dev test installs both when it can)",
+)
+
+
+@pytest.fixture(scope="module")
+def stack():
+    with Stack(
+        in_memory=True,
+        gateway_env={
+            "SIGNUP_CREDITS": str(SIGNUP_CREDITS),
+            "SIGNUP_CREDITED_PER_NETWORK": "1000000",  # every test account registers from 127.0.0.1
+            "ADMIN_EMAILS": ADMIN,
+            "FLUSH_INTERVAL": "0.2",
+            # One /user_about call spends a whole signup balance (the zero-balance test); others are unchanged.
+            "PRICE_RULES": json.dumps({"panel": {"call": SIGNUP_CREDITS}}),
+        },
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def user_name(stack):
+    with urllib.request.urlopen(stack.upstream + "/sandbox/catalog") as response:
+        return json.loads(response.read())["users"][0]["userName"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as playwright:
+        args = ["--no-sandbox"] if os.geteuid() == 0 else []
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+        yield launched
+        launched.close()
+
+
+class Watched:
+    """A page whose every request and console error is recorded."""
+
+    def __init__(self, browser, origin: str, **context_options):
+        self.context = browser.new_context(**context_options)
+        self.page = self.context.new_page()
+        self.origin = origin
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.page.on("request", lambda request: self.requests.append(request.url))
+        self.page.on("console", lambda message: message.type == "error" and self.errors.append(message.text))
+        self.page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+
+    def check(self, allowed_errors: str | None = None) -> None:
+        """Nothing left the machine and the console stayed clean (but for failures the test caused)."""
+        outside = [url for url in self.requests if not url.startswith(self.origin + "/")]
+        assert outside == [], f"requests to other origins: {outside}"
+        errors = [e for e in self.errors if not (allowed_errors and re.search(allowed_errors, e))]
+        assert errors == [], errors
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def watched(browser, stack):
+    opened: list[Watched] = []
+
+    def open_page(**options) -> Watched:
+        page = Watched(browser, stack.url, **options)
+        opened.append(page)
+        return page
+
+    yield open_page
+    for page in opened:
+        page.close()
+
+
+def register(page, stack, email: str | None = None) -> str:
+    email = email or f"web-{uuid.uuid4().hex[:10]}@example.com"
+    page.goto(stack.url + "/")
+    page.get_by_test_id("email").fill(email)
+    page.get_by_test_id("password").fill(PASSWORD)
+    page.get_by_test_id("register").click()
+    expect(page.get_by_test_id("logout")).to_be_visible()
+    expect(page.get_by_test_id("balance")).to_have_text(f"{SIGNUP_CREDITS:,} credits")
+    return email
+
+
+def shot(page, tmp_path, name: str, full_page: bool = True) -> None:
+    page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=full_page)
+
+
+def data_call(stack, key: str, user_name: str) -> int:
+    status, _, _ = stack.call("GET", f"/social/user/info?userName={user_name}", key=key)
+    return status
+
+
+# --- keys ------------------------------------------------------------------------------------------
+def test_register_create_key_use_it_revoke_it(watched, stack, user_name, tmp_path):
+    w = watched()
+    page = w.page
+    page.goto(stack.url + "/")
+    shot(page, tmp_path, "login")
+    register(page, stack)
+    expect(page.get_by_test_id("plan")).to_have_text("fast")
+    shot(page, tmp_path, "overview")
+
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_test_id("key-name").fill("browser key")
+    page.get_by_test_id("create-key").click()
+    secret = page.get_by_test_id("key-secret")
+    expect(secret).to_be_visible()
+    key = secret.inner_text()
+    assert len(key) > 20
+    expect(page.get_by_text("it will not be shown again in this view")).to_be_visible()
+    rows = page.get_by_test_id("key-row")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("browser key")
+    expect(rows.first).to_contain_text("active")
+    shot(page, tmp_path, "keys")
+
+    assert data_call(stack, key, user_name) == 200  # the secret shown works on a data call
+    w.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.url)
+    page.get_by_role("button", name="Copy", exact=True).click()
+    expect(page.locator("#copy-status")).to_have_text("Copied.")
+    assert page.evaluate("navigator.clipboard.readText()") == key
+
+    # Reveal shows the same secret in the row; revoke asks first, and cancelling keeps the key.
+    rows.first.get_by_role("button", name="Reveal key browser key").click()
+    expect(rows.first).to_contain_text(key)
+    rows.first.get_by_test_id("revoke-key").click()
+    page.get_by_role("button", name="Cancel").click()
+    expect(rows.first).to_contain_text("active")
+    assert data_call(stack, key, user_name) == 200
+    rows.first.get_by_test_id("revoke-key").click()
+    page.get_by_test_id("confirm").click()
+    expect(rows.first).to_contain_text("revoked")
+    expect(rows.first.get_by_test_id("revoke-key")).to_have_count(0)
+    assert data_call(stack, key, user_name) == 401  # the revoked key fails at once
+    w.check()
+
+
+def test_key_properties_edit_and_roll(watched, stack, user_name, tmp_path):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_test_id("key-name").fill("scoped")
+    page.get_by_test_id("create-key").click()
+    expect(page.get_by_test_id("key-secret")).to_have_text(re.compile(r"\S{20,}"))
+    old = page.get_by_test_id("key-secret").inner_text()
+    row = page.get_by_test_id("key-row").first
+    row.get_by_role("button", name="Edit key scoped").click()
+    dialog = page.locator("#key-dialog")
+    dialog.get_by_label("Name").fill("profiles only")
+    dialog.get_by_label("Allowed endpoints").fill("/user/info")
+    dialog.get_by_label("Credit budget").fill("1000")
+    dialog.get_by_label("Budget period").select_option("day")
+    shot(page, tmp_path, "key-edit", full_page=False)
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog).to_be_hidden()
+    expect(row).to_contain_text("profiles only")
+    expect(row).to_contain_text("endpoints: /user/info")
+    expect(row).to_contain_text("budget 1,000 credits per day")
+    assert data_call(stack, old, user_name) == 200
+    status, _, _ = stack.call("GET", f"/social/user_about?userName={user_name}", key=old)
+    assert status == 403  # outside the key's allowed endpoints
+
+    # A bad value is refused with the API's reason, in the dialog, and nothing changes.
+    row.get_by_role("button", name="Edit key profiles only").click()
+    dialog.get_by_label("Allowed addresses").fill("not-an-address")
+    dialog.get_by_role("button", name="Save").click()
+    expect(dialog.get_by_test_id("error")).to_contain_text("allowed_ips")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(row).not_to_contain_text("addresses:")
+
+    shot(page, tmp_path, "keys-properties")
+    row.get_by_role("button", name="Roll key profiles only").click()
+    page.get_by_label("The old secret keeps working for").select_option("0")
+    page.get_by_test_id("confirm").click()
+    secret = page.get_by_test_id("key-secret")
+    expect(secret).not_to_have_text(old)
+    new = secret.inner_text()
+    expect(page.get_by_test_id("key-row")).to_have_count(2)
+    assert data_call(stack, new, user_name) == 200  # same properties, new secret
+    assert data_call(stack, old, user_name) == 401  # no grace asked for: the old one stopped
+    w.check(allowed_errors=r"Failed to load resource: the server responded with a status of 422")
+
+
+# --- buying credits ----------------------------------------------------------------------------------
+def test_low_balance_checkout_pay_and_balance_updates_without_reload(watched, stack, tmp_path):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    warning = page.get_by_test_id("balance-warning")
+    expect(warning).to_be_visible()
+    expect(warning).to_contain_text("low")
+    page.evaluate("window.__same_page = true")  # gone if anything reloads the page
+
+    warning.get_by_role("link", name="Buy credits now").click()
+    currency = page.get_by_test_id("checkout-currency")
+    expect(currency.locator("option")).to_have_count(5)
+    currency.select_option("USDTTRC20")
+    page.get_by_test_id("checkout-amount").fill("5")
+    page.get_by_test_id("checkout-submit").click()
+    status = page.get_by_test_id("order-status")
+    expect(status).to_have_text("waiting")
+    expect(page.locator("#order-amount")).to_have_text("5 USDTTRC20")
+    expect(page.locator("#order-address")).to_have_text(re.compile(r"^T\w{20,}$"))
+    qr = page.locator("#order-qr")
+    expect(qr).to_have_js_property("complete", True)
+    assert qr.evaluate("img => img.naturalWidth") > 50  # the QR code image loaded from the gateway
+    shot(page, tmp_path, "billing-order")
+
+    page.get_by_test_id("sandbox-pay").click()
+    expect(status).to_have_text(re.compile("confirming|partially paid"))
+    page.get_by_test_id("sandbox-confirm").click()
+    expect(status).to_have_text("finished", timeout=20_000)
+    expect(page.locator("#billing-balance")).to_have_text(f"{SIGNUP_CREDITS + 500_000:,} credits", timeout=20_000)
+    expect(warning).to_be_hidden()
+    expect(page.locator("#orders-table tbody tr").first).to_contain_text("finished")
+    shot(page, tmp_path, "billing-finished")
+    page.get_by_role("link", name="Overview").click()
+    expect(page.get_by_test_id("balance")).to_have_text(f"{SIGNUP_CREDITS + 500_000:,} credits")
+    expect(page.locator("#paid")).to_have_text("$5.00")
+    assert page.evaluate("window.__same_page") is True
+    w.check()
+
+
+def test_zero_balance_warning_says_what_to_do(watched, stack, user_name):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_test_id("create-key").click()
+    expect(page.get_by_test_id("key-secret")).to_have_text(re.compile(r"\S{20,}"))
+    key = page.get_by_test_id("key-secret").inner_text()
+    status, _, _ = stack.call("GET", f"/social/user_about?userName={user_name}", key=key)
+    assert status == 200  # priced at the whole balance here
+    assert data_call(stack, key, user_name) == 402
+    page.get_by_role("link", name="Overview").click()
+    expect(page.get_by_test_id("balance")).to_have_text("0 credits")
+    warning = page.get_by_test_id("balance-warning")
+    expect(warning).to_contain_text("Your balance is zero: data calls are refused (HTTP 402) until you buy credits")
+    expect(warning.get_by_role("link", name="Buy credits now")).to_have_attribute("href", "#billing")
+    w.check()
+
+
+def test_order_status_changes_without_reload_when_paid_elsewhere(watched, stack):
+    """The page polls: a payment it did not make itself (here through the API) still shows up."""
+    w = watched()
+    page = w.page
+    email = register(page, stack)
+    page.get_by_role("link", name="Buy credits").first.click()
+    page.get_by_test_id("checkout-currency").select_option("USDTTRC20")
+    page.get_by_test_id("checkout-amount").fill("2")
+    page.get_by_test_id("checkout-submit").click()
+    expect(page.get_by_test_id("order-status")).to_have_text("waiting")
+    order_id = page.locator("#order-id").inner_text()
+    _, session, _ = stack.call("POST", "/auth/login", {"email": email, "password": PASSWORD})
+    status, body, _ = stack.call(
+        "POST", "/billing/crypto/sandbox/pay", {"order_id": order_id, "amount_usd": 2}, token=session["token"]
+    )
+    assert status == 200, body
+    expect(page.get_by_test_id("order-status")).to_have_text("finished", timeout=20_000)
+    expect(page.locator("#billing-balance")).to_have_text(f"{SIGNUP_CREDITS + 200_000:,} credits")
+    w.check()
+
+
+# --- usage -------------------------------------------------------------------------------------------
+def test_usage_chart_and_table_show_the_calls_just_made(watched, stack, user_name, tmp_path):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_test_id("create-key").click()
+    expect(page.get_by_test_id("key-secret")).to_have_text(re.compile(r"\S{20,}"))
+    key = page.get_by_test_id("key-secret").inner_text()
+    assert [data_call(stack, key, user_name) for _ in range(3)] == [200, 200, 200]
+
+    page.get_by_role("link", name="Usage").click()
+    rows = page.get_by_test_id("usage-row")
+    expect(rows).to_have_count(3)
+    expect(rows.first).to_contain_text("/user/info")
+    expect(rows.first).to_contain_text("200")
+    chart = page.get_by_test_id("usage-chart")
+    expect(chart.locator("svg")).to_have_attribute("aria-label", re.compile(r"3 calls"))
+    heights = chart.locator("rect.bar").evaluate_all("bars => bars.map(b => Number(b.getAttribute('height')))")
+    assert len(heights) == 7 and heights[-1] > 0 and sum(1 for h in heights if h > 0) == 1  # today's bar only
+    expect(page.locator("#endpoints-table tbody tr")).to_have_count(1)
+    expect(page.locator("#endpoints-table tbody")).to_contain_text("/user/info")
+    page.get_by_label("30 days").check()
+    expect(chart.locator("rect.bar")).to_have_count(30)
+    shot(page, tmp_path, "usage")
+
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download CSV").click()
+    lines = open(download.value.path()).read().splitlines()
+    assert lines[0] == "timestamp,key_id,endpoint,status,credits,request_id" and len(lines) == 4  # GET /usage/export
+    assert all(",/social/user/info,200,18," in line for line in lines[1:])
+    w.check()
+
+
+# --- errors next to what caused them ---------------------------------------------------------------
+def test_api_errors_are_shown_next_to_the_form(watched, stack):
+    w = watched()
+    page = w.page
+    page.goto(stack.url + "/")
+    form = page.locator("#auth-form")
+    page.get_by_test_id("email").fill("nobody@example.com")
+    page.get_by_test_id("password").fill("wrong password")
+    page.get_by_test_id("login").click()
+    expect(form.get_by_test_id("error")).to_have_text(re.compile("Incorrect email or password"))
+    page.get_by_test_id("email").fill("not-an-email")
+    page.get_by_test_id("register").click()
+    expect(form.get_by_test_id("error")).to_contain_text("Email: value is not a valid email address")
+    expect(page.get_by_test_id("email")).to_have_attribute("aria-invalid", "true")
+
+    register(page, stack)
+    page.get_by_role("link", name="Buy credits").first.click()
+    page.get_by_test_id("checkout-currency").select_option("BTC")
+    page.get_by_test_id("checkout-amount").fill("3")
+    page.get_by_test_id("checkout-submit").click()
+    error = page.locator("#checkout-form").get_by_test_id("error")
+    expect(error).to_contain_text("Amount (USD): Input should be greater than or equal to 10")
+    expect(page.get_by_test_id("order-status")).to_be_hidden()
+    w.check(allowed_errors=r"Failed to load resource: the server responded with a status of (401|422)")
+
+
+# --- cross-site request forgery -----------------------------------------------------------------------
+class _Attacker(http.server.BaseHTTPRequestHandler):
+    """Another site: a page that posts a form to the gateway as soon as it loads."""
+
+    target = ""
+
+    def do_GET(self):
+        page = (
+            f'<form id="f" method="POST" action="{self.target}/keys" enctype="text/plain">'
+            '<input name=\'{"name":"forged","x":"\' value=\'"}\'></form>'
+            "<script>document.getElementById('f').submit()</script>"
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_forged_cross_site_post_is_refused(watched, stack):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    _Attacker.target = stack.url
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Attacker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        # Another origin and another site (localhost is not 127.0.0.1) in the same, signed-in browser.
+        with page.expect_response(stack.url + "/keys") as answer:
+            page.goto(f"http://localhost:{server.server_address[1]}/")
+        assert answer.value.status in (401, 403)
+    finally:
+        server.shutdown()
+    page.goto(stack.url + "/#keys")
+    expect(page.get_by_test_id("logout")).to_be_visible()
+    expect(page.locator("#keys-empty")).to_be_visible()  # no key was created
+    expect(page.get_by_test_id("key-row")).to_have_count(0)
+
+
+def test_session_cookie_is_out_of_reach_of_page_scripts(watched, stack):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    cookies = {c["name"]: c for c in w.context.cookies()}
+    session = cookies["gw_session"]
+    assert session["httpOnly"] and session["sameSite"] == "Strict"
+    assert cookies["gw_xsrf"]["httpOnly"] and cookies["gw_xsrf"]["sameSite"] == "Strict"
+    assert page.evaluate("document.cookie") == ""  # neither cookie is readable by scripts
+    # An inline script is refused by the page's policy.
+    page.evaluate("""() => { const s = document.createElement('script'); s.textContent = 'window.__ran = 1';
+                             document.body.append(s); }""")
+    assert page.evaluate("window.__ran") is None
+    # Logging out clears the cookie: the API no longer knows this browser.
+    page.get_by_test_id("logout").click()
+    expect(page.get_by_test_id("login")).to_be_visible()
+    assert "gw_session" not in {c["name"] for c in w.context.cookies()}
+    page.reload()
+    expect(page.get_by_test_id("login")).to_be_visible()
+    w.check(allowed_errors=r"Content Security Policy")
+
+
+# --- admin, phone size, docs ------------------------------------------------------------------------
+def test_admin_sees_metrics_and_accounts(watched, stack, tmp_path):
+    customer = stack.account(f"customer-{uuid.uuid4().hex[:8]}@example.com")
+    w = watched()
+    page = w.page
+    status, _, _ = stack.call("POST", "/auth/login", {"email": ADMIN, "password": PASSWORD})
+    if status == 401:
+        register(page, stack, ADMIN)
+        stack.grant_admin(ADMIN)  # the operator's `admin grant`; registering grants nothing
+        page.reload()
+    else:
+        page.goto(stack.url + "/")
+        page.get_by_test_id("email").fill(ADMIN)
+        page.get_by_test_id("password").fill(PASSWORD)
+        page.get_by_test_id("login").click()
+    page.get_by_role("link", name="Admin").click()
+    expect(page.locator("#admin-totals .card")).to_have_count(6)
+    expect(page.locator("#admin-chart rect.bar")).to_have_count(30)
+    users = page.locator("#users-table tbody")
+    expect(users).to_contain_text(customer["email"])
+    expect(users).not_to_contain_text(ADMIN)
+    page.get_by_label("Include admins and internal accounts").check()
+    expect(users).to_contain_text(ADMIN)
+    shot(page, tmp_path, "admin")
+    w.check()
+
+
+def test_phone_sized_screen_and_keyboard(watched, stack, tmp_path):
+    w = watched(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page = w.page
+    page.goto(stack.url + "/")
+    page.keyboard.press("Tab")  # the skip link first, then the form fields in order
+    page.keyboard.press("Tab")
+    expect(page.get_by_test_id("email")).to_be_focused()
+    register(page, stack)
+    unlabelled = page.evaluate(
+        """() => [...document.querySelectorAll('input, select')]
+                 .filter(el => el.type !== 'hidden' && el.labels.length === 0).map(el => el.id || el.name)"""
+    )
+    assert unlabelled == [], unlabelled
+    nameless = page.evaluate(
+        "() => [...document.querySelectorAll('button')].filter(b => !b.textContent.trim()).map(b => b.id)"
+    )
+    assert nameless == [], nameless
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the page scrolls sideways on a phone ({width} px)"
+    shot(page, tmp_path, "phone-overview")
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_test_id("create-key").click()
+    expect(page.get_by_test_id("key-secret")).to_be_visible()
+    shot(page, tmp_path, "phone-keys")
+    w.check()
+
+
+def test_docs_try_it_out_with_a_session_token_and_an_api_key(watched, stack, user_name, tmp_path):
+    account = stack.account(f"docs-{uuid.uuid4().hex[:8]}@example.com")
+    key = stack.new_key(account["token"])["key"]
+    w = watched()
+    page = w.page
+    page.goto(stack.url + "/docs")
+    expect(page.locator("#operations-account-get_account")).to_be_visible()
+    shot(page, tmp_path, "docs-top", full_page=False)
+    page.locator(".auth-wrapper .authorize").click()
+    bearer = page.locator(".auth-container", has_text="bearerAuth")
+    bearer.locator("input").fill(account["token"])
+    bearer.locator("button.authorize").click()
+    api_key = page.locator(".auth-container", has_text="apiKey")
+    api_key.locator("input").fill(key)
+    api_key.locator("button.authorize").click()
+    page.locator(".btn-done").first.click()
+
+    account_op = page.locator("#operations-account-get_account")
+    account_op.locator(".opblock-summary").click()
+    account_op.locator(".try-out__btn").click()
+    account_op.locator(".execute").click()
+    expect(account_op.locator(".live-responses-table tbody .response-col_status")).to_have_text("200")
+    expect(account_op.locator(".live-responses-table")).to_contain_text(account["account_id"])
+
+    data_op = page.locator("#operations-data-social_user_info")
+    data_op.locator(".opblock-summary").click()
+    data_op.locator(".try-out__btn").click()
+    data_op.locator('input[placeholder="userName"]').fill(user_name)
+    data_op.locator(".execute").click()
+    expect(data_op.locator(".live-responses-table tbody .response-col_status")).to_have_text("200")
+    shot(page, tmp_path, "docs", full_page=False)
+    w.check()
+
+
+def test_docs_try_it_out_with_the_portal_session(watched, stack):
+    """Signed in to the portal, /docs calls the API with the session cookie; its writes carry the XSRF token."""
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.goto(stack.url + "/docs")
+    create = page.locator("#operations-keys-post_keys")
+    create.locator(".opblock-summary").click()
+    create.locator(".try-out__btn").click()
+    create.locator("textarea.body-param__text").fill('{"name": "from the docs"}')
+    create.locator(".execute").click()
+    expect(create.locator(".live-responses-table tbody .response-col_status")).to_have_text("200")
+    page.goto(stack.url + "/#keys")
+    expect(page.get_by_test_id("key-row")).to_have_count(1)
+    expect(page.get_by_test_id("key-row")).to_contain_text("from the docs")
+    w.check()
+
+
+def test_an_ended_session_sends_the_user_back_to_log_in(watched, stack):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.get_by_role("link", name="Usage").click()
+    expect(page.get_by_test_id("usage-chart").locator("svg")).to_be_visible()
+    w.context.clear_cookies()  # the session is gone (expired, or logged out in another tab)
+    page.get_by_role("button", name="Refresh").click()
+    expect(page.get_by_test_id("login")).to_be_visible()
+    expect(page.locator("#auth-form").get_by_test_id("error")).to_have_text(re.compile("session has ended"))
+    expect(page.get_by_test_id("logout")).to_be_hidden()
+    w.check(allowed_errors=r"Failed to load resource: the server responded with a status of 401")
+
+
+def test_password_change_keeps_this_session_and_ends_the_others(watched, stack):
+    w = watched()
+    page = w.page
+    email = register(page, stack)
+    _, other, _ = stack.call("POST", "/auth/login", {"email": email, "password": PASSWORD})
+    form = page.locator("#password-form")
+    form.get_by_label("Current password").fill(PASSWORD)
+    form.get_by_label("New password").fill("a new portal passphrase")
+    form.get_by_role("button", name="Change password").click()
+    expect(form.get_by_text("Password changed.")).to_be_visible()
+    assert stack.call("GET", "/account", token=other["token"])[0] == 401  # the other session ended
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_test_id("create-key").click()  # this browser's session goes on, with its new cookie
+    expect(page.get_by_test_id("key-row")).to_have_count(1)
+    page.get_by_test_id("logout").click()
+    page.get_by_test_id("email").fill(email)
+    page.get_by_test_id("password").fill("a new portal passphrase")
+    page.get_by_test_id("login").click()
+    expect(page.get_by_test_id("logout")).to_be_visible()
+    w.check()
