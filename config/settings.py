@@ -61,6 +61,11 @@ class Settings:
         "", "MongoDB URI. Empty: start the embedded SecantusDB under DATA_DIR/db.", "MONGODB_URI"
     )
     mongodb_db: str = _setting("social_gateway", "Database name.", "MONGODB_DB")
+    embedded_db_nice: int = _setting(
+        10,
+        "Niceness of the embedded database process (0-19): its write bursts yield the cores to the request path.",
+        "EMBEDDED_DB_NICE",
+    )
     # Secrets
     jwt_secret: str = _setting(
         "", "HS256 key for session tokens. Required in production; generated in development.", "JWT_SECRET"
@@ -376,6 +381,8 @@ def validate(settings: Settings) -> None:
             raise SettingsError(f"{name} must be at least 32 characters")
     if not 1 <= settings.port <= 65535 and settings.port != 0:
         raise SettingsError("GATEWAY_PORT must be a TCP port")
+    if not 0 <= settings.embedded_db_nice <= 19:
+        raise SettingsError("EMBEDDED_DB_NICE must be between 0 and 19")
     if not 0 <= settings.metrics_port <= 65535 or (settings.metrics_port and settings.metrics_port == settings.port):
         raise SettingsError("METRICS_PORT must be 0 or a TCP port other than GATEWAY_PORT")
     if not settings.upstream_path_prefix.startswith("/"):

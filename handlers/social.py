@@ -202,12 +202,13 @@ class DataHandler(BaseHandler):
         per_key, per_account = self.ctx.limiter.take_both(
             key.key_id, plan.qps / divisor, key.account_id, plan.account_qps / divisor, time.monotonic()
         )
-        self.keep_header("X-RateLimit-Limit", per_key.limit)
-        self.keep_header("X-RateLimit-Remaining", per_key.remaining)
-        self.keep_header("X-RateLimit-Reset", per_key.reset)
-        self.keep_header("X-RateLimit-Account-Limit", per_account.limit)
-        self.keep_header("X-RateLimit-Account-Remaining", per_account.remaining)
-        self.keep_header("X-RateLimit-Account-Reset", per_account.reset)
+        # Strings, not ints: Tornado checks a non-str value against numbers.Integral (an ABC check) per header.
+        self.keep_header("X-RateLimit-Limit", str(per_key.limit))
+        self.keep_header("X-RateLimit-Remaining", str(per_key.remaining))
+        self.keep_header("X-RateLimit-Reset", str(per_key.reset))
+        self.keep_header("X-RateLimit-Account-Limit", str(per_account.limit))
+        self.keep_header("X-RateLimit-Account-Remaining", str(per_account.remaining))
+        self.keep_header("X-RateLimit-Account-Reset", str(per_account.reset))
         if not per_key.allowed:
             raise ApiError(
                 429,
@@ -270,7 +271,7 @@ class DataHandler(BaseHandler):
             meter.release(reservation)  # upstream 4xx or an error body: passed through, not charged
         meter.record(key, route, status, charged, self.request_id)
         self.log_fields["credits"] = charged
-        self.set_header("X-Credits-Charged", charged)
+        self.set_header("X-Credits-Charged", str(charged))
         self.set_status(status)
         self.finish(upstream.body)
 
