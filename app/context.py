@@ -18,7 +18,7 @@ from payments.service import build_payments
 from security import passwords
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
-from social.upstream import Breaker, FailureBudget, UpstreamClient
+from social.upstream import Breaker, FailureBudget, InFlight, UpstreamClient
 from storage import db as database
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
@@ -110,4 +110,5 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         checkout_throttle=CheckoutThrottle(settings.checkouts_per_minute),
         sessions=Sessions(settings, accounts, SessionStore(db), meter),
         failure_budget=FailureBudget(settings.account_failure_budget, settings.account_failure_window),
+        in_flight=InFlight(settings.account_max_in_flight),
     )

@@ -56,12 +56,26 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
+def child_setup(nice: int):
+    """The helper child's set-up before exec: die with the parent, then lower its CPU priority by `nice`."""
+
+    def setup() -> None:  # pragma: no cover - runs in the child
+        die_with_parent()
+        if nice:
+            os.nice(nice)
+
+    return setup
+
+
 class EmbeddedMongo:
     """Starts `python -m secantus` on a free loopback port; `uri` is ready once start() returns."""
 
-    def __init__(self, storage_path: str, port: int | None = None):
+    def __init__(self, storage_path: str, port: int | None = None, nice: int = 0):
         self.storage_path = storage_path
         self.port = port or free_port()
+        # start_helpers passes EMBEDDED_DB_NICE: on a shared box the database's journaled write bursts
+        # (a usage flush, the minute's last_used_at) then wait for the cores instead of the calls in flight.
+        self.nice = nice
         self.process: subprocess.Popen | None = None
 
     @property
@@ -88,7 +102,7 @@ class EmbeddedMongo:
             # Its own session: a terminal's Ctrl-C (sent to the whole process group) must not stop the
             # database while the gateway still flushes usage and returns leases; stop() does that after.
             stdout=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,
+            preexec_fn=child_setup(self.nice),
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout
@@ -159,7 +173,7 @@ def start_helpers(settings: Settings, storage_path: str | None = None, sandbox: 
             if storage_path is None:  # one process per data directory: a second one would fail deep inside
                 helpers.lock = lock_data_dir(settings.data_dir)
             path = storage_path or os.path.join(settings.data_dir, "db")
-            embedded = EmbeddedMongo(path).start()
+            embedded = EmbeddedMongo(path, nice=settings.embedded_db_nice).start()
             helpers.processes.append(embedded)
             helpers.settings = dataclasses.replace(helpers.settings, mongodb_uri=embedded.uri)
             helpers.database = f"embedded SecantusDB at {embedded.uri} (data in {path})"

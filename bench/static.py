@@ -31,6 +31,7 @@ from app.embedded import EmbeddedMongo, free_port
 from bench import load
 from bench.run import HERE, UPSTREAM_KEY, cpu_seconds, db_commands, http, spawn, wrk
 from bench.stack import wait_for
+from config.settings import load as load_settings
 
 ROOT = os.path.dirname(HERE)
 ACCOUNTS, KEYS_PER_ACCOUNT = 10, 30
@@ -155,7 +156,8 @@ def measured(port, plan, raw, seconds, connections, pids) -> tuple[dict, list[fl
 def run(args) -> dict:
     ensure_tools()
     work = tempfile.mkdtemp(prefix="gw-bench-static-")
-    mongo = EmbeddedMongo(os.path.join(work, "db")).start()
+    # The database as `serve` starts it (start_helpers): at EMBEDDED_DB_NICE.
+    mongo = EmbeddedMongo(os.path.join(work, "db"), nice=load_settings().embedded_db_nice).start()
     procs: list[subprocess.Popen] = []
     loop_env = {"EVENT_LOOP": args.loop}
     try:
@@ -179,6 +181,7 @@ def run(args) -> dict:
                 "LOG_LEVEL": "INFO",  # as deployed: the access log is on, written to a file here
                 "PLAN_RULES": json.dumps([{"name": "bench", "min_paid_usd": 0, "qps": 100000}]),
                 "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "100000",
+                "MAX_KEYS_PER_ACCOUNT": str(KEYS_PER_ACCOUNT),
             },
             stdout=gateway_log,
             stderr=gateway_log,

@@ -61,6 +61,11 @@ class Settings:
         "", "MongoDB URI. Empty: start the embedded SecantusDB under DATA_DIR/db.", "MONGODB_URI"
     )
     mongodb_db: str = _setting("social_gateway", "Database name.", "MONGODB_DB")
+    embedded_db_nice: int = _setting(
+        10,
+        "Niceness of the embedded database process (0-19): its write bursts yield the cores to the request path.",
+        "EMBEDDED_DB_NICE",
+    )
     # Secrets
     jwt_secret: str = _setting(
         "", "HS256 key for session tokens. Required in production; generated in development.", "JWT_SECRET"
@@ -188,6 +193,13 @@ class Settings:
         10,
         "Failed upstream calls (5xx, timeouts) one account may cause per ACCOUNT_FAILURE_WINDOW before its calls get 429.",
         "ACCOUNT_FAILURE_BUDGET",
+    )
+    account_max_in_flight: int = _setting(
+        32,
+        "Upstream calls one account may have in flight at once; further calls get 429. Keep it below "
+        "UPSTREAM_MAX_CONNECTIONS: the connection pool to the provider is shared, and slow calls of one "
+        "account must not hold all of it while everybody else's calls queue behind them.",
+        "ACCOUNT_MAX_IN_FLIGHT",
     )
     account_failure_window: float = _setting(
         60.0, "Window of the per-account failure budget, seconds.", "ACCOUNT_FAILURE_WINDOW"
@@ -369,6 +381,8 @@ def validate(settings: Settings) -> None:
             raise SettingsError(f"{name} must be at least 32 characters")
     if not 1 <= settings.port <= 65535 and settings.port != 0:
         raise SettingsError("GATEWAY_PORT must be a TCP port")
+    if not 0 <= settings.embedded_db_nice <= 19:
+        raise SettingsError("EMBEDDED_DB_NICE must be between 0 and 19")
     if not 0 <= settings.metrics_port <= 65535 or (settings.metrics_port and settings.metrics_port == settings.port):
         raise SettingsError("METRICS_PORT must be 0 or a TCP port other than GATEWAY_PORT")
     if not settings.upstream_path_prefix.startswith("/"):
@@ -405,8 +419,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("SIGNUP_CREDITED_PER_NETWORK and LOGIN_MAX_DELAY_SECONDS must not be negative")
     if settings.max_keys_per_account < 1:
         raise SettingsError("MAX_KEYS_PER_ACCOUNT must be at least 1")
-    if settings.breaker_min_accounts < 1 or settings.account_failure_budget < 1:
-        raise SettingsError("BREAKER_MIN_ACCOUNTS and ACCOUNT_FAILURE_BUDGET must be at least 1")
+    if settings.breaker_min_accounts < 1 or settings.account_failure_budget < 1 or settings.account_max_in_flight < 1:
+        raise SettingsError("BREAKER_MIN_ACCOUNTS, ACCOUNT_FAILURE_BUDGET and ACCOUNT_MAX_IN_FLIGHT must be at least 1")
     if settings.coherence not in ("changestream", "poll", "off"):
         raise SettingsError("COHERENCE must be changestream, poll or off")
     if settings.event_loop not in ("asyncio", "uvloop"):

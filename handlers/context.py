@@ -16,7 +16,7 @@ from metering.pricing import Prices
 from payments.service import Payments
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
-from social.upstream import FailureBudget, UpstreamClient
+from social.upstream import FailureBudget, InFlight, UpstreamClient
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
 from storage.keys import KeyStore
@@ -47,5 +47,6 @@ class Context:
     admin: AdminStore  # /admin queries and usage rollups (storage/admin.py)
     sessions: Sessions  # session token checks, logout, password change (accounting/sessions.py)
     failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)
+    in_flight: InFlight  # per account: upstream calls under way, capped (429) so none holds the shared pool
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

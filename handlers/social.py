@@ -3,9 +3,9 @@
 Order of checks: key (401) -> expired (401) -> client address (403) -> endpoint
 scope (403) -> rate limits of the key and its account (429) -> the account's upstream
 failure budget (429) -> input (422) -> unavailable (501) -> usage buffer bound (503)
--> credits: the key's budget, then the account (402) -> upstream. The key's
-restrictions come pre-parsed with its cached entry: no database round trip, no
-allocation for an unrestricted key. Nothing is charged
+-> the account's calls under way (429) -> credits: the key's budget, then the account (402)
+-> upstream. The key's restrictions come pre-parsed with its cached entry: no database round
+trip, no allocation for an unrestricted key. Nothing is charged
 unless the upstream answered with data.
 """
 
@@ -153,15 +153,29 @@ class DataHandler(BaseHandler):
         size = page_size(endpoint, args)
         most = ctx.prices.cost(endpoint.price, size, size)
         least = ctx.prices.cost(endpoint.price, 0, size)
+        query = upstream_query(endpoint, self.request.query_arguments, args)
+        if not ctx.in_flight.enter(key.account_id):
+            raise ApiError(
+                429,
+                f"Too many calls of this account under way at once (at most {ctx.in_flight.limit}); retry shortly",
+                {"Retry-After": "1"},
+            )
         try:
-            reservation = await ctx.meter.reserve(key.account_id, most, least, key)
-        except LeasesExpired:
-            raise ApiError(503, "Credits cannot be checked right now; retry shortly", {"Retry-After": "1"}) from None
-        except BudgetExhausted:
-            raise ApiError(402, _budget_message(key, least)) from None
-        if reservation is None:
-            raise ApiError(402, f"Insufficient credits: this call needs at least {least} credits; top up your account")
-        await self.forward(key, reservation, size, upstream_query(endpoint, self.request.query_arguments, args))
+            try:
+                reservation = await ctx.meter.reserve(key.account_id, most, least, key)
+            except LeasesExpired:
+                raise ApiError(
+                    503, "Credits cannot be checked right now; retry shortly", {"Retry-After": "1"}
+                ) from None
+            except BudgetExhausted:
+                raise ApiError(402, _budget_message(key, least)) from None
+            if reservation is None:
+                raise ApiError(
+                    402, f"Insufficient credits: this call needs at least {least} credits; top up your account"
+                )
+            await self.forward(key, reservation, size, query)
+        finally:
+            ctx.in_flight.leave(key.account_id)
 
     async def authenticate(self) -> KeyEntry:
         secret = self.request.headers.get("X-API-Key", "").strip()
@@ -188,12 +202,13 @@ class DataHandler(BaseHandler):
         per_key, per_account = self.ctx.limiter.take_both(
             key.key_id, plan.qps / divisor, key.account_id, plan.account_qps / divisor, time.monotonic()
         )
-        self.keep_header("X-RateLimit-Limit", per_key.limit)
-        self.keep_header("X-RateLimit-Remaining", per_key.remaining)
-        self.keep_header("X-RateLimit-Reset", per_key.reset)
-        self.keep_header("X-RateLimit-Account-Limit", per_account.limit)
-        self.keep_header("X-RateLimit-Account-Remaining", per_account.remaining)
-        self.keep_header("X-RateLimit-Account-Reset", per_account.reset)
+        # Strings, not ints: Tornado checks a non-str value against numbers.Integral (an ABC check) per header.
+        self.keep_header("X-RateLimit-Limit", str(per_key.limit))
+        self.keep_header("X-RateLimit-Remaining", str(per_key.remaining))
+        self.keep_header("X-RateLimit-Reset", str(per_key.reset))
+        self.keep_header("X-RateLimit-Account-Limit", str(per_account.limit))
+        self.keep_header("X-RateLimit-Account-Remaining", str(per_account.remaining))
+        self.keep_header("X-RateLimit-Account-Reset", str(per_account.reset))
         if not per_key.allowed:
             raise ApiError(
                 429,
@@ -256,7 +271,7 @@ class DataHandler(BaseHandler):
             meter.release(reservation)  # upstream 4xx or an error body: passed through, not charged
         meter.record(key, route, status, charged, self.request_id)
         self.log_fields["credits"] = charged
-        self.set_header("X-Credits-Charged", charged)
+        self.set_header("X-Credits-Charged", str(charged))
         self.set_status(status)
         self.finish(upstream.body)
 

@@ -104,6 +104,30 @@ class FailureBudget:
         self.windows.add(account, now)
 
 
+class InFlight:
+    """Per account: upstream calls under way. The pool of connections to the provider is shared, so
+    one account's slow calls could otherwise hold every connection while everybody else's queue."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.calls: dict[str, int] = {}
+
+    def enter(self, account: str) -> bool:
+        """Takes a slot for one call of `account`; False (nothing taken) when it has `limit` under way."""
+        under_way = self.calls.get(account, 0)
+        if under_way >= self.limit:
+            return False
+        self.calls[account] = under_way + 1
+        return True
+
+    def leave(self, account: str) -> None:
+        left = self.calls[account] - 1
+        if left:
+            self.calls[account] = left
+        else:
+            del self.calls[account]  # bounded by the accounts with calls under way
+
+
 class UpstreamClient:
     def __init__(
         self,

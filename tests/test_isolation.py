@@ -152,7 +152,7 @@ class FailingUpstream(tornado.web.RequestHandler):
             self.finish(b'{"tweets":[],"has_next_page":false,"next_cursor":"","status":"success","msg":""}')
 
 
-def point_upstream(ctx, url: str) -> None:
+def point_upstream(ctx, url: str, pool: int = 64) -> None:
     """The app under test against another upstream, with the breaker configured as in production."""
     s = ctx.settings
     ctx.upstream.close()
@@ -162,7 +162,7 @@ def point_upstream(ctx, url: str) -> None:
         s.upstream_path_prefix,
         1.0,
         5.0,
-        64,
+        pool,
         s.upstream_max_body_bytes,
         Breaker(s.breaker_failures, s.breaker_reset_seconds, min_accounts=s.breaker_min_accounts),
     )
@@ -217,6 +217,46 @@ async def test_a_provider_that_is_really_down_still_opens_the_breaker(api, ctx):
     assert statuses[: ctx.settings.breaker_failures] == [502] * ctx.settings.breaker_failures
     assert statuses[-1] == 503  # the breaker is open: nothing is sent any more, one account was enough
     assert (await api.call("GET", "/readyz"))[1]["checks"]["upstream_breaker"] == "open"
+
+
+class SlowUpstream(tornado.web.RequestHandler):
+    """Takes 2 s over a query containing `slow` (one the provider finds expensive), answers at once otherwise."""
+
+    async def get(self, path):
+        if "slow" in self.get_query_argument("query", ""):
+            await asyncio.sleep(2)
+        self.finish(b'{"tweets":[],"has_next_page":false,"next_cursor":"","status":"success","msg":""}')
+
+
+@pytest.mark.settings(plan_rules=FAST, account_max_in_flight=4)
+async def test_one_accounts_slow_calls_never_hold_the_shared_upstream_pool(api, ctx):
+    """The attack: 30 slow calls at once from one account held all 8 connections to the provider, and
+    another account's call waited behind them (8.5 s on a served gateway with the default pool of 64)."""
+    sock, port = bind_unused_port()
+    server = tornado.httpserver.HTTPServer(tornado.web.Application([(r"(.*)", SlowUpstream)]))
+    server.add_sockets([sock])
+    point_upstream(ctx, f"http://127.0.0.1:{port}", pool=8)
+    try:
+        _, attacker = await api.funded_key()
+        _, victim = await api.funded_key()
+        many = wide(api)
+        attack = asyncio.gather(*[search(many, attacker, f"slow {i}") for i in range(30)])
+        await asyncio.sleep(0.5)  # the attacker's calls are under way
+        started = time.monotonic()
+        status, _, _ = await search(api, victim, "coffee")
+        waited = time.monotonic() - started
+        answers = await attack
+        many.http.close()
+        assert status == 200 and waited < 1.0
+        statuses = [status for status, _, _ in answers]
+        assert statuses.count(200) == 4 and statuses.count(429) == 26
+        refused = next(answer for answer in answers if answer[0] == 429)
+        assert refused[2]["Retry-After"] == "1" and "under way" in refused[1]["msg"]
+        # The slots come back when the calls end.
+        assert (await search(api, attacker, "coffee"))[0] == 200
+        assert ctx.in_flight.calls == {}
+    finally:
+        server.stop()
 
 
 # --- plan limits cannot be multiplied ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ access logs without secrets, trusted proxies, and the SIGHUP reload."""
 import dataclasses
 import io
 import logging
+import os
 import re
 import time
 
@@ -221,6 +222,17 @@ async def test_readiness_follows_breaker_buffer_and_draining(api, ctx):
     assert (await api.call("GET", "/readyz"))[0] == 503
     ctx.draining = False
     assert (await api.call("GET", "/readyz"))[0] == 200
+
+
+def test_the_embedded_database_yields_the_cores_and_the_sandbox_does_not(helpers):
+    """start_helpers runs the database at EMBEDDED_DB_NICE (10 by default); the sandbox answers calls in
+    flight, so it keeps the gateway's priority."""
+    mongo = next(p for p in helpers.processes if isinstance(p, EmbeddedMongo))
+    sandbox = next(p for p in helpers.processes if not isinstance(p, EmbeddedMongo))
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert helpers.settings.embedded_db_nice == 10
+    assert os.getpriority(os.PRIO_PROCESS, mongo.process.pid) == min(own + 10, 19)
+    assert os.getpriority(os.PRIO_PROCESS, sandbox.pid) == own
 
 
 async def test_database_stopped_means_not_ready(settings, upstream_url):

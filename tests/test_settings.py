@@ -42,6 +42,7 @@ def test_a_bad_config_file_is_refused_with_a_reason(tmp_path, content, message):
         ({"PRICE_RULES": '{"tweets": {"each": "15"}}'}, "PRICE_RULES"),
         ({"UPSTREAM_PATH_PREFIX": "twitter"}, "UPSTREAM_PATH_PREFIX"),
         ({"EVENT_LOOP": "trio"}, "EVENT_LOOP must be asyncio or uvloop"),
+        ({"EMBEDDED_DB_NICE": "20"}, "EMBEDDED_DB_NICE must be between 0 and 19"),
     ],
 )
 def test_invalid_settings_stop_the_start(environ, message):

@@ -3,6 +3,7 @@ concurrency without overspend, revocation, persistence, the /twitter alias."""
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
@@ -492,3 +493,36 @@ async def test_last_used_at_is_stored_by_the_minute_and_listed_at_once(api, ctx,
         assert ctx.metrics.db_commands["update"] == updates and (await stored())["last_used_at"] == written
     else:  # the minute turned between the two calls: the new minute is stored
         assert (await stored())["last_used_at"] == minute(now_used)
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600, max_keys_per_account=25)
+async def test_last_used_at_is_stored_for_every_key_used_in_a_minute(api, ctx, catalog):
+    """More keys than one touch statement holds (TOUCH_CHUNK): each used key gets its minute, no other."""
+    user, first = await api.funded_key(1_000_000)
+    keys = [first] + [await api.new_key(user["token"]) for _ in range(24)]
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    used, idle = keys[:23], keys[23:]
+    for key in used:
+        assert (await api.call("GET", path, key=key["key"]))[0] == 200
+    await ctx.meter.flush(final=True)
+    for key in used:
+        stored = (await ctx.keys.get(user["account_id"], key["key_id"]))["last_used_at"]
+        assert stored == ctx.meter.last_used_at(key["key_id"]).replace(second=0, microsecond=0)
+    for key in idle:
+        assert (await ctx.keys.get(user["account_id"], key["key_id"]))["last_used_at"] is None
+
+
+async def test_last_used_at_stored_on_a_key_before_the_move_still_shows_and_a_newer_minute_wins(api, ctx):
+    """Keys written when last_used_at lived on the key document keep showing it; a newer touch replaces it."""
+    user, key = await api.funded_key(1_000)
+    old = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
+    db = ctx.client[ctx.settings.mongodb_db]
+    await db.keys.update_one({"_id": key["key_id"]}, {"$set": {"last_used_at": old}})
+    await db.key_last_used.delete_one({"_id": key["key_id"]})  # as for a key created before the collection
+    listed = lambda: api.call("GET", "/keys", token=user["token"])
+    assert (await listed())[1][0]["last_used_at"] == "2026-01-01T10:00:00.000Z"
+    await ctx.keys.touch({key["key_id"]: old - timedelta(minutes=5)})  # older: the stored one stays
+    assert (await ctx.keys.get(user["account_id"], key["key_id"]))["last_used_at"].replace(tzinfo=UTC) == old
+    await ctx.keys.touch({key["key_id"]: old + timedelta(minutes=1)})
+    await ctx.keys.touch({key["key_id"]: old})  # a process behind another: $max keeps the newer minute
+    assert (await listed())[1][0]["last_used_at"] == "2026-01-01T10:01:00.000Z"
