@@ -104,6 +104,24 @@ class LeasesExpired(Exception):
     """This process could not renew its heartbeat: it may not spend leases until it can."""
 
 
+async def single_flight(under_way: dict, key, operation) -> None:
+    """Runs `operation` unless one is under way for `key` in `under_way`, in which case it waits for that
+    one instead; the registry holds the future while it runs (close() waits for what it holds)."""
+    pending = under_way.get(key)
+    if pending is not None:
+        return await asyncio.shield(pending)
+    future = under_way[key] = asyncio.get_running_loop().create_future()
+    try:
+        await operation()
+        future.set_result(None)
+    except BaseException as exc:
+        future.set_exception(exc)
+        future.exception()  # retrieved: no "exception never retrieved" when nobody waited
+        raise
+    finally:
+        del under_way[key]
+
+
 class Meter:
     def __init__(
         self,
@@ -230,11 +248,8 @@ class Meter:
 
     async def _take_slice(self, key: KeyEntry, budget: Budget, slot: tuple, most: int, since_day: str) -> None:
         """One take per slot at a time; callers arriving meanwhile wait for it."""
-        pending = self._budget_takes.get(slot)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future = self._budget_takes[slot] = asyncio.get_running_loop().create_future()
-        try:
+
+        async def take() -> None:
             grant = await self.budget_store.take(
                 budget.budget_id,
                 budget.period,
@@ -248,13 +263,8 @@ class Meter:
                 budget.granted += grant
             else:
                 budget.empty_until = self.clock() + 1.0
-            future.set_result(None)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()
-            raise
-        finally:
-            del self._budget_takes[slot]
+
+        await single_flight(self._budget_takes, slot, take)
 
     def _retire(self, budget: Budget) -> None:
         """Gives back what this process holds unreserved of a budget it stops spending from."""
@@ -346,19 +356,7 @@ class Meter:
     async def _lease_operation(self, account_id: str, operation) -> None:
         """One take or give-back per account at a time (the compare-and-set guards assume it); callers
         arriving meanwhile wait for the one under way instead of starting their own."""
-        pending = self._refills.get(account_id)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future = self._refills[account_id] = asyncio.get_running_loop().create_future()
-        try:
-            await operation()
-            future.set_result(None)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()
-            raise
-        finally:
-            del self._refills[account_id]
+        await single_flight(self._refills, account_id, operation)
 
     def settle(self, reservation: Reservation, cost: int) -> int:
         charged = self.ledger.settle(reservation, cost, self.clock())

@@ -151,3 +151,26 @@ class Api:
 @pytest.fixture
 def api(http_client, base_url):
     return Api(http_client, base_url)
+
+
+@pytest.fixture
+def second(io_loop, ctx):
+    """A second gateway context on the same database, in this process: another process as far as the
+    database can tell (its own process id and node name, caches and coherence task)."""
+
+    async def start():
+        other = await build_context(ctx.settings, worker=1)
+        return other, start_background(other)
+
+    other, tasks = io_loop.run_sync(start)
+    yield other
+
+    async def stop():
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        await other.client.close()
+        other.upstream.close()
+        other.executor.shutdown(wait=False)
+
+    io_loop.run_sync(stop)

@@ -17,8 +17,6 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 import gateway
 from accounting.meter import BudgetExhausted, KeyEntry
-from app.context import build_context
-from app.tasks import start_background
 from metering.ledger import budget_period, period_end
 from storage import db as database
 
@@ -50,29 +48,6 @@ async def keyed(api, credits: int = 1_000_000, **properties) -> tuple[dict, dict
 async def patch(api, user, key, body) -> tuple[int, dict]:
     status, row, _ = await api.call("PATCH", f"/keys/{key['key_id']}", body, token=user["token"])
     return status, row
-
-
-@pytest.fixture
-def second(io_loop, ctx):
-    """A second gateway context on the same database: another process as far as the database can tell
-    (its own process id, caches and coherence task), as in tests/test_scaleout.py."""
-
-    async def start():
-        other = await build_context(ctx.settings, worker=1)
-        return other, start_background(other)
-
-    other, tasks = io_loop.run_sync(start)
-    yield other
-
-    async def stop():
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait(tasks)
-        await other.client.close()
-        other.upstream.close()
-        other.executor.shutdown(wait=False)
-
-    io_loop.run_sync(stop)
 
 
 async def serve(ctx) -> tuple[str, tornado.httpserver.HTTPServer]:

@@ -18,8 +18,6 @@ import pytest
 from support import Gateway, account_with_keys, ledger_of
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from app.context import build_context
-from app.tasks import start_background
 from storage import db as database
 
 pytestmark = pytest.mark.gen_test(timeout=90)
@@ -213,29 +211,6 @@ async def test_sigterm_while_a_restarted_worker_starts_still_drains_it(mongo, up
         assert [p async for p in processes.find()] == []
     finally:
         await client.close()
-
-
-@pytest.fixture
-def second(io_loop, ctx, mongo, upstream_url):
-    """A second gateway context on the same database, in this process: another process's meter as
-    far as the database can tell (its own process id and node name, its own coherence task)."""
-
-    async def start():
-        other = await build_context(ctx.settings, worker=1)
-        return other, start_background(other)
-
-    other, tasks = io_loop.run_sync(start)
-    yield other
-
-    async def stop():
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait(tasks)
-        await other.client.close()
-        other.upstream.close()
-        other.executor.shutdown(wait=False)
-
-    io_loop.run_sync(stop)
 
 
 async def eventually(check, within: float = 1.0) -> None:
