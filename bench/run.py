@@ -150,6 +150,11 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="--static: alternating saturation rounds of each")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio", help="--static: event loop of both")
+    parser.add_argument(
+        "--restricted-keys",
+        action="store_true",
+        help="--static: every key with an expiry, an endpoint scope, an address allowlist and a credit budget",
+    )
     args = parser.parse_args()
     if args.static:
         from bench import static
@@ -157,7 +162,8 @@ def main() -> None:
         if "--seconds" not in sys.argv:
             args.seconds = 6
         result = static.run(args)
-        out = args.out or os.path.join(HERE, "results", f"static-{args.loop}.json")
+        suffix = "-restricted" if args.restricted_keys else ""
+        out = args.out or os.path.join(HERE, "results", f"static-{args.loop}{suffix}.json")
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "w") as fh:
             json.dump(result, fh, indent=2)

@@ -86,6 +86,19 @@ asyncio.run(main())
 """
 
 
+def restrictions(args) -> dict:
+    """With --restricted-keys, every check issue 14 adds runs on every call (none refuses one)."""
+    if not getattr(args, "restricted_keys", False):
+        return {}
+    return {
+        "expires_at": "2099-01-01T00:00:00Z",
+        "allowed_endpoints": ["tweets", "users"],
+        "allowed_ips": ["127.0.0.0/8", "::1/128"],
+        "credit_limit": 10**14,
+        "credit_limit_period": "month",
+    }
+
+
 def ensure_tools() -> None:
     """nginx and wrk from apt when missing and we may install them (root); otherwise the fallbacks."""
     missing = [tool for tool in ("nginx", "wrk") if not shutil.which(tool) and not os.path.exists("/usr/sbin/" + tool)]
@@ -201,7 +214,7 @@ def run(args) -> dict:
                 "POST", gateway_url + "/auth/register", {"email": f"s{a}@example.com", "password": "bench pass 1"}
             )
             for _ in range(KEYS_PER_ACCOUNT):
-                key = http("POST", gateway_url + "/keys", {"name": "bench"}, user["token"])
+                key = http("POST", gateway_url + "/keys", {"name": "bench", **restrictions(args)}, user["token"])
                 keys.append(key["key"])
             http("POST", f"{gateway_url}/keys/{key['key_id']}/topup", {"credits": 10**12}, user["token"])
         paths = [f"/social/tweet/advanced_search?query=from%3Auser{i}" for i in range(len(keys))]
@@ -243,6 +256,7 @@ def run(args) -> dict:
             "machine": {"cores": os.cpu_count()},
             "settings": {"seconds": args.seconds, "rounds": args.rounds, "connections": args.connections},
             "keys": len(keys),
+            "restricted_keys": bool(getattr(args, "restricted_keys", False)),
             "accounts": ACCOUNTS,
             "page_bytes": os.path.getsize(page),
             "gateway_rps": round(gw_calls / (args.seconds * args.rounds), 1),
@@ -282,7 +296,9 @@ def run(args) -> dict:
 def report(result: dict) -> str:
     fixed = result["fixed_rate"]
     lines = [
-        f"static upstream ({result['upstream']}), {result['keys']} keys of {result['accounts']} accounts, "
+        f"static upstream ({result['upstream']}), {result['keys']} keys"
+        f"{' (restricted: expiry, scope, allowlist, budget)' if result.get('restricted_keys') else ''} "
+        f"of {result['accounts']} accounts, "
         f"{result['load']}, loop {result['loop']}",
         f"  saturation   gateway {result['gateway_rps']} req/s, bare proxy {result['bare_rps']} req/s, "
         f"ratio {result['ratio_rps']}",
