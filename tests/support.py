@@ -70,10 +70,11 @@ def use_upstream(ctx, url: str, **kw) -> None:
         s.upstream_path_prefix,
         kw.get("connect_timeout", 1.0),
         kw.get("timeout", s.upstream_timeout),
-        8,
+        kw.get("pool", 8),
         kw.get("max_body", s.upstream_max_body_bytes),
-        # One account's failures open it here (the mechanics); test_isolation.py tests attribution.
-        Breaker(kw.get("breaker_failures", 1000), 0.3, min_accounts=kw.get("min_accounts", 1)),
+        # One account's failures open it here (the mechanics); test_isolation.py passes the production
+        # breaker to test attribution.
+        kw.get("breaker") or Breaker(kw.get("breaker_failures", 1000), 0.3, min_accounts=kw.get("min_accounts", 1)),
     )
 
 

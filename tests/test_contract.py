@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import jsonschema
 import orjson
 import pytest
-from support import recorder, use_upstream
+from support import recorder, use_upstream, valid_query
 from tornado.testing import bind_unused_port
 
 from app.server import make_server
@@ -24,27 +24,6 @@ from social.endpoints import CURSOR_MAX, ENDPOINTS, STRING_MAX
 pytestmark = pytest.mark.gen_test(timeout=120)
 FAST = ({"name": "fast", "min_paid_usd": 0, "qps": 100000},)
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
-
-
-def valid_query(endpoint, catalog) -> dict:
-    """A call the gateway would forward: values from the sandbox catalog for every required parameter."""
-    users, tweets = catalog["users"], catalog["tweets"]
-    values = {
-        "query": "from:" + users[0]["userName"],
-        "userId": users[0]["id"],
-        "user_id": users[0]["id"],
-        "userName": users[0]["userName"],
-        "tweetId": tweets[0],
-        "community_id": catalog["communities"][0],
-        "space_id": catalog["spaces"][0],
-        "listId": catalog["lists"][0],
-        "userIds": ",".join(u["id"] for u in users[:3]),
-        "tweet_ids": ",".join(tweets[:2]),
-    }
-    query = {p.name: values[p.name] for p in endpoint.params if p.required}
-    if endpoint.one_of:
-        query[endpoint.one_of[0]] = values[endpoint.one_of[0]]
-    return query
 
 
 def invalid_calls():

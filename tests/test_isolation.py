@@ -17,14 +17,14 @@ import orjson
 import pytest
 import tornado.httpserver
 import tornado.web
-from support import FAST, PASSWORD, Gateway, account_with_keys
+from support import FAST, PASSWORD, Gateway, account_with_keys, use_upstream
 from tornado.httpclient import AsyncHTTPClient
 from tornado.testing import bind_unused_port
 
 from app.embedded import free_port
 from app.server import make_server
 from security import tokens
-from social.upstream import Breaker, UpstreamClient
+from social.upstream import Breaker
 
 pytestmark = pytest.mark.gen_test(timeout=120)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -155,17 +155,8 @@ class FailingUpstream(tornado.web.RequestHandler):
 def point_upstream(ctx, url: str, pool: int = 64) -> None:
     """The app under test against another upstream, with the breaker configured as in production."""
     s = ctx.settings
-    ctx.upstream.close()
-    ctx.upstream = UpstreamClient(
-        url,
-        s.upstream_api_key,
-        s.upstream_path_prefix,
-        1.0,
-        5.0,
-        pool,
-        s.upstream_max_body_bytes,
-        Breaker(s.breaker_failures, s.breaker_reset_seconds, min_accounts=s.breaker_min_accounts),
-    )
+    breaker = Breaker(s.breaker_failures, s.breaker_reset_seconds, min_accounts=s.breaker_min_accounts)
+    use_upstream(ctx, url, timeout=5.0, pool=pool, breaker=breaker)
 
 
 async def search(api, key: dict, query: str):
