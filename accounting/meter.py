@@ -7,6 +7,7 @@ heartbeats and lease reclaims.
 """
 
 import asyncio
+import functools
 import ipaddress
 import itertools
 import logging
@@ -102,6 +103,14 @@ class AccountView:
 
 class LeasesExpired(Exception):
     """This process could not renew its heartbeat: it may not spend leases until it can."""
+
+
+def _started_within(epoch: int, since_day: str) -> bool:
+    """Whether a budget run that started at `epoch` (ms; 0: with its key) started within the period that
+    began on `since_day` ("" for `total`). A run older than the period spent all of it through slices."""
+    if not epoch:
+        return False
+    return not since_day or epoch >= datetime.fromisoformat(since_day).replace(tzinfo=UTC).timestamp() * 1000
 
 
 async def single_flight(under_way: dict, key, operation) -> None:
@@ -250,13 +259,17 @@ class Meter:
         """One take per slot at a time; callers arriving meanwhile wait for it."""
 
         async def take() -> None:
+            spent_so_far = None
+            if _started_within(budget.epoch, since_day):
+                # Set (again) during this period: its keys may have spent before, outside any budget document.
+                spent_so_far = functools.partial(self._spent_by_budget, key.account_id, budget.budget_id, since_day)
             grant = await self.budget_store.take(
                 budget.budget_id,
                 budget.period,
                 budget.limit,
                 budget.slice_request(most),
                 most,
-                lambda: self._spent_by_budget(key.account_id, budget.budget_id, since_day),
+                spent_so_far,
                 budget.epoch,
             )
             if grant:

@@ -84,8 +84,8 @@ async def per_call(meter: Meter, entry: KeyEntry, calls: int) -> float:
     tornado.web.RequestHandler.__init__(handler, app, request, ctx=ctx, endpoint=BY_PATH["/user/info"])
     if entry.credit_limit is not None:  # the budget slice is held too, as for a busy key
         period = budget_period(entry.period, datetime.now(UTC))[0]
-        slot = (entry.budget_id, entry.credit_limit, period)
-        meter.budgets[slot] = Budget(entry.budget_id, period, entry.credit_limit, granted=10**15)
+        slot = (entry.budget_id, entry.credit_limit, period, entry.budget_epoch)
+        meter.budgets[slot] = Budget(entry.budget_id, period, entry.credit_limit, entry.budget_epoch, granted=10**15)
     for _ in range(1000):  # warm up
         key = await handler.authenticate()
         meter.settle(await meter.reserve("acct", PRICE, 15, key), PRICE)

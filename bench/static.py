@@ -10,17 +10,22 @@ work. wrk drives both with 32 connections, the gateway rotating over 300 keys of
 - p99 of both at a fixed rate of half the bare proxy's saturation (bench/load.py, open loop);
 - whether each goal is met.
 
+With --restricted-keys, 300 more keys of 10 more accounts carry every restriction of issue 14 (an expiry,
+an endpoint scope, an address allowlist and a monthly credit budget), and each round measures both key
+sets on the same gateway (unrestricted, restricted, bare...): what the checks and budgets cost.
+
 Installs nginx and wrk with apt-get when they are missing and it runs as root; without nginx a small
 asyncio server answers the recorded page instead, without wrk bench/load.py drives the load.
 `--loop uvloop` runs both the gateway and the bare proxy on uvloop.
 
-    ./dev bench --static [--seconds 6] [--rounds 3] [--loop asyncio|uvloop]
+    ./dev bench --static [--seconds 6] [--rounds 3] [--loop asyncio|uvloop] [--restricted-keys]
 """
 
 import asyncio
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +45,14 @@ GOALS = {
     "gateway p99 <= 1.5 x bare p99 at half the bare saturation": ("p99_ratio", 1.5, "<="),
     "database round trips per call <= 0.02": ("db_round_trips_per_call", 0.02, "<="),
     "database CPU per call <= 0.05 ms": ("database_cpu_ms_per_call", 0.05, "<="),
+}
+# --restricted-keys (issue 14): the checks and budgets cost no measurable throughput. "Measurable" is the
+# noise of this benchmark: adjacent rounds of the same gateway differ by a few per cent on a quiet machine.
+RESTRICTED_GOALS = {
+    "restricted keys keep >= 0.97 of the unrestricted throughput (median of paired rounds)": (
+        "vs_unrestricted_rps_median",
+        0.97,
+    )
 }
 NGINX_CONF = """daemon off;
 master_process off;
@@ -97,6 +110,21 @@ def restrictions(args) -> dict:
         "credit_limit": 10**14,
         "credit_limit_period": "month",
     }
+
+
+def key_set(gateway_url: str, kind: str, properties: dict) -> tuple[list[tuple[str, str]], list[bytes]]:
+    """ACCOUNTS new accounts of KEYS_PER_ACCOUNT keys with `properties`: the wrk plan and the raw requests
+    (key i calls its own path: 300 distinct searches)."""
+    plan = []
+    for a in range(ACCOUNTS):
+        user = http(
+            "POST", gateway_url + "/auth/register", {"email": f"{kind}{a}@example.com", "password": "bench pass 1"}
+        )
+        for _ in range(KEYS_PER_ACCOUNT):
+            key = http("POST", gateway_url + "/keys", {"name": "bench", **properties}, user["token"])
+            plan.append((f"/social/tweet/advanced_search?query=from%3Auser{len(plan)}", key["key"]))
+        http("POST", f"{gateway_url}/keys/{key['key_id']}/topup", {"credits": 10**12}, user["token"])
+    return plan, [load.request_bytes("127.0.0.1", p, {"X-API-Key": k}) for p, k in plan]
 
 
 def ensure_tools() -> None:
@@ -194,6 +222,7 @@ def run(args) -> dict:
                 "LOG_LEVEL": "INFO",  # as deployed: the access log is on, written to a file here
                 "PLAN_RULES": json.dumps([{"name": "bench", "min_paid_usd": 0, "qps": 100000}]),
                 "LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "100000",
+                "SIGNUP_MAX_PER_NETWORK": "100000",
                 "MAX_KEYS_PER_ACCOUNT": str(KEYS_PER_ACCOUNT),
             },
             stdout=gateway_log,
@@ -208,46 +237,73 @@ def run(args) -> dict:
         procs.append(bare)
         wait_for(f"http://127.0.0.1:{bare_port}/social/nothing", bare)
 
-        keys = []
-        for a in range(ACCOUNTS):
-            user = http(
-                "POST", gateway_url + "/auth/register", {"email": f"s{a}@example.com", "password": "bench pass 1"}
-            )
-            for _ in range(KEYS_PER_ACCOUNT):
-                key = http("POST", gateway_url + "/keys", {"name": "bench", **restrictions(args)}, user["token"])
-                keys.append(key["key"])
-            http("POST", f"{gateway_url}/keys/{key['key_id']}/topup", {"credits": 10**12}, user["token"])
-        paths = [f"/social/tweet/advanced_search?query=from%3Auser{i}" for i in range(len(keys))]
-        gw_plan = [(paths[i], keys[i]) for i in range(len(keys))]
+        # One key set per kind of key, each of its own ACCOUNTS accounts: unrestricted, and with
+        # --restricted-keys also every key restricted, measured in the same rounds on the same gateway.
+        kinds = ["unrestricted"] + (["restricted"] if getattr(args, "restricted_keys", False) else [])
+        sets = {kind: key_set(gateway_url, kind, restrictions(args) if kind == "restricted" else {}) for kind in kinds}
+        paths = [f"/social/tweet/advanced_search?query=from%3Auser{i}" for i in range(ACCOUNTS * KEYS_PER_ACCOUNT)]
         bare_plan = [(p, "") for p in paths]
-        gw_raw = [load.request_bytes("127.0.0.1", p, {"X-API-Key": k}) for p, k in gw_plan]
         bare_raw = [load.request_bytes("127.0.0.1", p, {}) for p in paths]
 
-        # Warm both: lease refills, key caches, upstream connections, the database's first writes.
-        drive(gateway_port, gw_plan, gw_raw, 3, args.connections)
+        # Warm: every key once (its cache entry, its account's lease, its budget's first slice), then
+        # both at saturation (lease refills, upstream connections, the database's first writes).
+        for plan, raw in sets.values():
+            for path, key in plan:
+                urllib.request.urlopen(urllib.request.Request(gateway_url + path, headers={"X-API-Key": key})).read()
+            drive(gateway_port, plan, raw, 3, args.connections)
         drive(bare_port, bare_plan, bare_raw, 3, args.connections)
 
-        gw_rounds, bare_rounds, gw_cpu, db_cpu, bare_cpu = [], [], 0.0, 0.0, 0.0
-        commands_before = db_commands(gateway_url)
-        for _ in range(args.rounds):
-            figures, (gw_used, db_used) = measured(
-                gateway_port, gw_plan, gw_raw, args.seconds, args.connections, (gateway.pid, mongo.process.pid)
-            )
-            gw_rounds.append(figures)
-            gw_cpu, db_cpu = gw_cpu + gw_used, db_cpu + db_used
+        rounds = {kind: [] for kind in [*kinds, "bare"]}
+        cpu = {kind: {"process": 0.0, "database": 0.0, "commands": {}} for kind in rounds}
+        for i in range(args.rounds):
+            # ABBA: the key sets swap places every round, so that whatever the previous round leaves behind
+            # (a flush, the database's checkpoint) falls on both alike.
+            for kind in kinds if i % 2 == 0 else kinds[::-1]:
+                commands_before = db_commands(gateway_url)
+                figures, (used, db_used) = measured(
+                    gateway_port, *sets[kind], args.seconds, args.connections, (gateway.pid, mongo.process.pid)
+                )
+                rounds[kind].append(figures)
+                cpu[kind]["process"] += used
+                cpu[kind]["database"] += db_used
+                for name, count in db_commands(gateway_url).items():
+                    delta = count - commands_before.get(name, 0)
+                    if delta:
+                        cpu[kind]["commands"][name] = cpu[kind]["commands"].get(name, 0) + int(delta)
             figures, (used,) = measured(bare_port, bare_plan, bare_raw, args.seconds, args.connections, (bare.pid,))
-            bare_rounds.append(figures)
-            bare_cpu += used
-        commands = {n: c - commands_before.get(n, 0) for n, c in db_commands(gateway_url).items()}
-        commands = {n: int(c) for n, c in commands.items() if c}
-        gw_calls = sum(r["requests"] for r in gw_rounds)
-        bare_calls = sum(r["requests"] for r in bare_rounds)
+            rounds["bare"].append(figures)
+            cpu["bare"]["process"] += used
+        calls = {kind: sum(r["requests"] for r in rounds[kind]) for kind in rounds}
 
-        half = bare_calls / (args.seconds * args.rounds) / 2
+        half = calls["bare"] / (args.seconds * args.rounds) / 2
         time.sleep(1)  # let the last saturation's queues drain
-        bare_fixed = asyncio.run(load.run("127.0.0.1", bare_port, bare_raw, args.seconds, args.connections, rate=half))
-        gw_fixed = asyncio.run(load.run("127.0.0.1", gateway_port, gw_raw, args.seconds, args.connections, rate=half))
+        fixed = {
+            "bare": asyncio.run(load.run("127.0.0.1", bare_port, bare_raw, args.seconds, args.connections, rate=half))
+        }
+        for kind in kinds:
+            raw = sets[kind][1]
+            fixed[kind] = asyncio.run(
+                load.run("127.0.0.1", gateway_port, raw, args.seconds, args.connections, rate=half)
+            )
 
+        def figures_of(kind: str) -> dict:
+            n = max(calls[kind], 1)
+            return {
+                "rps": round(calls[kind] / (args.seconds * args.rounds), 1),
+                "ratio_rps": round(calls[kind] / max(calls["bare"], 1), 3),
+                # Per round, against the bare round beside it: how much the ratio moves on this machine.
+                "round_ratios": [
+                    round(g["requests"] / max(b["requests"], 1), 3) for g, b in zip(rounds[kind], rounds["bare"])
+                ],
+                "cpu_ms_per_call": round(cpu[kind]["process"] * 1000 / n, 3),
+                "database_cpu_ms_per_call": round(cpu[kind]["database"] * 1000 / n, 4),
+                "db_round_trips_per_call": round(sum(cpu[kind]["commands"].values()) / n, 5),
+                "db_commands_during_saturation": cpu[kind]["commands"],
+                "errors": sum(r.get("errors", 0) for r in rounds[kind]),
+                "p99_ms": fixed[kind]["p99_ms"],
+            }
+
+        plain = figures_of("unrestricted")
         result = {
             "mode": "static upstream",
             "upstream": upstream_kind,
@@ -255,31 +311,45 @@ def run(args) -> dict:
             "loop": args.loop,
             "machine": {"cores": os.cpu_count()},
             "settings": {"seconds": args.seconds, "rounds": args.rounds, "connections": args.connections},
-            "keys": len(keys),
-            "restricted_keys": bool(getattr(args, "restricted_keys", False)),
+            "keys": ACCOUNTS * KEYS_PER_ACCOUNT,
+            "restricted_keys": "restricted" in sets,
             "accounts": ACCOUNTS,
             "page_bytes": os.path.getsize(page),
-            "gateway_rps": round(gw_calls / (args.seconds * args.rounds), 1),
-            "bare_rps": round(bare_calls / (args.seconds * args.rounds), 1),
-            "ratio_rps": round(gw_calls / max(bare_calls, 1), 3),
-            "gateway_cpu_ms_per_call": round(gw_cpu * 1000 / max(gw_calls, 1), 3),
-            "bare_cpu_ms_per_call": round(bare_cpu * 1000 / max(bare_calls, 1), 3),
-            "database_cpu_ms_per_call": round(db_cpu * 1000 / max(gw_calls, 1), 4),
-            "db_round_trips_per_call": round(sum(commands.values()) / max(gw_calls, 1), 5),
-            "db_commands_during_saturation": commands,
-            "errors": {
-                "gateway": sum(r.get("errors", 0) for r in gw_rounds),
-                "bare": sum(r.get("errors", 0) for r in bare_rounds),
-            },
-            "rounds": {"gateway": gw_rounds, "bare": bare_rounds},
-            "fixed_rate": {"rate": round(half, 1), "bare": bare_fixed, "gateway": gw_fixed},
+            "gateway_rps": plain["rps"],
+            "bare_rps": round(calls["bare"] / (args.seconds * args.rounds), 1),
+            "ratio_rps": plain["ratio_rps"],
+            "round_ratios": plain["round_ratios"],
+            "gateway_cpu_ms_per_call": plain["cpu_ms_per_call"],
+            "bare_cpu_ms_per_call": round(cpu["bare"]["process"] * 1000 / max(calls["bare"], 1), 3),
+            "database_cpu_ms_per_call": plain["database_cpu_ms_per_call"],
+            "db_round_trips_per_call": plain["db_round_trips_per_call"],
+            "db_commands_during_saturation": plain["db_commands_during_saturation"],
+            "errors": {kind: sum(r.get("errors", 0) for r in rounds[kind]) for kind in rounds},
+            "rounds": rounds,
+            "fixed_rate": {"rate": round(half, 1), **fixed},
         }
         result["cpu_ratio"] = round(result["bare_cpu_ms_per_call"] / max(result["gateway_cpu_ms_per_call"], 1e-9), 3)
-        result["p99_ratio"] = round(gw_fixed["p99_ms"] / max(bare_fixed["p99_ms"], 1e-9), 3)
+        result["p99_ratio"] = round(fixed["unrestricted"]["p99_ms"] / max(fixed["bare"]["p99_ms"], 1e-9), 3)
         result["goals"] = {
             name: (result[field] >= bound if op == ">=" else result[field] <= bound)
             for name, (field, bound, op) in GOALS.items()
         }
+        if "restricted" in sets:
+            restricted = figures_of("restricted")
+            restricted["vs_unrestricted_rps"] = round(calls["restricted"] / max(calls["unrestricted"], 1), 3)
+            # Each restricted round against the unrestricted round just before it; the median is what a
+            # neighbour's burst during one round cannot move.
+            paired = [
+                r["requests"] / max(u["requests"], 1) for r, u in zip(rounds["restricted"], rounds["unrestricted"])
+            ]
+            restricted["paired_rounds"] = [round(x, 3) for x in paired]
+            restricted["vs_unrestricted_rps_median"] = round(statistics.median(paired), 3)
+            restricted["vs_unrestricted_cpu"] = round(
+                plain["cpu_ms_per_call"] / max(restricted["cpu_ms_per_call"], 1e-9), 3
+            )
+            result["restricted"] = restricted
+            for name, (field, bound) in RESTRICTED_GOALS.items():
+                result["goals"][name] = restricted[field] >= bound
         return result
     finally:
         for proc in reversed(procs):
@@ -296,18 +366,27 @@ def run(args) -> dict:
 def report(result: dict) -> str:
     fixed = result["fixed_rate"]
     lines = [
-        f"static upstream ({result['upstream']}), {result['keys']} keys"
-        f"{' (restricted: expiry, scope, allowlist, budget)' if result.get('restricted_keys') else ''} "
-        f"of {result['accounts']} accounts, "
+        f"static upstream ({result['upstream']}), {result['keys']} keys of {result['accounts']} accounts"
+        f"{' (and as many restricted: expiry, scope, allowlist, budget)' if result.get('restricted_keys') else ''}, "
         f"{result['load']}, loop {result['loop']}",
         f"  saturation   gateway {result['gateway_rps']} req/s, bare proxy {result['bare_rps']} req/s, "
-        f"ratio {result['ratio_rps']}",
+        f"ratio {result['ratio_rps']} (rounds {result['round_ratios']})",
         f"  CPU/call     gateway {result['gateway_cpu_ms_per_call']} ms, bare proxy {result['bare_cpu_ms_per_call']} ms, "
         f"database {result['database_cpu_ms_per_call']} ms (CPU ratio {result['cpu_ratio']})",
         f"  database     {result['db_round_trips_per_call']} round trips per call {result['db_commands_during_saturation']}",
-        f"  at {fixed['rate']} req/s   p99 gateway {fixed['gateway']['p99_ms']} ms, bare {fixed['bare']['p99_ms']} ms "
-        f"(ratio {result['p99_ratio']}); p50 {fixed['gateway']['p50_ms']} / {fixed['bare']['p50_ms']} ms",
-        f"  errors       {result['errors']}",
+        f"  at {fixed['rate']} req/s   p99 gateway {fixed['unrestricted']['p99_ms']} ms, bare {fixed['bare']['p99_ms']} ms "
+        f"(ratio {result['p99_ratio']}); p50 {fixed['unrestricted']['p50_ms']} / {fixed['bare']['p50_ms']} ms",
     ]
+    restricted = result.get("restricted")
+    if restricted:
+        lines += [
+            f"  restricted   {restricted['rps']} req/s, ratio {restricted['ratio_rps']} (rounds {restricted['round_ratios']}), "
+            f"{restricted['vs_unrestricted_rps']} of the unrestricted keys' throughput "
+            f"(paired rounds {restricted['paired_rounds']}, median {restricted['vs_unrestricted_rps_median']})",
+            f"               CPU/call {restricted['cpu_ms_per_call']} ms (unrestricted/restricted {restricted['vs_unrestricted_cpu']}), "
+            f"database {restricted['database_cpu_ms_per_call']} ms, {restricted['db_round_trips_per_call']} round trips per call "
+            f"{restricted['db_commands_during_saturation']}, p99 at {fixed['rate']} req/s {restricted['p99_ms']} ms",
+        ]
+    lines.append(f"  errors       {result['errors']}")
     lines += [f"  {'met   ' if ok else 'MISSED'} {name}" for name, ok in result["goals"].items()]
     return "\n".join(lines)

@@ -28,18 +28,40 @@ class BudgetStore:
         limit: int,
         want: int,
         one_call: int,
-        spent_so_far: Callable[[], Awaitable[int]],
+        spent_so_far: Callable[[], Awaitable[int]] | None,
         epoch: int = 0,
     ) -> int:
         """Moves up to `want` credits into a slice: at most half of what the limit leaves (so that other
         processes spending from the budget still find some) but at least `one_call`, and never more than
-        is left; 0 when nothing is left."""
+        is left; 0 when nothing is left. `spent_so_far` counts what the budget spent in the period before
+        its document existed; None when that is nothing (the budget ran all period: meter.py)."""
         _id = _doc_id(budget_id, period, epoch)
+        # The usual take, one round trip: the whole `want` while it is at most half of what is left,
+        # creating the document when the period's spend so far is known to be nothing.
+        if 2 * want > limit:
+            # Never upsert then: a new document would start at `want`, past half the limit (or past it).
+            return await self._take_what_is_left(_id, limit, want, one_call, spent_so_far)
+        try:
+            result = await self.budgets.update_one(
+                {"_id": _id, "taken": {"$lte": limit - 2 * want}},
+                {"$inc": {"taken": want}},
+                upsert=spent_so_far is None,
+            )
+            if result.modified_count or result.upserted_id is not None:
+                return want
+        except DuplicateKeyError:
+            pass  # the document exists with less left: the careful take below
+        return await self._take_what_is_left(_id, limit, want, one_call, spent_so_far)
+
+    async def _take_what_is_left(
+        self, _id: str, limit: int, want: int, one_call: int, spent_so_far: Callable[[], Awaitable[int]] | None
+    ) -> int:
         for _ in range(CAS_ATTEMPTS):
             doc = await self.budgets.find_one({"_id": _id})
             if doc is None:
                 try:
-                    await self.budgets.insert_one({"_id": _id, "taken": await spent_so_far()})
+                    taken = await spent_so_far() if spent_so_far is not None else 0
+                    await self.budgets.insert_one({"_id": _id, "taken": taken})
                 except DuplicateKeyError:
                     pass  # another process created it meanwhile
                 continue

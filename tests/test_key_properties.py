@@ -6,12 +6,14 @@ this one within a second; rolling a key with a grace period; budgets under 400 c
 import asyncio
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
 import tornado.httpserver
 import tornado.testing
+from pymongo import monitoring
 from support import FAST, Gateway, account_with_keys, ledger_of
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
@@ -19,6 +21,7 @@ import gateway
 from accounting.meter import BudgetExhausted, KeyEntry
 from metering.ledger import budget_period, period_end
 from storage import db as database
+from storage.budgets import BudgetStore
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 
@@ -367,6 +370,64 @@ async def test_an_idle_process_gives_its_budget_slice_back_for_another(ctx, seco
     with pytest.raises(BudgetExhausted):
         second.meter.budgets[slot].empty_until = 0.0
         await second.meter.reserve(aid, PRICE, 15, entry)
+
+
+class Commands(monitoring.CommandListener):
+    def __init__(self):
+        self.names = []
+
+    def started(self, event):
+        self.names.append(event.command_name)
+
+    def succeeded(self, event):
+        pass
+
+    def failed(self, event):
+        pass
+
+
+async def test_a_budget_slice_is_one_round_trip_and_slices_never_pass_the_limit(ctx):
+    commands = Commands()
+    client = database.connect(ctx.settings.mongodb_uri, event_listeners=[commands])
+    store = BudgetStore(client[ctx.settings.mongodb_db])
+    budget_id = int(uuid.uuid4().int % 10**9)
+    assert await store.take(budget_id, "2026-11", 1000, 100, PRICE, None) == 100  # creates the document
+    assert await store.take(budget_id, "2026-11", 1000, 100, PRICE, None) == 100
+    assert commands.names == ["update", "update"]
+    # Near the end: at most half of what is left, at least one call, never past the limit.
+    grants = []
+    while grant := await store.take(budget_id, "2026-11", 1000, 300, PRICE, None):
+        grants.append(grant)
+    assert grants == [300, 250, 125, 62, 31, PRICE, 14] and sum(grants) == 800
+    # A slice wanted larger than half a fresh budget is never created at that size.
+    small = budget_id + 1
+    assert [await store.take(small, "2026-11", 30, 200, PRICE, None) for _ in range(3)] == [PRICE, 12, 0]
+    await client.close()
+
+
+async def test_a_budget_reads_the_usage_only_when_it_was_set_within_the_period(ctx, monkeypatch):
+    account = await ctx.accounts.create(f"r{uuid.uuid4().hex[:8]}@example.com", "unused", 10_000)
+    aid = account["_id"]
+    counted = []
+    count = ctx.meter._spent_by_budget
+
+    async def counting(*args):
+        counted.append(args)
+        return await count(*args)
+
+    monkeypatch.setattr(ctx.meter, "_spent_by_budget", counting)
+
+    async def first_call_counts(budget_id: int, epoch: int) -> bool:
+        entry = KeyEntry(budget_id, aid, False, credit_limit=10 * PRICE, period="month", budget_id=budget_id)
+        counted.clear()
+        ctx.meter.settle(await ctx.meter.reserve(aid, PRICE, PRICE, replace(entry, budget_epoch=epoch)), PRICE)
+        return bool(counted)
+
+    base = int(uuid.uuid4().int % 10**9)
+    assert not await first_call_counts(base, 0)  # set with the key: nothing was spent outside the budget
+    last_month = int((datetime.now(UTC).replace(day=1) - timedelta(days=1)).timestamp() * 1000)
+    assert not await first_call_counts(base + 1, last_month)  # running since before this month
+    assert await first_call_counts(base + 2, int(time.time() * 1000))  # set this month: what was spent counts
 
 
 def test_budget_periods_are_utc_days_months_or_ever():
