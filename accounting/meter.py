@@ -167,6 +167,9 @@ class Meter:
         self._last_used: dict[int, datetime] = {}  # newest use of each key in the last two minutes
         self._written: dict[int, datetime] = {}  # the minute this process last stored, per key
         self._record_ids = itertools.count()
+        # Record and batch ids: fixed for the process's life, unlike its lease id (maintain), so that a
+        # batch retried after registering again keeps its id and is written once.
+        self._id_prefix = leases.process_id
         self.batch_ready = asyncio.Event()  # FLUSH_BATCH records wait: app/tasks.py flushes now
         self._touched_at = 0.0
         self._flush_lock = asyncio.Lock()
@@ -225,7 +228,7 @@ class Meter:
             budget.reserved -= amount
             return None
         budget.reserved -= amount - reservation.amount  # the account may hold less than the budget did
-        return Reservation(account_id, reservation.amount, budget)
+        return replace(reservation, budget=budget)
 
     async def _reserve_budget(self, key: KeyEntry, most: int, least: int) -> tuple[Budget, int]:
         period, since_day = self._period(key.period)
@@ -385,7 +388,7 @@ class Meter:
         # Unique across processes and restarts (the process id is a fresh uuid) without a syscall per call.
         self.buffer.add(
             {
-                "_id": f"{self.leases.process_id}-{next(self._record_ids):x}",
+                "_id": f"{self._id_prefix}-{next(self._record_ids):x}",
                 "account_id": key.account_id,
                 "key_id": key.key_id,
                 "endpoint": endpoint,
@@ -497,7 +500,7 @@ class Meter:
             while len(self.buffer) and (final or written < due):
                 seq, batch = self.buffer.take(self.settings.flush_batch)
                 try:
-                    await self.usage.insert_batch(f"{self.leases.process_id}-{seq}", batch)
+                    await self.usage.insert_batch(f"{self._id_prefix}-{seq}", batch)
                 except BaseException:
                     self.metrics.flush_failures += 1  # the same batch is retried as it is
                     raise
@@ -567,9 +570,13 @@ class Meter:
             # Spend only while others cannot yet consider us dead.
             self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
         else:
-            log.error("this process was declared dead and its leases reclaimed; re-registering")
+            # Under a new lease id: the usage recorded under the old one was counted when its leases were
+            # reclaimed, and must not count again against a new lease (storage/leases.py reclaim_dead).
+            # Calls still in flight were counted as unspent by the reclaim: they are not charged (Ledger.settle).
+            log.error("this process was declared dead and its leases reclaimed; registering again")
+            await asyncio.gather(*self._refills.values(), return_exceptions=True)  # under the old id
             self.ledger.purses.clear()
-            await self.leases.register()
+            await self.leases.register_again()
         for account_id, give in self.ledger.surplus(self.clock(), self.settings.lease_seconds * 3).items():
             await self.give_back(account_id, give)
         self._retire_idle_budgets()

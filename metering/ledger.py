@@ -12,7 +12,7 @@ lease gives back `leased - spent`. A lease whose process died is reclaimed by
 summing that lease's persisted usage records (storage/leases.py).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 RATE_WINDOW = 2.0  # seconds over which the spend rate is smoothed
@@ -99,6 +99,9 @@ class Reservation:
     account_id: str
     amount: int
     budget: Budget | None = None  # the key's budget, holding the same amount
+    # The purse it was reserved from: released there even if the process has since dropped it (declared
+    # dead: accounting/meter.py), never against a purse of a later lease of the account.
+    purse: Purse | None = field(default=None, repr=False, compare=False)
 
 
 class Ledger:
@@ -120,11 +123,16 @@ class Ledger:
         amount = min(most, purse.available)
         purse.reserved += amount
         purse.last_used = now
-        return Reservation(account_id, amount)
+        return Reservation(account_id, amount, purse=purse)
 
     def settle(self, reservation: Reservation, cost: int, now: float) -> int:
         """Charges min(cost, reserved) and releases the rest; returns the charge."""
-        purse = self.purses[reservation.account_id]
+        purse = reservation.purse
+        if purse is not self.purses.get(reservation.account_id):
+            # Its lease was reclaimed meanwhile (this process was declared dead) with this call counted as
+            # unspent: the credits are back in the balance, so the call is not charged.
+            self.release(reservation)
+            return 0
         charged = min(cost, reservation.amount)
         purse.reserved -= reservation.amount
         purse.spent += charged
@@ -142,7 +150,7 @@ class Ledger:
         return charged
 
     def release(self, reservation: Reservation) -> None:
-        self.purses[reservation.account_id].reserved -= reservation.amount
+        reservation.purse.reserved -= reservation.amount
         if reservation.budget is not None:
             reservation.budget.reserved -= reservation.amount
 

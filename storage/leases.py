@@ -7,6 +7,7 @@ retry after an uncertain outcome cannot apply twice.
 """
 
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -42,6 +43,13 @@ class LeaseStore:
         await self.processes.insert_one(
             {"_id": self.process_id, "node": self.node, "started_at": now_utc(), "heartbeat_at": now_utc()}
         )
+
+    async def register_again(self) -> None:
+        """After this process was declared dead: the same node under a new process id, so that leases
+        taken from now on count only the usage recorded from now on."""
+        self.process_id = uuid.uuid4().hex
+        self._slot = f"leases.{self.process_id}.amount"
+        await self.register()
 
     async def heartbeat(self) -> bool:
         """False when this process was declared dead and its leases reclaimed."""

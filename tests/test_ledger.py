@@ -166,3 +166,16 @@ def test_lease_request_tracks_the_real_spend_rate_between_calls():
     ledger.settle(r, 15, t + 3600.1)
     assert ledger.purses["a"].rate < 1
     assert ledger.lease_request("a", 300) == 6000
+
+
+def test_a_call_whose_lease_was_dropped_is_not_charged_and_leaves_the_new_lease_alone():
+    # Declared dead, the process drops its purses (their leases were reclaimed with these calls counted
+    # as unspent) and takes a new lease; calls reserved before finish afterwards.
+    ledger = leased_ledger(100)
+    charged_late, released_late = ledger.reserve("a", 60, 15, 0.0), ledger.reserve("a", 30, 15, 0.0)
+    ledger.purses.clear()
+    ledger.lease_is("a", 50, 1.0)
+    assert ledger.settle(charged_late, 60, 2.0) == 0
+    ledger.release(released_late)
+    purse = ledger.purses["a"]
+    assert (purse.leased, purse.spent, purse.reserved, purse.available) == (50, 0, 0, 50)

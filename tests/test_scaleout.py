@@ -18,6 +18,7 @@ import pytest
 from support import Gateway, account_with_keys, ledger_of
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from accounting.meter import KeyEntry
 from storage import db as database
 
 pytestmark = pytest.mark.gen_test(timeout=90)
@@ -252,3 +253,28 @@ async def test_a_process_finding_the_balance_empty_gets_half_of_what_another_hol
     # The giver does not lease it back at once; the asker finds it when it asks again.
     ctx.meter.ledger.forget_empty(aid)
     assert await ctx.meter.reserve(aid, PRICE, PRICE) is not None
+
+
+async def test_a_process_declared_dead_and_back_charges_each_call_once(ctx, second):
+    """Its leases are reclaimed by another process, it registers again and spends from a new lease, and
+    that lease is reclaimed in turn: the balance pays each call exactly once."""
+    account = await ctx.accounts.create(f"d{uuid.uuid4().hex[:8]}@example.com", "unused", 10_000)
+    aid = account["_id"]
+    key = KeyEntry(4242, aid, False)
+
+    async def calls(n: int) -> None:
+        for _ in range(n):
+            reservation = await ctx.meter.reserve(aid, PRICE, PRICE)
+            ctx.meter.record(key, "/user/info", 200, ctx.meter.settle(reservation, PRICE), uuid.uuid4().hex)
+        await ctx.meter.flush()
+
+    await calls(3)
+    in_flight = await ctx.meter.reserve(aid, PRICE, PRICE)
+    assert await second.meter.leases.reclaim_dead(-1) >= 1  # silent too long, as far as `second` can tell
+    assert (await ctx.accounts.get(aid))["credits"] == 10_000 - 3 * PRICE
+    await ctx.meter.maintain()  # its heartbeat finds it declared dead: it registers again
+    # The call in flight was counted as unspent by the reclaim: it is not charged.
+    assert ctx.meter.settle(in_flight, PRICE) == 0
+    await calls(2)
+    assert await second.meter.leases.reclaim_dead(-1) >= 1
+    assert (await ctx.accounts.get(aid))["credits"] == 10_000 - 5 * PRICE
