@@ -1,0 +1,81 @@
+"""A process declared dead (its leases reclaimed by another process) that comes back, as a customer sees
+it: the balance plus the usage's credits still add up to what was put in, and the usage summary counts
+each call once. Outside checker's reproductions for issue 14 / the lease change (registering again)."""
+
+import asyncio
+
+import pytest
+from support import FAST
+
+pytestmark = pytest.mark.gen_test(timeout=60)
+CREDITS = 1_000_000
+
+
+async def calls(api, key: dict, name: str, n: int) -> int:
+    """`n` user/info calls; the credits they were charged (X-Credits-Charged)."""
+    charged = 0
+    for _ in range(n):
+        status, body, headers = await api.call("GET", f"/social/user/info?userName={name}", key=key["key"])
+        assert status == 200, body
+        charged += int(headers["X-Credits-Charged"])
+    return charged
+
+
+async def what_the_customer_sees(api, user: dict) -> tuple[int, int]:
+    """(balance, credits of every call in the usage) through the portal."""
+    status, account, _ = await api.call("GET", "/account", token=user["token"])
+    assert status == 200
+    status, rows, _ = await api.call("GET", "/usage/summary?days=1&group_by=key", token=user["token"])
+    assert status == 200
+    return account["credits"], sum(r["credits"] for r in rows)
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
+async def test_calls_buffered_when_declared_dead_are_charged_or_not_never_both(api, ctx, second, catalog):
+    """A process paused (GC, SIGSTOP, a slow disk) past LEASE_TIMEOUT with records not yet flushed: another
+    process reclaims its lease counting only the persisted usage (so those calls' credits go back to the
+    balance), then the paused process wakes and flushes the records with their charges. The customer gets
+    the credits back AND sees the calls charged: balance + usage exceeds what was put in (served with
+    `serve --workers 2`, LEASE_TIMEOUT=6, FLUSH_INTERVAL=3, SIGSTOP 9 s: +378 credits, 21 calls)."""
+    user, key = await api.funded_key(CREDITS)
+    charged = await calls(api, key, catalog["users"][0]["userName"], 3)
+    assert charged > 0 and len(ctx.meter.buffer) == 3  # not flushed yet (FLUSH_INTERVAL)
+    assert await second.meter.leases.reclaim_dead(-1) >= 1  # this process looks dead to `second`
+    await ctx.meter.maintain()  # it finds out, and registers again
+    await ctx.meter.flush()  # the records it still held are written now
+    balance, used = await what_the_customer_sees(api, user)
+    assert balance + used == CREDITS, f"balance {balance} + usage {used} != {CREDITS} put in"
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
+async def test_summary_during_a_flush_counts_each_call_once_after_registering_again(
+    api, ctx, second, catalog, monkeypatch
+):
+    """After registering again the process has a new lease id, but its batches keep the old prefix;
+    `Meter.usage_summary` builds the ids of the buckets to skip from the new lease id, so a batch that a
+    flush has written but not yet confirmed is counted twice: from the buffer and from the stored totals."""
+    user, key = await api.funded_key(CREDITS)
+    name = catalog["users"][0]["userName"]
+    lease_id = ctx.meter.leases.process_id
+    await second.meter.leases.reclaim_dead(-1)  # this process looks dead to `second`
+    await ctx.meter.maintain()  # it finds out, and registers again under a new lease id
+    assert ctx.meter.leases.process_id != lease_id
+    charged = await calls(api, key, name, 3)
+
+    written, go_on = asyncio.Event(), asyncio.Event()
+    write = ctx.meter.usage.insert_batch
+
+    async def paused_after_writing(batch_id, records):
+        result = await write(batch_id, records)  # the real write, to the real database
+        written.set()
+        await go_on.wait()  # the flush is under way: written, not yet confirmed to the buffer
+        return result
+
+    monkeypatch.setattr(ctx.meter.usage, "insert_batch", paused_after_writing)
+    flush = asyncio.ensure_future(ctx.meter.flush())
+    await written.wait()
+    status, rows, _ = await api.call("GET", "/usage/summary?days=1&group_by=key", token=user["token"])
+    go_on.set()
+    await flush
+    assert status == 200
+    assert [(r["key_id"], r["calls"], r["credits"]) for r in rows] == [(key["key_id"], 3, charged)]
