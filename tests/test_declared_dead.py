@@ -79,3 +79,25 @@ async def test_summary_during_a_flush_counts_each_call_once_after_registering_ag
     await flush
     assert status == 200
     assert [(r["key_id"], r["calls"], r["credits"]) for r in rows] == [(key["key_id"], 3, charged)]
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
+async def test_an_account_never_gets_more_calls_than_its_credits_pay_for_across_a_reclaim(api, ctx, second, catalog):
+    """The same pause seen as overspend: 90 credits (5 profiles); 3 calls buffered when the process is
+    declared dead are refunded by the reclaim and still written as charged, so the account is served 8
+    calls (144 credits) for 90 (served: 1,000 credits bought 1,186 credits of calls, README "Overspend:
+    none, by construction")."""
+    user, key = await api.funded_key(5 * 18)
+    name = catalog["users"][0]["userName"]
+    await calls(api, key, name, 3)
+    assert await second.meter.leases.reclaim_dead(-1) >= 1
+    await ctx.meter.maintain()
+    await ctx.meter.flush()
+    while True:
+        status, _, _ = await api.call("GET", f"/social/user/info?userName={name}", key=key["key"])
+        if status != 200:
+            break
+    await ctx.meter.flush()
+    balance, used = await what_the_customer_sees(api, user)
+    assert status == 402 and balance >= 0
+    assert used <= 5 * 18, f"{used} credits of calls served for {5 * 18} credits"
