@@ -3,12 +3,14 @@ it: the balance plus the usage's credits still add up to what was put in, and th
 each call once. Outside checker's reproductions for issue 14 / the lease change (registering again)."""
 
 import asyncio
+import uuid
 
 import pytest
 from support import FAST
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 CREDITS = 1_000_000
+PRICE = 18  # user/info, one profile
 
 
 async def calls(api, key: dict, name: str, n: int) -> int:
@@ -101,3 +103,16 @@ async def test_an_account_never_gets_more_calls_than_its_credits_pay_for_across_
     balance, used = await what_the_customer_sees(api, user)
     assert status == 402 and balance >= 0
     assert used <= 5 * 18, f"{used} credits of calls served for {5 * 18} credits"
+
+
+async def test_a_process_that_registered_again_spends_at_once(ctx, second):
+    """A process paused past LEASE_TIMEOUT wakes with its spending window (`valid_until`, half the
+    timeout after its last heartbeat) long gone; `maintain` registers it again, which is its first
+    heartbeat under the new id (as `start` treats `register`), but leaves the window closed: every call
+    that needs credits answers 503 until the next maintenance round, LEASE_TIMEOUT / 6 later (served,
+    `--workers 2`: 19 of the first 40 calls after SIGCONT got 503)."""
+    account = await ctx.accounts.create(f"p{uuid.uuid4().hex[:8]}@example.com", "unused", 10_000)
+    ctx.meter.ledger.valid_until = ctx.meter.clock() - 1  # what a pause past LEASE_TIMEOUT / 2 leaves
+    await second.meter.leases.reclaim_dead(-1)  # ... and past LEASE_TIMEOUT: declared dead
+    await ctx.meter.maintain()  # registers again under a new id
+    assert await ctx.meter.reserve(account["_id"], PRICE, PRICE) is not None
