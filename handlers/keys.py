@@ -45,7 +45,7 @@ def _items(maximum: int) -> Callable:
 
 
 # The list items, the future date and the period are checked by `properties_of` and `check`; the OpenAPI
-# document states them (handlers/openapi.py KEY_PROPERTIES).
+# document states them (handlers/openapi_components.py KEY_PROPERTIES).
 PROPERTY_FIELDS = [
     Field("expires_at", str, required=False, min_length=1, max_length=64, description="ISO 8601, in the future"),
     Field("allowed_endpoints", list, required=False, check=_items(MAX_ENDPOINTS)),
