@@ -256,8 +256,9 @@ async def test_a_process_finding_the_balance_empty_gets_half_of_what_another_hol
 
 
 async def test_a_process_declared_dead_and_back_charges_each_call_once(ctx, second):
-    """Its leases are reclaimed by another process, it registers again and spends from a new lease, and
-    that lease is reclaimed in turn: the balance pays each call exactly once."""
+    """Its leases are reclaimed by another process (one of its lease takes landing just after), it
+    registers again and spends from a new lease, and that lease is reclaimed in turn: the balance pays
+    each call exactly once."""
     account = await ctx.accounts.create(f"d{uuid.uuid4().hex[:8]}@example.com", "unused", 10_000)
     aid = account["_id"]
     key = KeyEntry(4242, aid, False)
@@ -272,6 +273,7 @@ async def test_a_process_declared_dead_and_back_charges_each_call_once(ctx, seco
     in_flight = await ctx.meter.reserve(aid, PRICE, PRICE)
     assert await second.meter.leases.reclaim_dead(-1) >= 1  # silent too long, as far as `second` can tell
     assert (await ctx.accounts.get(aid))["credits"] == 10_000 - 3 * PRICE
+    await ctx.meter.leases.take(aid, 100, PRICE)  # a take of it that was on its way lands after the reclaim
     await ctx.meter.maintain()  # its heartbeat finds it declared dead: it registers again
     # The call in flight was counted as unspent by the reclaim: it is not charged.
     assert ctx.meter.settle(in_flight, PRICE) == 0
