@@ -5,7 +5,7 @@ import asyncio
 
 async def single_flight(under_way: dict, key, operation) -> None:
     """Runs `operation` unless one is under way for `key` in `under_way`, in which case it waits for that
-    one instead; the registry holds the future while it runs (close() waits for what it holds)."""
+    one instead; the registry holds the future while it runs (Meter.close() waits for what it holds)."""
     pending = under_way.get(key)
     if pending is not None:
         return await asyncio.shield(pending)
