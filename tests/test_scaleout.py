@@ -280,3 +280,19 @@ async def test_a_process_declared_dead_and_back_charges_each_call_once(ctx, seco
     await calls(2)
     assert await second.meter.leases.reclaim_dead(-1) >= 1
     assert (await ctx.accounts.get(aid))["credits"] == 10_000 - 5 * PRICE
+
+
+@pytest.mark.parametrize(
+    "coherence",
+    ["changestream", pytest.param("poll", marks=pytest.mark.settings(coherence="poll", coherence_poll_seconds=0.2))],
+)
+async def test_a_logout_through_one_process_ends_the_token_in_another_within_a_second(api, ctx, second, coherence):
+    assert ctx.settings.coherence == second.settings.coherence == coherence
+    user = await api.register()
+    assert await second.sessions.check(user["token"]) is not None  # known there as not ended (remembered)
+    assert (await api.call("POST", "/auth/logout", token=user["token"]))[0] == 200
+
+    async def ended_there():
+        return await second.sessions.check(user["token"]) is None
+
+    await eventually(ended_there)
