@@ -18,7 +18,7 @@ import pytest
 from support import Gateway, account_with_keys, ledger_of
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from accounting.meter import KeyEntry
+from accounting.keys import KeyEntry
 from storage import db as database
 
 pytestmark = pytest.mark.gen_test(timeout=90)
