@@ -58,7 +58,10 @@ class Meter:
         self.vault, self.metrics, self.clock = vault, metrics, clock
         self.ledger = Ledger(settings.lease_seconds)
         self.buffer = UsageBuffer(settings.buffer_max)
-        self.reads = UsageReads(settings, usage, self.buffer, leases)
+        # Record and batch ids: fixed for the process's life, unlike its lease id (maintain), so that a
+        # batch retried after registering again keeps its id and is written once.
+        self._id_prefix = leases.process_id
+        self.reads = UsageReads(settings, usage, self.buffer, self._id_prefix)
         self.key_budgets = KeyBudgets(settings, budget_store, keys, self.reads, clock, self.spawn)
         self.key_cache = LoadingCache(
             self._load_key, settings.key_cache_size, settings.key_cache_ttl, settings.negative_cache_ttl
@@ -71,9 +74,6 @@ class Meter:
         self._topups_paused_until = 0.0
         self.last_used = LastUsed(keys)
         self._record_ids = itertools.count()
-        # Record and batch ids: fixed for the process's life, unlike its lease id (maintain), so that a
-        # batch retried after registering again keeps its id and is written once.
-        self._id_prefix = leases.process_id
         self.batch_ready = asyncio.Event()  # FLUSH_BATCH records wait: app/tasks.py flushes now
         self._flush_lock = asyncio.Lock()
         self.last_flush_ok = time.time()

@@ -6,13 +6,13 @@ from datetime import UTC, datetime
 from config.settings import Settings
 from metering.ledger import budget_period
 from metering.usage import UsageBuffer
-from storage.leases import LeaseStore
 from storage.usage import UsageStore, is_error
 
 
 class UsageReads:
-    def __init__(self, settings: Settings, usage: UsageStore, buffer: UsageBuffer, leases: LeaseStore):
-        self.settings, self.usage, self.buffer, self.leases = settings, usage, buffer, leases
+    def __init__(self, settings: Settings, usage: UsageStore, buffer: UsageBuffer, batch_prefix: str):
+        # Buffered batches are written as "<batch_prefix>-<seq>" (accounting/meter.py flush).
+        self.settings, self.usage, self.buffer, self.batch_prefix = settings, usage, buffer, batch_prefix
 
     async def summary(self, account_id: str, since_day: str, group_by: tuple[str, ...]) -> dict[tuple, list]:
         """(group values) -> [calls, credits, errors] from `since_day` (an ISO date, "" for all): stored
@@ -20,8 +20,8 @@ class UsageReads:
         buffered = self.buffer.with_batches(account_id, self.settings.flush_batch)
         # The buckets the buffered records are (or will be) written to: their stored totals are skipped,
         # the records counted instead, whether or not a flush writes them meanwhile.
-        pid = self.leases.process_id
-        skip = {f"{pid}-{seq}:{account_id}:{r['ts'].date().isoformat()}" for seq, r in buffered}
+        prefix = self.batch_prefix
+        skip = {f"{prefix}-{seq}:{account_id}:{r['ts'].date().isoformat()}" for seq, r in buffered}
         out = await self.usage.summary(account_id, since_day, group_by, skip)
         for _, r in buffered:
             day = r["ts"].date().isoformat()

@@ -296,3 +296,26 @@ async def test_a_logout_through_one_process_ends_the_token_in_another_within_a_s
         return await second.sessions.check(user["token"]) is None
 
     await eventually(ended_there)
+
+
+async def test_after_registering_again_a_batch_being_written_is_counted_once(ctx, second, monkeypatch):
+    """Usage summaries count buffered calls and skip their batches' stored totals; batches keep the
+    process's first id, and the skip must follow them, not the new lease id."""
+    account = await ctx.accounts.create(f"s{uuid.uuid4().hex[:8]}@example.com", "unused", 10_000)
+    aid = account["_id"]
+    key = KeyEntry(4343, aid, False)
+    assert await second.meter.leases.reclaim_dead(-1) >= 0
+    await ctx.meter.maintain()  # declared dead: registers again
+    for _ in range(3):
+        reservation = await ctx.meter.reserve(aid, PRICE, PRICE)
+        ctx.meter.record(key, "/user/info", 200, ctx.meter.settle(reservation, PRICE), uuid.uuid4().hex)
+    seen = []
+    write = ctx.meter.usage.insert_batch
+
+    async def write_then_read(batch_id, batch):
+        await write(batch_id, batch)
+        seen.append(await ctx.meter.reads.summary(aid, "", ("key_id",)))  # written, still buffered
+
+    monkeypatch.setattr(ctx.meter.usage, "insert_batch", write_then_read)
+    await ctx.meter.flush()
+    assert seen == [{(4343,): [3, 3 * PRICE, 0]}]
