@@ -6,7 +6,8 @@ unavailable (a standalone server), by polling every COHERENCE_POLL_SECONDS. Appl
 - a key revoked elsewhere stops working here (the revoking process already stopped it);
 - a key's properties changed elsewhere (expiry, roll, scopes, addresses, budget): the cached entry follows;
 - a top-up, payment or admin change elsewhere: new plan at once, and a remembered 402 is forgotten;
-- another process found the balance empty while this one holds leased credits: give half back.
+- another process found the balance empty while this one holds leased credits: give half back;
+- a session token ended elsewhere (POST /auth/logout) stops working here.
 """
 
 import asyncio
@@ -16,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pymongo.errors import InvalidOperation, OperationFailure, PyMongoError
 
 from accounting.meter import Meter
+from accounting.sessions import Sessions
 from config.settings import Settings
 from storage.changes import Change, ChangeFeed
 
@@ -32,8 +34,8 @@ PLAN_FIELDS = frozenset(("changed_at", "paid_usd", "topup_credits", "is_admin"))
 
 
 class Coherence:
-    def __init__(self, settings: Settings, feed: ChangeFeed, meter: Meter):
-        self.settings, self.feed, self.meter = settings, feed, meter
+    def __init__(self, settings: Settings, feed: ChangeFeed, meter: Meter, sessions: Sessions):
+        self.settings, self.feed, self.meter, self.sessions = settings, feed, meter, sessions
         self._failing = False
 
     async def run(self) -> None:
@@ -46,6 +48,9 @@ class Coherence:
     # --- applying a change ------------------------------------------------------------------------
     def apply(self, change: Change) -> None:
         meter = self.meter
+        if change.kind == "ended":
+            self.sessions.ended_elsewhere(change.id)
+            return
         if change.kind == "revoked":
             meter.key_revoked(change.id)
             return

@@ -3,8 +3,9 @@ version must be the account's current one (a password change ends every earlier 
 token must not have been ended by POST /auth/logout.
 
 The account part comes from the account-view cache the data plane uses (kept coherent across
-processes). Ended tokens: this process knows at once; another process within NEGATIVE_CACHE_TTL
-(the time a "not ended" answer is remembered per token)."""
+processes). Ended tokens: this process knows at once; another process through the change feed
+(accounting/coherence.py, within a second), and at the latest after NEGATIVE_CACHE_TTL (the time a
+"not ended" answer is remembered per token) if the feed is down."""
 
 from accounting.cache import LoadingCache
 from accounting.meter import Meter
@@ -46,6 +47,10 @@ class Sessions:
             return
         await self.store.end(session.token_id, session.account_id, session.expires)
         self.ended.put(session.token_id, True)
+
+    def ended_elsewhere(self, token_id: str) -> None:
+        """Another process ended this token (accounting/coherence.py)."""
+        self.ended.put(token_id, True)
 
     async def password_changed(self, account_id: str, password_hash: str) -> int | None:
         """Stores the new hash; every earlier token stops working here at once. The new version."""

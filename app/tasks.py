@@ -87,7 +87,7 @@ def start_background(ctx: Context) -> list[asyncio.Task]:
         "leases": every(settings.lease_timeout / 6, ctx.meter.maintain, "lease maintenance"),
         "admin-rollups": every(REFRESH_SECONDS, ctx.admin.refresh, "admin rollup refresh"),
         "idle-buckets": every(BUCKET_IDLE_SECONDS / 5, lambda: forget_idle_buckets(ctx), "idle bucket sweep"),
-        "coherence": Coherence(settings, ChangeFeed(ctx.client[settings.mongodb_db]), ctx.meter).run(),
+        "coherence": Coherence(settings, ChangeFeed(ctx.client[settings.mongodb_db]), ctx.meter, ctx.sessions).run(),
     }
     if ctx.payments.provider is not None:  # a missed notification still credits within a few intervals
         tasks["reconcile"] = every(settings.reconcile_interval, ctx.payments.reconcile_once, "reconciliation")

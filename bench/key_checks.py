@@ -26,7 +26,8 @@ import tornado.web  # noqa: E402
 from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine  # noqa: E402
 
 import config  # noqa: E402
-from accounting.meter import KeyEntry, Meter  # noqa: E402
+from accounting.keys import KeyEntry  # noqa: E402
+from accounting.meter import Meter  # noqa: E402
 from accounting.metrics import Metrics  # noqa: E402
 from handlers.social import DataHandler  # noqa: E402
 from metering.ledger import Budget, budget_period  # noqa: E402
@@ -85,7 +86,9 @@ async def per_call(meter: Meter, entry: KeyEntry, calls: int) -> float:
     if entry.credit_limit is not None:  # the budget slice is held too, as for a busy key
         period = budget_period(entry.period, datetime.now(UTC))[0]
         slot = (entry.budget_id, entry.credit_limit, period, entry.budget_epoch)
-        meter.budgets[slot] = Budget(entry.budget_id, period, entry.credit_limit, entry.budget_epoch, granted=10**15)
+        meter.key_budgets.budgets[slot] = Budget(
+            entry.budget_id, period, entry.credit_limit, entry.budget_epoch, granted=10**15
+        )
     for _ in range(1000):  # warm up
         key = await handler.authenticate()
         meter.settle(await meter.reserve("acct", PRICE, 15, key), PRICE)

@@ -61,7 +61,7 @@ class UsageHandler(BaseHandler):
     @authenticated
     async def get(self) -> None:
         since = datetime.now(UTC) - timedelta(days=self.query_arg(DAYS))
-        records = await self.ctx.meter.usage_of(self.current_user, since, self.query_arg(LIMIT))
+        records = await self.ctx.meter.reads.recent(self.current_user, since, self.query_arg(LIMIT))
         self.send_json(
             [
                 {
@@ -90,7 +90,7 @@ class UsageSummaryHandler(BaseHandler):
             raise ValidationError([error(["query", "group_by"], "Input should be 'day', 'endpoint' or 'key'", "enum")])
         fields = tuple(dict.fromkeys(GROUPS[n] for n in names or ["day"]))
         since_day = (datetime.now(UTC).date() - timedelta(days=days - 1)).isoformat()
-        sums = await self.ctx.meter.usage_summary(account_id, since_day, fields)
+        sums = await self.ctx.meter.reads.summary(account_id, since_day, fields)
         rows = [
             {**dict(zip(fields, group, strict=True)), "calls": n, "credits": c, "errors": x}
             for group, (n, c, x) in sums.items()

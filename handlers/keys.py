@@ -45,7 +45,7 @@ def _items(maximum: int) -> Callable:
 
 
 # The list items, the future date and the period are checked by `properties_of` and `check`; the OpenAPI
-# document states them (handlers/openapi.py KEY_PROPERTIES).
+# document states them (handlers/openapi_components.py KEY_PROPERTIES).
 PROPERTY_FIELDS = [
     Field("expires_at", str, required=False, min_length=1, max_length=64, description="ISO 8601, in the future"),
     Field("allowed_endpoints", list, required=False, check=_items(MAX_ENDPOINTS)),
@@ -178,15 +178,15 @@ class KeysBase(BaseHandler):
         """The account's key rows, newest first (or the one key `only`; or `limit` of them with ids below
         `before`) with credits_used in each key's period."""
         keys = await self.ctx.keys.list(account_id, limit, before)
-        used = await self.ctx.meter.credits_used(account_id, keys)
+        used = await self.ctx.meter.reads.credits_used(account_id, keys)
         qps = await self.qps_of(account_id)
-        seen = self.ctx.meter.last_used_at
+        seen = self.ctx.meter.last_used.at
         return [_row(k, qps, used[k["key_id"]], seen(k["key_id"])) for k in keys if only is None or k["key_id"] == only]
 
 
 def _row(key: dict, qps: float, credits_used: int, seen: datetime | None = None) -> dict:
     """`seen`: this process's newest use of the key, which may be newer than the stored last_used_at
-    (stored as the minute of the newest use, at most once a minute: accounting/meter.py)."""
+    (stored as the minute of the newest use, at most once a minute: accounting/keys.py)."""
     stored = key.get("last_used_at")
     return {
         "key_id": key["key_id"],

@@ -14,7 +14,9 @@ import time
 import urllib.parse
 from datetime import UTC, datetime
 
-from accounting.meter import BudgetExhausted, KeyEntry, LeasesExpired
+from accounting.budgets import BudgetExhausted
+from accounting.keys import KeyEntry
+from accounting.meter import LeasesExpired
 from handlers.base import ApiError, BaseHandler, NotFoundHandler, parse_address
 from handlers.validation import ValidationError, check_length, error, missing, parse_bool, parse_int
 from metering.ledger import Reservation, period_end

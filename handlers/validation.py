@@ -2,7 +2,7 @@
 
 A portal body or query parameter is declared once as a `Field` whose limits are data
 (minimum, maximum, max_length, enum, ...): the handler validates from it and
-handlers/openapi.py documents it from the same declaration. Messages and types follow
+handlers/openapi_schema.py documents it from the same declaration. Messages and types follow
 the wording users know from the reference API.
 """
 

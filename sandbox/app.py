@@ -19,8 +19,9 @@ import orjson
 import tornado.web
 
 from . import faults as faultlib
+from .basis import N_BIG
 from .endpoints import ENDPOINTS, Args, BadRequest, respond
-from .world import N_BIG, World, get_world
+from .world import World, get_world
 
 CACHE_BYTES = 128 * 1024 * 1024
 UNAUTHORIZED = orjson.dumps({"status": "error", "msg": "invalid upstream api key"})

@@ -24,7 +24,9 @@ import binascii
 from collections.abc import Callable, Sequence
 
 from . import render, search
-from .world import WOEIDS, World, is_digits
+from .basis import is_digits
+from .groups import WOEIDS
+from .world import World
 
 TWEET_PAGE = 20
 USER_PAGE = 20

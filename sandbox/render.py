@@ -11,7 +11,9 @@ import base64
 import time
 from urllib.parse import quote_plus
 
-from .world import N_ACTIVE, N_BIG, TOPICS, World, b62, h64
+from .basis import N_ACTIVE, N_BIG, b62, h64
+from .phrases import TOPICS
+from .world import World
 
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")

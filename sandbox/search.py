@@ -28,7 +28,9 @@ import functools
 import time
 from collections.abc import Callable
 
-from .world import N_ACTIVE, Tweet, World, words
+from .basis import N_ACTIVE, words
+from .tweets import Tweet
+from .world import World
 
 Pred = Callable[[Tweet], bool]
 

@@ -2,7 +2,7 @@
 document and the tests are all driven from it.
 
 Every constraint a parameter has is stated here and checked before anything is forwarded
-(handlers/social.py), and shown in the OpenAPI document (handlers/openapi.py): required,
+(handlers/social.py), and shown in the OpenAPI document (handlers/openapi_paths.py): required,
 integer bounds, booleans, id lists, enumerations (`choices`), cursors, and either-or groups
 (`one_of`: at least one of these parameters must be sent).
 
@@ -61,7 +61,7 @@ class Endpoint:
 
 
 # Text rules, stated once: the handler checks them (handlers/social.py) and the OpenAPI document shows
-# them (handlers/openapi.py). Patterns use ASCII classes only, so Python's `re` and JSON Schema's
+# them (handlers/openapi_paths.py). Patterns use ASCII classes only, so Python's `re` and JSON Schema's
 # ECMA-262 regexes read them alike (`\d` would also match "٣" in Python).
 STRING_MAX = 1000  # every string parameter without a rule of its own: at most this many characters
 CURSOR_MAX = 1000

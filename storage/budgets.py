@@ -5,7 +5,7 @@ One document per budget, period and epoch, `{_id: "<budget_id>:<period>[:<epoch>
 the spend made meanwhile is in no document, so the new run counts it afresh from the usage. `taken` counts the
 credits spent in the period before the document existed (read from the usage buckets when it is
 created) plus every slice a process has taken since, minus what processes gave back. A process
-spends only from slices it holds (accounting/meter.py), and slices are taken only while
+spends only from slices it holds (accounting/budgets.py), and slices are taken only while
 `taken + slice <= limit`, so no number of processes can spend more than the limit.
 """
 
@@ -34,7 +34,7 @@ class BudgetStore:
         """Moves up to `want` credits into a slice: at most half of what the limit leaves (so that other
         processes spending from the budget still find some) but at least `one_call`, and never more than
         is left; 0 when nothing is left. `spent_so_far` counts what the budget spent in the period before
-        its document existed; None when that is nothing (the budget ran all period: meter.py)."""
+        its document existed; None when that is nothing (the budget ran all period: accounting/budgets.py)."""
         _id = _doc_id(budget_id, period, epoch)
         # The usual take, one round trip: the whole `want` while it is at most half of what is left,
         # creating the document when the period's spend so far is known to be nothing.

@@ -1,5 +1,6 @@
 """What other processes change that this one caches: key revocations and property changes (expiry,
-scopes, address lists, budgets), account top-ups and plan changes, and requests for leased credits.
+scopes, address lists, budgets), account top-ups and plan changes, requests for leased credits, and
+logouts.
 Read from a change stream (replica sets and the embedded server), or by polling indexed timestamps
 where change streams are unavailable."""
 
@@ -19,14 +20,21 @@ _HIDDEN = {"password_hash": 0, "applied_credits": 0, "sealed": 0}
 _PIPELINE = [
     {
         "$match": {
-            "operationType": "update",
             "$or": [
-                {"ns.coll": "keys", "updateDescription.updatedFields.revoked": True},
-                {"ns.coll": "keys", "updateDescription.updatedFields.props_changed_at": {"$exists": True}},
                 {
-                    "ns.coll": "accounts",
-                    "$or": [{f"updateDescription.updatedFields.{f}": {"$exists": True}} for f in ACCOUNT_FIELDS],
+                    "operationType": "update",
+                    "$or": [
+                        {"ns.coll": "keys", "updateDescription.updatedFields.revoked": True},
+                        {"ns.coll": "keys", "updateDescription.updatedFields.props_changed_at": {"$exists": True}},
+                        {
+                            "ns.coll": "accounts",
+                            "$or": [
+                                {f"updateDescription.updatedFields.{f}": {"$exists": True}} for f in ACCOUNT_FIELDS
+                            ],
+                        },
+                    ],
                 },
+                {"operationType": "insert", "ns.coll": "ended_sessions"},  # a logout
             ],
         }
     },
@@ -36,8 +44,9 @@ _PIPELINE = [
 
 @dataclass(frozen=True)
 class Change:
-    kind: str  # "revoked": a key (by digest); "key": a key's properties; "account": an account document
-    id: Any  # the key's digest or the account id
+    kind: str  # "revoked": a key (by digest); "key": a key's properties; "account": an account document;
+    # "ended": a session token ended by a logout (by token id)
+    id: Any  # the key's digest, the account id or the token id
     fields: frozenset[str]  # for accounts: which of ACCOUNT_FIELDS changed
     doc: dict | None = None
 
@@ -59,6 +68,8 @@ class ChangeFeed:
         doc = event.get("fullDocument")
         if doc is None:  # deleted before the lookup: nothing left to apply
             return None
+        if event["ns"]["coll"] == "ended_sessions":
+            return Change("ended", doc["_id"], frozenset())
         if event["ns"]["coll"] == "keys":
             if doc.get("revoked"):
                 return Change("revoked", doc["digest"], frozenset())
@@ -74,6 +85,8 @@ class ChangeFeed:
         async for key in self.db.keys.find({"props_changed_at": {"$gte": since}}, _HIDDEN):
             if not key.get("revoked"):
                 found.append((key["props_changed_at"], Change("key", key["digest"], frozenset(), key)))
+        async for ended in self.db.ended_sessions.find({"ended_at": {"$gte": since}}, {"ended_at": 1}):
+            found.append((ended["ended_at"], Change("ended", ended["_id"], frozenset())))
         query = {"$or": [{"changed_at": {"$gte": since}}, {"lease_wanted_at": {"$gte": since}}]}
         async for doc in self.db.accounts.find(query, _HIDDEN):
             for field in ("changed_at", "lease_wanted_at"):

@@ -8,7 +8,10 @@ DUPLICATE_KEY = 11000
 
 INDEXES = {
     # Ended sessions are dropped once the token would have expired anyway.
-    "ended_sessions": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
+    "ended_sessions": [
+        IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
+        IndexModel([("ended_at", ASCENDING)]),
+    ],
     "signup_grants": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
     "accounts": [
         IndexModel([("email", ASCENDING)], unique=True),

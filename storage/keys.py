@@ -31,7 +31,7 @@ _ROW = {
 }
 # Restrictions a key may carry (README, "Key properties"); absent means unrestricted.
 PROPERTIES = ("expires_at", "allowed_endpoints", "allowed_ips", "credit_limit", "credit_limit_period")
-# What the data plane caches per key (accounting/meter.py KeyEntry).
+# What the data plane caches per key (accounting/keys.py KeyEntry).
 _ENTRY = {
     "key_id": 1,
     "account_id": 1,

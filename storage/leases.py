@@ -47,6 +47,11 @@ class LeaseStore:
     async def register_again(self) -> None:
         """After this process was declared dead: the same node under a new process id, so that leases
         taken from now on count only the usage recorded from now on."""
+        # A take of ours that landed after the reclaim made a lease under the old id that nobody would
+        # return. Nothing was spent from it (spending stopped before we could be declared dead): all back.
+        async for account in self.accounts.find({"lease_holders": self.process_id}, {"leases": 1}):
+            amount = (account.get("leases") or {}).get(self.process_id, {}).get("amount", 0)
+            await self._close(account["_id"], self.process_id, amount, 0)
         self.process_id = uuid.uuid4().hex
         self._slot = f"leases.{self.process_id}.amount"
         await self.register()

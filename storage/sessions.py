@@ -13,7 +13,12 @@ class SessionStore:
     async def end(self, token_id: str, account_id: str, expires: int) -> None:
         try:
             await self.ended.insert_one(
-                {"_id": token_id, "account_id": account_id, "expires_at": datetime.fromtimestamp(expires, UTC)}
+                {
+                    "_id": token_id,
+                    "account_id": account_id,
+                    "expires_at": datetime.fromtimestamp(expires, UTC),
+                    "ended_at": datetime.now(UTC),  # other processes polling for logouts read from it
+                }
             )
         except DuplicateKeyError:
             pass  # logged out twice: already ended

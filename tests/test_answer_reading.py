@@ -8,7 +8,8 @@ import pytest
 from sandbox.app import catalog as sandbox_catalog
 from sandbox.endpoints import ENDPOINTS as SANDBOX_ENDPOINTS
 from sandbox.endpoints import Args, BadRequest, respond
-from sandbox.world import WOEIDS, World
+from sandbox.groups import WOEIDS
+from sandbox.world import World
 from social.endpoints import BY_PATH, ENDPOINTS, count_items, read_answer
 
 WORLD = World(7)  # the seed the sandbox serves by default

@@ -18,7 +18,8 @@ from support import FAST, Gateway, account_with_keys, ledger_of
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 import gateway
-from accounting.meter import BudgetExhausted, KeyEntry
+from accounting.budgets import BudgetExhausted
+from accounting.keys import KeyEntry
 from metering.ledger import budget_period, period_end
 from storage import db as database
 from storage.budgets import BudgetStore
@@ -358,17 +359,17 @@ async def test_an_idle_process_gives_its_budget_slice_back_for_another(ctx, seco
     second.meter.settle(spent, PRICE)
     with pytest.raises(BudgetExhausted):  # 5 credits left in the budget, one call unspent elsewhere
         await second.meter.reserve(aid, PRICE, 15, entry)
-    (slot,) = ctx.meter.budgets
-    ctx.meter.budgets[slot].last_used -= 3 * ctx.settings.lease_seconds + 1  # idle
+    (slot,) = ctx.meter.key_budgets.budgets
+    ctx.meter.key_budgets.budgets[slot].last_used -= 3 * ctx.settings.lease_seconds + 1  # idle
     await ctx.meter.maintain()
     await asyncio.gather(*ctx.meter._background)
-    assert ctx.meter.budgets == {}
-    second.meter.budgets[slot].empty_until = 0.0  # the remembered 402 lasts a second
+    assert ctx.meter.key_budgets.budgets == {}
+    second.meter.key_budgets.budgets[slot].empty_until = 0.0  # the remembered 402 lasts a second
     again = await second.meter.reserve(aid, PRICE, 15, entry)
     assert again is not None and again.amount == PRICE
     second.meter.settle(again, PRICE)
     with pytest.raises(BudgetExhausted):
-        second.meter.budgets[slot].empty_until = 0.0
+        second.meter.key_budgets.budgets[slot].empty_until = 0.0
         await second.meter.reserve(aid, PRICE, 15, entry)
 
 
@@ -409,13 +410,13 @@ async def test_a_budget_reads_the_usage_only_when_it_was_set_within_the_period(c
     account = await ctx.accounts.create(f"r{uuid.uuid4().hex[:8]}@example.com", "unused", 10_000)
     aid = account["_id"]
     counted = []
-    count = ctx.meter._spent_by_budget
+    count = ctx.meter.key_budgets._spent_by_budget
 
     async def counting(*args):
         counted.append(args)
         return await count(*args)
 
-    monkeypatch.setattr(ctx.meter, "_spent_by_budget", counting)
+    monkeypatch.setattr(ctx.meter.key_budgets, "_spent_by_budget", counting)
 
     async def first_call_counts(budget_id: int, epoch: int) -> bool:
         entry = KeyEntry(budget_id, aid, False, credit_limit=10 * PRICE, period="month", budget_id=budget_id)

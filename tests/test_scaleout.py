@@ -18,7 +18,7 @@ import pytest
 from support import Gateway, account_with_keys, ledger_of
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from accounting.meter import KeyEntry
+from accounting.keys import KeyEntry
 from storage import db as database
 
 pytestmark = pytest.mark.gen_test(timeout=90)
@@ -256,8 +256,9 @@ async def test_a_process_finding_the_balance_empty_gets_half_of_what_another_hol
 
 
 async def test_a_process_declared_dead_and_back_charges_each_call_once(ctx, second):
-    """Its leases are reclaimed by another process, it registers again and spends from a new lease, and
-    that lease is reclaimed in turn: the balance pays each call exactly once."""
+    """Its leases are reclaimed by another process (one of its lease takes landing just after), it
+    registers again and spends from a new lease, and that lease is reclaimed in turn: the balance pays
+    each call exactly once."""
     account = await ctx.accounts.create(f"d{uuid.uuid4().hex[:8]}@example.com", "unused", 10_000)
     aid = account["_id"]
     key = KeyEntry(4242, aid, False)
@@ -272,9 +273,49 @@ async def test_a_process_declared_dead_and_back_charges_each_call_once(ctx, seco
     in_flight = await ctx.meter.reserve(aid, PRICE, PRICE)
     assert await second.meter.leases.reclaim_dead(-1) >= 1  # silent too long, as far as `second` can tell
     assert (await ctx.accounts.get(aid))["credits"] == 10_000 - 3 * PRICE
+    await ctx.meter.leases.take(aid, 100, PRICE)  # a take of it that was on its way lands after the reclaim
     await ctx.meter.maintain()  # its heartbeat finds it declared dead: it registers again
     # The call in flight was counted as unspent by the reclaim: it is not charged.
     assert ctx.meter.settle(in_flight, PRICE) == 0
     await calls(2)
     assert await second.meter.leases.reclaim_dead(-1) >= 1
     assert (await ctx.accounts.get(aid))["credits"] == 10_000 - 5 * PRICE
+
+
+@pytest.mark.parametrize(
+    "coherence",
+    ["changestream", pytest.param("poll", marks=pytest.mark.settings(coherence="poll", coherence_poll_seconds=0.2))],
+)
+async def test_a_logout_through_one_process_ends_the_token_in_another_within_a_second(api, ctx, second, coherence):
+    assert ctx.settings.coherence == second.settings.coherence == coherence
+    user = await api.register()
+    assert await second.sessions.check(user["token"]) is not None  # known there as not ended (remembered)
+    assert (await api.call("POST", "/auth/logout", token=user["token"]))[0] == 200
+
+    async def ended_there():
+        return await second.sessions.check(user["token"]) is None
+
+    await eventually(ended_there)
+
+
+async def test_after_registering_again_a_batch_being_written_is_counted_once(ctx, second, monkeypatch):
+    """Usage summaries count buffered calls and skip their batches' stored totals; batches keep the
+    process's first id, and the skip must follow them, not the new lease id."""
+    account = await ctx.accounts.create(f"s{uuid.uuid4().hex[:8]}@example.com", "unused", 10_000)
+    aid = account["_id"]
+    key = KeyEntry(4343, aid, False)
+    assert await second.meter.leases.reclaim_dead(-1) >= 0
+    await ctx.meter.maintain()  # declared dead: registers again
+    for _ in range(3):
+        reservation = await ctx.meter.reserve(aid, PRICE, PRICE)
+        ctx.meter.record(key, "/user/info", 200, ctx.meter.settle(reservation, PRICE), uuid.uuid4().hex)
+    seen = []
+    write = ctx.meter.usage.insert_batch
+
+    async def write_then_read(batch_id, batch):
+        await write(batch_id, batch)
+        seen.append(await ctx.meter.reads.summary(aid, "", ("key_id",)))  # written, still buffered
+
+    monkeypatch.setattr(ctx.meter.usage, "insert_batch", write_then_read)
+    await ctx.meter.flush()
+    assert seen == [{(4343,): [3, 3 * PRICE, 0]}]

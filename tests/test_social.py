@@ -481,14 +481,14 @@ async def test_last_used_at_is_stored_by_the_minute_and_listed_at_once(api, ctx,
     await ctx.meter.flush(final=True)
     minute = lambda ts: ts.replace(second=0, microsecond=0)
     written = (await stored())["last_used_at"]
-    assert written == minute(ctx.meter.last_used_at(key["key_id"]))  # the minute of the use
+    assert written == minute(ctx.meter.last_used.at(key["key_id"]))  # the minute of the use
     await asyncio.sleep(0.01)
     assert (await api.call("GET", path, key=key["key"]))[0] == 200
     newest = (await listed())[1][0]["last_used_at"]
     assert newest > first  # the listing shows the newest use at once
     updates = ctx.metrics.db_commands["update"]
     await ctx.meter.flush(final=True)
-    now_used = ctx.meter.last_used_at(key["key_id"])
+    now_used = ctx.meter.last_used.at(key["key_id"])
     if minute(now_used) == written:  # used again within the same minute: nothing to write
         assert ctx.metrics.db_commands["update"] == updates and (await stored())["last_used_at"] == written
     else:  # the minute turned between the two calls: the new minute is stored
@@ -507,7 +507,7 @@ async def test_last_used_at_is_stored_for_every_key_used_in_a_minute(api, ctx, c
     await ctx.meter.flush(final=True)
     for key in used:
         stored = (await ctx.keys.get(user["account_id"], key["key_id"]))["last_used_at"]
-        assert stored == ctx.meter.last_used_at(key["key_id"]).replace(second=0, microsecond=0)
+        assert stored == ctx.meter.last_used.at(key["key_id"]).replace(second=0, microsecond=0)
     for key in idle:
         assert (await ctx.keys.get(user["account_id"], key["key_id"]))["last_used_at"] is None
 

@@ -1,0 +1,142 @@
+"""Per-key credit budgets in this process: the slices it holds of each key's budget (storage/budgets.py)
+and the calls reserved against them, before the account's lease (Meter.reserve)."""
+
+import asyncio
+import functools
+import logging
+import math
+import time
+from datetime import UTC, datetime
+
+from accounting.flight import single_flight
+from accounting.keys import KeyEntry
+from accounting.usage import UsageReads
+from config.settings import Settings
+from metering.ledger import Budget, budget_period
+from storage.budgets import BudgetStore
+from storage.keys import KeyStore
+
+log = logging.getLogger("gateway.meter")
+
+BUDGET_ATTEMPTS = 64  # each attempt either reserves, takes a slice of at least one credit, or finds none left
+
+
+class BudgetExhausted(Exception):
+    """The key's credit budget for the period cannot pay for the call (402, not the balance)."""
+
+
+def _started_within(epoch: int, since_day: str) -> bool:
+    """Whether a budget run that started at `epoch` (ms; 0: with its key) started within the period that
+    began on `since_day` ("" for `total`). A run older than the period spent all of it through slices."""
+    if not epoch:
+        return False
+    return not since_day or epoch >= datetime.fromisoformat(since_day).replace(tzinfo=UTC).timestamp() * 1000
+
+
+class KeyBudgets:
+    """The budget slices the Meter reserves from; `spawn` runs work in the background (Meter.spawn)."""
+
+    def __init__(self, settings: Settings, budget_store: BudgetStore, keys: KeyStore, reads: UsageReads, clock, spawn):
+        self.settings, self.budget_store, self.keys, self.reads = settings, budget_store, keys, reads
+        self.clock, self.spawn = clock, spawn
+        # (budget id, limit, period) -> this process's slice. Keys rolled from one another share a budget
+        # id and may carry different limits: each checks its own against the shared spend.
+        self.budgets: dict[tuple, Budget] = {}
+        self._budget_takes: dict[tuple, asyncio.Future] = {}
+        self._periods: dict[str, tuple[str, str]] = {}
+        self._periods_until = 0.0
+
+    async def reserve(self, key: KeyEntry, most: int, least: int) -> tuple[Budget, int]:
+        """Holds up to `most` (at least `least`) credits of the key's budget: (its slice, the amount held);
+        BudgetExhausted when the budget cannot pay for the call."""
+        period, since_day = self._period(key.period)
+        # A new period or a changed limit is a new slot; the old one goes back once idle (maintain).
+        slot = (key.budget_id, key.credit_limit, period, key.budget_epoch)
+        budget = self.budgets.get(slot)
+        if budget is None:
+            budget = self.budgets[slot] = Budget(key.budget_id, period, key.credit_limit, key.budget_epoch)
+        for _ in range(BUDGET_ATTEMPTS):
+            now = self.clock()
+            empty = budget.empty_until > now
+            # Less than a full call is accepted only once the budget has nothing more to give (the account's
+            # rule for its last credits): a slice running low is topped up first, not charged short.
+            amount = budget.reserve(most, least if empty else most, now)
+            if amount:
+                return budget, amount
+            if empty:
+                break
+            await self._take_slice(key, budget, slot, most, since_day)
+        raise BudgetExhausted()
+
+    def _period(self, kind: str) -> tuple[str, str]:
+        """budget_period for now, recomputed once a second rather than per call."""
+        now = time.time()
+        if now >= self._periods_until:
+            self._periods = {k: budget_period(k, datetime.fromtimestamp(now, UTC)) for k in ("day", "month", "total")}
+            self._periods_until = math.floor(now) + 1.0
+        return self._periods[kind]
+
+    async def _take_slice(self, key: KeyEntry, budget: Budget, slot: tuple, most: int, since_day: str) -> None:
+        """One take per slot at a time; callers arriving meanwhile wait for it."""
+
+        async def take() -> None:
+            spent_so_far = None
+            if _started_within(budget.epoch, since_day):
+                # Set (again) during this period: its keys may have spent before, outside any budget document.
+                spent_so_far = functools.partial(self._spent_by_budget, key.account_id, budget.budget_id, since_day)
+            grant = await self.budget_store.take(
+                budget.budget_id,
+                budget.period,
+                budget.limit,
+                budget.slice_request(most),
+                most,
+                spent_so_far,
+                budget.epoch,
+            )
+            if grant:
+                budget.granted += grant
+            else:
+                budget.empty_until = self.clock() + 1.0
+
+        await single_flight(self._budget_takes, slot, take)
+
+    def _retire(self, budget: Budget) -> None:
+        """Gives back what this process holds unreserved of a budget it stops spending from."""
+        give = budget.available
+        if give > 0:
+            budget.granted -= give
+            self.spawn(self._give_budget_back(budget.budget_id, budget.period, give, budget.epoch))
+
+    async def _give_budget_back(self, budget_id: int, period: str, give: int, epoch: int) -> None:
+        try:
+            await self.budget_store.give_back(budget_id, period, give, epoch)
+        except Exception as exc:
+            # The credits stay counted as taken: the budget under-spends, it never overspends.
+            log.warning("could not give back %d credits of key budget %s: %s", give, budget_id, type(exc).__name__)
+
+    async def _spent_by_budget(self, account_id: str, budget_id: int, since_day: str) -> int:
+        """What the keys of a budget spent since `since_day`, stored and buffered here: the start of a
+        budget document for a period (other processes' unflushed records are not seen; README)."""
+        members = set(await self.keys.budget_members(budget_id))
+        rows = await self.reads.summary(account_id, since_day, ("key_id",))
+        return sum(row[1] for (key_id,), row in rows.items() if key_id in members)
+
+    def retire_idle(self) -> None:
+        """Slices of budgets idle for 3 lease windows (or of a past period) go back for other processes."""
+        now, today = self.clock(), datetime.now(UTC)
+        current = {budget_period(kind, today)[0] for kind in ("day", "month", "total")}
+        for slot, budget in list(self.budgets.items()):
+            if (
+                budget.reserved == 0
+                and slot not in self._budget_takes  # a take under way grants to this very slot
+                and (now - budget.last_used > self.settings.lease_seconds * 3 or budget.period not in current)
+            ):
+                del self.budgets[slot]
+                if budget.period in current:
+                    self._retire(budget)
+
+    def retire_all(self) -> None:
+        """Shutdown: every slice goes back."""
+        for budget in self.budgets.values():
+            self._retire(budget)
+        self.budgets.clear()

@@ -1,0 +1,66 @@
+"""An account's usage as the portal reads it: the stored usage (storage/usage.py) merged with the
+records this process still buffers (metering/usage.py), each call counted once."""
+
+from datetime import UTC, datetime
+
+from config.settings import Settings
+from metering.ledger import budget_period
+from metering.usage import UsageBuffer
+from storage.usage import UsageStore, is_error
+
+
+class UsageReads:
+    def __init__(self, settings: Settings, usage: UsageStore, buffer: UsageBuffer, batch_prefix: str):
+        # Buffered batches are written as "<batch_prefix>-<seq>" (accounting/meter.py flush).
+        self.settings, self.usage, self.buffer, self.batch_prefix = settings, usage, buffer, batch_prefix
+
+    async def summary(self, account_id: str, since_day: str, group_by: tuple[str, ...]) -> dict[tuple, list]:
+        """(group values) -> [calls, credits, errors] from `since_day` (an ISO date, "" for all): stored
+        totals plus this process's buffered calls, each call counted once."""
+        buffered = self.buffer.with_batches(account_id, self.settings.flush_batch)
+        # The buckets the buffered records are (or will be) written to: their stored totals are skipped,
+        # the records counted instead, whether or not a flush writes them meanwhile.
+        prefix = self.batch_prefix
+        skip = {f"{prefix}-{seq}:{account_id}:{r['ts'].date().isoformat()}" for seq, r in buffered}
+        out = await self.usage.summary(account_id, since_day, group_by, skip)
+        for _, r in buffered:
+            day = r["ts"].date().isoformat()
+            if day >= since_day:
+                values = {"day": day, "endpoint": r["endpoint"], "key_id": r["key_id"]}
+                row = out.setdefault(tuple(values[name] for name in group_by), [0, 0, 0])
+                row[0] += 1
+                row[1] += r["credits"]
+                row[2] += is_error(r["status"])
+        return out
+
+    async def credits_used(self, account_id: str, keys: list[dict]) -> dict[int, int]:
+        """Per key: what its budget (the key and keys rolled from it) spent in the key's credit_limit_period,
+        the current UTC month for keys without a budget."""
+        if not keys:
+            return {}
+        now = datetime.now(UTC)
+        since = {k["key_id"]: budget_period(k.get("credit_limit_period") or "month", now)[1] for k in keys}
+        by_key: dict[int, list[tuple[str, int]]] = {}
+        for (day, key_id), row in (await self.summary(account_id, min(since.values()), ("day", "key_id"))).items():
+            by_key.setdefault(key_id, []).append((day, row[1]))
+        members: dict[int, list[int]] = {}
+        for k in keys:
+            members.setdefault(k.get("budget_id", k["key_id"]), []).append(k["key_id"])
+        return {
+            k["key_id"]: sum(
+                credits
+                for member in members[k.get("budget_id", k["key_id"])]
+                for day, credits in by_key.get(member, ())
+                if day >= since[k["key_id"]]
+            )
+            for k in keys
+        }
+
+    async def recent(self, account_id: str, since: datetime, limit: int) -> list[dict]:
+        """The account's newest `limit` records since `since`, buffered or stored, newest first."""
+        buffered = [r for r in self.buffer.for_account(account_id) if r["ts"] >= since]
+        stored = await self.usage.recent(account_id, since, limit)
+        seen = {r["_id"] for r in buffered}
+        merged = buffered + [r for r in stored if r["_id"] not in seen]
+        merged.sort(key=lambda r: r["ts"], reverse=True)
+        return merged[:limit]

@@ -1,0 +1,170 @@
+"""The OpenAPI operation of a portal `Operation` and of a data endpoint, with the error answers they share."""
+
+from handlers.openapi_operations import Operation
+from handlers.openapi_schema import B, I, S, array, nullable, query, ref
+from handlers.validation import INT_MAX
+from social.endpoints import CURSOR_MAX, CURSOR_PATTERN, NOT_BLANK, STRING_MAX, Endpoint, Param, ids_pattern
+
+_ERRORS = {
+    400: "The data provider refused the parameters (its answer, passed through; not charged)",
+    401: "Missing, invalid, revoked or expired credential",
+    402: "Not enough credits for this call (the account's balance or the key's credit budget): stop, do not retry",
+    403: "Not allowed: for this account, by the key's allowed_ips / allowed_endpoints, or (with the portal's "
+    "cookie) a write without its XSRF token",
+    409: "Conflict",
+    404: "Not found (or not yours)",
+    413: "Request body too large",
+    422: "Invalid input",
+    429: "Too many requests: retry after Retry-After seconds",
+    501: "Announced but not available; never charged",
+    502: "The data provider failed; not charged",
+    503: "Temporarily unavailable: retry after Retry-After seconds",
+    504: "The data provider did not answer in time; not charged",
+}
+_RETRY_AFTER = {"Retry-After": {"schema": I, "description": "Seconds to wait before retrying"}}
+
+_SECURITY = {"bearer": [{"bearerAuth": []}], "metrics": [{"metricsToken": []}, {}], None: []}
+
+
+# Any operation: the server's own limit on the request line and headers (app/server.py).
+_HEADERS_TOO_LARGE = {
+    "431": {
+        "description": "Request line and headers larger than MAX_HEADER_BYTES; the connection is closed",
+        "content": {"application/json": {"schema": ref("PortalError")}},
+    }
+}
+
+
+def _error(status: int, schema: str) -> dict:
+    response = {
+        "description": _ERRORS[status],
+        "content": {"application/json": {"schema": ref("ValidationError" if status == 422 else schema)}},
+    }
+    if status in (429, 503):
+        response["headers"] = _RETRY_AFTER
+    return response
+
+
+# OpenAPI links: how one answer's ids feed the next call (stateful fuzzing follows them):
+# create key -> reveal / revoke / top up; revoke -> reveal; checkout -> the order.
+_LINKS = {
+    ("post", "/keys"): {
+        "RevealKey": ("get_keys_key_id_reveal", "key_id"),
+        "RevokeKey": ("post_keys_key_id_revoke", "key_id"),
+        "TopUpKey": ("post_keys_key_id_topup", "key_id"),
+        "ChangeKey": ("patch_keys_key_id", "key_id"),
+        "RollKey": ("post_keys_key_id_roll", "key_id"),
+    },
+    ("get", "/keys/{key_id}/reveal"): {"RevokeKey": ("post_keys_key_id_revoke", "key_id")},
+    ("post", "/keys/{key_id}/revoke"): {"RevealRevokedKey": ("get_keys_key_id_reveal", "key_id")},
+    ("post", "/billing/crypto/checkout"): {"GetOrder": ("get_billing_crypto_orders_order_id", "order_id")},
+}
+
+
+def portal_operation(op: Operation) -> dict:
+    content = {media: {"schema": op.response} for media in (op.media, *op.also)}
+    responses = {str(op.status): {"description": "Success", "content": content}}
+    if op.headers:
+        responses[str(op.status)]["headers"] = op.headers
+    links = _LINKS.get((op.method, op.path))
+    if links:
+        responses[str(op.status)]["links"] = {
+            name: {"operationId": operation_id, "parameters": {field: f"$response.body#/{field}"}}
+            for name, (operation_id, field) in links.items()
+        }
+    responses.update({str(s): _error(s, "PortalError") for s in op.errors})
+    responses.update(op.extra)
+    responses.update(_HEADERS_TOO_LARGE)
+    spec = {
+        "operationId": f"{op.method}_{op.path.strip('/').replace('/', '_').replace('{', '').replace('}', '').replace('.', '_') or 'portal_page'}",
+        "summary": op.summary,
+        "tags": [op.tag],
+        "security": _SECURITY[op.security],
+        "parameters": list(op.params),
+        "responses": responses,
+    }
+    if op.body:
+        spec["requestBody"] = {"required": op.body_required, "content": {"application/json": {"schema": ref(op.body)}}}
+    return spec
+
+
+def _param_schema(param: Param) -> dict:
+    if param.kind == "int":
+        # Integers are read with at most INT_DIGITS digits (int64-safe); that is the bound when the table has none.
+        return {
+            "type": "integer",
+            "minimum": -INT_MAX if param.minimum is None else param.minimum,
+            "maximum": INT_MAX if param.maximum is None else param.maximum,
+        }
+    if param.kind == "bool":
+        return {"type": "boolean"}
+    if param.choices:
+        return {"type": "string", "enum": list(param.choices), "default": param.choices[0]}
+    if param.kind == "cursor":  # what cannot be a cursor: blank, too long, outside printable ASCII
+        return {"type": "string", "minLength": 1, "maxLength": CURSOR_MAX, "pattern": CURSOR_PATTERN}
+    if param.kind == "ids":
+        return {
+            "type": "string",
+            "pattern": ids_pattern(param.maximum),
+            "description": f"Comma-separated numeric ids, at most {param.maximum}",
+        }
+    if param.required:  # blank (whitespace only) counts as missing: 422
+        return {"type": "string", "minLength": 1, "maxLength": STRING_MAX, "pattern": NOT_BLANK}
+    return {"type": "string", "maxLength": STRING_MAX}
+
+
+_RESULT_ITEMS = {
+    "tweets": ref("Tweet"),
+    "replies": ref("Tweet"),
+    "followers": ref("User"),
+    "followings": ref("User"),
+    "users": ref("User"),
+    "ids": S,
+    "trends": ref("Trend"),
+}
+
+
+def _envelope(endpoint: Endpoint) -> dict:
+    """The success body: status, message or msg (as the spec's table names it), the results and paging."""
+    if endpoint.results == "data":  # null when the provider does not know the id (status "error")
+        results = nullable(ref("User") if endpoint.path == "/user/info" else {"type": "object"})
+    else:
+        results = array(_RESULT_ITEMS[endpoint.results])
+    properties = {"status": {"type": "string", "examples": ["success"]}, endpoint.msg_key: S, endpoint.results: results}
+    if endpoint.paged:
+        properties.update(has_next_page=B, next_cursor={"type": "string", "description": "Empty on the last page"})
+    return {"type": "object", "properties": properties, "required": ["status"]}
+
+
+def data_operation(endpoint: Endpoint, prefix: str, tag: str) -> dict:
+    if endpoint.available:
+        ok = {
+            "200": {
+                "description": "Success; charged per X-Credits-Charged",
+                "headers": {
+                    "X-Credits-Charged": {"schema": I, "description": "Credits charged for this call"},
+                    **{
+                        f"X-RateLimit{scope}-{h}": {"schema": I}
+                        for scope in ("", "-Account")  # the key's bucket, and the one all its account's keys share
+                        for h in ("Limit", "Remaining", "Reset")
+                    },
+                },
+                "content": {"application/json": {"schema": _envelope(endpoint)}},
+            }
+        }
+        errors = (400, 401, 402, 403, 404, 422, 429, 502, 503, 504)  # 400, 404: the provider's, passed through
+    else:
+        ok, errors = {}, (401, 403, 422, 429, 501)
+    return {
+        "operationId": (prefix + endpoint.path).strip("/").replace("/", "_"),
+        "summary": endpoint.summary,
+        **(
+            {"description": f"Send at least one of {', '.join(endpoint.one_of)} (422 when none is sent)."}
+            if endpoint.one_of
+            else {}
+        ),
+        "tags": [tag],
+        "security": [{"apiKey": []}],
+        "parameters": [query(p.name, _param_schema(p), p.description, p.required) for p in endpoint.params],
+        "responses": {**ok, **{str(s): _error(s, "DataError") for s in errors}, **_HEADERS_TOO_LARGE},
+    }
