@@ -320,13 +320,18 @@ class Meter:
             # Spend only while others cannot yet consider us dead.
             self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
         else:
-            # Under a new lease id: the usage recorded under the old one was counted when its leases were
-            # reclaimed, and must not count again against a new lease (storage/leases.py reclaim_dead).
-            # Calls still in flight were counted as unspent by the reclaim: they are not charged (Ledger.settle).
             log.error("this process was declared dead and its leases reclaimed; registering again")
+            self.ledger.valid_until = 0.0  # nothing more from the old leases while they are put right
             await asyncio.gather(*self._refills.values(), return_exceptions=True)  # under the old id
+            # The reclaim counted only the usage stored then; this process knows what it really spent.
+            for account_id, purse in list(self.ledger.purses.items()):
+                await self.leases.settle_reclaimed(account_id, purse.leased, purse.spent)
+            # Calls still in flight are not charged (Ledger.settle): their credits went back with the lease.
             self.ledger.purses.clear()
+            # Under a new lease id: the usage recorded under the old one must never count against a new lease.
             await self.leases.register_again()
+            # Registering is the new id's first heartbeat (as at start).
+            self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
         for account_id, give in self.ledger.surplus(self.clock(), self.settings.lease_seconds * 3).items():
             await self.give_back(account_id, give)
         self.key_budgets.retire_idle()

@@ -17,7 +17,7 @@ from handlers.errors import ValidationError, error, missing
 from handlers.validation import Field, parse_int, validate_body
 from security.apikeys import KeyVault
 from social.endpoints import BY_PATH, GROUPS
-from storage.keys import PROPERTIES
+from storage.keys import BUDGET_FIELDS, PROPERTIES
 
 PERIODS = ("day", "month", "total")
 MAX_ENDPOINTS, MAX_IPS, MAX_CREDIT_LIMIT, MAX_GRACE = 100, 100, 10**15, 604_800
@@ -276,6 +276,12 @@ class KeyHandler(KeysBase):
         if doc is None:
             raise ApiError(404, "Key not found")
         self.ctx.meter.key_changed(doc)  # effective here before the answer; elsewhere within a second
+        budget = {name: changes[name] for name in BUDGET_FIELDS if name in changes}
+        if budget:
+            # Keys rolled from one another share one budget: a change to it is a change for all of them.
+            budget_id = doc.get("budget_id", doc["key_id"])
+            for member in await self.ctx.keys.update_budget(key["account_id"], budget_id, key["key_id"], budget):
+                self.ctx.meter.key_changed(member)
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
 
 

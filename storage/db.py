@@ -13,6 +13,9 @@ INDEXES = {
         IndexModel([("ended_at", ASCENDING)]),
     ],
     "signup_grants": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
+    # What reclaims counted, for a process declared dead that comes back (storage/leases.py): it comes
+    # back within minutes or never; a month is ample.
+    "lease_reclaims": [IndexModel([("at", ASCENDING)], expireAfterSeconds=30 * 86400)],
     "accounts": [
         IndexModel([("email", ASCENDING)], unique=True),
         IndexModel([("created_at", DESCENDING)]),

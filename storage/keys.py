@@ -43,6 +43,20 @@ _ENTRY = {
 }
 
 
+# A budget's own fields: the same on every key sharing it (update_budget).
+BUDGET_FIELDS = ("credit_limit", "credit_limit_period", "budget_epoch")
+
+
+def _changing(changes: dict) -> dict:
+    """The update setting `changes` (None removes a field), stamping props_changed_at, which other
+    processes follow (storage/changes.py)."""
+    update: dict = {"$set": {"props_changed_at": now_utc(), **{k: v for k, v in changes.items() if v is not None}}}
+    removed = {k: "" for k, v in changes.items() if v is None}
+    if removed:
+        update["$unset"] = removed
+    return update
+
+
 class KeyStore:
     def __init__(self, db: AsyncDatabase):
         self.keys = db.keys
@@ -153,17 +167,22 @@ class KeyStore:
     async def update(self, account_id: str, key_id: int, changes: dict) -> dict | None:
         """Sets the given fields (None removes one) and stamps props_changed_at, which other processes
         follow (storage/changes.py); the row plus the digest, or None if the account has no such key."""
-        now = now_utc()
-        update: dict = {"$set": {"props_changed_at": now, **{k: v for k, v in changes.items() if v is not None}}}
-        removed = {k: "" for k, v in changes.items() if v is None}
-        if removed:
-            update["$unset"] = removed
         return await self.keys.find_one_and_update(
             {"_id": key_id, "account_id": account_id},
-            update,
+            _changing(changes),
             projection={**_ROW, **_ENTRY},
             return_document=ReturnDocument.AFTER,
         )
+
+    async def update_budget(self, account_id: str, budget_id: int, but: int, changes: dict) -> list[dict]:
+        """Budget fields (BUDGET_FIELDS) on the other keys sharing the budget, as update() does: a key and
+        the keys rolled from it have one budget, so one limit, one period and one run of it."""
+        members = {
+            "account_id": account_id,
+            "$and": [{"$or": [{"_id": budget_id}, {"budget_id": budget_id}]}, {"_id": {"$ne": but}}],
+        }
+        await self.keys.update_many(members, _changing(changes))
+        return await self.keys.find(members, {**_ROW, **_ENTRY}).to_list(None)
 
     async def revoke(self, account_id: str, key_id: int) -> dict | None:
         return await self.keys.find_one_and_update(

@@ -34,6 +34,9 @@ class LeaseStore:
     def __init__(self, db: AsyncDatabase, usage: UsageStore, process_id: str, node: str):
         self.accounts = db.accounts
         self.processes = db.processes
+        # {_id: "<process id>:<account id>", counted, at}: what a reclaim counted as spent from a lease, for
+        # the process if it comes back (settle_reclaimed). Dropped after a month (storage/db.py).
+        self.reclaims = db.lease_reclaims
         self.usage = usage
         self.process_id = process_id
         self.node = node
@@ -45,16 +48,46 @@ class LeaseStore:
         )
 
     async def register_again(self) -> None:
-        """After this process was declared dead: the same node under a new process id, so that leases
-        taken from now on count only the usage recorded from now on."""
-        # A take of ours that landed after the reclaim made a lease under the old id that nobody would
-        # return. Nothing was spent from it (spending stopped before we could be declared dead): all back.
-        async for account in self.accounts.find({"lease_holders": self.process_id}, {"leases": 1}):
-            amount = (account.get("leases") or {}).get(self.process_id, {}).get("amount", 0)
-            await self._close(account["_id"], self.process_id, amount, 0)
+        """After this process was declared dead (and its leases settled: settle_reclaimed): the same node
+        under a new process id, so that leases taken from now on count only the usage recorded from now on."""
         self.process_id = uuid.uuid4().hex
         self._slot = f"leases.{self.process_id}.amount"
         await self.register()
+
+    async def settle_reclaimed(self, account_id: str, leased: int, spent: int) -> None:
+        """This process was declared dead and is back: puts its lease on the account right, knowing exactly
+        what it spent from it (`spent`, everything charged, flushed or not)."""
+        key = f"{self.process_id}:{account_id}"
+        marker = await self.reclaims.find_one({"_id": key})
+        if marker is None:
+            await self.close(account_id, leased, spent)  # not reclaimed: returned as at shutdown
+            return
+        # Reclaimed. A lease under our id now is a take of ours that landed after the reclaim: nothing was
+        # spent from it (spending had stopped), so all of it goes back.
+        late = await self.amount(account_id)
+        if late:
+            await self._close(account_id, self.process_id, late, 0)
+        # The reclaim counted only the usage stored then and gave the rest back: the calls we had not
+        # stored yet were refunded, yet served and recorded. Taken again once (the marker is consumed).
+        if await self.reclaims.find_one_and_delete({"_id": key}) is not None and spent > marker["counted"]:
+            await self._debit(account_id, spent - marker["counted"])
+
+    async def _debit(self, account_id: str, owed: int) -> None:
+        """Takes `owed` credits from the balance, or what is left of it: never below zero."""
+        for _ in range(8):
+            if await self.accounts.find_one_and_update(
+                {"_id": account_id, "credits": {"$gte": owed}}, {"$inc": {"credits": -owed}}, {"_id": 1}
+            ):
+                return
+            doc = await self.accounts.find_one({"_id": account_id}, {"credits": 1})
+            left = doc["credits"] if doc else 0
+            if left <= 0:
+                break
+            result = await self.accounts.update_one({"_id": account_id, "credits": left}, {"$inc": {"credits": -left}})
+            if result.modified_count:
+                owed -= left
+                break
+        log.warning("account %s: %d credits of calls served around a lease reclaim were not paid", account_id, owed)
 
     async def heartbeat(self) -> bool:
         """False when this process was declared dead and its leases reclaimed."""
@@ -141,7 +174,15 @@ class LeaseStore:
             async for account in self.accounts.find({"lease_holders": dead}, {"leases": 1}):
                 amount = (account.get("leases") or {}).get(dead, {}).get("amount", 0)
                 spent = await self.usage.spent_by_lease(dead, account["_id"])
-                if await self._close(account["_id"], dead, amount, spent):
+                # Marked before the lease closes: a process that comes back and finds no mark knows that its
+                # lease was not reclaimed (a mark whose close failed is removed again below).
+                mark = f"{dead}:{account['_id']}"
+                await self.reclaims.update_one(
+                    {"_id": mark}, {"$set": {"counted": spent, "at": now_utc()}}, upsert=True
+                )
+                if not await self._close(account["_id"], dead, amount, spent):
+                    await self.reclaims.delete_one({"_id": mark})
+                else:
                     reclaimed += 1
                     log.warning(
                         "reclaimed lease of dead process %s on account %s: %d back",
