@@ -50,7 +50,7 @@ class KeyBudgets:
         """Holds up to `most` (at least `least`) credits of the key's budget: (its slice, the amount held);
         BudgetExhausted when the budget cannot pay for the call."""
         period, since_day = self._period(key.period)
-        # A new period or a changed limit is a new slot; the old one goes back once idle (maintain).
+        # A new period or a changed limit is a new slot; the old one goes back once idle (Meter.upkeep).
         slot = (key.budget_id, key.credit_limit, period, key.budget_epoch)
         budget = self.budgets.get(slot)
         if budget is None:

@@ -58,7 +58,7 @@ class Meter:
         self.vault, self.metrics, self.clock = vault, metrics, clock
         self.ledger = Ledger(settings.lease_seconds)
         self.buffer = UsageBuffer(settings.buffer_max)
-        # Record and batch ids: fixed for the process's life, unlike its lease id (maintain), so that a
+        # Record and batch ids: fixed for the process's life, unlike its lease id (heartbeat), so that a
         # batch retried after registering again keeps its id and is written once.
         self._id_prefix = leases.process_id
         self.reads = UsageReads(settings, usage, self.buffer, self._id_prefix)
@@ -314,8 +314,9 @@ class Meter:
         self._background.add(task)  # a reference until done: the loop keeps only weak ones
         task.add_done_callback(self._background.discard)
 
-    async def maintain(self) -> None:
-        """One round of lease upkeep: heartbeat, give back idle surplus, reclaim leases of dead processes."""
+    async def heartbeat(self) -> None:
+        """Proves this process alive, which lets it spend for LEASE_TIMEOUT / 2 more; a loop of its own
+        (app/tasks.py), so that no amount of upkeep work can delay it."""
         if await self.leases.heartbeat():
             # Spend only while others cannot yet consider us dead.
             self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
@@ -332,6 +333,9 @@ class Meter:
             await self.leases.register_again()
             # Registering is the new id's first heartbeat (as at start).
             self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
+
+    async def upkeep(self) -> None:
+        """Idle surplus back to the balance, idle budget slices back, leases of dead processes reclaimed."""
         for account_id, give in self.ledger.surplus(self.clock(), self.settings.lease_seconds * 3).items():
             await self.give_back(account_id, give)
         self.key_budgets.retire_idle()

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from config.settings import Settings
 from metering.ledger import budget_period
 from metering.usage import UsageBuffer
-from storage.usage import UsageStore, is_error
+from storage.usage import UsageStore, bucket_id, is_error
 
 
 class UsageReads:
@@ -21,7 +21,7 @@ class UsageReads:
         # The buckets the buffered records are (or will be) written to: their stored totals are skipped,
         # the records counted instead, whether or not a flush writes them meanwhile.
         prefix = self.batch_prefix
-        skip = {f"{prefix}-{seq}:{account_id}:{r['ts'].date().isoformat()}" for seq, r in buffered}
+        skip = {bucket_id(f"{prefix}-{seq}", account_id, r["ts"].date().isoformat(), r["lease"]) for seq, r in buffered}
         out = await self.usage.summary(account_id, since_day, group_by, skip)
         for _, r in buffered:
             day = r["ts"].date().isoformat()

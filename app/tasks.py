@@ -1,5 +1,5 @@
 """Every loop of background work this process runs, in one place: stores and services expose single
-steps (Meter.flush, Meter.maintain, Payments.reconcile_once, AdminStore.refresh, RateLimiter.forget_idle);
+steps (Meter.flush, Meter.heartbeat, Meter.upkeep, Payments.reconcile_once, AdminStore.refresh, RateLimiter.forget_idle);
 this module decides when they run."""
 
 import asyncio
@@ -83,8 +83,9 @@ def start_background(ctx: Context) -> list[asyncio.Task]:
         "flusher": flush_usage(ctx),
         "loop-lag": watch_loop_lag(ctx),
         "access-log": flush_access_log(ctx),
-        # Heartbeat, idle surplus back to the balance, dead processes' leases reclaimed.
-        "leases": every(settings.lease_timeout / 6, ctx.meter.maintain, "lease maintenance"),
+        # Two loops: the heartbeat must never wait behind upkeep (many accounts' give-backs or a reclaim).
+        "heartbeat": every(settings.lease_timeout / 6, ctx.meter.heartbeat, "heartbeat"),
+        "leases": every(settings.lease_timeout / 6, ctx.meter.upkeep, "lease upkeep"),
         "admin-rollups": every(REFRESH_SECONDS, ctx.admin.refresh, "admin rollup refresh"),
         "idle-buckets": every(BUCKET_IDLE_SECONDS / 5, lambda: forget_idle_buckets(ctx), "idle bucket sweep"),
         "coherence": Coherence(settings, ChangeFeed(ctx.client[settings.mongodb_db]), ctx.meter, ctx.sessions).run(),

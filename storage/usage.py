@@ -34,13 +34,21 @@ from storage.db import only_duplicates
 _RECORD_FIELDS = ("key_id", "endpoint", "ts", "credits", "status", "request_id")
 
 
+def bucket_id(batch_id: str, account_id: str, day: str, lease: str) -> str:
+    """A batch's bucket of one account, day and lease. The lease is named only when it is not the one
+    the batch id starts with: a process that registered again (accounting/meter.py heartbeat) flushes
+    records of its old and its new lease id in one batch, and each needs a bucket of its own."""
+    own = batch_id.rsplit("-", 1)[0] == lease
+    return f"{batch_id}:{account_id}:{day}" if own else f"{batch_id}:{account_id}:{day}:{lease}"
+
+
 def buckets_of(batch_id: str, records: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for record in records:
         groups.setdefault((record["account_id"], record["lease"], record["ts"].date().isoformat()), []).append(record)
     return [
         {
-            "_id": f"{batch_id}:{account_id}:{day}",
+            "_id": bucket_id(batch_id, account_id, day, lease),
             "account_id": account_id,
             "lease": lease,
             "day": day,

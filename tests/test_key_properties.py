@@ -361,7 +361,7 @@ async def test_an_idle_process_gives_its_budget_slice_back_for_another(ctx, seco
         await second.meter.reserve(aid, PRICE, 15, entry)
     (slot,) = ctx.meter.key_budgets.budgets
     ctx.meter.key_budgets.budgets[slot].last_used -= 3 * ctx.settings.lease_seconds + 1  # idle
-    await ctx.meter.maintain()
+    await ctx.meter.upkeep()
     await asyncio.gather(*ctx.meter._background)
     assert ctx.meter.key_budgets.budgets == {}
     second.meter.key_budgets.budgets[slot].empty_until = 0.0  # the remembered 402 lasts a second

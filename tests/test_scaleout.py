@@ -274,7 +274,7 @@ async def test_a_process_declared_dead_and_back_charges_each_call_once(ctx, seco
     assert await second.meter.leases.reclaim_dead(-1) >= 1  # silent too long, as far as `second` can tell
     assert (await ctx.accounts.get(aid))["credits"] == 10_000 - 3 * PRICE
     await ctx.meter.leases.take(aid, 100, PRICE)  # a take of it that was on its way lands after the reclaim
-    await ctx.meter.maintain()  # its heartbeat finds it declared dead: it registers again
+    await ctx.meter.heartbeat()  # its heartbeat finds it declared dead: it registers again
     # The call in flight was counted as unspent by the reclaim: it is not charged.
     assert ctx.meter.settle(in_flight, PRICE) == 0
     await calls(2)
@@ -305,7 +305,7 @@ async def test_after_registering_again_a_batch_being_written_is_counted_once(ctx
     aid = account["_id"]
     key = KeyEntry(4343, aid, False)
     assert await second.meter.leases.reclaim_dead(-1) >= 0
-    await ctx.meter.maintain()  # declared dead: registers again
+    await ctx.meter.heartbeat()  # declared dead: registers again
     for _ in range(3):
         reservation = await ctx.meter.reserve(aid, PRICE, PRICE)
         ctx.meter.record(key, "/user/info", 200, ctx.meter.settle(reservation, PRICE), uuid.uuid4().hex)
