@@ -6,7 +6,11 @@ import asyncio
 import uuid
 
 import pytest
+import tornado.httpserver
+import tornado.testing
 from support import FAST
+
+import gateway
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 CREDITS = 1_000_000
@@ -116,3 +120,34 @@ async def test_a_process_that_registered_again_spends_at_once(ctx, second):
     await second.meter.leases.reclaim_dead(-1)  # ... and past LEASE_TIMEOUT: declared dead
     await ctx.meter.maintain()  # registers again under a new id
     assert await ctx.meter.reserve(account["_id"], PRICE, PRICE) is not None
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
+async def test_refunded_calls_spent_elsewhere_before_the_process_comes_back_are_not_served_twice(
+    api, ctx, second, catalog
+):
+    """Recheck of the fix (settle_reclaimed): the reclaim gives the paused process's unflushed calls back
+    to the balance; the other process spends that balance before the paused one wakes; on waking it owes
+    them but finds the balance empty, logs the shortfall and the account keeps the calls. Served
+    (`serve --workers 2`, LEASE_TIMEOUT=6, FLUSH_INTERVAL=3, SIGSTOP 7-12 s, 1,000 credits, 2 clients):
+    1,000 credits bought 1,278 / 1,332 / 1,296 credits of calls ("288 credits ... were not paid")."""
+    user, key = await api.funded_key(1_000)
+    name = catalog["users"][0]["userName"]
+    await calls(api, key, name, 3)  # 54 credits, buffered in this process (FLUSH_INTERVAL)
+    assert await second.meter.leases.reclaim_dead(-1) >= 1  # this process looks dead to `second`
+    # `second` serves the same key meanwhile, as the other worker behind the same port does.
+    sock, port = tornado.testing.bind_unused_port()
+    server = tornado.httpserver.HTTPServer(gateway.make_app(second))
+    server.add_sockets([sock])
+    try:
+        other = type(api)(api.http, f"http://127.0.0.1:{port}")
+        while (await other.call("GET", f"/social/user/info?userName={name}", key=key["key"]))[0] == 200:
+            pass
+        await second.meter.flush()
+    finally:
+        server.stop()
+    await ctx.meter.maintain()  # it finds out, puts its leases right, and registers again
+    await ctx.meter.flush()
+    balance, used = await what_the_customer_sees(api, user)
+    assert balance >= 0
+    assert balance + used == 1_000, f"1,000 credits put in; balance {balance} + usage {used}"
