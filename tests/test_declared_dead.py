@@ -4,6 +4,7 @@ each call once. Outside checker's reproductions for issue 14 / the lease change 
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 import tornado.httpserver
@@ -11,6 +12,7 @@ import tornado.testing
 from support import FAST
 
 import gateway
+from storage.leases import LeaseStore
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 CREDITS = 1_000_000
@@ -174,3 +176,32 @@ async def test_calls_of_the_old_and_the_new_lease_id_in_one_flush_are_all_record
     assert [(r["calls"], r["credits"]) for r in rows] == [(6, charged)]
     balance, used = await what_the_customer_sees(api, user)
     assert balance + used == CREDITS
+
+
+@pytest.mark.settings(plan_rules=FAST, lease_timeout=1.2)
+async def test_reclaiming_a_dead_process_with_many_tenants_never_stops_the_live_one(api, ctx, catalog):
+    """Recheck (D3, many tenants): the reclaim of a dead process's leases runs inside `maintain`, one
+    account after another (about five round trips each now: usage, mark, close); the heartbeat waits for
+    it, so the live process's spending window (LEASE_TIMEOUT / 2) runs out and every call gets 503; a
+    paused worker that wakes meanwhile finds the live one silent and reclaims it in turn. Served
+    (`--workers 2`, LEASE_TIMEOUT=6, 150 tenants, SIGSTOP 9 s): 3,301 and 5,642 calls answered 503 in the
+    6-12 s after SIGCONT, by the worker that never stopped and then by the woken one; both declared dead.
+    Here (LEASE_TIMEOUT=1.2, 600 tenants): 1,710 of 1,840 calls got 503 while the reclaim ran."""
+    user, key = await api.funded_key(CREDITS)
+    name = catalog["users"][0]["userName"]
+    db = ctx.client[ctx.settings.mongodb_db]
+    dead = LeaseStore(db, ctx.usage, process_id=uuid.uuid4().hex, node="another-host:1")
+    await dead.register()
+    alive = {"$set": {"heartbeat_at": datetime(2100, 1, 1, tzinfo=UTC)}}  # while the tenants are set up
+    await db.processes.update_one({"_id": dead.process_id}, alive)
+    for i in range(600):  # tenants the dead process was serving
+        account = await ctx.accounts.create(f"t{i}-{uuid.uuid4().hex[:6]}@example.com", "unused", 10_000)
+        await dead.take(account["_id"], 1_000, PRICE)
+    await db.processes.update_one(
+        {"_id": dead.process_id}, {"$set": {"heartbeat_at": datetime(2000, 1, 1, tzinfo=UTC)}}
+    )
+    statuses = []
+    while await db.processes.count_documents({"_id": dead.process_id}):  # until the reclaim is done
+        status, _, _ = await api.call("GET", f"/social/user/info?userName={name}", key=key["key"])
+        statuses.append(status)
+    assert statuses.count(503) == 0, f"{statuses.count(503)} of {len(statuses)} calls got 503 during the reclaim"
