@@ -34,7 +34,7 @@ import urllib.request
 
 from app.embedded import EmbeddedMongo, free_port
 from bench import load
-from bench.run import HERE, UPSTREAM_KEY, cpu_seconds, db_commands, http, spawn, wrk
+from bench.measure import HERE, UPSTREAM_KEY, cpu_seconds, db_commands, http, spawn, wrk
 from bench.stack import wait_for
 from config.settings import load as load_settings
 
