@@ -222,7 +222,7 @@ class KeysHandler(KeysBase):
         body = properties_of(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
         check_budget(body)
         most = self.ctx.settings.max_keys_per_account
-        async with self.ctx.keys.creating(account_id):
+        async with self.ctx.keys.one_at_a_time(("create", account_id)):
             if await self.ctx.keys.count_active(account_id) >= most:
                 raise ApiError(409, _TOO_MANY.format(most))
             secret, key = await issue(self.ctx, account_id, body.pop("name", None) or "default", body)
@@ -259,29 +259,33 @@ class KeyHandler(KeysBase):
         changes = properties_of(self.json_body(), KEY_PATCH)
         if "name" in changes and changes["name"] is None:
             raise ValidationError([error(["body", "name"], "Input should be a valid string", "string_type")])
-        if "expires_at" in changes and key.get("expires_at") is not None and key["expires_at"] <= datetime.now(UTC):
-            # An expired key (a rolled one's grace included) stays expired: revived, a leaked key would work again.
-            raise ApiError(409, "This API key has expired; its expiry cannot be changed")
         if "credit_limit" in changes and changes["credit_limit"] is None:
             changes["credit_limit_period"] = None  # removing the budget removes its period with it
-        final = {**{name: key.get(name) for name in PROPERTIES}, **changes}
-        check_budget(final)
-        if final["credit_limit"] is not None and (
-            key.get("credit_limit") is None or final["credit_limit_period"] != key.get("credit_limit_period")
-        ):
-            # The budget starts again (it was removed) or counts another period: what the key spent meanwhile
-            # is in no budget document, so the new run gets its own, counted from the usage (storage/budgets.py).
-            changes["budget_epoch"] = time.time_ns() // 1_000_000
-        doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes)
+        budget_id = key.get("budget_id", key["key_id"])
+        # Keys rolled from one another share one budget: PATCHes of any of them, one at a time here, each
+        # deciding from the budget as the one before left it.
+        async with self.ctx.keys.one_at_a_time(("budget", budget_id)):
+            key = await self.owned_key(key_id)
+            if "expires_at" in changes and key.get("expires_at") is not None and key["expires_at"] <= datetime.now(UTC):
+                # An expired key (a rolled one's grace included) stays expired: revived, a leaked key would work again.
+                raise ApiError(409, "This API key has expired; its expiry cannot be changed")
+            final = {**{name: key.get(name) for name in PROPERTIES}, **changes}
+            check_budget(final)
+            if final["credit_limit"] is not None and (
+                key.get("credit_limit") is None or final["credit_limit_period"] != key.get("credit_limit_period")
+            ):
+                # The budget starts again (it was removed) or counts another period: what the key spent meanwhile
+                # is in no budget document, so the new run gets its own, counted from the usage (storage/budgets.py).
+                changes["budget_epoch"] = time.time_ns() // 1_000_000
+            budget = {name: changes.pop(name) for name in BUDGET_FIELDS if name in changes}
+            if budget:
+                # A change to the budget is a change for all its keys, in one statement.
+                for member in await self.ctx.keys.update_budget(key["account_id"], budget_id, budget):
+                    self.ctx.meter.key_changed(member)
+            doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes)
         if doc is None:
             raise ApiError(404, "Key not found")
         self.ctx.meter.key_changed(doc)  # effective here before the answer; elsewhere within a second
-        budget = {name: changes[name] for name in BUDGET_FIELDS if name in changes}
-        if budget:
-            # Keys rolled from one another share one budget: a change to it is a change for all of them.
-            budget_id = doc.get("budget_id", doc["key_id"])
-            for member in await self.ctx.keys.update_budget(key["account_id"], budget_id, key["key_id"], budget):
-                self.ctx.meter.key_changed(member)
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
 
 

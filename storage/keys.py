@@ -65,13 +65,14 @@ class KeyStore:
         # embedded server rewrites on every update (300 keys: ~300 ms of its CPU a minute, ~80 ms here).
         # Keys written before it existed keep their own last_used_at; reads take the newer of the two.
         self.last_used = db.key_last_used
-        self._creating: dict[str, list] = {}  # account -> [lock, holders and waiters]
+        self._serial: dict[tuple, list] = {}  # what -> [lock, holders and waiters] (one_at_a_time)
 
     @contextlib.asynccontextmanager
-    async def creating(self, account_id: str):
-        """One key creation of an account at a time in this process: the key cap is counted, then the key
-        inserted, and concurrent creations must not all pass the count before any of them is inserted."""
-        entry = self._creating.setdefault(account_id, [asyncio.Lock(), 0])
+    async def one_at_a_time(self, what: tuple):
+        """One operation on `what` at a time in this process: ("create", account) counts the key cap
+        then inserts, and concurrent creations must not all pass the count before any is inserted;
+        ("budget", budget id) writes one budget's fields on all its keys, and two must not cross."""
+        entry = self._serial.setdefault(what, [asyncio.Lock(), 0])
         entry[1] += 1
         try:
             async with entry[0]:
@@ -79,7 +80,7 @@ class KeyStore:
         finally:
             entry[1] -= 1
             if not entry[1]:
-                del self._creating[account_id]
+                del self._serial[what]
 
     async def _next_id(self) -> int:
         # Concurrent first upserts of the counter can race: the loser sees no document; it asks again.
@@ -174,13 +175,10 @@ class KeyStore:
             return_document=ReturnDocument.AFTER,
         )
 
-    async def update_budget(self, account_id: str, budget_id: int, but: int, changes: dict) -> list[dict]:
-        """Budget fields (BUDGET_FIELDS) on the other keys sharing the budget, as update() does: a key and
-        the keys rolled from it have one budget, so one limit, one period and one run of it."""
-        members = {
-            "account_id": account_id,
-            "$and": [{"$or": [{"_id": budget_id}, {"budget_id": budget_id}]}, {"_id": {"$ne": but}}],
-        }
+    async def update_budget(self, account_id: str, budget_id: int, changes: dict) -> list[dict]:
+        """Budget fields (BUDGET_FIELDS) on every key sharing the budget, in one statement, as update()
+        does: a key and the keys rolled from it have one budget, so one limit, one period, one run."""
+        members = {"account_id": account_id, "$or": [{"_id": budget_id}, {"budget_id": budget_id}]}
         await self.keys.update_many(members, _changing(changes))
         return await self.keys.find(members, {**_ROW, **_ENTRY}).to_list(None)
 
