@@ -35,6 +35,13 @@ from storage.usage import UsageStore
 log = logging.getLogger("gateway.meter")
 
 REFILL_ATTEMPTS = 4
+RENEW_WAIT = 0.5  # seconds a call waits for the heartbeat it asked for (Meter._renewed)
+
+
+def _retrieved(task: asyncio.Future) -> None:
+    """Marks a background future's exception as seen (whoever needed the outcome has given up on it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class LeasesExpired(Exception):
@@ -69,6 +76,7 @@ class Meter:
         self.account_cache = LoadingCache(
             self._load_account, settings.key_cache_size, settings.key_cache_ttl, settings.negative_cache_ttl
         )
+        self._beating: dict[str, asyncio.Future] = {}  # the heartbeat under way (heartbeat)
         self._refills: dict[str, asyncio.Future] = {}  # account -> the lease operation (take or give-back) under way
         self._background: set[asyncio.Task] = set()
         self._topups_paused_until = 0.0
@@ -148,7 +156,9 @@ class Meter:
                     self.spawn(self._topup(account_id, most, least))
                 return reservation
             if not self.ledger.usable(now):
-                raise LeasesExpired()
+                if not await self._renewed():
+                    raise LeasesExpired()
+                continue
             if self.ledger.is_known_empty(account_id, now):
                 return None
             await self._refill(account_id, most, least)
@@ -316,7 +326,11 @@ class Meter:
 
     async def heartbeat(self) -> None:
         """Proves this process alive, which lets it spend for LEASE_TIMEOUT / 2 more; a loop of its own
-        (app/tasks.py), so that no amount of upkeep work can delay it."""
+        (app/tasks.py), so that no amount of upkeep work can delay it, and calls may ask for one (_renewed):
+        one at a time."""
+        await single_flight(self._beating, "heartbeat", self._beat)
+
+    async def _beat(self) -> None:
         if await self.leases.heartbeat():
             # Spend only while others cannot yet consider us dead.
             self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
@@ -324,6 +338,7 @@ class Meter:
             log.error("this process was declared dead and its leases reclaimed; registering again")
             self.ledger.valid_until = 0.0  # nothing more from the old leases while they are put right
             await asyncio.gather(*self._refills.values(), return_exceptions=True)  # under the old id
+            await self.leases.wait_reclaimed(self.settings.lease_timeout)
             # The reclaim counted only the usage stored then; this process knows what it really spent.
             for account_id, purse in list(self.ledger.purses.items()):
                 await self.leases.settle_reclaimed(account_id, purse.leased, purse.spent)
@@ -333,6 +348,17 @@ class Meter:
             await self.leases.register_again()
             # Registering is the new id's first heartbeat (as at start).
             self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
+
+    async def _renewed(self) -> bool:
+        """A call found the spending window closed (this process stood still, or its database is away):
+        one heartbeat now for all such calls, instead of 503 until the heartbeat loop comes round."""
+        renewal = asyncio.ensure_future(self.heartbeat())
+        renewal.add_done_callback(_retrieved)  # it may end after this call gave up waiting
+        try:
+            await asyncio.wait_for(asyncio.shield(renewal), RENEW_WAIT)
+        except Exception:
+            return False  # the database does not answer in time: the call gets its 503
+        return self.ledger.usable(self.clock())
 
     async def upkeep(self) -> None:
         """Idle surplus back to the balance, idle budget slices back, leases of dead processes reclaimed."""

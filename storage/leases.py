@@ -6,7 +6,9 @@ set an amount are guarded by the amount they expect (compare-and-set), so a
 retry after an uncertain outcome cannot apply twice.
 """
 
+import asyncio
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -90,9 +92,18 @@ class LeaseStore:
         log.warning("account %s: %d credits of calls served around a lease reclaim were not paid", account_id, owed)
 
     async def heartbeat(self) -> bool:
-        """False when this process was declared dead and its leases reclaimed."""
-        result = await self.processes.update_one({"_id": self.process_id}, {"$set": {"heartbeat_at": now_utc()}})
+        """False when this process was declared dead: its leases are being reclaimed, or have been."""
+        result = await self.processes.update_one(
+            {"_id": self.process_id, "reclaiming": {"$exists": False}}, {"$set": {"heartbeat_at": now_utc()}}
+        )
         return result.matched_count == 1
+
+    async def wait_reclaimed(self, longest: float) -> None:
+        """Waits (at most `longest` seconds) until the reclaim of this process's leases is over: its
+        document is deleted last. Putting a lease right while it is being reclaimed would race the reclaim."""
+        deadline = time.monotonic() + longest
+        while time.monotonic() < deadline and await self.processes.find_one({"_id": self.process_id}, {"_id": 1}):
+            await asyncio.sleep(0.2)
 
     async def take(self, account_id: str, want: int, least: int) -> Grant:
         """Moves `want` credits (or all that is left, if at least `least`) into this process's lease."""
@@ -171,18 +182,21 @@ class LeaseStore:
         reclaimed = 0
         async for proc in self.processes.find(query, {"_id": 1}):
             dead = proc["_id"]
+            # Claimed under the same condition, atomically: a process that has just sent a heartbeat is
+            # left alone, and from here on its heartbeats fail (it stops spending and waits for the end).
+            claim = await self.processes.update_one({"_id": dead, "$or": query["$or"]}, {"$set": {"reclaiming": True}})
+            if not claim.matched_count:
+                continue
             async for account in self.accounts.find({"lease_holders": dead}, {"leases": 1}):
                 amount = (account.get("leases") or {}).get(dead, {}).get("amount", 0)
                 spent = await self.usage.spent_by_lease(dead, account["_id"])
-                # Marked before the lease closes: a process that comes back and finds no mark knows that its
-                # lease was not reclaimed (a mark whose close failed is removed again below).
-                mark = f"{dead}:{account['_id']}"
-                await self.reclaims.update_one(
-                    {"_id": mark}, {"$set": {"counted": spent, "at": now_utc()}}, upsert=True
-                )
-                if not await self._close(account["_id"], dead, amount, spent):
-                    await self.reclaims.delete_one({"_id": mark})
-                else:
+                if await self._close(account["_id"], dead, amount, spent):
+                    # What was counted, for the process if it comes back (settle_reclaimed). Only the
+                    # reclaim whose close succeeded marks; a crash right here leaves the calls unstored
+                    # then uncharged, as a crash of the process itself would.
+                    await self.reclaims.update_one(
+                        {"_id": f"{dead}:{account['_id']}"}, {"$set": {"counted": spent, "at": now_utc()}}, upsert=True
+                    )
                     reclaimed += 1
                     log.warning(
                         "reclaimed lease of dead process %s on account %s: %d back",

@@ -207,3 +207,49 @@ async def test_reclaiming_a_dead_process_with_many_tenants_never_stops_the_live_
         status, _, _ = await api.call("GET", f"/social/user/info?userName={name}", key=key["key"])
         statuses.append(status)
     assert statuses.count(503) == 0, f"{statuses.count(503)} of {len(statuses)} calls got 503 during the reclaim"
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
+async def test_a_process_being_reclaimed_cannot_renew_its_heartbeat_meanwhile(api, ctx, second, catalog, monkeypatch):
+    """The reclaimer claims the process before it closes any lease: a process that wakes during a long
+    reclaim can no longer renew its heartbeat (it used to, and spent from leases already reclaimed), and
+    puts its leases right only once the reclaim is over."""
+    user, key = await api.funded_key(CREDITS)
+    await calls(api, key, catalog["users"][0]["userName"], 3)  # buffered here
+    started, go_on = asyncio.Event(), asyncio.Event()
+    count = second.meter.leases.usage.spent_by_lease
+
+    async def slow_count(*args):
+        started.set()
+        await go_on.wait()
+        return await count(*args)
+
+    monkeypatch.setattr(second.meter.leases.usage, "spent_by_lease", slow_count)
+    reclaim = asyncio.ensure_future(second.meter.leases.reclaim_dead(-1))
+    await started.wait()
+    assert not await ctx.meter.leases.heartbeat()  # claimed: no more spending from here
+    beat = asyncio.ensure_future(ctx.meter.heartbeat())
+    await asyncio.sleep(0.5)
+    assert not beat.done()  # waits for the reclaim to end
+    go_on.set()
+    await reclaim
+    await beat
+    await ctx.meter.flush()
+    balance, used = await what_the_customer_sees(api, user)
+    assert balance + used == CREDITS
+
+
+@pytest.mark.settings(plan_rules=FAST)
+async def test_after_a_pause_past_the_spending_window_calls_are_served_at_once(api, ctx, catalog):
+    """A process that stood still past LEASE_TIMEOUT / 2 (nobody reclaimed it) wakes with its spending
+    window closed; its calls ask for a heartbeat instead of answering 503 until the heartbeat loop comes
+    round (served, single process: 124 calls got 503 in the first 0.14 s after SIGCONT)."""
+    _, key = await api.funded_key(CREDITS)
+    ctx.meter.ledger.valid_until = ctx.meter.clock() - 1
+    statuses = await asyncio.gather(
+        *[
+            api.call("GET", f"/social/user/info?userName={catalog['users'][0]['userName']}", key=key["key"])
+            for _ in range(20)
+        ]
+    )
+    assert [s[0] for s in statuses] == [200] * 20
