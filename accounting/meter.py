@@ -139,7 +139,7 @@ class Meter:
             budget.reserved -= amount
             return None
         budget.reserved -= amount - reservation.amount  # the account may hold less than the budget did
-        return replace(reservation, budget=budget)
+        return Reservation(account_id, reservation.amount, budget, reservation.purse)
 
     async def _reserve_account(self, account_id: str, most: int, least: int) -> Reservation | None:
         # Concurrent calls may use up a refill before this one gets its share: ask again until the
