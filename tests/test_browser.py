@@ -115,6 +115,16 @@ def register(page, stack, email: str | None = None) -> str:
     return email
 
 
+def create_key(page, name: str | None = None) -> str:
+    """Creates a key on the keys view: its secret, shown once."""
+    page.get_by_role("link", name="API keys").click()
+    if name is not None:
+        page.get_by_test_id("key-name").fill(name)
+    page.get_by_test_id("create-key").click()
+    expect(page.get_by_test_id("key-secret")).to_have_text(re.compile(r"\S{20,}"))
+    return page.get_by_test_id("key-secret").inner_text()
+
+
 def shot(page, tmp_path, name: str, full_page: bool = True) -> None:
     page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=full_page)
 
@@ -174,11 +184,7 @@ def test_key_properties_edit_and_roll(watched, stack, user_name, tmp_path):
     w = watched()
     page = w.page
     register(page, stack)
-    page.get_by_role("link", name="API keys").click()
-    page.get_by_test_id("key-name").fill("scoped")
-    page.get_by_test_id("create-key").click()
-    expect(page.get_by_test_id("key-secret")).to_have_text(re.compile(r"\S{20,}"))
-    old = page.get_by_test_id("key-secret").inner_text()
+    old = create_key(page, "scoped")
     row = page.get_by_test_id("key-row").first
     row.get_by_role("button", name="Edit key scoped").click()
     dialog = page.locator("#key-dialog")
@@ -262,10 +268,7 @@ def test_zero_balance_warning_says_what_to_do(watched, stack, user_name):
     w = watched()
     page = w.page
     register(page, stack)
-    page.get_by_role("link", name="API keys").click()
-    page.get_by_test_id("create-key").click()
-    expect(page.get_by_test_id("key-secret")).to_have_text(re.compile(r"\S{20,}"))
-    key = page.get_by_test_id("key-secret").inner_text()
+    key = create_key(page)
     status, _, _ = stack.call("GET", f"/social/user_about?userName={user_name}", key=key)
     assert status == 200  # priced at the whole balance here
     assert data_call(stack, key, user_name) == 402
@@ -303,10 +306,7 @@ def test_usage_chart_and_table_show_the_calls_just_made(watched, stack, user_nam
     w = watched()
     page = w.page
     register(page, stack)
-    page.get_by_role("link", name="API keys").click()
-    page.get_by_test_id("create-key").click()
-    expect(page.get_by_test_id("key-secret")).to_have_text(re.compile(r"\S{20,}"))
-    key = page.get_by_test_id("key-secret").inner_text()
+    key = create_key(page)
     assert [data_call(stack, key, user_name) for _ in range(3)] == [200, 200, 200]
 
     page.get_by_role("link", name="Usage").click()

@@ -113,10 +113,10 @@ async def test_an_account_never_gets_more_calls_than_its_credits_pay_for_across_
 
 async def test_a_process_that_registered_again_spends_at_once(ctx, second):
     """A process paused past LEASE_TIMEOUT wakes with its spending window (`valid_until`, half the
-    timeout after its last heartbeat) long gone; `maintain` registers it again, which is its first
-    heartbeat under the new id (as `start` treats `register`), but leaves the window closed: every call
-    that needs credits answers 503 until the next maintenance round, LEASE_TIMEOUT / 6 later (served,
-    `--workers 2`: 19 of the first 40 calls after SIGCONT got 503)."""
+    timeout after its last heartbeat) long gone; `Meter.heartbeat` registers it again, which is its first
+    heartbeat under the new id (as `start` treats `register`), and must open the window: it used to leave
+    it closed, and every call that needed credits answered 503 until the next round, LEASE_TIMEOUT / 6
+    later (served, `--workers 2`: 19 of the first 40 calls after SIGCONT got 503)."""
     account = await ctx.accounts.create(f"p{uuid.uuid4().hex[:8]}@example.com", "unused", 10_000)
     ctx.meter.ledger.valid_until = ctx.meter.clock() - 1  # what a pause past LEASE_TIMEOUT / 2 leaves
     await second.meter.leases.reclaim_dead(-1)  # ... and past LEASE_TIMEOUT: declared dead
@@ -182,10 +182,11 @@ async def test_calls_of_the_old_and_the_new_lease_id_in_one_flush_are_all_record
 
 @pytest.mark.settings(plan_rules=FAST, lease_timeout=1.2)
 async def test_reclaiming_a_dead_process_with_many_tenants_never_stops_the_live_one(api, ctx, catalog):
-    """Recheck (D3, many tenants): the reclaim of a dead process's leases runs inside `maintain`, one
-    account after another (about five round trips each now: usage, mark, close); the heartbeat waits for
-    it, so the live process's spending window (LEASE_TIMEOUT / 2) runs out and every call gets 503; a
-    paused worker that wakes meanwhile finds the live one silent and reclaims it in turn. Served
+    """Recheck (D3, many tenants): the reclaim of a dead process's leases runs one account after another
+    (about five round trips each: usage, close, mark). It used to run in the loop that also sent the
+    heartbeat, which waited for it: the live process's spending window (LEASE_TIMEOUT / 2) ran out and
+    every call got 503; a paused worker that woke meanwhile found the live one silent and reclaimed it in
+    turn. Served
     (`--workers 2`, LEASE_TIMEOUT=6, 150 tenants, SIGSTOP 9 s): 3,301 and 5,642 calls answered 503 in the
     6-12 s after SIGCONT, by the worker that never stopped and then by the woken one; both declared dead.
     Here (LEASE_TIMEOUT=1.2, 600 tenants): 1,710 of 1,840 calls got 503 while the reclaim ran."""

@@ -47,29 +47,24 @@ def test_production_refuses_to_start_without_an_upstream(tmp_path):
         "MONGODB_URI": "mongodb://127.0.0.1:1",
         "DATA_DIR": str(tmp_path),
     }
-    done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--port", str(free_port())],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
+
+    def refusal() -> list[str]:
+        """`serve` with `env`: it must exit 2; the lines it printed on stderr."""
+        done = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--port", str(free_port())],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2
+        return done.stderr.strip().splitlines()
+
+    assert refusal() == [
         "social-gateway: UPSTREAM_URL is required in production (the sandbox upstream is for development only)"
     ]
     env["UPSTREAM_URL"] = "https://provider.example"  # with the sandbox's default credential
-    done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "gateway.py"), "serve", "--port", str(free_port())],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
-        "social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)"
-    ]
+    assert refusal() == ["social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)"]
 
 
 def _probe(port: int, stop: threading.Event, seconds: list[float]) -> None:

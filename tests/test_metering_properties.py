@@ -116,7 +116,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule(idle=st.one_of(st.just(0.0), st.floats(150, 400)))
     def give_back_surplus(self, idle):
-        """Meter._maintain: idle purses give their unreserved credits back (LeaseStore.shrink)."""
+        """Meter.upkeep: idle purses give their unreserved credits back (LeaseStore.shrink)."""
         self.now += idle
         for account, give in self.ledger.surplus(self.now, LEASE_SECONDS * 3).items():
             purse = self.ledger.purses[account]

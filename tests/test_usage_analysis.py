@@ -134,23 +134,30 @@ async def test_summary_rejects_bad_queries(api, query, loc):
     assert (await api.call("GET", "/usage/summary"))[0] == 401
 
 
-@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
-@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
-async def test_export_streams_every_record_once(api, ctx, catalog, http_client, base_url, fmt):
-    user, a, b, charges = await known_calls(api, ctx, catalog)
+async def export(http_client, base_url: str, user: dict, fmt: str):
+    """GET /usage/export for a year, read as it streams: the response and the whole body."""
     chunks: list[bytes] = []
     response = await http_client.fetch(
         HTTPRequest(
             f"{base_url}/usage/export?days=365&format={fmt}",
             headers={"Authorization": f"Bearer {user['token']}"},
             streaming_callback=chunks.append,
+            request_timeout=60,
         )
     )
+    return response, b"".join(chunks)
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+async def test_export_streams_every_record_once(api, ctx, catalog, http_client, base_url, fmt):
+    user, a, b, charges = await known_calls(api, ctx, catalog)
+    response, body = await export(http_client, base_url, user, fmt)
     assert response.code == 200
     assert response.headers["Content-Type"].startswith("text/csv" if fmt == "csv" else "application/x-ndjson")
     assert response.headers["Content-Disposition"].startswith('attachment; filename="usage-')
     assert response.headers["Content-Disposition"].endswith(f'.{fmt}"')
-    text = b"".join(chunks).decode()
+    text = body.decode()
     if fmt == "csv":
         rows = list(csv.DictReader(io.StringIO(text)))
         assert list(rows[0]) == ["timestamp", "key_id", "endpoint", "status", "credits", "request_id"]
@@ -240,16 +247,8 @@ async def test_a_year_of_stored_calls_exports_whole_and_sums_right(api, ctx, htt
             for i in range(500)
         ]
         await ctx.usage.insert_batch(f"year-{batch + 1}", records)
-    chunks: list[bytes] = []
-    response = await http_client.fetch(
-        HTTPRequest(
-            f"{base_url}/usage/export?days=365&format=jsonl",
-            headers={"Authorization": f"Bearer {user['token']}"},
-            streaming_callback=chunks.append,
-            request_timeout=60,
-        )
-    )
-    rows = [orjson.loads(line) for line in b"".join(chunks).splitlines()]
+    response, body = await export(http_client, base_url, user, "jsonl")
+    rows = [orjson.loads(line) for line in body.splitlines()]
     assert response.code == 200 and len(rows) == 2500 and len({r["request_id"] for r in rows}) == 2500
     days = [r["timestamp"][:10] for r in rows]
     assert days == sorted(days)  # day by day, oldest first
