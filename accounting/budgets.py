@@ -39,8 +39,9 @@ class KeyBudgets:
     def __init__(self, settings: Settings, budget_store: BudgetStore, keys: KeyStore, reads: UsageReads, clock, spawn):
         self.settings, self.budget_store, self.keys, self.reads = settings, budget_store, keys, reads
         self.clock, self.spawn = clock, spawn
-        # (budget id, limit, period) -> this process's slice. Keys rolled from one another share a budget
-        # id and may carry different limits: each checks its own against the shared spend.
+        # (budget id, limit, period, epoch) -> this process's slice. Keys rolled from one another share a
+        # budget id and its settings (handlers/keys.py); while a change reaches a process, a key may still
+        # carry the old ones, and is checked with them against the shared spend.
         self.budgets: dict[tuple, Budget] = {}
         self._budget_takes: dict[tuple, asyncio.Future] = {}
         self._periods: dict[str, tuple[str, str]] = {}

@@ -255,17 +255,15 @@ class KeyHandler(KeysBase):
 
     @authenticated
     async def patch(self, key_id: str) -> None:
-        key = await self.owned_key(key_id)
-        changes = properties_of(self.json_body(), KEY_PATCH)
-        if "name" in changes and changes["name"] is None:
-            raise ValidationError([error(["body", "name"], "Input should be a valid string", "string_type")])
-        if "credit_limit" in changes and changes["credit_limit"] is None:
-            changes["credit_limit_period"] = None  # removing the budget removes its period with it
-        budget_id = key.get("budget_id", key["key_id"])
-        # Keys rolled from one another share one budget: PATCHes of any of them, one at a time here, each
-        # deciding from the budget as the one before left it.
-        async with self.ctx.keys.one_at_a_time(("budget", budget_id)):
+        # One PATCH of an account's keys at a time here: keys rolled from one another share one budget,
+        # and each change of it must decide from the budget as the one before left it.
+        async with self.ctx.keys.one_at_a_time(("key changes", self.current_user)):
             key = await self.owned_key(key_id)
+            changes = properties_of(self.json_body(), KEY_PATCH)
+            if "name" in changes and changes["name"] is None:
+                raise ValidationError([error(["body", "name"], "Input should be a valid string", "string_type")])
+            if "credit_limit" in changes and changes["credit_limit"] is None:
+                changes["credit_limit_period"] = None  # removing the budget removes its period with it
             if "expires_at" in changes and key.get("expires_at") is not None and key["expires_at"] <= datetime.now(UTC):
                 # An expired key (a rolled one's grace included) stays expired: revived, a leaked key would work again.
                 raise ApiError(409, "This API key has expired; its expiry cannot be changed")
@@ -280,6 +278,7 @@ class KeyHandler(KeysBase):
             budget = {name: changes.pop(name) for name in BUDGET_FIELDS if name in changes}
             if budget:
                 # A change to the budget is a change for all its keys, in one statement.
+                budget_id = key.get("budget_id", key["key_id"])
                 for member in await self.ctx.keys.update_budget(key["account_id"], budget_id, budget):
                     self.ctx.meter.key_changed(member)
             doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes)

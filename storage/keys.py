@@ -71,7 +71,8 @@ class KeyStore:
     async def one_at_a_time(self, what: tuple):
         """One operation on `what` at a time in this process: ("create", account) counts the key cap
         then inserts, and concurrent creations must not all pass the count before any is inserted;
-        ("budget", budget id) writes one budget's fields on all its keys, and two must not cross."""
+        ("key changes", account) decides a key change from the key as the one before left it (keys rolled
+        from one another share a budget, written on all of them: two changes must not cross)."""
         entry = self._serial.setdefault(what, [asyncio.Lock(), 0])
         entry[1] += 1
         try:

@@ -60,6 +60,8 @@ class LeaseStore:
         """This process was declared dead and is back: puts its lease on the account right, knowing exactly
         what it spent from it (`spent`, everything charged, flushed or not)."""
         key = f"{self.process_id}:{account_id}"
+        # Read now, consumed last: if a step in between fails, the next try still knows the lease was
+        # reclaimed (closing it "as at shutdown" would then charge the spend a second time).
         marker = await self.reclaims.find_one({"_id": key})
         if marker is None:
             await self.close(account_id, leased, spent)  # not reclaimed: returned as at shutdown
