@@ -14,6 +14,7 @@ import gc
 import json
 import logging
 import os
+import resource
 import secrets
 import signal
 import sys
@@ -115,7 +116,9 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
                 "final flush failed (%s), %d usage records pending; retrying", type(exc).__name__, len(ctx.meter.buffer)
             )
             await asyncio.sleep(0.2)
-    ctx.upstream.close()
+    closing = ctx.upstream.close()
+    if closing is not None:
+        await closing
     ctx.executor.shutdown(wait=False)
     await ctx.client.close()
 
@@ -198,8 +201,29 @@ def announce(settings: config.Settings, helpers: Helpers, workers_line: str = ""
     )
 
 
+def raise_open_file_limit() -> int:
+    """Every call in flight holds two sockets (the client's and the provider's): thousands need more than
+    the usual soft limit of 1,024 open files. Raised to the hard limit; returns the limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+        except (ValueError, OSError):
+            pass  # keep the soft limit; the warning below says what it allows
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def run_service(settings: config.Settings, count: int) -> int:
     """Starts what the settings leave embedded, then one gateway here or `count` forked ones."""
+    files = raise_open_file_limit()
+    log.debug("event loop %s, open-file limit %d", settings.event_loop, files)
+    if files < 2 * settings.upstream_max_connections + 256:
+        log.warning(
+            "open-file limit %d carries about %d calls in flight (UPSTREAM_MAX_CONNECTIONS %d): raise it (ulimit -n)",
+            files,
+            (files - 256) // 2,
+            settings.upstream_max_connections,
+        )
     if settings.event_loop == "uvloop":  # every asyncio.run below (and in forked workers) runs on uvloop
         import uvloop
 
@@ -285,7 +309,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if settings.production and settings.upstream_api_key == config.Settings().upstream_api_key:
+    if (
+        settings.production
+        and not settings.upstream_api_keys
+        and settings.upstream_api_key == config.Settings().upstream_api_key
+    ):
         print("social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)", file=sys.stderr)
         return 2
     # Before anything starts: a busy port is one clear line, not a traceback after the helpers are up.

@@ -18,7 +18,8 @@ from payments.service import build_payments
 from security import passwords
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
-from social.upstream import Breaker, FailureBudget, InFlight, UpstreamClient
+from social.pool import InFlight
+from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
@@ -61,7 +62,7 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     await meter.start()
     upstream = UpstreamClient(
         settings.upstream_url,
-        settings.upstream_api_key,
+        list(settings.upstream_api_keys) or settings.upstream_api_key,
         settings.upstream_path_prefix,
         settings.upstream_connect_timeout,
         settings.upstream_timeout,
@@ -110,5 +111,5 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         checkout_throttle=CheckoutThrottle(settings.checkouts_per_minute),
         sessions=Sessions(settings, accounts, SessionStore(db), meter),
         failure_budget=FailureBudget(settings.account_failure_budget, settings.account_failure_window),
-        in_flight=InFlight(settings.account_max_in_flight),
+        in_flight=InFlight(settings.account_max_in_flight, settings.upstream_max_connections // 2),
     )

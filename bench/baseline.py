@@ -1,26 +1,35 @@
-"""The benchmark's baseline: a bare Tornado proxy with the gateway's own upstream client and nothing else
-(no keys, no limits, no credits, no usage records)."""
+"""The benchmark's baseline: a bare Tornado proxy as a user would write it by hand, with Tornado's pooled
+libcurl client (CurlAsyncHTTPClient) and nothing else (no keys, no limits, no credits, no usage records)."""
 
 import argparse
 import asyncio
 import os
 
 import tornado.web
+from tornado.curl_httpclient import CurlAsyncHTTPClient
+from tornado.httpclient import HTTPRequest
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 
 from social.endpoints import BY_PATH
-from social.upstream import Breaker, UpstreamClient
 
 
 class Proxy(tornado.web.RequestHandler):
-    def initialize(self, upstream: UpstreamClient) -> None:
-        self.upstream = upstream
+    def initialize(self, http, base: str, key: str) -> None:
+        self.http, self.base, self.key = http, base, key
 
     async def get(self, path: str) -> None:
         if path not in BY_PATH:
             raise tornado.web.HTTPError(404)
-        response = await self.upstream.get(path, self.request.query)
-        self.set_status(response.status)
+        query = self.request.query
+        request = HTTPRequest(
+            self.base + path + ("?" + query if query else ""),
+            headers={"X-API-Key": self.key, "Accept": "application/json"},
+            connect_timeout=2.0,
+            request_timeout=15.0,
+            follow_redirects=False,
+        )
+        response = await self.http.fetch(request, raise_error=False)
+        self.set_status(response.code)
         self.set_header("Content-Type", "application/json")
         self.finish(response.body)
 
@@ -30,25 +39,23 @@ async def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--upstream-key", required=True)
+    parser.add_argument("--max-clients", type=int, default=64, help="connections to the upstream at once")
     parser.add_argument(
         "--client",
         choices=["curl", "simple"],
         default="curl",
-        help="curl: the gateway's pooled client; simple: Tornado's default client, for comparison",
+        help="curl: Tornado's pooled libcurl client; simple: Tornado's default client, for comparison",
     )
     args = parser.parse_args()
-    upstream = UpstreamClient(args.upstream, args.upstream_key, "/twitter", 2.0, 15.0, 64, 8 << 20, Breaker(10**9, 1))
-    if args.client == "simple":
-        upstream.http.close()
-        upstream.http = SimpleAsyncHTTPClient(force_instance=True, max_clients=64)
-    tornado.web.Application([(r"/social(/.*)", Proxy, {"upstream": upstream})]).listen(args.port, "127.0.0.1")
+    client = CurlAsyncHTTPClient if args.client == "curl" else SimpleAsyncHTTPClient
+    http = client(force_instance=True, max_clients=args.max_clients)
+    handler = {"http": http, "base": args.upstream.rstrip("/") + "/twitter", "key": args.upstream_key}
+    tornado.web.Application([(r"/social(/.*)", Proxy, handler)]).listen(args.port, "127.0.0.1")
     await asyncio.Event().wait()
 
 
 if __name__ == "__main__":
-    if (
-        os.environ.get("EVENT_LOOP") == "uvloop"
-    ):  # as the gateway's EVENT_LOOP, for `./dev bench --static --loop uvloop`
+    if os.environ.get("EVENT_LOOP") == "uvloop":  # as the gateway's EVENT_LOOP, for `--loop uvloop`
         import uvloop
 
         uvloop.install()

@@ -154,8 +154,9 @@ class Settings:
     )
     checkouts_per_minute: int = _setting(10, "Checkouts per account per minute before 429.", "CHECKOUTS_PER_MINUTE")
     max_connections_per_address: int = _setting(
-        256,
-        "Open connections one client address may hold (peers in TRUSTED_PROXIES are exempt); further ones are closed.",
+        4096,
+        "Open connections one client address may hold (peers in TRUSTED_PROXIES are exempt); further ones are "
+        "closed. A customer at R calls/s holds about R x the provider's latency (700 for 1,000/s at 0.7 s).",
         "MAX_CONNECTIONS_PER_ADDRESS",
     )
     login_max_attempts_per_address: int = _setting(
@@ -172,11 +173,23 @@ class Settings:
     upstream_api_key: str = _setting(
         "sandbox-upstream-key", "Credential sent upstream as X-API-Key.", "UPSTREAM_API_KEY"
     )
+    upstream_api_keys: tuple = _setting(
+        (),
+        "Several provider keys instead of UPSTREAM_API_KEY: KEY:QPS,KEY:QPS,... (a key without :QPS has no rate "
+        "of its own). Calls spread over the keys within their rates; a key the provider refuses (429/402/401/403) "
+        "is rested and the call sent with another, never charged; past the keys' total rate the accounts over "
+        "their fair share get 429.",
+        "UPSTREAM_API_KEYS",
+    )
     upstream_path_prefix: str = _setting("/twitter", "Path prefix of the provider's endpoints.", "UPSTREAM_PATH_PREFIX")
     upstream_connect_timeout: float = _setting(2.0, "Upstream connect timeout, seconds.", "UPSTREAM_CONNECT_TIMEOUT")
     upstream_timeout: float = _setting(15.0, "Upstream request timeout, seconds (504 past it).", "UPSTREAM_TIMEOUT")
     upstream_max_connections: int = _setting(
-        64, "Keep-alive connections kept to the upstream.", "UPSTREAM_MAX_CONNECTIONS"
+        4096,
+        "Connections to the provider at once (kept alive): a 0.7 s provider needs 0.7 per call/s in flight. "
+        "When all are busy, calls wait (up to UPSTREAM_CONNECT_TIMEOUT) and freed ones go to the account "
+        "holding the fewest per unit of plan rate. Mind the process's open-file limit (serve raises it).",
+        "UPSTREAM_MAX_CONNECTIONS",
     )
     upstream_max_body_bytes: int = _setting(
         8 * 1024 * 1024, "Largest upstream body accepted (502 above).", "UPSTREAM_MAX_BODY_BYTES"
@@ -195,10 +208,10 @@ class Settings:
         "ACCOUNT_FAILURE_BUDGET",
     )
     account_max_in_flight: int = _setting(
-        32,
-        "Upstream calls one account may have in flight at once; further calls get 429. Keep it below "
-        "UPSTREAM_MAX_CONNECTIONS: the connection pool to the provider is shared, and slow calls of one "
-        "account must not hold all of it while everybody else's calls queue behind them.",
+        0,
+        "Upstream calls one account may have in flight at once; further calls get 429. 0: what its plan needs, "
+        "the account's rate x twice the provider's recent p99 latency (between 1 s and UPSTREAM_TIMEOUT), so a "
+        "customer within its plan never meets it. Always at most half of UPSTREAM_MAX_CONNECTIONS.",
         "ACCOUNT_MAX_IN_FLIGHT",
     )
     account_failure_window: float = _setting(
@@ -277,7 +290,7 @@ class Settings:
     )
     access_log: bool = _setting(True, "One JSON line per request on the gateway.access logger.", "ACCESS_LOG")
     event_loop: str = _setting(
-        "asyncio", "asyncio, or uvloop (pip install 'social-gateway[uvloop]'): the event loop of serve.", "EVENT_LOOP"
+        "uvloop", "uvloop, or asyncio: the event loop of serve (uvloop spends less CPU per call).", "EVENT_LOOP"
     )
 
     @property
@@ -291,6 +304,7 @@ class Settings:
             "jwt_secret",
             "secrets_key",
             "upstream_api_key",
+            "upstream_api_keys",
             "payments_api_key",
             "payments_ipn_secret",
             "metrics_token",
@@ -321,6 +335,8 @@ def _convert(f: dataclasses.Field, raw: Any) -> Any:
             if f.name == "admin_emails":
                 items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
                 return tuple(e.strip().lower() for e in items if e.strip())
+            if f.name == "upstream_api_keys":
+                return _provider_keys(raw)
             if f.name == "trusted_proxies":
                 items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
                 return tuple(str(ipaddress.ip_network(e.strip(), strict=False)) for e in items if e.strip())
@@ -329,7 +345,26 @@ def _convert(f: dataclasses.Field, raw: Any) -> Any:
             return dict(orjson.loads(raw) if isinstance(raw, (str, bytes)) else raw)
         return str(raw)
     except (ValueError, TypeError, orjson.JSONDecodeError) as exc:
+        if f.name == "upstream_api_keys":  # never echo provider keys
+            raise SettingsError(f"UPSTREAM_API_KEYS: {exc}") from None
         raise SettingsError(f"{f.metadata['env']}: cannot read {raw!r} as {kind}") from exc
+
+
+def _provider_keys(raw: Any) -> tuple[tuple[str, float], ...]:
+    """`KEY:QPS,KEY:QPS,KEY` -> ((key, qps), ...); qps 0 for a key without a rate of its own."""
+    items = raw if isinstance(raw, (list, tuple)) else [p for p in str(raw).split(",") if p.strip()]
+    keys = []
+    for item in items:
+        secret, qps = (item[0], item[1]) if isinstance(item, (list, tuple)) else (str(item).strip(), 0.0)
+        if isinstance(item, str) and ":" in secret:
+            secret, qps = secret.rsplit(":", 1)
+        qps = float(qps)
+        if not secret or not 0 <= qps < float("inf"):
+            raise ValueError("each key is KEY or KEY:QPS (QPS >= 0)")
+        keys.append((secret, qps))
+    if len({secret for secret, _ in keys}) != len(keys):
+        raise ValueError("a key is listed twice")
+    return tuple(keys)
 
 
 def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -419,14 +454,22 @@ def validate(settings: Settings) -> None:
         raise SettingsError("SIGNUP_CREDITED_PER_NETWORK and LOGIN_MAX_DELAY_SECONDS must not be negative")
     if settings.max_keys_per_account < 1:
         raise SettingsError("MAX_KEYS_PER_ACCOUNT must be at least 1")
-    if settings.breaker_min_accounts < 1 or settings.account_failure_budget < 1 or settings.account_max_in_flight < 1:
-        raise SettingsError("BREAKER_MIN_ACCOUNTS, ACCOUNT_FAILURE_BUDGET and ACCOUNT_MAX_IN_FLIGHT must be at least 1")
+    if (
+        settings.breaker_min_accounts < 1
+        or settings.account_failure_budget < 1
+        or settings.upstream_max_connections < 1
+    ):
+        raise SettingsError(
+            "BREAKER_MIN_ACCOUNTS, ACCOUNT_FAILURE_BUDGET and UPSTREAM_MAX_CONNECTIONS must be at least 1"
+        )
+    if settings.account_max_in_flight < 0:
+        raise SettingsError("ACCOUNT_MAX_IN_FLIGHT must be 0 (follow the plan) or a positive number")
     if settings.coherence not in ("changestream", "poll", "off"):
         raise SettingsError("COHERENCE must be changestream, poll or off")
     if settings.event_loop not in ("asyncio", "uvloop"):
         raise SettingsError("EVENT_LOOP must be asyncio or uvloop")
     if settings.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
-        raise SettingsError("EVENT_LOOP=uvloop needs uvloop: pip install 'social-gateway[uvloop]'")
+        raise SettingsError("EVENT_LOOP=uvloop needs uvloop (pip install uvloop), or set EVENT_LOOP=asyncio")
     if settings.qps_divisor < 1:
         raise SettingsError("QPS_DIVISOR must be at least 1")
     if settings.order_ttl_seconds < 1:

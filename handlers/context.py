@@ -16,7 +16,8 @@ from metering.pricing import Prices
 from payments.service import Payments
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
-from social.upstream import FailureBudget, InFlight, UpstreamClient
+from social.pool import InFlight
+from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
 from storage.keys import KeyStore

@@ -3,7 +3,7 @@
 Order of checks: key (401) -> expired (401) -> client address (403) -> endpoint
 scope (403) -> rate limits of the key and its account (429) -> the account's upstream
 failure budget (429) -> input (422) -> unavailable (501) -> usage buffer bound (503)
--> the account's calls under way (429) -> credits: the key's budget, then the account (402)
+-> the account's calls under way (429; its plan's rate x the provider's latency) -> credits: the key's budget, then the account (402)
 -> upstream. The key's restrictions come pre-parsed with its cached entry: no database round
 trip, no allocation for an unrestricted key. Nothing is charged
 unless the upstream answered with data.
@@ -156,10 +156,12 @@ class DataHandler(BaseHandler):
         most = ctx.prices.cost(endpoint.price, size, size)
         least = ctx.prices.cost(endpoint.price, 0, size)
         query = upstream_query(endpoint, self.request.query_arguments, args)
-        if not ctx.in_flight.enter(key.account_id):
+        rate = view.plan.account_qps / ctx.settings.qps_divisor
+        limit = ctx.in_flight.limit(rate, ctx.upstream.latency.horizon)
+        if not ctx.in_flight.enter(key.account_id, limit):
             raise ApiError(
                 429,
-                f"Too many calls of this account under way at once (at most {ctx.in_flight.limit}); retry shortly",
+                f"Too many calls of this account under way at once (at most {limit}); retry shortly",
                 {"Retry-After": "1"},
             )
         try:
@@ -175,7 +177,7 @@ class DataHandler(BaseHandler):
                 raise ApiError(
                     402, f"Insufficient credits: this call needs at least {least} credits; top up your account"
                 )
-            await self.forward(key, reservation, size, query)
+            await self.forward(key, reservation, size, query, rate)
         finally:
             ctx.in_flight.leave(key.account_id)
 
@@ -234,22 +236,21 @@ class DataHandler(BaseHandler):
                 {"Retry-After": str(wait)},
             )
 
-    async def forward(self, key: KeyEntry, reservation: Reservation, size: int, query: str) -> None:
+    async def forward(self, key: KeyEntry, reservation: Reservation, size: int, query: str, rate: float) -> None:
         ctx, endpoint, route = self.ctx, self.endpoint, self.log_fields["route"]
         meter = ctx.meter
         try:
-            upstream = await ctx.upstream.get(endpoint.path, query, key.account_id)
+            upstream = await ctx.upstream.get(endpoint.path, query, key.account_id, rate)
         except UpstreamError as exc:
             meter.release(reservation)
             if exc.kind in ("timeout", "failed"):
                 ctx.failure_budget.failed(key.account_id, time.monotonic())
-            status, message = {
-                "timeout": (504, "The data provider did not answer in time; you were not charged"),
-                "unavailable": (503, "The data provider is failing; retry shortly; you were not charged"),
-            }.get(exc.kind, (502, "The data provider failed; you were not charged"))
+            status, message = _UPSTREAM_ERRORS.get(exc.kind, _UPSTREAM_FAILED)
             meter.record(key, route, status, 0, self.request_id)
-            ctx.metrics.upstream_errors += 1
-            raise ApiError(status, message, {"Retry-After": "1"} if status == 503 else None) from None
+            if status != 429:
+                ctx.metrics.upstream_errors += 1
+            retry = {"Retry-After": str(exc.retry_after)} if status in (429, 503) else None
+            raise ApiError(status, message, retry) from None
         except BaseException:
             meter.release(reservation)
             raise
@@ -259,8 +260,9 @@ class DataHandler(BaseHandler):
             answer = read_answer(endpoint, upstream.body)
             if answer is None:
                 status = 502  # untrusted upstream: a 2xx that is not a JSON object is a failure
-        if status in (401, 403) or status >= 500:
-            # Upstream auth failures are ours, not the client's: never pass them off as a bad client key.
+        if status in (401, 402, 403) or status >= 500:
+            # The provider refusing our key (credentials, credit) is ours, not the client's: never pass it
+            # off as a bad client key or an empty balance.
             meter.release(reservation)
             if status >= 500:
                 ctx.failure_budget.failed(key.account_id, time.monotonic())
@@ -278,6 +280,15 @@ class DataHandler(BaseHandler):
         self.finish(upstream.body)
 
 
+_UPSTREAM_FAILED = (502, "The data provider failed; you were not charged")
+_UPSTREAM_ERRORS = {
+    "timeout": (504, "The data provider did not answer in time; you were not charged"),
+    "unavailable": (503, "The data provider is failing; retry shortly; you were not charged"),
+    "busy": (503, "Every connection to the data provider is busy; retry shortly; you were not charged"),
+    # The provider's rate (every provider key at its rate, or one answering 429) reached: the
+    # gateway's own 429, so clients back off as from any rate limit; never the provider's answer.
+    "saturated": (429, "The data provider's rate is reached; retry after Retry-After; you were not charged"),
+}
 _PER = {"day": "per day (UTC)", "month": "per month (UTC)", "total": "in total"}
 
 

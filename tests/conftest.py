@@ -71,7 +71,9 @@ def ctx(io_loop, settings, mongo, upstream_url):
         await asyncio.wait(tasks)  # a change-stream read in flight must end before the loop does
         await ctx.client.drop_database(settings.mongodb_db)
         await ctx.client.close()
-        ctx.upstream.close()  # idempotent, also after gateway.shutdown
+        closing = ctx.upstream.close()  # idempotent, also after gateway.shutdown
+        if closing is not None:
+            await closing
         ctx.executor.shutdown(wait=False)
 
     io_loop.run_sync(teardown)
@@ -170,7 +172,9 @@ def second(io_loop, ctx):
             task.cancel()
         await asyncio.wait(tasks)
         await other.client.close()
-        other.upstream.close()
+        closing = other.upstream.close()
+        if closing is not None:
+            await closing
         other.executor.shutdown(wait=False)
 
     io_loop.run_sync(stop)

@@ -528,13 +528,13 @@ async def test_data_paths_and_parameters_never_change_the_upstream_host_or_path(
     server, url, seen = await recorder()
     use_upstream(ctx, url)
     urls = []
-    real_fetch = ctx.upstream.http.fetch
+    real_fetch = ctx.upstream._fetch
 
-    def watching(request, **kw):
-        urls.append(request.url)
-        return real_fetch(request, **kw)
+    async def watching(url, secret, account):
+        urls.append(str(url))
+        return await real_fetch(url, secret, account)
 
-    ctx.upstream.http.fetch = watching
+    ctx.upstream._fetch = watching
     _, key = await api.funded_key(10_000)
     prefix = url + ctx.settings.upstream_path_prefix
     through_client = [
