@@ -89,6 +89,7 @@ class GatewayCollector:
             "Upstream circuit breaker: 0 closed, 1 half-open, 2 open.",
             BREAKER_STATES[ctx.upstream.breaker.state],
         )
+        yield from self._provider_keys()
         for name, doc in (("hits", "Cache lookups answered from memory."), ("misses", "Cache lookups that loaded.")):
             family = CounterMetricFamily(f"gateway_cache_{name}", doc, labels=["cache"])
             for cache_name, cache in (("key", meter.key_cache), ("account", meter.account_cache)):
@@ -141,6 +142,35 @@ class GatewayCollector:
         for name, count in sorted(m.db_commands.items()):
             commands.add_metric([name], count)
         yield commands
+
+    def _provider_keys(self):
+        """Per provider key (labelled key1, key2... in UPSTREAM_API_KEYS order, never the key itself)."""
+        upstream = self.ctx.upstream
+        keys, now = upstream.keys, time.monotonic()
+        calls = CounterMetricFamily("gateway_provider_key_calls", "Calls sent with each provider key.", labels=["key"])
+        refusals = CounterMetricFamily(
+            "gateway_provider_key_refusals",
+            "Provider refusals of each key (the key was rested, the call sent with another).",
+            labels=["key", "status"],
+        )
+        rested = GaugeMetricFamily("gateway_provider_key_rested", "1 while a key is rested.", labels=["key"])
+        for key in keys.keys:
+            calls.add_metric([key.label], key.calls)
+            for status, count in sorted(key.refusals.items()):
+                refusals.add_metric([key.label, str(status)], count)
+            rested.add_metric([key.label], 1 if key.rested_until > now else 0)
+        yield from (calls, refusals, rested)
+        yield _counter(
+            "gateway_provider_saturated",
+            "Calls answered 429 because every provider key was at its rate (the account over its fair share).",
+            keys.saturated,
+        )
+        yield _gauge("gateway_upstream_connections_busy", "Connections to the provider in use.", upstream.slots.busy)
+        yield _gauge(
+            "gateway_upstream_connections_waiting",
+            "Calls waiting for a connection to the provider (the pool is full).",
+            sum(len(queue) for queue in upstream.slots.waiting.values()),
+        )
 
     def _upstream_latency(self) -> GaugeHistogramMetricFamily:
         # The upstream client keeps its last few thousand latencies, not a cumulative count: a gauge histogram

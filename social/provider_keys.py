@@ -2,8 +2,9 @@
 spread over them within those rates.
 
 A key is a token bucket (one second of burst). A call takes a token from the key with the most left, so
-the keys wear evenly. A key the provider refuses (429, 402, 401, 403) is rested: for the provider's
-Retry-After on a 429, for a minute otherwise, and the call is sent again with another key.
+the keys wear evenly. A key the provider refuses (429, 402, 401, 403) is rested: a key with a rate that
+gets 429 starts its bucket again from empty, one without a rate rests for the provider's Retry-After, a
+key refused for credit or credentials for a minute; the call is sent again with another key.
 
 When every key is out of tokens, demand exceeds what the keys allow. Then the accounts asking for more
 than their fair share (the keys' rate divided over the accounts calling in the last seconds) get 429 at
@@ -104,10 +105,18 @@ class ProviderKeys:
     def rest(self, key: ProviderKey, status: int, retry_after: str | None) -> None:
         """The provider refused `key` (429, 402, 401, 403): no calls with it for a while."""
         key.refusals[status] = key.refusals.get(status, 0) + 1
+        now = self.clock()
+        if status == 429 and key.qps:
+            # A key paced at its rate meets the provider's limit at the edge (the provider counts arrival
+            # times, which network jitter bunches): start its bucket again from empty rather than lose
+            # whole seconds of its rate.
+            key.available(now)
+            key.tokens = 0.0
+            return
         seconds = REST_SECONDS
         if status == 429:
             seconds = float(retry_after) if retry_after and retry_after.isdigit() else 1.0
-        key.rested_until = self.clock() + min(seconds, REST_SECONDS)
+        key.rested_until = now + min(seconds, REST_SECONDS)
         if self.only is not None and key is self.only:
             self.only.rested_until = key.rested_until  # the fast path checks the rest itself
 

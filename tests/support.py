@@ -66,7 +66,7 @@ def use_upstream(ctx, url: str, **kw) -> None:
     ctx.upstream.close()
     ctx.upstream = UpstreamClient(
         url,
-        s.upstream_api_key,
+        kw.get("keys") or s.upstream_api_key,
         s.upstream_path_prefix,
         kw.get("connect_timeout", 1.0),
         kw.get("timeout", s.upstream_timeout),
