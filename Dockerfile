@@ -1,11 +1,12 @@
 # social-gateway in a container: one process, settings from the environment (README, Operations).
 #   docker build -t social-gateway .
-#   docker run -p 8000:8000 -e MONGODB_URI=... -e JWT_SECRET=... -e SECRETS_KEY=... -e UPSTREAM_URL=... social-gateway
+#   docker run -p 8000:8000 --ulimit nofile=65536 -e MONGODB_URI=... -e JWT_SECRET=... -e SECRETS_KEY=... \
+#     -e UPSTREAM_URL=... -e UPSTREAM_API_KEY=... social-gateway
 # The image holds no database: production needs MONGODB_URI (the embedded SecantusDB is for development).
 
 FROM python:3.11-slim AS build
-# pycurl is compiled against libcurl.
-RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev libcurl4-openssl-dev libssl-dev \
+# Every dependency has a wheel; gcc only for a platform without one.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY setup.cfg pyproject.toml README.md gateway.py ./
@@ -22,9 +23,7 @@ COPY storage storage
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
-RUN apt-get update && apt-get install -y --no-install-recommends libcurl4 \
-    && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --home-dir /data --create-home gateway
+RUN useradd --system --uid 10001 --home-dir /data --create-home gateway
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER gateway

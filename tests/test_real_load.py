@@ -28,11 +28,16 @@ PLAN_1000 = '[{"name": "big", "min_paid_usd": 0, "qps": 1000, "account_qps": 100
 class SlowProvider(tornado.web.RequestHandler):
     """Answers a profile after `delay` seconds, like the real provider's 0.7 s."""
 
-    def initialize(self, delay: float) -> None:
-        self.delay = delay
+    def initialize(self, delay: float, seen: dict) -> None:
+        self.delay, self.seen = delay, seen
 
     async def get(self, path):
-        await asyncio.sleep(self.delay)
+        self.seen["now"] += 1
+        self.seen["most"] = max(self.seen["most"], self.seen["now"])
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self.seen["now"] -= 1
         self.finish(PROFILE)
 
 
@@ -92,18 +97,17 @@ async def many_calls(base: str, keys: list[str], count: int) -> list:
 async def test_a_customer_keeps_hundreds_of_calls_in_flight_at_its_plans_rate(mongo, tmp_path):
     """Before: 32 calls in flight per account (ACCOUNT_MAX_IN_FLIGHT), 256 connections per address and a pool
     of 64 connections served ~35 calls/s of one account from a 0.7 s provider. Defaults now carry 400."""
-    server, url = provider(SlowProvider, delay=0.7)
+    seen = {"now": 0, "most": 0}
+    server, url = provider(SlowProvider, delay=0.7, seen=seen)
     # The default limits (the process harness lifts the in-flight one for other tests).
     gw = await Gateway(mongo.uri, url, "t_real_load", PLAN_RULES=PLAN_1000, ACCOUNT_MAX_IN_FLIGHT="0").launch()
     try:
         user, keys, auth = await account_with_keys(gw, 10**8, 10)
         await many_calls(gw.url, keys, 10)  # the account's plan and lease are loaded
-        started = time.monotonic()
         answers = await many_calls(gw.url, keys, 400)
-        took = time.monotonic() - started
         statuses = [a.code for a in answers]
         assert statuses.count(200) == 400, {s: statuses.count(s) for s in set(statuses)}
-        assert took < 0.7 + 1.5  # served in about one provider round, not queued behind a small pool
+        assert seen["most"] >= 350  # at the provider at once, not queued behind a small pool
         await asyncio.sleep(1.0)  # a usage flush
         account, records = await ledger_of(mongo.uri, "t_real_load", user["account_id"])
         charged = sum(int(a.headers["X-Credits-Charged"]) for a in answers)
