@@ -62,6 +62,7 @@ from config.settings import load as load_settings
 ROOT = os.path.dirname(HERE)
 ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"  # Debian's libnginx-mod-http-echo
 KEYS = 10  # one account's keys, rotated by wrk
+SETTLE = 2  # seconds at the start of each measured wrk run left out of its throughput (steady_per_s)
 PLAN = [{"name": "bench", "min_paid_usd": 0, "qps": 1000, "account_qps": 10000}]
 # The caps that decide whether the defaults carry the load; lifted only with --lift-caps.
 LIFTED_CAPS = {
@@ -313,21 +314,44 @@ class RssSampler(threading.Thread):
             self.samples.append(sum(rss_bytes(p) for p in self.pids))
 
 
+def listen_overflows() -> int:
+    """Connections the kernel refused because a listen queue was full (TcpExt ListenOverflows, all sockets)."""
+    with open("/proc/net/netstat") as fh:
+        names, values = [line.split() for line in fh if line.startswith("TcpExt:")][:2]
+    return int(values[names.index("ListenOverflows")])
+
+
+def steady_per_s(by_second: dict[str, int]) -> float:
+    """Answers per second over the whole seconds of a run after its first SETTLE ones (wrk's connections all
+    open at once: a server whose listen queue overflows gets some of them a second or three later, which is
+    a start-up effect, counted apart as listen overflows) and before its last, partial, one."""
+    seconds = sorted(int(t) for t in by_second)
+    if not seconds:
+        return 0.0
+    kept = [t for t in range(seconds[0] + SETTLE, seconds[-1])]
+    return round(sum(by_second.get(str(t), 0) for t in kept) / max(len(kept), 1), 1)
+
+
 def closed_loop(port: int, plan: list[tuple[str, str]], args, connections: int, pids: list[int] = ()) -> dict:
     """A warm-up, then the measured wrk run; with `pids` (the gateway) also its CPU and RSS under load."""
     wrk(port, plan, args.warmup, connections, timeout=args.timeout)
+    seconds = args.seconds + SETTLE
     before = [cpu_seconds(p) for p in pids]
-    sampler = RssSampler(list(pids), args.seconds)
+    overflows = listen_overflows()
+    sampler = RssSampler(list(pids), seconds)
     if pids:
         sampler.start()
-    figures = wrk(port, plan, args.seconds, connections, timeout=args.timeout, statuses=True)
+    figures = wrk(port, plan, seconds, connections, timeout=args.timeout, statuses=True)
     sampler.stopped.set()
+    figures["listen_overflows"] = listen_overflows() - overflows
     ok = sum(n for status, n in figures["statuses"].items() if 200 <= int(status) < 300)
     figures["ok"] = ok
-    figures["ok_per_s"] = round(ok / args.seconds, 1)
+    figures["ok_per_s"] = steady_per_s(figures.pop("ok_at"))
+    figures["answers_per_s"] = steady_per_s(figures.pop("all_at"))
     if pids:
         used = sum(cpu_seconds(p) for p in pids) - sum(before)
-        figures["cpu_ms_per_call"] = round(used * 1000 / max(figures["requests"], 1), 3)
+        figures["cpu_ms_per_call"] = round(used * 1000 / max(figures["requests"], 1), 3)  # every answer, 429s too
+        figures["cpu_ms_per_2xx"] = round(used * 1000 / max(ok, 1), 3)
         figures["rss_under_load"] = max(sampler.samples, default=0)
     return figures
 
@@ -347,6 +371,8 @@ def compare(scenario: Scenario, nginx: dict, gateway: dict, rss_idle: int) -> di
         "added_p50_ms": round(gateway["p50_ms"] - nginx["p50_ms"], 1),
         "added_p99_ms": round(gateway["p99_ms"] - nginx["p99_ms"], 1),
         "gateway_errors": {"statuses": errors, "sockets": sockets},
+        # Not errors: connections the kernel made wait (a SYN retried 1-3 s later), the gateway's listen queue full.
+        "listen_overflows": gateway["listen_overflows"],
         "rss_idle_mb": round(rss_idle / 2**20, 1),
         "rss_under_load_mb": round(gateway["rss_under_load"] / 2**20, 1),
         "rss_kb_per_call_in_flight": round((gateway["rss_under_load"] - rss_idle) / 1024 / scenario.connections, 1),
@@ -592,41 +618,56 @@ def _errors(s: dict) -> str:
     e = s["gateway_errors"]
     parts = [f"{n}×{status}" for status, n in sorted(e["statuses"].items())]
     parts += [f"{n} {kind}" for kind, n in e["sockets"].items()]
-    return ", ".join(parts) or "0"
+    text = ", ".join(parts) or "0"
+    if s.get("listen_overflows"):
+        text += f" (and {s['listen_overflows']} connections delayed: listen queue full)"
+    return text
 
 
 def report(result: dict) -> str:
-    """A Markdown table, one row per scenario, then the goals and the key pool."""
+    """Markdown: one row per closed-loop scenario, the key pool's figures, then every goal met or missed."""
     lines = [
         f"Slow provider (nginx `echo_sleep`: fixed 0.7 s, or long tail with mean {result['longtail_mean_s']} s), "
-        f"wrk closed loop, {result['settings']['warmup']} s warm-up then {result['settings']['seconds']} s; "
+        f"{result['settings']['warmup']:g} s warm-up then {result['settings']['seconds']:g} s; "
         f"gateway caps: {result['caps']}, loop {result['loop']}; load average at start "
         f"{' / '.join(f'{x:.1f}' for x in result['machine']['load_average'])}",
-        "",
-        "| delay | in flight | gateway procs | nginx 2xx/s | gateway 2xx/s | ratio | p50 nginx / gateway (added) "
-        "| p99 nginx / gateway (added) | gateway errors | CPU/call | RSS per call in flight |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for s in result["scenarios"]:
-        n, g = s["nginx"], s["gateway"]
-        lines.append(
-            f"| {s['model']} | {s['connections']} | {s['workers']} | {n['ok_per_s']:.0f} | {g['ok_per_s']:.0f} | "
-            f"**{s['ratio_2xx']:.2f}** | {n['p50_ms']:.0f} / {g['p50_ms']:.0f} ({s['added_p50_ms']:+.0f} ms) | "
-            f"{n['p99_ms']:.0f} / {g['p99_ms']:.0f} ({s['added_p99_ms']:+.0f} ms) | {_errors(s)} | "
-            f"{g['cpu_ms_per_call']:.2f} ms | {s['rss_kb_per_call_in_flight']:.0f} KB |"
-        )
+    if result["scenarios"]:
+        lines += [
+            "",
+            "| delay | in flight | gateway procs | nginx 2xx/s | gateway 2xx/s | ratio | p50 nginx / gateway (added) "
+            "| p99 nginx / gateway (added) | gateway errors | CPU/answer | RSS per call in flight |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for s in result["scenarios"]:
+            n, g = s["nginx"], s["gateway"]
+            lines.append(
+                f"| {s['model']} | {s['connections']} | {s['workers']} | {n['ok_per_s']:.0f} | {g['ok_per_s']:.0f} | "
+                f"**{s['ratio_2xx']:.2f}** | {n['p50_ms']:.0f} / {g['p50_ms']:.0f} ({s['added_p50_ms']:+.0f} ms) | "
+                f"{n['p99_ms']:.0f} / {g['p99_ms']:.0f} ({s['added_p99_ms']:+.0f} ms) | {_errors(s)} | "
+                f"{g['cpu_ms_per_call']:.2f} ms | {s['rss_kb_per_call_in_flight']:.0f} KB |"
+            )
+        lines += [
+            "",
+            "wrk closed loop (every connection one call in flight). p50/p99 are wrk's, over every answer (a quick 429 "
+            "counts too); CPU per answer of the gateway's processes (/proc); RSS per call in flight: the gateway's "
+            "RSS under load minus its RSS idle, divided by the calls in flight.",
+        ]
     pool = result.get("keypool")
     if pool:
-        lines += ["", "| key pool (3 provider keys × 100/s, 400 calls/s asked) | |", "|---|---|"]
+        lines += ["", f"| key pool: 3 provider keys × 100/s, {pool.get('rate', '?')} calls/s asked (open loop) | |"]
+        lines.append("|---|---|")
         if "failed" in pool:
             lines.append(f"| did not run | {pool['failed']} |")
         else:
             lines += [
-                f"| served 2xx/s | **{pool['served_2xx_per_s']}** (p50 {pool['p50_ms_2xx']} ms, p99 {pool['p99_ms_2xx']} ms) |",
-                f"| answers by status | {pool['statuses']} |",
+                f"| 2xx answered per s | **{pool['served_2xx_per_s']}** "
+                f"(p50 {pool['p50_ms_2xx']} ms, p99 {pool['p99_ms_2xx']} ms) |",
+                f"| answers by status | {', '.join(f'{n}×{st}' for st, n in sorted(pool['statuses'].items()))} |",
                 f"| 429s to customers | {pool['customer_429']} ({pool['customer_429_from_provider']} the provider's, "
                 f"{pool['customer_429_from_gateway']} the gateway's) |",
-                f"| credits charged / X-Credits-Charged on 2xx | {pool['credits_charged']} / {pool['x_credits_charged_2xx']} |",
+                f"| credits charged / X-Credits-Charged on 2xx | {pool['credits_charged']} / "
+                f"{pool['x_credits_charged_2xx']} |",
             ]
             if pool.get("note"):
                 lines.append(f"| note | {pool['note']} |")

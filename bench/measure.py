@@ -103,12 +103,13 @@ def start_nginx(work: str, name: str, conf: str) -> subprocess.Popen:
     return spawn([nginx_binary(), "-p", work, "-c", path])
 
 
-# wrk's Lua: the request list walked round-robin; with `statuses`, every answer counted by status in each thread
-# (wrk hands each answer to Lua then, which costs it a little CPU: both sides of a comparison pay it alike).
+# wrk's Lua: the request list walked round-robin; with `statuses`, every answer counted by status, and the 2xx
+# answers and all answers by wall-clock second (each thread its own counts; done() sums them). wrk hands each
+# answer to Lua then, which costs it a little CPU: both sides of a comparison pay it alike.
 WRK_SCRIPT = """local reqs = {%s}
 local i = 0
 local threads = {}
-statuses = {}
+statuses, ok_at, all_at = {}, {}, {}
 setup = function(thread) table.insert(threads, thread) end
 request = function()
   i = i %% #reqs + 1
@@ -117,22 +118,30 @@ request = function()
   return wrk.format('GET', r[1])
 end
 %s
-done = function(summary, latency, requests)
-  local sums, counts = {}, {}
+local function sum(name)
+  local sums, out = {}, {}
   for _, thread in ipairs(threads) do
-    for status, n in pairs(thread:get('statuses') or {}) do sums[status] = (sums[status] or 0) + n end
+    for k, n in pairs(thread:get(name) or {}) do sums[k] = (sums[k] or 0) + n end
   end
-  for status, n in pairs(sums) do counts[#counts + 1] = string.format('"%%d": %%d', status, n) end
+  for k, n in pairs(sums) do out[#out + 1] = string.format('"%%d": %%d', k, n) end
+  return table.concat(out, ', ')
+end
+done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format('JSON {"requests": %%d, "p50_ms": %%.3f, "p99_ms": %%.3f, "errors": %%d, '
     .. '"non_2xx": %%d, "socket_errors": {"connect": %%d, "read": %%d, "write": %%d, "timeout": %%d}, '
-    .. '"statuses": {%%s}}\\n',
+    .. '"statuses": {%%s}, "ok_at": {%%s}, "all_at": {%%s}}\\n',
     summary.requests, latency:percentile(50)/1000, latency:percentile(99)/1000,
     e.status + e.connect + e.read + e.write + e.timeout, e.status, e.connect, e.read, e.write, e.timeout,
-    table.concat(counts, ', ')))
+    sum('statuses'), sum('ok_at'), sum('all_at')))
 end
 """
-COUNT_STATUSES = "response = function(status, headers, body) statuses[status] = (statuses[status] or 0) + 1 end"
+COUNT_STATUSES = """response = function(status, headers, body)
+  local now = os.time()
+  statuses[status] = (statuses[status] or 0) + 1
+  all_at[now] = (all_at[now] or 0) + 1
+  if status >= 200 and status < 300 then ok_at[now] = (ok_at[now] or 0) + 1 end
+end"""
 
 
 def wrk(
@@ -145,7 +154,8 @@ def wrk(
 ) -> dict:
     """wrk with a Lua script that walks the same request list (path, api key) round-robin; its `done()` hook prints
     the figures as JSON: requests, p50/p99, errors (non-2xx and socket errors), and with `statuses` the count of
-    each status (non-2xx counts only 4xx/5xx, as wrk does)."""
+    each status (non-2xx counts only 4xx/5xx, as wrk does) and the answers by second ({unix second: count}, 2xx
+    in ok_at, all in all_at)."""
     entries = ",".join('{"%s","%s"}' % (p, k) for p, k in requests)
     script = WRK_SCRIPT % (entries, COUNT_STATUSES if statuses else "")
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
@@ -157,7 +167,8 @@ def wrk(
     os.unlink(fh.name)
     figures = json.loads(out.split("JSON ", 1)[1].splitlines()[0])
     if not statuses:
-        del figures["statuses"]
+        for name in ("statuses", "ok_at", "all_at"):
+            del figures[name]
     figures["rps"] = round(figures["requests"] / seconds, 1)
     figures["tool"] = "wrk"
     return figures
