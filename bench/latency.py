@@ -7,7 +7,9 @@ echo module serves one recorded sandbox page (a 20-post `advanced_search` answer
 each scenario closed loop (every connection one call in flight: 400 and 800 in flight, and 1,200 against
 `serve --workers 2` and nginx with 2 workers), the reference then the gateway, back to back. Reported per
 scenario: 2xx answers/s and the ratio, p50/p99 and the gateway's added ms, errors by status and socket errors,
-the gateway's CPU ms per call and its RSS growth per call in flight, and the goals met or missed.
+the gateway's CPU ms per call and its RSS growth per call in flight, and the goals met or missed. Throughput is
+counted over the whole seconds of each measured run after its first two: wrk opens every connection at once,
+and those a full listen queue turned away come a SYN retry (1-3 s) later, a start-up effect reported apart.
 
 The gateway runs with DEFAULT settings but for a plan that allows the rate (1,000/s per key, 10,000/s per
 account; one account, 10 keys): the caps on calls in flight (ACCOUNT_MAX_IN_FLIGHT, UPSTREAM_MAX_CONNECTIONS,
@@ -19,8 +21,8 @@ with a body of its own), the gateway has three (`UPSTREAM_API_KEYS="pk1:100,pk2:
 for 400 calls/s (open loop, fixed rate): served 2xx/s, the 429s customers got and whether any was the
 provider's, and whether the credits charged equal the `X-Credits-Charged` of the 2xx answers.
 
-Installs nginx, its echo module and wrk with apt-get when they are missing and it runs as root (both are
-needed: there is no fallback). Writes bench/results/latency.json; `--readme` puts the table into README.md.
+Installs nginx, its echo module and wrk with apt-get when they are missing and it runs as root (all three
+are needed: there is no fallback). Writes bench/results/latency.json; `--readme` puts the table into README.md.
 
     ./dev bench --latency                       # everything, about 5 minutes
     ./dev bench --latency --seconds 2 --warmup 1 --connections 50 --models longtail --no-workers --scenario closed
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import json
 import os
 import resource
@@ -556,6 +559,8 @@ def keypool(work, mongo, provider_ports, args) -> dict:
 
 def run(args) -> dict:
     ensure_tools()
+    if args.loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise SystemExit("--loop uvloop needs uvloop: .venv/bin/pip install 'social-gateway[uvloop]'")
     raise_nofile()
     work = tempfile.mkdtemp(prefix="gw-bench-latency-")
     mongo = EmbeddedMongo(os.path.join(work, "db"), nice=load_settings().embedded_db_nice).start()
