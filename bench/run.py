@@ -9,7 +9,9 @@ round trips per data call (the gateway's own PyMongo command-monitoring counter)
     ./dev bench [--seconds 10] [--connections 32] [--accounts 50] [--workers 1]
 
 `./dev bench --static` measures the gateway's own cost instead: a static upstream (nginx), 300 keys of
-10 accounts, the goals of issue 16 (bench/static.py).
+10 accounts, the goals of issue 16 (bench/static.py). `./dev bench --latency` measures the real job: a
+provider answering in ~0.7 s, the gateway against nginx proxy_pass at 400-1,200 calls in flight, and a
+pool of provider keys (bench/latency.py).
 """
 
 import argparse
@@ -25,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from app.embedded import EmbeddedMongo, free_port  # noqa: E402
 from bench import load  # noqa: E402
-from bench.measure import HERE, UPSTREAM_KEY, cpu_seconds, db_commands, http, spawn, wrk  # noqa: E402
+from bench.measure import HERE, UPSTREAM_KEY, children, cpu_seconds, db_commands, http, spawn, wrk  # noqa: E402
 from bench.stack import wait_for  # noqa: E402
 
 
@@ -36,19 +38,6 @@ def request_paths(catalog: dict) -> list[str]:
     paths += [f"/social/user/followers?userName={name}&pageSize=20" for name in catalog["big_accounts"][:3]]
     paths += [f"/social/tweets?tweet_ids={','.join(catalog['tweets'][i : i + 5])}" for i in range(0, 50, 5)]
     return paths
-
-
-def children(pid: int) -> list[int]:
-    """Process ids whose parent is `pid` (Linux /proc)."""
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
-        except (OSError, ValueError, IndexError):  # gone meanwhile
-            continue
-    return found
 
 
 def saturate(
@@ -73,10 +62,30 @@ def saturate(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10)
-    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--connections", default=None, help="32; --latency: a list, 400,800")
     parser.add_argument("--accounts", type=int, default=50)
     parser.add_argument("--keys-per-account", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="gateway processes on the port (serve --workers N)")
+    parser.add_argument(
+        "--latency", action="store_true", help="a slow provider, the gateway vs nginx proxy_pass (bench/latency.py)"
+    )
+    parser.add_argument("--models", default="fixed,longtail", help="--latency: the provider's delay models")
+    parser.add_argument("--warmup", type=float, default=3, help="--latency: seconds of warm-up before each run")
+    parser.add_argument("--timeout", type=float, default=10, help="--latency: wrk's timeout per call, seconds")
+    parser.add_argument(
+        "--workers-connections", type=int, default=1200, help="--latency: in flight against serve --workers 2"
+    )
+    parser.add_argument(
+        "--no-workers", dest="workers_scenario", action="store_false", help="--latency: skip the --workers 2 scenario"
+    )
+    parser.add_argument("--scenario", choices=["all", "closed", "keypool"], default="all", help="--latency: which")
+    parser.add_argument("--keypool-rate", type=float, default=400, help="--latency: calls/s asked of the key pool")
+    parser.add_argument(
+        "--lift-caps",
+        action="store_true",
+        help="--latency: lift ACCOUNT_MAX_IN_FLIGHT, UPSTREAM_MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS (diagnosis)",
+    )
+    parser.add_argument("--readme", action="store_true", help="--latency: write the table into README.md")
     parser.add_argument("--out", default=None, help="where the JSON goes (bench/results/latest.json or static.json)")
     parser.add_argument(
         "--static", action="store_true", help="static upstream, the gateway's own cost (bench/static.py)"
@@ -89,6 +98,23 @@ def main() -> None:
         help="--static: every key with an expiry, an endpoint scope, an address allowlist and a credit budget",
     )
     args = parser.parse_args()
+    if args.latency:
+        from bench import latency
+
+        args.connections = [int(n) for n in (args.connections or "400,800").split(",")]
+        args.models = [m for m in args.models.split(",") if m]
+        result = latency.run(args)
+        out = args.out or os.path.join(HERE, "results", "latency.json")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "w") as fh:
+            json.dump(result, fh, indent=2)
+        table = latency.report(result)
+        print(table)
+        print(f"(figures: {out})")
+        if args.readme:
+            latency.write_readme(table, "./dev bench " + " ".join(sys.argv[1:]))
+        return
+    args.connections = int(args.connections or 32)
     if args.static:
         from bench import static
 

@@ -34,7 +34,18 @@ import urllib.request
 
 from app.embedded import EmbeddedMongo, free_port
 from bench import load
-from bench.measure import HERE, UPSTREAM_KEY, cpu_seconds, db_commands, http, spawn, wrk
+from bench.measure import (
+    HERE,
+    UPSTREAM_KEY,
+    cpu_seconds,
+    db_commands,
+    ensure_packages,
+    http,
+    nginx_binary,
+    spawn,
+    start_nginx,
+    wrk,
+)
 from bench.stack import wait_for
 from config.settings import load as load_settings
 
@@ -129,14 +140,7 @@ def key_set(gateway_url: str, kind: str, properties: dict) -> tuple[list[tuple[s
 
 def ensure_tools() -> None:
     """nginx and wrk from apt when missing and we may install them (root); otherwise the fallbacks."""
-    missing = [tool for tool in ("nginx", "wrk") if not shutil.which(tool) and not os.path.exists("/usr/sbin/" + tool)]
-    if not missing or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return
-    print(f"bench: installing {' '.join(missing)} with apt-get...", file=sys.stderr, flush=True)
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], env=env, check=False, **quiet)
-    subprocess.run(["apt-get", "install", "-y", "-qq", *missing], env=env, check=False, **quiet)
+    ensure_packages({"nginx": nginx_binary() is not None, "wrk": shutil.which("wrk") is not None})
 
 
 def record_page(work: str) -> str:
@@ -165,13 +169,8 @@ def record_page(work: str) -> str:
 
 def start_upstream(work: str, page: str) -> tuple[subprocess.Popen, int, str]:
     port = free_port()
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
-    if nginx:
-        os.makedirs(os.path.join(work, "nginx-tmp"), exist_ok=True)
-        conf = os.path.join(work, "nginx.conf")
-        with open(conf, "w") as fh:
-            fh.write(NGINX_CONF.format(work=work, port=port))
-        proc = spawn([nginx, "-p", work, "-c", conf])
+    if nginx_binary():
+        proc = start_nginx(work, "nginx", NGINX_CONF.format(work=work, port=port))
         kind = "nginx"
     else:
         proc = spawn([sys.executable, "-c", STATIC_SERVER, str(port), page])
