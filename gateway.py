@@ -26,7 +26,7 @@ import config
 from app import commands, workers
 from app.context import build_context
 from app.embedded import DataDirBusy, Helpers, start_helpers
-from app.server import make_server, port_problem
+from app.server import LISTEN_BACKLOG, make_server, port_problem
 from app.tasks import start_background
 from handlers import accesslog, account, admin, auth, billing, keys, ops, portal, sandbox, social
 from handlers.base import NotFoundHandler
@@ -151,7 +151,7 @@ async def serve(
     if sockets:
         server.add_sockets(sockets)
     else:
-        server.listen(settings.port, settings.host, reuse_port=True)
+        server.listen(settings.port, settings.host, reuse_port=True, backlog=LISTEN_BACKLOG)
     metrics_server = None
     if settings.metrics_port:  # each worker of --workers N on its own port: METRICS_PORT + index
         metrics_server = tornado.httpserver.HTTPServer(ops.metrics_app(ctx))

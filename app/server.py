@@ -39,6 +39,9 @@ from handlers.errors import portal_error
 HARD_CAP_FACTOR = 4
 DATA_PREFIXES = ("/social/", "/twitter/")  # answered in the data plane's error shape
 DRAIN_BYTES = 64 << 20  # the most of an over-limit body read (and dropped) to answer it cleanly
+# Connections waiting to be accepted (the kernel caps it at net.core.somaxconn). Tornado's 128 overflowed
+# when a customer opened its 400 connections at once: the dropped SYNs were retried a second later.
+LISTEN_BACKLOG = 4096
 
 
 def head_size(start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders) -> int:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from tornado.netutil import bind_sockets
 
 from app.embedded import die_with_parent
+from app.server import LISTEN_BACKLOG
 from config.settings import Settings
 
 log = logging.getLogger("gateway.workers")
@@ -39,7 +40,7 @@ def run(
     announce: Callable[[Settings], None],
 ) -> int:
     """Runs `count` workers, each `serve_one(settings, sockets, index)`, until SIGTERM/SIGINT."""
-    sockets = bind_sockets(settings.port, settings.host)
+    sockets = bind_sockets(settings.port, settings.host, backlog=LISTEN_BACKLOG)
     settings = dataclasses.replace(settings, port=sockets[0].getsockname()[1])  # port 0: the one picked
     parent = os.getpid()
     children: dict[int, tuple[int, float]] = {}  # pid -> (worker index, started at)

@@ -91,7 +91,13 @@ def main() -> None:
         "--static", action="store_true", help="static upstream, the gateway's own cost (bench/static.py)"
     )
     parser.add_argument("--rounds", type=int, default=3, help="--static: alternating saturation rounds of each")
-    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio", help="--static: event loop of both")
+    parser.add_argument(
+        "--loop",
+        choices=["asyncio", "uvloop"],
+        default=None,
+        help="--static, --latency: the event loop of the gateway and the bare proxy (default: the gateway's "
+        "own default, EVENT_LOOP, and plain asyncio for the bare proxy, as a user would write it)",
+    )
     parser.add_argument(
         "--restricted-keys",
         action="store_true",
@@ -122,7 +128,7 @@ def main() -> None:
             args.seconds = 6
         result = static.run(args)
         suffix = "-restricted" if args.restricted_keys else ""
-        out = args.out or os.path.join(HERE, "results", f"static-{args.loop}{suffix}.json")
+        out = args.out or os.path.join(HERE, "results", f"static-{args.loop or 'default'}{suffix}.json")
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "w") as fh:
             json.dump(result, fh, indent=2)

@@ -199,7 +199,7 @@ def run(args) -> dict:
     # The database as `serve` starts it (start_helpers): at EMBEDDED_DB_NICE.
     mongo = EmbeddedMongo(os.path.join(work, "db"), nice=load_settings().embedded_db_nice).start()
     procs: list[subprocess.Popen] = []
-    loop_env = {"EVENT_LOOP": args.loop}
+    loop_env = {"EVENT_LOOP": args.loop} if args.loop else {}
     try:
         page = record_page(work)
         upstream_proc, upstream_port, upstream_kind = start_upstream(work, page)
@@ -307,7 +307,7 @@ def run(args) -> dict:
             "mode": "static upstream",
             "upstream": upstream_kind,
             "load": "wrk" if shutil.which("wrk") else "bench/load.py",
-            "loop": args.loop,
+            "loop": args.loop or "defaults (gateway: EVENT_LOOP's default; bare proxy: asyncio)",
             "machine": {"cores": os.cpu_count()},
             "settings": {"seconds": args.seconds, "rounds": args.rounds, "connections": args.connections},
             "keys": ACCOUNTS * KEYS_PER_ACCOUNT,
