@@ -89,7 +89,7 @@ class ProviderKeys:
                 return key
         if self._over_share(account, now):
             self.saturated += 1
-            raise Saturated(self._retry_after(now))
+            raise Saturated(self.retry_after(now))
         waiter = asyncio.get_running_loop().create_future()
         self.waiters.append(waiter)
         self._schedule(now)
@@ -100,7 +100,7 @@ class ProviderKeys:
                 return waiter.result()  # the token came with the timeout: use it rather than lose it
             waiter.cancel()
             self.saturated += 1
-            raise Saturated(self._retry_after(self.clock())) from None
+            raise Saturated(self.retry_after(self.clock())) from None
 
     def rest(self, key: ProviderKey, status: int, retry_after: str | None) -> None:
         """The provider refused `key` (429, 402, 401, 403): no calls with it for a while."""
@@ -156,7 +156,8 @@ class ProviderKeys:
         calls = self.demand.get(account or "", ())
         return len(calls) / DEMAND_SECONDS > share
 
-    def _retry_after(self, now: float) -> int:
+    def retry_after(self, now: float) -> int:
+        """Whole seconds until some key can take a call again."""
         return max(1, math.ceil(min(key.next_token(now) for key in self.keys) - now))
 
     def _schedule(self, now: float) -> None:

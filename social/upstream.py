@@ -177,7 +177,7 @@ class UpstreamClient:
                 if response.status not in REFUSALS or not (self.keys.pooled or response.status == 429):
                     return response
                 self.keys.rest(key, response.status, retry_after)  # and the call goes to another key
-            raise UpstreamError("saturated", "the provider refused every key", 1)
+            raise UpstreamError("saturated", "the provider refused every key", self.keys.retry_after(time.monotonic()))
         finally:
             self.slots.release(account or "")
 

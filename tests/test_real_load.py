@@ -98,7 +98,8 @@ async def test_a_customer_keeps_hundreds_of_calls_in_flight_at_its_plans_rate(mo
     """Before: 32 calls in flight per account (ACCOUNT_MAX_IN_FLIGHT), 256 connections per address and a pool
     of 64 connections served ~35 calls/s of one account from a 0.7 s provider. Defaults now carry 400."""
     seen = {"now": 0, "most": 0}
-    server, url = provider(SlowProvider, delay=0.7, seen=seen)
+    # Slower than the real 0.7 s, so that a loaded test machine gets all 400 calls out while the first wait.
+    server, url = provider(SlowProvider, delay=2.0, seen=seen)
     # The default limits (the process harness lifts the in-flight one for other tests).
     gw = await Gateway(mongo.uri, url, "t_real_load", PLAN_RULES=PLAN_1000, ACCOUNT_MAX_IN_FLIGHT="0").launch()
     try:
