@@ -43,6 +43,10 @@ class KeyBudgets:
         # budget id and its settings (handlers/keys.py); while a change reaches a process, a key may still
         # carry the old ones, and is checked with them against the shared spend.
         self.budgets: dict[tuple, Budget] = {}
+        # budget id -> the slot of its newest run (highest epoch) this process has spent from: a call whose key
+        # entry still carries an older run (loaded before a change, or waiting for a slice during one) spends
+        # from the newest, which counted the older runs' calls in flight when it started (_spent_by_budget).
+        self._newest: dict[int, tuple] = {}
         self._budget_takes: dict[tuple, asyncio.Future] = {}
         self._periods: dict[str, tuple[str, str]] = {}
         self._periods_until = 0.0
@@ -50,13 +54,8 @@ class KeyBudgets:
     async def reserve(self, key: KeyEntry, most: int, least: int) -> tuple[Budget, int]:
         """Holds up to `most` (at least `least`) credits of the key's budget: (its slice, the amount held);
         BudgetExhausted when the budget cannot pay for the call."""
-        period, since_day = self._period(key.period)
-        # A new period or a changed limit is a new slot; the old one goes back once idle (Meter.upkeep).
-        slot = (key.budget_id, key.credit_limit, period, key.budget_epoch)
-        budget = self.budgets.get(slot)
-        if budget is None:
-            budget = self.budgets[slot] = Budget(key.budget_id, period, key.credit_limit, key.budget_epoch)
         for _ in range(BUDGET_ATTEMPTS):
+            budget, slot, since_day = self._slot(key)
             now = self.clock()
             empty = budget.empty_until > now
             # Less than a full call is accepted only once the budget has nothing more to give (the account's
@@ -68,6 +67,26 @@ class KeyBudgets:
                 break
             await self._take_slice(key, budget, slot, most, since_day)
         raise BudgetExhausted()
+
+    def _slot(self, key: KeyEntry) -> tuple[Budget, tuple, str]:
+        """The slice a call of `key` reserves from: its run's, or a newer run's of the same budget."""
+        period, since_day = self._period(key.period)
+        # A new period or a changed limit is a new slot; the old one goes back once idle (Meter.upkeep).
+        slot = (key.budget_id, key.credit_limit, period, key.budget_epoch)
+        newest = self._newest.get(key.budget_id)
+        if newest is not None and newest[3] > slot[3] and newest in self.budgets:
+            return self.budgets[newest], newest, self._period_start(newest)
+        budget = self.budgets.get(slot)
+        if budget is None:
+            budget = self.budgets[slot] = Budget(key.budget_id, period, key.credit_limit, key.budget_epoch)
+        if newest is None or slot[3] >= newest[3]:
+            self._newest[key.budget_id] = slot
+        return budget, slot, since_day
+
+    def _period_start(self, slot: tuple) -> str:
+        """The first day of a slot's period (its id: "2026-01-31", "2026-01" or "total")."""
+        period = slot[2]
+        return "" if period == "total" else period if len(period) == 10 else period + "-01"
 
     def _period(self, kind: str) -> tuple[str, str]:
         """budget_period for now, recomputed once a second rather than per call."""
@@ -84,7 +103,7 @@ class KeyBudgets:
             spent_so_far = None
             if _started_within(budget.epoch, since_day):
                 # Set (again) during this period: its keys may have spent before, outside any budget document.
-                spent_so_far = functools.partial(self._spent_by_budget, key.account_id, budget.budget_id, since_day)
+                spent_so_far = functools.partial(self._spent_by_budget, key.account_id, slot, since_day)
             grant = await self.budget_store.take(
                 budget.budget_id,
                 budget.period,
@@ -115,12 +134,16 @@ class KeyBudgets:
             # The credits stay counted as taken: the budget under-spends, it never overspends.
             log.warning("could not give back %d credits of key budget %s: %s", give, budget_id, type(exc).__name__)
 
-    async def _spent_by_budget(self, account_id: str, budget_id: int, since_day: str) -> int:
-        """What the keys of a budget spent since `since_day`, stored and buffered here: the start of a
-        budget document for a period (other processes' unflushed records are not seen; README)."""
-        members = set(await self.keys.budget_members(budget_id))
+    async def _spent_by_budget(self, account_id: str, slot: tuple, since_day: str) -> int:
+        """What the keys of a budget spent since `since_day`, stored and buffered here, plus what this process
+        holds reserved for their calls in flight in the budget's other runs: the start of the run's document
+        (other processes' calls in flight or unflushed are not seen; README, "Budgets under concurrency")."""
+        members = set(await self.keys.budget_members(slot[0]))
+        # Read with the buffer (summary takes its records before its first await): a call settling meanwhile
+        # leaves its reservation for its record, counted twice (a few credits under), never missed.
+        in_flight = sum(b.reserved for s, b in self.budgets.items() if s[0] == slot[0] and s[3] != slot[3])
         rows = await self.reads.summary(account_id, since_day, ("key_id",))
-        return sum(row[1] for (key_id,), row in rows.items() if key_id in members)
+        return in_flight + sum(row[1] for (key_id,), row in rows.items() if key_id in members)
 
     def retire_idle(self) -> None:
         """Slices of budgets idle for 3 lease windows (or of a past period) go back for other processes."""
@@ -133,6 +156,8 @@ class KeyBudgets:
                 and (now - budget.last_used > self.settings.lease_seconds * 3 or budget.period not in current)
             ):
                 del self.budgets[slot]
+                if self._newest.get(slot[0]) == slot:
+                    del self._newest[slot[0]]
                 if budget.period in current:
                     self._retire(budget)
 
@@ -141,3 +166,4 @@ class KeyBudgets:
         for budget in self.budgets.values():
             self._retire(budget)
         self.budgets.clear()
+        self._newest.clear()
