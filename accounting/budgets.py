@@ -6,19 +6,22 @@ import functools
 import logging
 import math
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from accounting.flight import single_flight
 from accounting.keys import KeyEntry
 from accounting.usage import UsageReads
 from config.settings import Settings
 from metering.ledger import Budget, budget_period
-from storage.budgets import BudgetStore
+from storage.budgets import BudgetStore, RunOpening
 from storage.keys import KeyStore
+from storage.leases import LeaseStore
 
 log = logging.getLogger("gateway.meter")
 
 BUDGET_ATTEMPTS = 64  # each attempt either reserves, takes a slice of at least one credit, or finds none left
+OPENING_WAIT = 2.0  # seconds a run started by a PATCH waits for the other processes' reports (open_run)
+OPENING_POLL = 0.05  # seconds between a call's takes while the run it needs is opening
 
 
 class BudgetExhausted(Exception):
@@ -36,9 +39,25 @@ def _started_within(epoch: int, since_day: str) -> bool:
 class KeyBudgets:
     """The budget slices the Meter reserves from; `spawn` runs work in the background (Meter.spawn)."""
 
-    def __init__(self, settings: Settings, budget_store: BudgetStore, keys: KeyStore, reads: UsageReads, clock, spawn):
-        self.settings, self.budget_store, self.keys, self.reads = settings, budget_store, keys, reads
+    def __init__(
+        self,
+        settings: Settings,
+        budget_store: BudgetStore,
+        keys: KeyStore,
+        reads: UsageReads,
+        leases: LeaseStore,
+        clock,
+        spawn,
+    ):
+        self.settings, self.budget_store, self.keys, self.reads, self.leases = (
+            settings,
+            budget_store,
+            keys,
+            reads,
+            leases,
+        )
         self.clock, self.spawn = clock, spawn
+        self._reported: dict[int, int] = {}  # budget id -> the newest run this process opened or reported to
         # (budget id, limit, period, epoch) -> this process's slice. Keys rolled from one another share a
         # budget id and its settings (handlers/keys.py); while a change reaches a process, a key may still
         # carry the old ones, and is checked with them against the shared spend.
@@ -47,6 +66,9 @@ class KeyBudgets:
         # entry still carries an older run (loaded before a change, or waiting for a slice during one) spends
         # from the newest, which counted the older runs' calls in flight when it started (_spent_by_budget).
         self._newest: dict[int, tuple] = {}
+        # budget id -> the calls in flight of its keys while they have no budget (Meter.reserve): counted when
+        # a budget is set (again) like the calls of its other runs.
+        self.unbudgeted: dict[int, Budget] = {}
         self._budget_takes: dict[tuple, asyncio.Future] = {}
         self._periods: dict[str, tuple[str, str]] = {}
         self._periods_until = 0.0
@@ -65,8 +87,70 @@ class KeyBudgets:
                 return budget, amount
             if empty:
                 break
-            await self._take_slice(key, budget, slot, most, since_day)
+            try:
+                await self._take_slice(key, budget, slot, most, since_day)
+            except RunOpening:
+                await asyncio.sleep(OPENING_POLL)  # other processes are still adding what they know
         raise BudgetExhausted()
+
+    async def open_run(self, account_id: str, budget_id: int, kind: str, epoch: int) -> None:
+        """A PATCH starts the budget again (`epoch`, ms) for period `kind`: its document for the period is
+        opened before any key carries the run, with what its keys spent as far as this process knows (stored
+        usage, this process's buffer and its calls in flight); the other live processes add what only they
+        know when they hear of the run (heard), and no slice is taken before they have (storage/budgets.py)."""
+        period, since_day = self._period(kind)
+        self._reported[budget_id] = epoch
+        others = await self.leases.live_others(self.settings.lease_timeout / 2)
+        taken = await self._spent_by_budget(account_id, (budget_id, None, period, epoch), since_day)
+        opens = datetime.now(UTC) + timedelta(seconds=OPENING_WAIT if others else 0)
+        await self.budget_store.open(budget_id, period, epoch, taken, others, opens)
+
+    async def opened(self, budget_id: int, kind: str, epoch: int) -> None:
+        """Waits until every process has heard of a run open_run started (each reports as it hears: from then
+        on its calls spend from the new run), at most OPENING_WAIT: a PATCH answers once it is in force."""
+        period, _ = self._period(kind)
+        while await self.budget_store.opening(budget_id, period, epoch):
+            await asyncio.sleep(OPENING_POLL)
+
+    def heard(self, key: KeyEntry) -> None:
+        """A key changed: if its budget started a run this process has not reported to, report (in the
+        background; a take of the run reports first too: _take_slice)."""
+        if key.credit_limit is not None and key.budget_epoch > self._reported.get(key.budget_id, 0):
+            self._reported[key.budget_id] = key.budget_epoch
+            period, since_day = self._period(key.period)
+            self.spawn(self._report(key.account_id, key.budget_id, period, since_day, key.budget_epoch))
+
+    async def _report(self, account_id: str, budget_id: int, period: str, since_day: str, epoch: int) -> None:
+        """Adds to a run opened elsewhere what this process alone knows its keys spent in the run's period:
+        its calls in flight in the budget's other runs, its records not stored (or stored too late for the
+        opening read). A no-op where the run does not wait for this process."""
+        try:
+            members = set(await self.keys.budget_members(budget_id))
+            # From here to the report's write, no await: a call is either in flight or recorded, once. The
+            # opening read of the stored usage started after the epoch (the run's start on the opener's clock):
+            # what this process finished writing before it is in that read, the rest is reported (machines'
+            # clocks must agree, as for polling: COHERENCE_POLL_SECONDS).
+            spent = self._in_flight(budget_id, epoch) + self.reads.spent_unknown_since(
+                account_id, members, since_day, epoch / 1000
+            )
+            await self.budget_store.report(budget_id, period, epoch, self.leases.process_id, spent)
+        except Exception as exc:
+            # The run opens at its deadline without this report: what this process knew may be spent again.
+            log.warning("could not report to the new run of key budget %s: %s", budget_id, type(exc).__name__)
+
+    def _in_flight(self, budget_id: int, epoch: int) -> int:
+        """Credits this process holds reserved for calls of a budget's keys in its runs other than `epoch`, or
+        while they had no budget."""
+        without = self.unbudgeted.get(budget_id)
+        held = without.reserved if without is not None else 0
+        return held + sum(b.reserved for s, b in self.budgets.items() if s[0] == budget_id and s[3] != epoch)
+
+    def tracker(self, budget_id: int) -> Budget:
+        """What the calls of a budget's keys hold while the keys have no budget (no slice: only counted)."""
+        tracker = self.unbudgeted.get(budget_id)
+        if tracker is None:
+            tracker = self.unbudgeted[budget_id] = Budget(budget_id, "", 0)
+        return tracker
 
     def _slot(self, key: KeyEntry) -> tuple[Budget, tuple, str]:
         """The slice a call of `key` reserves from: its run's, or a newer run's of the same budget."""
@@ -102,6 +186,10 @@ class KeyBudgets:
         async def take() -> None:
             spent_so_far = None
             if _started_within(budget.epoch, since_day):
+                if budget.epoch > self._reported.get(budget.budget_id, 0):
+                    self._reported[budget.budget_id] = budget.epoch
+                    # Before taking from the run: what this process knew counts first.
+                    await self._report(key.account_id, budget.budget_id, budget.period, since_day, budget.epoch)
                 # Set (again) during this period: its keys may have spent before, outside any budget document.
                 spent_so_far = functools.partial(self._spent_by_budget, key.account_id, slot, since_day)
             grant = await self.budget_store.take(
@@ -141,12 +229,15 @@ class KeyBudgets:
         members = set(await self.keys.budget_members(slot[0]))
         # Read with the buffer (summary takes its records before its first await): a call settling meanwhile
         # leaves its reservation for its record, counted twice (a few credits under), never missed.
-        in_flight = sum(b.reserved for s, b in self.budgets.items() if s[0] == slot[0] and s[3] != slot[3])
+        in_flight = self._in_flight(slot[0], slot[3])
         rows = await self.reads.summary(account_id, since_day, ("key_id",))
         return in_flight + sum(row[1] for (key_id,), row in rows.items() if key_id in members)
 
     def retire_idle(self) -> None:
         """Slices of budgets idle for 3 lease windows (or of a past period) go back for other processes."""
+        for budget_id, tracker in list(self.unbudgeted.items()):
+            if tracker.reserved == 0:
+                del self.unbudgeted[budget_id]
         now, today = self.clock(), datetime.now(UTC)
         current = {budget_period(kind, today)[0] for kind in ("day", "month", "total")}
         for slot, budget in list(self.budgets.items()):

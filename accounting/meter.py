@@ -69,7 +69,7 @@ class Meter:
         # batch retried after registering again keeps its id and is written once.
         self._id_prefix = leases.process_id
         self.reads = UsageReads(settings, usage, self.buffer, self._id_prefix)
-        self.key_budgets = KeyBudgets(settings, budget_store, keys, self.reads, clock, self.spawn)
+        self.key_budgets = KeyBudgets(settings, budget_store, keys, self.reads, leases, clock, self.spawn)
         self.key_cache = LoadingCache(
             self._load_key, settings.key_cache_size, settings.key_cache_ttl, settings.negative_cache_ttl
         )
@@ -113,9 +113,12 @@ class Meter:
             self.key_cache.invalidate(digest)
 
     def key_changed(self, doc: dict) -> None:
-        """A key's properties changed (here or, through coherence, elsewhere): the cached entry follows at once."""
+        """A key's properties changed (here or, through coherence, elsewhere): the cached entry follows at once,
+        and a budget started again elsewhere hears what this process alone knows its keys spent."""
+        entry = entry_of(doc)
         if self.key_cache.peek(doc["digest"]) is not None:
-            self.key_cache.put(doc["digest"], entry_of(doc))
+            self.key_cache.put(doc["digest"], entry)
+        self.key_budgets.heard(entry)
 
     async def account_view(self, account_id: str) -> AccountView:
         view = await self.account_cache.get(account_id)
@@ -127,8 +130,16 @@ class Meter:
     async def reserve(self, account_id: str, most: int, least: int, key: KeyEntry | None = None) -> Reservation | None:
         """Reserves credits for one call from the account and, if the key has one, from its budget; None
         means the account cannot pay for it (402); BudgetExhausted that the key's budget cannot."""
-        if key is None or key.credit_limit is None:
+        if key is None:
             return await self._reserve_account(account_id, most, least)
+        if key.credit_limit is None:
+            reservation = await self._reserve_account(account_id, most, least)
+            if reservation is None:
+                return None
+            # Counted for the key's budget family: a budget set (again) while these calls are in flight counts them.
+            tracker = self.key_budgets.tracker(key.budget_id)
+            tracker.reserved += reservation.amount
+            return Reservation(account_id, reservation.amount, tracker, reservation.purse)
         budget, amount = await self.key_budgets.reserve(key, most, least)
         try:
             reservation = await self._reserve_account(account_id, amount, least)
@@ -293,6 +304,7 @@ class Meter:
                     self.metrics.flush_failures += 1  # the same batch is retried as it is
                     raise
                 self.buffer.done()
+                self.reads.written(batch)
                 written += len(batch)
                 self.metrics.flushes += 1
                 self.metrics.flushed_records += len(batch)

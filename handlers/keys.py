@@ -298,15 +298,24 @@ class KeyHandler(KeysBase):
                 # is in no budget document, so the new run gets its own, counted from the usage (storage/budgets.py).
                 changes["budget_epoch"] = time.time_ns() // 1_000_000
             budget = {name: changes.pop(name) for name in BUDGET_FIELDS if name in changes}
+            budget_id = key.get("budget_id", key["key_id"])
+            if "budget_epoch" in budget:
+                # Its document first, counting what the keys spent (calls in flight included, in every process):
+                # no key carries the run before it exists.
+                await self.ctx.meter.key_budgets.open_run(
+                    key["account_id"], budget_id, final["credit_limit_period"], budget["budget_epoch"]
+                )
             if budget:
                 # A change to the budget is a change for all its keys, in one statement.
-                budget_id = key.get("budget_id", key["key_id"])
                 for member in await self.ctx.keys.update_budget(key["account_id"], budget_id, budget):
                     self.ctx.meter.key_changed(member)
             doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes)
         if doc is None:
             raise ApiError(404, "Key not found")
         self.ctx.meter.key_changed(doc)  # effective here before the answer; elsewhere within a second
+        if "budget_epoch" in budget:
+            # A budget started again is in force in every process before the answer (they report as they hear).
+            await self.ctx.meter.key_budgets.opened(budget_id, final["credit_limit_period"], budget["budget_epoch"])
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
 
 

@@ -48,14 +48,15 @@ def charged(responses) -> int:
     ],
     ids=["period-there-and-back", "removed-and-set-again", "total-then-month"],
 )
-async def test_a_budget_changed_while_calls_are_in_flight_grants_no_fresh_budget(mongo, catalog, change, back):
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_budget_changed_while_calls_are_in_flight_grants_no_fresh_budget(mongo, catalog, change, back, workers):
     """Invariant: the budget's spend <= its limit. A key with 180 credits a day (10 profiles), a provider 1 s
     slow: 11 calls, change the budget while they are in flight, 11 calls, change it back, 11 calls. Each new
     run of the budget counted the stored and buffered usage but not the calls reserved and not yet settled,
     which went on spending from the old run: 30 calls served, 540 credits (issue 20, attack 1)."""
     sim = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, faults="latency=1000")
     try:
-        gw = await served(mongo, sim.url)
+        gw = await served(mongo, sim.url, workers)
         _, (secret,), auth = await account_with_keys(gw, 1_000_000, 1)
         key_id = (await call(gw, "GET", "/keys", **auth))[1][0]["key_id"]
         budget = {"credit_limit": 180, "credit_limit_period": "day"}
