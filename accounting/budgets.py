@@ -93,24 +93,17 @@ class KeyBudgets:
                 await asyncio.sleep(OPENING_POLL)  # other processes are still adding what they know
         raise BudgetExhausted()
 
-    async def open_run(self, account_id: str, budget_id: int, kind: str, epoch: int) -> None:
+    async def open_run(self, account_id: str, budget_id: int, kind: str, epoch: int, others: list[str]) -> None:
         """A PATCH starts the budget again (`epoch`, ms) for period `kind`: its document for the period is
         opened before any key carries the run, with what its keys spent as far as this process knows (stored
         usage, this process's buffer and its calls in flight); the other live processes add what only they
-        know when they hear of the run (heard), and no slice is taken before they have (storage/budgets.py)."""
+        know when they hear of the run (heard), and no slice is taken before they have (storage/budgets.py).
+        `others`: the live processes (Meter.others)."""
         period, since_day = self._period(kind)
         self._reported[budget_id] = epoch
-        others = await self.leases.live_others(self.settings.lease_timeout / 2)
         taken = await self._spent_by_budget(account_id, (budget_id, None, period, epoch), since_day)
         opens = datetime.now(UTC) + timedelta(seconds=OPENING_WAIT if others else 0)
         await self.budget_store.open(budget_id, period, epoch, taken, others, opens)
-
-    async def opened(self, budget_id: int, kind: str, epoch: int) -> None:
-        """Waits until every process has heard of a run open_run started (each reports as it hears: from then
-        on its calls spend from the new run), at most OPENING_WAIT: a PATCH answers once it is in force."""
-        period, _ = self._period(kind)
-        while await self.budget_store.opening(budget_id, period, epoch):
-            await asyncio.sleep(OPENING_POLL)
 
     def heard(self, key: KeyEntry) -> None:
         """A key changed: if its budget started a run this process has not reported to, report (in the

@@ -36,6 +36,8 @@ log = logging.getLogger("gateway.meter")
 
 REFILL_ATTEMPTS = 4
 RENEW_WAIT = 0.5  # seconds a call waits for the heartbeat it asked for (Meter._renewed)
+HEARD_WAIT = 2.0  # seconds a key change's answer waits for every other live process to apply it (in_force)
+HEARD_POLL = 0.02
 
 
 def _retrieved(task: asyncio.Future) -> None:
@@ -119,6 +121,29 @@ class Meter:
         if self.key_cache.peek(doc["digest"]) is not None:
             self.key_cache.put(doc["digest"], entry)
         self.key_budgets.heard(entry)
+
+    async def others(self) -> list[str]:
+        """The other processes that may be spending (heartbeat within LEASE_TIMEOUT / 2): a key change lists
+        them as `unheard` until each has applied it (storage/keys.py)."""
+        return await self.leases.live_others(self.settings.lease_timeout / 2)
+
+    async def in_force(self, key_ids: list[int]) -> None:
+        """Waits until every process listed on the keys' latest changes has applied them (accounting/coherence.py
+        acknowledges), at most HEARD_WAIT: past that, a silent process follows within the coherence lag."""
+        deadline = self.clock() + HEARD_WAIT
+        while await self.keys.unheard(key_ids) and self.clock() < deadline:
+            await asyncio.sleep(HEARD_POLL)
+
+    def heard(self, doc: dict | None) -> None:
+        """A key change from elsewhere is applied here: acknowledged if its writer waits for this process."""
+        if doc and self.leases.process_id in (doc.get("unheard") or ()):
+            self.spawn(self._acknowledge(doc["_id"]))
+
+    async def _acknowledge(self, key_id: int) -> None:
+        try:
+            await self.keys.heard(key_id, self.leases.process_id)
+        except Exception as exc:
+            log.debug("could not acknowledge a key change: %s", type(exc).__name__)  # its writer waits HEARD_WAIT
 
     async def account_view(self, account_id: str) -> AccountView:
         view = await self.account_cache.get(account_id)

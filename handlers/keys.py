@@ -283,6 +283,7 @@ class KeyHandler(KeysBase):
         async with self.ctx.keys.one_at_a_time(("key changes", self.current_user)):
             key = await self.owned_key(key_id)
             changes = properties_of(self.json_body(), KEY_PATCH)
+            others = await self.ctx.meter.others()
             if "name" in changes and changes["name"] is None:
                 raise ValidationError([error(["body", "name"], "Input should be a valid string", "string_type")])
             if "credit_limit" in changes and changes["credit_limit"] is None:
@@ -298,24 +299,23 @@ class KeyHandler(KeysBase):
                 # is in no budget document, so the new run gets its own, counted from the usage (storage/budgets.py).
                 changes["budget_epoch"] = time.time_ns() // 1_000_000
             budget = {name: changes.pop(name) for name in BUDGET_FIELDS if name in changes}
-            budget_id = key.get("budget_id", key["key_id"])
+            budget_id, changed = key.get("budget_id", key["key_id"]), [key["key_id"]]
             if "budget_epoch" in budget:
                 # Its document first, counting what the keys spent (calls in flight included, in every process):
                 # no key carries the run before it exists.
                 await self.ctx.meter.key_budgets.open_run(
-                    key["account_id"], budget_id, final["credit_limit_period"], budget["budget_epoch"]
+                    key["account_id"], budget_id, final["credit_limit_period"], budget["budget_epoch"], others
                 )
             if budget:
                 # A change to the budget is a change for all its keys, in one statement.
-                for member in await self.ctx.keys.update_budget(key["account_id"], budget_id, budget):
+                for member in await self.ctx.keys.update_budget(key["account_id"], budget_id, budget, others):
                     self.ctx.meter.key_changed(member)
-            doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes)
+                    changed.append(member["key_id"])
+            doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes, others)
         if doc is None:
             raise ApiError(404, "Key not found")
-        self.ctx.meter.key_changed(doc)  # effective here before the answer; elsewhere within a second
-        if "budget_epoch" in budget:
-            # A budget started again is in force in every process before the answer (they report as they hear).
-            await self.ctx.meter.key_budgets.opened(budget_id, final["credit_limit_period"], budget["budget_epoch"])
+        self.ctx.meter.key_changed(doc)
+        await self.ctx.meter.in_force(changed)  # applied by every process before the answer (bounded)
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
 
 
@@ -347,12 +347,13 @@ class RollHandler(KeysBase):
             if old.get("rolled_to") is not None:
                 raise ApiError(409, f"This key was rolled already; roll key {old['rolled_to']} instead")
             async with self.ctx.keys.one_at_a_time(("create", account_id)):
-                secret, new = await self._roll(old, now, grace)
+                secret, new = await self._roll(old, now, grace, await self.ctx.meter.others())
+        await self.ctx.meter.in_force([old["key_id"]])  # the old key's end, applied everywhere (bounded)
         self.log_fields["key_id"] = new["key_id"]
         rows = {r["key_id"]: r for r in await self.rows(account_id)}
         self.send_json({**rows[new["key_id"]], "key": secret, "rolled_from": old["key_id"]})
 
-    async def _roll(self, old: dict, now: datetime, grace: int) -> tuple[str, dict]:
+    async def _roll(self, old: dict, now: datetime, grace: int, others: list[str]) -> tuple[str, dict]:
         """The new key, counted against the key cap with the old one while its grace lasts."""
         account_id, most = old["account_id"], self.ctx.settings.max_keys_per_account
         if grace and await self.ctx.keys.count_active(account_id) >= most:
@@ -361,31 +362,31 @@ class RollHandler(KeysBase):
         if old.get("expires_at") is not None and old["expires_at"] < ends:
             ends = old["expires_at"]
         if not grace:
-            await self._ends(old, {"expires_at": ends})  # before the new key exists: never both at once
+            await self._ends(old, {"expires_at": ends}, others)  # before the new key exists: never both at once
         properties = {name: old.get(name) for name in PROPERTIES}
         # The new key spends from the same budget: rolling does not grant a fresh one.
         properties["budget_id"] = old.get("budget_id", old["key_id"])
         properties["budget_epoch"] = old.get("budget_epoch")
         secret, new = await issue(self.ctx, account_id, old["name"], properties)
         # rolled_to: a rolled key is never revived (PATCH) nor rolled again.
-        ended = await self._ends(old, {"expires_at": ends, "rolled_to": new["key_id"]})
+        ended = await self._ends(old, {"expires_at": ends, "rolled_to": new["key_id"]}, others)
         if await self.ctx.keys.count_active(account_id, up_to=new["key_id"]) > most:
             # Another process created or rolled at the same moment: the highest ids past the cap give way.
             await self.ctx.keys.delete(new["key_id"])
-            await self._ends(old, {"expires_at": old.get("expires_at"), "rolled_to": None})
+            await self._ends(old, {"expires_at": old.get("expires_at"), "rolled_to": None}, others)
             raise ApiError(409, _ROLL_AT_CAP.format(most))
         # A PATCH through another process may have changed the budget between the read and the insert: the
         # new key takes the budget as it is now (a later PATCH finds it among the budget's keys).
         current = {name: ended.get(name) for name in BUDGET_FIELDS} if ended else {}
         if current and any(properties.get(name) != value for name, value in current.items()):
-            doc = await self.ctx.keys.update(account_id, new["key_id"], current)
+            doc = await self.ctx.keys.update(account_id, new["key_id"], current, [])  # known nowhere else yet
             if doc is not None:
                 self.ctx.meter.key_changed(doc)
         return secret, new
 
-    async def _ends(self, old: dict, changes: dict) -> dict | None:
+    async def _ends(self, old: dict, changes: dict, others: list[str]) -> dict | None:
         """Changes the old key's end (and roll mark), in force here before the answer; the key as it is now."""
-        doc = await self.ctx.keys.update(old["account_id"], old["key_id"], changes)
+        doc = await self.ctx.keys.update(old["account_id"], old["key_id"], changes, others)
         if doc is not None:
             self.ctx.meter.key_changed(doc)
         return doc
@@ -406,8 +407,9 @@ class RevokeHandler(KeysBase):
     @authenticated
     async def post(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
-        await self.ctx.keys.revoke(key["account_id"], key["key_id"])
+        await self.ctx.keys.revoke(key["account_id"], key["key_id"], await self.ctx.meter.others())
         self.ctx.meter.key_revoked(key["digest"])
+        await self.ctx.meter.in_force([key["key_id"]])  # and in every other process (bounded: Meter.in_force)
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
 
 

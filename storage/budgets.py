@@ -110,11 +110,6 @@ class BudgetStore:
             {"$inc": {"taken": spent}, "$pull": {"waiting": reporter}},
         )
 
-    async def opening(self, budget_id: int, period: str, epoch: int) -> bool:
-        """Whether the run's document still waits for reports (before its `open_at`)."""
-        doc = await self.budgets.find_one({"_id": _doc_id(budget_id, period, epoch)}, {"waiting": 1, "open_at": 1})
-        return bool(doc and doc.get("waiting") and doc["open_at"] > datetime.now(UTC))
-
     async def give_back(self, budget_id: int, period: str, amount: int, epoch: int = 0) -> None:
         if amount > 0:
             await self.budgets.update_one({"_id": _doc_id(budget_id, period, epoch)}, {"$inc": {"taken": -amount}})
