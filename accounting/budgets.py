@@ -93,25 +93,51 @@ class KeyBudgets:
                 await asyncio.sleep(OPENING_POLL)  # other processes are still adding what they know
         raise BudgetExhausted()
 
-    async def open_run(self, account_id: str, budget_id: int, kind: str, epoch: int, others: list[str]) -> None:
+    async def open_run(
+        self, account_id: str, budget_id: int, limit: int, kind: str, epoch: int, others: list[str]
+    ) -> None:
         """A PATCH starts the budget again (`epoch`, ms) for period `kind`: its document for the period is
         opened before any key carries the run, with what its keys spent as far as this process knows (stored
         usage, this process's buffer and its calls in flight); the other live processes add what only they
         know when they hear of the run (heard), and no slice is taken before they have (storage/budgets.py).
         `others`: the live processes (Meter.others)."""
-        period, since_day = self._period(kind)
+        previous = self._newest.get(budget_id)
         self._reported[budget_id] = epoch
-        taken = await self._spent_by_budget(account_id, (budget_id, None, period, epoch), since_day)
-        opens = datetime.now(UTC) + timedelta(seconds=OPENING_WAIT if others else 0)
-        await self.budget_store.open(budget_id, period, epoch, taken, others, opens)
+        slot, period, since_day = self._adopt(budget_id, limit, kind, epoch)
+
+        async def open_() -> None:
+            taken = await self._spent_by_budget(account_id, slot, since_day)
+            opens = datetime.now(UTC) + timedelta(seconds=OPENING_WAIT if others else 0)
+            await self.budget_store.open(budget_id, period, epoch, taken, others, opens)
+
+        try:
+            # Registered as the slot's take: calls sent to the new run meanwhile (_slot) wait for its document.
+            await single_flight(self._budget_takes, slot, open_)
+        except BaseException:
+            # The PATCH fails and no key carries the run: calls go on from the run before.
+            del self.budgets[slot]
+            if previous is not None:
+                self._newest[budget_id] = previous
+            raise
 
     def heard(self, key: KeyEntry) -> None:
         """A key changed: if its budget started a run this process has not reported to, report (in the
         background; a take of the run reports first too: _take_slice)."""
         if key.credit_limit is not None and key.budget_epoch > self._reported.get(key.budget_id, 0):
             self._reported[key.budget_id] = key.budget_epoch
-            period, since_day = self._period(key.period)
+            _, period, since_day = self._adopt(key.budget_id, key.credit_limit, key.period, key.budget_epoch)
             self.spawn(self._report(key.account_id, key.budget_id, period, since_day, key.budget_epoch))
+
+    def _adopt(self, budget_id: int, limit: int, kind: str, epoch: int) -> tuple[tuple, str, str]:
+        """The slot of a run this process learns of (opening it, or hearing of it), as the budget's newest:
+        a call whose key entry still carries an older run spends from it (_slot), never from the older run's
+        slice after what this process holds for that run was counted."""
+        period, since_day = self._period(kind)
+        slot = (budget_id, limit, period, epoch)
+        if slot not in self.budgets:
+            self.budgets[slot] = Budget(budget_id, period, limit, epoch)
+        self._newest[budget_id] = slot
+        return slot, period, since_day
 
     async def _report(self, account_id: str, budget_id: int, period: str, since_day: str, epoch: int) -> None:
         """Adds to a run opened elsewhere what this process alone knows its keys spent in the run's period:

@@ -304,7 +304,12 @@ class KeyHandler(KeysBase):
                 # Its document first, counting what the keys spent (calls in flight included, in every process):
                 # no key carries the run before it exists.
                 await self.ctx.meter.key_budgets.open_run(
-                    key["account_id"], budget_id, final["credit_limit_period"], budget["budget_epoch"], others
+                    key["account_id"],
+                    budget_id,
+                    final["credit_limit"],
+                    final["credit_limit_period"],
+                    budget["budget_epoch"],
+                    others,
                 )
             if budget:
                 # A change to the budget is a change for all its keys, in one statement.

@@ -82,6 +82,41 @@ async def test_a_budget_changed_while_calls_are_in_flight_grants_no_fresh_budget
         sim.stop()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_budget_changed_again_and_again_under_load_never_overspends(mongo, catalog, workers):
+    """Invariant: the budget's spend <= its limit. 24 clients call without pause (provider 0.3 s slow) while
+    the owner moves a 300-call budget between day, month and total 12 times: before, 8-23 calls over with one
+    process and 17-93 with two (issue 20)."""
+    sim = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, faults="latency=300")
+    try:
+        gw = await served(mongo, sim.url, workers)
+        _, (secret,), auth = await account_with_keys(gw, 10_000_000, 1)
+        key_id = (await call(gw, "GET", "/keys", **auth))[1][0]["key_id"]
+        limit = 300 * PRICE
+        assert (
+            await call(gw, "PATCH", f"/keys/{key_id}", {"credit_limit": limit, "credit_limit_period": "day"}, **auth)
+        )[0] == 200
+        path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+        responses, stop = [], asyncio.Event()
+
+        async def client() -> None:
+            while not stop.is_set():
+                responses.append(await gw.call("GET", path, **{"X-API-Key": secret}))
+
+        clients = [asyncio.ensure_future(client()) for _ in range(24)]
+        for period in ("month", "total", "day") * 4:
+            await asyncio.sleep(0.25)
+            status, body, _ = await call(gw, "PATCH", f"/keys/{key_id}", {"credit_limit_period": period}, **auth)
+            assert status == 200, body
+        await asyncio.sleep(1.0)
+        stop.set()
+        await asyncio.gather(*clients)
+        assert {r.code for r in responses} <= {200, 402}
+        assert charged(responses) <= limit, f"{charged(responses)} credits spent on a budget of {limit}"
+    finally:
+        sim.stop()
+
+
 # --- 2. a roll racing a budget change ----------------------------------------------------------------------
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_a_roll_racing_a_budget_change_leaves_one_budget(mongo, upstream_url, catalog, workers):
