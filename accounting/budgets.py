@@ -49,22 +49,16 @@ class KeyBudgets:
         clock,
         spawn,
     ):
-        self.settings, self.budget_store, self.keys, self.reads, self.leases = (
-            settings,
-            budget_store,
-            keys,
-            reads,
-            leases,
-        )
-        self.clock, self.spawn = clock, spawn
+        self.settings, self.budget_store, self.keys, self.reads = settings, budget_store, keys, reads
+        self.leases, self.clock, self.spawn = leases, clock, spawn
         self._reported: dict[int, int] = {}  # budget id -> the newest run this process opened or reported to
         # (budget id, limit, period, epoch) -> this process's slice. Keys rolled from one another share a
         # budget id and its settings (handlers/keys.py); while a change reaches a process, a key may still
         # carry the old ones, and is checked with them against the shared spend.
         self.budgets: dict[tuple, Budget] = {}
-        # budget id -> the slot of its newest run (highest epoch) this process has spent from: a call whose key
-        # entry still carries an older run (loaded before a change, or waiting for a slice during one) spends
-        # from the newest, which counted the older runs' calls in flight when it started (_spent_by_budget).
+        # budget id -> the slot of its newest run (highest epoch) this process knows: a call whose key entry
+        # still carries an older run (loaded before a change, or waiting for a slice during one) spends from
+        # the newest, which counted this process's calls in flight in the older runs when it began (_adopt).
         self._newest: dict[int, tuple] = {}
         # budget id -> the calls in flight of its keys while they have no budget (Meter.reserve): counted when
         # a budget is set (again) like the calls of its other runs.
@@ -244,7 +238,7 @@ class KeyBudgets:
     async def _spent_by_budget(self, account_id: str, slot: tuple, since_day: str) -> int:
         """What the keys of a budget spent since `since_day`, stored and buffered here, plus what this process
         holds reserved for their calls in flight in the budget's other runs: the start of the run's document
-        (other processes' calls in flight or unflushed are not seen; README, "Budgets under concurrency")."""
+        (other processes add what only they know: open_run, _report)."""
         members = set(await self.keys.budget_members(slot[0]))
         # Read with the buffer (summary takes its records before its first await): a call settling meanwhile
         # leaves its reservation for its record, counted twice (a few credits under), never missed.
