@@ -53,9 +53,11 @@ class Coherence:
             return
         if change.kind == "revoked":
             meter.key_revoked(change.id)
+            meter.heard(change.doc)  # in force here: the revoking process may answer
             return
         if change.kind == "key":
             meter.key_changed(change.doc)
+            meter.heard(change.doc)
             return
         account_id, doc = change.id, change.doc
         if "lease_wanted_at" in change.fields and doc.get("lease_wanted_by") != meter.leases.process_id:

@@ -36,6 +36,8 @@ log = logging.getLogger("gateway.meter")
 
 REFILL_ATTEMPTS = 4
 RENEW_WAIT = 0.5  # seconds a call waits for the heartbeat it asked for (Meter._renewed)
+HEARD_WAIT = 2.0  # seconds a key change's answer waits for every other live process to apply it (in_force)
+HEARD_POLL = 0.02
 
 
 def _retrieved(task: asyncio.Future) -> None:
@@ -69,7 +71,7 @@ class Meter:
         # batch retried after registering again keeps its id and is written once.
         self._id_prefix = leases.process_id
         self.reads = UsageReads(settings, usage, self.buffer, self._id_prefix)
-        self.key_budgets = KeyBudgets(settings, budget_store, keys, self.reads, clock, self.spawn)
+        self.key_budgets = KeyBudgets(settings, budget_store, keys, self.reads, leases, clock, self.spawn)
         self.key_cache = LoadingCache(
             self._load_key, settings.key_cache_size, settings.key_cache_ttl, settings.negative_cache_ttl
         )
@@ -113,9 +115,35 @@ class Meter:
             self.key_cache.invalidate(digest)
 
     def key_changed(self, doc: dict) -> None:
-        """A key's properties changed (here or, through coherence, elsewhere): the cached entry follows at once."""
+        """A key's properties changed (here or, through coherence, elsewhere): the cached entry follows at once,
+        and a budget started again elsewhere hears what this process alone knows its keys spent."""
+        entry = entry_of(doc)
         if self.key_cache.peek(doc["digest"]) is not None:
-            self.key_cache.put(doc["digest"], entry_of(doc))
+            self.key_cache.put(doc["digest"], entry)
+        self.key_budgets.heard(entry)
+
+    async def others(self) -> list[str]:
+        """The other processes that may be spending (heartbeat within LEASE_TIMEOUT / 2): a key change lists
+        them as `unheard` until each has applied it (storage/keys.py)."""
+        return await self.leases.live_others(self.settings.lease_timeout / 2)
+
+    async def in_force(self, key_ids: list[int]) -> None:
+        """Waits until every process listed on the keys' latest changes has applied them (accounting/coherence.py
+        acknowledges), at most HEARD_WAIT: past that, a silent process follows within the coherence lag."""
+        deadline = self.clock() + HEARD_WAIT
+        while await self.keys.unheard(key_ids) and self.clock() < deadline:
+            await asyncio.sleep(HEARD_POLL)
+
+    def heard(self, doc: dict | None) -> None:
+        """A key change from elsewhere is applied here: acknowledged if its writer waits for this process."""
+        if doc and self.leases.process_id in (doc.get("unheard") or ()):
+            self.spawn(self._acknowledge(doc["_id"]))
+
+    async def _acknowledge(self, key_id: int) -> None:
+        try:
+            await self.keys.heard(key_id, self.leases.process_id)
+        except Exception as exc:
+            log.debug("could not acknowledge a key change: %s", type(exc).__name__)  # its writer waits HEARD_WAIT
 
     async def account_view(self, account_id: str) -> AccountView:
         view = await self.account_cache.get(account_id)
@@ -127,8 +155,16 @@ class Meter:
     async def reserve(self, account_id: str, most: int, least: int, key: KeyEntry | None = None) -> Reservation | None:
         """Reserves credits for one call from the account and, if the key has one, from its budget; None
         means the account cannot pay for it (402); BudgetExhausted that the key's budget cannot."""
-        if key is None or key.credit_limit is None:
+        if key is None:
             return await self._reserve_account(account_id, most, least)
+        if key.credit_limit is None:
+            reservation = await self._reserve_account(account_id, most, least)
+            if reservation is None:
+                return None
+            # Counted for the key's budget family: a budget set (again) while these calls are in flight counts them.
+            tracker = self.key_budgets.tracker(key.budget_id)
+            tracker.reserved += reservation.amount
+            return Reservation(account_id, reservation.amount, tracker, reservation.purse)
         budget, amount = await self.key_budgets.reserve(key, most, least)
         try:
             reservation = await self._reserve_account(account_id, amount, least)
@@ -293,6 +329,7 @@ class Meter:
                     self.metrics.flush_failures += 1  # the same batch is retried as it is
                     raise
                 self.buffer.done()
+                self.reads.written(batch)
                 written += len(batch)
                 self.metrics.flushes += 1
                 self.metrics.flushed_records += len(batch)

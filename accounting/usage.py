@@ -1,6 +1,8 @@
 """An account's usage as the portal reads it: the stored usage (storage/usage.py) merged with the
 records this process still buffers (metering/usage.py), each call counted once."""
 
+import time
+from collections import deque
 from datetime import UTC, datetime
 
 from config.settings import Settings
@@ -8,11 +10,42 @@ from metering.ledger import budget_period
 from metering.usage import UsageBuffer
 from storage.usage import UsageStore, bucket_id, is_error
 
+WRITTEN_MEMORY = 10.0  # seconds the charges of written batches are remembered (spent_unknown_since)
+
 
 class UsageReads:
     def __init__(self, settings: Settings, usage: UsageStore, buffer: UsageBuffer, batch_prefix: str):
         # Buffered batches are written as "<batch_prefix>-<seq>" (accounting/meter.py flush).
         self.settings, self.usage, self.buffer, self.batch_prefix = settings, usage, buffer, batch_prefix
+        # (when written, {(account, key id, day): credits}) of the batches written lately, oldest first.
+        self._written: deque[tuple[float, dict]] = deque()
+
+    def written(self, batch: list[dict]) -> None:
+        """A batch is stored (its totals too): remembered for a while (spent_unknown_since)."""
+        now = time.time()
+        charges: dict[tuple, int] = {}
+        for r in batch:
+            if r["credits"]:
+                at = (r["account_id"], r["key_id"], r["ts"].date().isoformat())
+                charges[at] = charges.get(at, 0) + r["credits"]
+        self._written.append((now, charges))
+        while self._written and self._written[0][0] < now - WRITTEN_MEMORY:
+            self._written.popleft()
+
+    def spent_unknown_since(self, account_id: str, keys: set[int], since_day: str, moment: float) -> int:
+        """What this process charged `keys` from `since_day` that a read of the stored usage at `moment`
+        (epoch seconds) may not have seen: still buffered, or written after it."""
+        spent = sum(
+            r["credits"]
+            for r in self.buffer.for_account(account_id)
+            if r["key_id"] in keys and r["ts"].date().isoformat() >= since_day
+        )
+        for when, charges in self._written:
+            if when >= moment:
+                spent += sum(
+                    c for (a, k, day), c in charges.items() if a == account_id and k in keys and day >= since_day
+                )
+        return spent
 
     async def summary(self, account_id: str, since_day: str, group_by: tuple[str, ...]) -> dict[tuple, list]:
         """(group values) -> [calls, credits, errors] from `since_day` (an ISO date, "" for all): stored

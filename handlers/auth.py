@@ -190,6 +190,8 @@ class AttributionHandler(BaseHandler):
     async def post(self) -> None:
         account_id = self.current_user
         data = self.json_body()
+        # Closed like every body: a property it does not know is 422. What the known ones hold is best effort.
+        validate_body({name: None for name in data} if isinstance(data, dict) else data, ATTRIBUTION)
         try:
             body = validate_body(data, ATTRIBUTION)
             stored = await self.ctx.accounts.set_attribution(

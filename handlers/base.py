@@ -108,7 +108,17 @@ def admin_only(method):
     return wrapper
 
 
-class BaseHandler(tornado.web.RequestHandler):
+class Anonymous(tornado.web.RequestHandler):
+    """No `Server` header on any answer (Tornado's names its version: nothing to tell a scanner). clear() is
+    where Tornado sets it, for every answer and again before an error page; every handler of the application
+    derives from this one, the static files' included (handlers/portal.py)."""
+
+    def clear(self) -> None:
+        super().clear()
+        self.clear_header("Server")
+
+
+class BaseHandler(Anonymous):
     ctx: Context
 
     def initialize(self, ctx: Context, **kwargs: Any) -> None:
@@ -131,7 +141,6 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.set_header("X-Content-Type-Options", "nosniff")
-        self.clear_header("Server")  # Tornado's names its version: nothing to tell a scanner
         # Tornado calls this before initialize() too, when kept_headers does not exist yet.
         for name, value in getattr(self, "kept_headers", {}).items():
             self.set_header(name, value)

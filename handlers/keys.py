@@ -9,6 +9,7 @@ allowed_endpoints (data paths or group names), allowed_ips (addresses or CIDRs) 
 import ipaddress
 import re
 import time
+import unicodedata
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -22,7 +23,23 @@ from storage.keys import BUDGET_FIELDS, PROPERTIES
 PERIODS = ("day", "month", "total")
 MAX_ENDPOINTS, MAX_IPS, MAX_CREDIT_LIMIT, MAX_GRACE = 100, 100, 10**15, 604_800
 MAX_IP_TEXT = 64  # characters of one allowed_ips entry
-NAME = Field("name", str, required=False, min_length=1, max_length=100, description='Absent or null: "default"')
+
+
+def _no_controls(value: str, loc: list) -> None:
+    # A name is shown in lists, logs and CSV exports: NUL, line breaks and other control characters have no place.
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        raise ValidationError([error(loc, "Input should not contain control characters", "string_pattern_mismatch")])
+
+
+NAME = Field(
+    "name",
+    str,
+    required=False,
+    min_length=1,
+    max_length=100,
+    check=_no_controls,
+    description='Absent or null: "default"',
+)
 
 
 def _one_of(choices: tuple) -> Callable:
@@ -68,10 +85,16 @@ CURSOR = Field(
     description="X-Next-Cursor of the previous page: the keys after it",
 )
 _TOO_MANY = "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT); revoke one to create another"
+_ROLL_AT_CAP = (
+    "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT): during a grace the old and the new key"
+    " both count; roll with grace_seconds 0 or revoke a key first"
+)
 
 
 def _expiry(value: str, loc: list) -> datetime:
     try:
+        if not (value.isascii() and value.isprintable()):
+            raise ValueError  # fromisoformat ignores a trailing NUL ("2030-01-01T00:00:00\x00")
         moment = datetime.fromisoformat(value)
         # Converting to UTC can leave the years 1..9999 ("9999-12-31T23:59:59-05:00"): OverflowError.
         moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
@@ -260,13 +283,13 @@ class KeyHandler(KeysBase):
         async with self.ctx.keys.one_at_a_time(("key changes", self.current_user)):
             key = await self.owned_key(key_id)
             changes = properties_of(self.json_body(), KEY_PATCH)
+            others = await self.ctx.meter.others()
             if "name" in changes and changes["name"] is None:
                 raise ValidationError([error(["body", "name"], "Input should be a valid string", "string_type")])
             if "credit_limit" in changes and changes["credit_limit"] is None:
                 changes["credit_limit_period"] = None  # removing the budget removes its period with it
-            if "expires_at" in changes and key.get("expires_at") is not None and key["expires_at"] <= datetime.now(UTC):
-                # An expired key (a rolled one's grace included) stays expired: revived, a leaked key would work again.
-                raise ApiError(409, "This API key has expired; its expiry cannot be changed")
+            if "expires_at" in changes:
+                _check_expiry_change(key, changes["expires_at"])
             final = {**{name: key.get(name) for name in PROPERTIES}, **changes}
             check_budget(final)
             if final["credit_limit"] is not None and (
@@ -276,16 +299,38 @@ class KeyHandler(KeysBase):
                 # is in no budget document, so the new run gets its own, counted from the usage (storage/budgets.py).
                 changes["budget_epoch"] = time.time_ns() // 1_000_000
             budget = {name: changes.pop(name) for name in BUDGET_FIELDS if name in changes}
+            budget_id, changed = key.get("budget_id", key["key_id"]), [key["key_id"]]
+            if "budget_epoch" in budget:
+                # Its document first, counting what the keys spent (calls in flight included, in every process):
+                # no key carries the run before it exists.
+                await self.ctx.meter.key_budgets.open_run(
+                    key["account_id"],
+                    budget_id,
+                    final["credit_limit"],
+                    final["credit_limit_period"],
+                    budget["budget_epoch"],
+                    others,
+                )
             if budget:
                 # A change to the budget is a change for all its keys, in one statement.
-                budget_id = key.get("budget_id", key["key_id"])
-                for member in await self.ctx.keys.update_budget(key["account_id"], budget_id, budget):
+                for member in await self.ctx.keys.update_budget(key["account_id"], budget_id, budget, others):
                     self.ctx.meter.key_changed(member)
-            doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes)
+                    changed.append(member["key_id"])
+            doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes, others)
         if doc is None:
             raise ApiError(404, "Key not found")
-        self.ctx.meter.key_changed(doc)  # effective here before the answer; elsewhere within a second
+        self.ctx.meter.key_changed(doc)
+        await self.ctx.meter.in_force(changed)  # applied by every process before the answer (bounded)
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
+
+
+def _check_expiry_change(key: dict, expires_at: datetime | None) -> None:
+    """An expired key stays expired, and a rolled key ends no later than its roll said: revived, a leaked key
+    would work again (and a rolled one would be a key past the cap). Ending a grace sooner is allowed."""
+    if key.get("expires_at") is not None and key["expires_at"] <= datetime.now(UTC):
+        raise ApiError(409, "This API key has expired; its expiry cannot be changed")
+    if key.get("rolled_to") is not None and (expires_at is None or expires_at > key["expires_at"]):
+        raise ApiError(409, "This API key was rolled; its grace can be shortened, not extended")
 
 
 class RollHandler(KeysBase):
@@ -293,26 +338,63 @@ class RollHandler(KeysBase):
 
     @authenticated
     async def post(self, key_id: str) -> None:
-        old = await self.owned_key(key_id)
         grace = validate_body(self.json_body(), ROLL)["grace_seconds"]
-        now = datetime.now(UTC)
-        if old["revoked"]:
-            raise ApiError(409, "A revoked key cannot be rolled")
-        if old.get("expires_at") is not None and old["expires_at"] <= now:
-            raise ApiError(409, "An expired key cannot be rolled")
+        account_id = self.current_user
+        # Under the lock PATCHes take: the new key copies the budget as the last change left it, and no change
+        # decided before the new key exists can miss it.
+        async with self.ctx.keys.one_at_a_time(("key changes", account_id)):
+            old = await self.owned_key(key_id)
+            now = datetime.now(UTC)
+            if old["revoked"]:
+                raise ApiError(409, "A revoked key cannot be rolled")
+            if old.get("expires_at") is not None and old["expires_at"] <= now:
+                raise ApiError(409, "An expired key cannot be rolled")
+            if old.get("rolled_to") is not None:
+                raise ApiError(409, f"This key was rolled already; roll key {old['rolled_to']} instead")
+            async with self.ctx.keys.one_at_a_time(("create", account_id)):
+                secret, new = await self._roll(old, now, grace, await self.ctx.meter.others())
+        await self.ctx.meter.in_force([old["key_id"]])  # the old key's end, applied everywhere (bounded)
+        self.log_fields["key_id"] = new["key_id"]
+        rows = {r["key_id"]: r for r in await self.rows(account_id)}
+        self.send_json({**rows[new["key_id"]], "key": secret, "rolled_from": old["key_id"]})
+
+    async def _roll(self, old: dict, now: datetime, grace: int, others: list[str]) -> tuple[str, dict]:
+        """The new key, counted against the key cap with the old one while its grace lasts."""
+        account_id, most = old["account_id"], self.ctx.settings.max_keys_per_account
+        if grace and await self.ctx.keys.count_active(account_id) >= most:
+            raise ApiError(409, _ROLL_AT_CAP.format(most))
+        ends = now + timedelta(seconds=grace)
+        if old.get("expires_at") is not None and old["expires_at"] < ends:
+            ends = old["expires_at"]
+        if not grace:
+            await self._ends(old, {"expires_at": ends}, others)  # before the new key exists: never both at once
         properties = {name: old.get(name) for name in PROPERTIES}
         # The new key spends from the same budget: rolling does not grant a fresh one.
         properties["budget_id"] = old.get("budget_id", old["key_id"])
         properties["budget_epoch"] = old.get("budget_epoch")
-        secret, new = await issue(self.ctx, old["account_id"], old["name"], properties)
-        ends = now + timedelta(seconds=grace)
-        if old.get("expires_at") is None or ends < old["expires_at"]:
-            doc = await self.ctx.keys.update(old["account_id"], old["key_id"], {"expires_at": ends})
+        secret, new = await issue(self.ctx, account_id, old["name"], properties)
+        # rolled_to: a rolled key is never revived (PATCH) nor rolled again.
+        ended = await self._ends(old, {"expires_at": ends, "rolled_to": new["key_id"]}, others)
+        if await self.ctx.keys.count_active(account_id, up_to=new["key_id"]) > most:
+            # Another process created or rolled at the same moment: the highest ids past the cap give way.
+            await self.ctx.keys.delete(new["key_id"])
+            await self._ends(old, {"expires_at": old.get("expires_at"), "rolled_to": None}, others)
+            raise ApiError(409, _ROLL_AT_CAP.format(most))
+        # A PATCH through another process may have changed the budget between the read and the insert: the
+        # new key takes the budget as it is now (a later PATCH finds it among the budget's keys).
+        current = {name: ended.get(name) for name in BUDGET_FIELDS} if ended else {}
+        if current and any(properties.get(name) != value for name, value in current.items()):
+            doc = await self.ctx.keys.update(account_id, new["key_id"], current, [])  # known nowhere else yet
             if doc is not None:
                 self.ctx.meter.key_changed(doc)
-        self.log_fields["key_id"] = new["key_id"]
-        rows = {r["key_id"]: r for r in await self.rows(old["account_id"])}
-        self.send_json({**rows[new["key_id"]], "key": secret, "rolled_from": old["key_id"]})
+        return secret, new
+
+    async def _ends(self, old: dict, changes: dict, others: list[str]) -> dict | None:
+        """Changes the old key's end (and roll mark), in force here before the answer; the key as it is now."""
+        doc = await self.ctx.keys.update(old["account_id"], old["key_id"], changes, others)
+        if doc is not None:
+            self.ctx.meter.key_changed(doc)
+        return doc
 
 
 class RevealHandler(KeysBase):
@@ -330,8 +412,9 @@ class RevokeHandler(KeysBase):
     @authenticated
     async def post(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
-        await self.ctx.keys.revoke(key["account_id"], key["key_id"])
+        await self.ctx.keys.revoke(key["account_id"], key["key_id"], await self.ctx.meter.others())
         self.ctx.meter.key_revoked(key["digest"])
+        await self.ctx.meter.in_force([key["key_id"]])  # and in every other process (bounded: Meter.in_force)
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
 
 

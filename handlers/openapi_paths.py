@@ -100,8 +100,8 @@ def _param_schema(param: Param) -> dict:
         return {"type": "boolean"}
     if param.choices:
         return {"type": "string", "enum": list(param.choices), "default": param.choices[0]}
-    if param.kind == "cursor":  # what cannot be a cursor: blank, too long, outside printable ASCII
-        return {"type": "string", "minLength": 1, "maxLength": CURSOR_MAX, "pattern": CURSOR_PATTERN}
+    if param.kind == "cursor":  # what cannot be a cursor: too long, outside printable ASCII; empty: the first page
+        return {"type": "string", "maxLength": CURSOR_MAX, "pattern": CURSOR_PATTERN}
     if param.kind == "ids":
         return {
             "type": "string",

@@ -17,7 +17,7 @@ from typing import Any
 import tornado.web
 
 from handlers import auth, openapi_operations
-from handlers.base import BaseHandler
+from handlers.base import Anonymous, BaseHandler
 from handlers.context import Context
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,7 +58,7 @@ def app_settings(ctx: Context) -> dict:
     }
 
 
-class StaticHandler(tornado.web.StaticFileHandler):
+class StaticHandler(Anonymous, tornado.web.StaticFileHandler):
     """The portal's files, with nosniff and the JSON error shape."""
 
     def initialize(self, path: str = STATIC, **kwargs: Any) -> None:

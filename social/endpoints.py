@@ -7,8 +7,9 @@ integer bounds, booleans, id lists, enumerations (`choices`), cursors, and eithe
 (`one_of`: at least one of these parameters must be sent).
 
 Cursors: the provider's are opaque strings, so the gateway refuses only what cannot be one:
-blank, longer than CURSOR_MAX characters, or with a character outside printable ASCII
-(spaces, control characters, non-ASCII). followers_ids' cursor is an integer (-1 or 0 start).
+longer than CURSOR_MAX characters, or with a character outside printable ASCII (spaces, control
+characters, non-ASCII). Empty (`cursor=`, which clients of the provider send for the first page) counts
+as absent, and the OpenAPI document says so. followers_ids' cursor is an integer (-1 or 0 start).
 
 A parameter sent twice counts with its last value; blank counts as absent. The provider is sent each
 parameter of the table once, as validated and priced (handlers/social.py `upstream_query`).
@@ -65,7 +66,7 @@ class Endpoint:
 # ECMA-262 regexes read them alike (`\d` would also match "٣" in Python).
 STRING_MAX = 1000  # every string parameter without a rule of its own: at most this many characters
 CURSOR_MAX = 1000
-CURSOR_PATTERN = "^[!-~]+$"  # printable ASCII, no spaces
+CURSOR_PATTERN = "^[!-~]*$"  # printable ASCII, no spaces; empty counts as absent (the first page)
 ID_PART = " *[0-9]{1,20} *"  # one id of an id list: ASCII digits, spaces around it allowed
 NOT_BLANK = r"\S"  # a required value needs a character that is not whitespace
 

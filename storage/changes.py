@@ -72,7 +72,7 @@ class ChangeFeed:
             return Change("ended", doc["_id"], frozenset())
         if event["ns"]["coll"] == "keys":
             if doc.get("revoked"):
-                return Change("revoked", doc["digest"], frozenset())
+                return Change("revoked", doc["digest"], frozenset(), doc)
             return Change("key", doc["digest"], frozenset(), doc)
         updated = set(event.get("updateDescription", {}).get("updatedFields", {}))
         return Change("account", doc["_id"], frozenset(updated.intersection(ACCOUNT_FIELDS)), doc)
@@ -80,8 +80,9 @@ class ChangeFeed:
     async def poll(self, since: datetime) -> list[tuple[datetime, Change]]:
         """Revocations and account changes stamped at or after `since`, each with its stamp."""
         found = []
-        async for key in self.db.keys.find({"revoked_at": {"$gte": since}}, {"digest": 1, "revoked_at": 1}):
-            found.append((key["revoked_at"], Change("revoked", key["digest"], frozenset())))
+        revoked = {"digest": 1, "revoked_at": 1, "unheard": 1}
+        async for key in self.db.keys.find({"revoked_at": {"$gte": since}}, revoked):
+            found.append((key["revoked_at"], Change("revoked", key["digest"], frozenset(), key)))
         async for key in self.db.keys.find({"props_changed_at": {"$gte": since}}, _HIDDEN):
             if not key.get("revoked"):
                 found.append((key["props_changed_at"], Change("key", key["digest"], frozenset(), key)))

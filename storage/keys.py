@@ -47,10 +47,16 @@ _ENTRY = {
 BUDGET_FIELDS = ("credit_limit", "credit_limit_period", "budget_epoch")
 
 
-def _changing(changes: dict) -> dict:
+def _changing(changes: dict, unheard: list[str]) -> dict:
     """The update setting `changes` (None removes a field), stamping props_changed_at, which other
-    processes follow (storage/changes.py)."""
-    update: dict = {"$set": {"props_changed_at": now_utc(), **{k: v for k, v in changes.items() if v is not None}}}
+    processes follow (storage/changes.py), and listing those that have yet to apply it (`unheard`: heard)."""
+    update: dict = {
+        "$set": {
+            "props_changed_at": now_utc(),
+            "unheard": unheard,
+            **{k: v for k, v in changes.items() if v is not None},
+        }
+    }
     removed = {k: "" for k, v in changes.items() if v is None}
     if removed:
         update["$unset"] = removed
@@ -166,30 +172,40 @@ class KeyStore:
     async def by_digest(self, digest: str) -> dict | None:
         return await self.keys.find_one({"digest": digest}, _ENTRY)
 
-    async def update(self, account_id: str, key_id: int, changes: dict) -> dict | None:
+    async def update(self, account_id: str, key_id: int, changes: dict, unheard: list[str]) -> dict | None:
         """Sets the given fields (None removes one) and stamps props_changed_at, which other processes
-        follow (storage/changes.py); the row plus the digest, or None if the account has no such key."""
+        follow (storage/changes.py) and, those in `unheard`, acknowledge (heard); the row plus the digest, or
+        None if the account has no such key."""
         return await self.keys.find_one_and_update(
             {"_id": key_id, "account_id": account_id},
-            _changing(changes),
+            _changing(changes, unheard),
             projection={**_ROW, **_ENTRY},
             return_document=ReturnDocument.AFTER,
         )
 
-    async def update_budget(self, account_id: str, budget_id: int, changes: dict) -> list[dict]:
+    async def update_budget(self, account_id: str, budget_id: int, changes: dict, unheard: list[str]) -> list[dict]:
         """Budget fields (BUDGET_FIELDS) on every key sharing the budget, in one statement, as update()
         does: a key and the keys rolled from it have one budget, so one limit, one period, one run."""
         members = {"account_id": account_id, "$or": [{"_id": budget_id}, {"budget_id": budget_id}]}
-        await self.keys.update_many(members, _changing(changes))
+        await self.keys.update_many(members, _changing(changes, unheard))
         return await self.keys.find(members, {**_ROW, **_ENTRY}).to_list(None)
 
-    async def revoke(self, account_id: str, key_id: int) -> dict | None:
+    async def revoke(self, account_id: str, key_id: int, unheard: list[str]) -> dict | None:
         return await self.keys.find_one_and_update(
             {"_id": key_id, "account_id": account_id},
-            {"$set": {"revoked": True, "revoked_at": now_utc()}},
+            {"$set": {"revoked": True, "revoked_at": now_utc(), "unheard": unheard}},
             projection=_ROW,
             return_document=ReturnDocument.AFTER,
         )
+
+    async def heard(self, key_id: int, process_id: str) -> None:
+        """`process_id` applies the key's latest change (not streamed: it sets neither revoked nor props_changed_at)."""
+        await self.keys.update_one({"_id": key_id, "unheard": process_id}, {"$pull": {"unheard": process_id}})
+
+    async def unheard(self, key_ids: list[int]) -> bool:
+        """Whether a process has yet to apply the latest change of one of these keys."""
+        query = {"_id": {"$in": key_ids}, "unheard": {"$exists": True, "$ne": []}}
+        return await self.keys.find_one(query, {"_id": 1}) is not None
 
     async def touch(self, last_used: dict[int, datetime]) -> None:
         """Batched last_used_at (key id -> a minute) in one round trip (two for keys older than key_last_used)."""

@@ -209,6 +209,12 @@ class LeaseStore:
             await self.processes.delete_one({"_id": dead})
         return reclaimed
 
+    async def live_others(self, timeout: float) -> list[str]:
+        """The other processes that sent a heartbeat within `timeout` seconds."""
+        cutoff = datetime.now(UTC) - timedelta(seconds=timeout)
+        query = {"_id": {"$ne": self.process_id}, "heartbeat_at": {"$gte": cutoff}, "reclaiming": {"$exists": False}}
+        return [doc["_id"] async for doc in self.processes.find(query, {"_id": 1})]
+
     async def others_held(self, account_id: str, doc: dict) -> int:
         """Credits other processes still hold for an account (lease minus persisted usage)."""
         others = {p: v["amount"] for p, v in (doc.get("leases") or {}).items() if p != self.process_id}
