@@ -86,7 +86,8 @@ checks.positive_data_acceptance.enabled = false
 include-operation-id = "post_auth_logout"
 enabled = false
 
-# Attribution is best effort by contract: any JSON body gets 200 {"ok": true, "stored": false} when invalid.
+# Attribution is best effort by contract: an invalid value of a known property gets 200 {"ok": true,
+# "stored": false} (unknown properties are refused, 422), which negative data counts as a failure.
 [[operations]]
 include-operation-id = "post_auth_attribution"
 checks.negative_data_rejection.enabled = false
