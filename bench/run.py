@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=3, help="--latency: seconds of warm-up before each run")
     parser.add_argument("--timeout", type=float, default=10, help="--latency: wrk's timeout per call, seconds")
     parser.add_argument(
-        "--workers-connections", type=int, default=1200, help="--latency: in flight against serve --workers 2"
+        "--workers-connections", default="600,1200", help="--latency: in flight against serve --workers 2 (a list)"
     )
     parser.add_argument(
         "--no-workers", dest="workers_scenario", action="store_false", help="--latency: skip the --workers 2 scenario"
@@ -108,6 +108,9 @@ def main() -> None:
         from bench import latency
 
         args.connections = [int(n) for n in (args.connections or "400,800").split(",")]
+        args.workers_connections = [int(n) for n in args.workers_connections.split(",")]
+        if "--seconds" not in sys.argv:
+            args.seconds = latency.SECONDS
         args.models = [m for m in args.models.split(",") if m]
         result = latency.run(args)
         out = args.out or os.path.join(HERE, "results", "latency.json")
