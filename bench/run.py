@@ -11,7 +11,8 @@ round trips per data call (the gateway's own PyMongo command-monitoring counter)
 `./dev bench --static` measures the gateway's own cost instead: a static upstream (nginx), 300 keys of
 10 accounts, the goals of issue 16 (bench/static.py). `./dev bench --latency` measures the real job: a
 provider answering in ~0.7 s, the gateway against nginx proxy_pass at 400-1,200 calls in flight, and a
-pool of provider keys (bench/latency.py).
+pool of provider keys (bench/latency.py). `./dev bench --clients [curl,h2] [--in-flight 100,400 ...]` measures the upstream
+HTTP client candidates in a bare proxy against the same slow provider (bench/clients.py).
 """
 
 import argparse
@@ -60,6 +61,10 @@ def saturate(
 
 
 def main() -> None:
+    if any(a == "--clients" or a.startswith("--clients=") for a in sys.argv[1:]):  # bench/clients.py, its options
+        from bench import clients
+
+        return clients.main(sys.argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--connections", default=None, help="32; --latency: a list, 400,800")
