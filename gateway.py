@@ -116,9 +116,7 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
                 "final flush failed (%s), %d usage records pending; retrying", type(exc).__name__, len(ctx.meter.buffer)
             )
             await asyncio.sleep(0.2)
-    closing = ctx.upstream.close()
-    if closing is not None:
-        await closing
+    ctx.upstream.close()
     ctx.executor.shutdown(wait=False)
     await ctx.client.close()
 

@@ -24,8 +24,9 @@ idle, over the calls in flight). Writes bench/results/clients.json and prints a 
         [--models longtail,fixed] [--clients curl,curl-4x,aiohttp,httptools,h2]    # the defaults: ~15 minutes
     ./dev bench --clients [curl,h2] [the other options]
 
-httptools and httpx[http2] are not the gateway's dependencies: `.venv/bin/pip install httptools 'httpx[http2]'`
-(a candidate whose package is missing is reported as failed, its proxy's error in the row).
+httptools is the gateway's own (social/http1.py is the production form of this candidate), aiohttp comes with the
+test extra; httpx[http2] is not installed: `.venv/bin/pip install 'httpx[http2]'` (a candidate whose package is
+missing is reported as failed, its proxy's error in the row).
 
 Reading it: the long-tail rows judge p99 (a fixed delay keeps a closed loop in waves); both models judge
 throughput and p50, and CPU per call says what is left for the gateway's own work.

@@ -79,23 +79,31 @@ PROVIDER_KEYS = {"pk1": 100, "pk2": 100, "pk3": 100}
 PROVIDER_429 = b'{"provider":"rate limited"}'  # tells a provider 429 passed through from the gateway's own
 README_START, README_END = "<!-- latency-bench:start -->", "<!-- latency-bench:end -->"
 
+# What both nginx servers share: thousands of connections each, logs and temporary files in our folder,
+# keep-alive connections that outlive any run.
+_PROLOGUE = """worker_rlimit_nofile 65536;
+error_log {work}/{name}-error.log;
+pid {work}/{name}.pid;
+events {{{{ worker_connections 20000; }}}}
+http {{{{
+    access_log off;
+    {{temp_paths}}
+    keepalive_requests 10000000;
+    keepalive_timeout 300s;
+"""
+
+
 # The provider: one nginx process (master_process off: it reads the page from our private temp dir), one
 # server per delay model. echo_sleep takes a variable; echo_exec then redirects internally to the page, which
 # nginx's static handler serves with its exact bytes, Content-Length and default_type (echo_location would
 # answer the same bytes chunked). limit_req runs before the content phase, so a 429 answers at once.
-PROVIDER_CONF = """load_module {echo_module};
+PROVIDER_CONF = (
+    """load_module {echo_module};
 daemon off;
 master_process off;
-worker_rlimit_nofile 65536;
-error_log {work}/provider-error.log;
-pid {work}/provider.pid;
-events {{ worker_connections 20000; }}
-http {{
-    access_log off;
-    {temp_paths}
-    keepalive_requests 10000000;
-    keepalive_timeout 300s;
-    limit_req_zone $http_x_api_key zone=perkey:10m rate={per_key_qps}r/s;
+"""
+    + _PROLOGUE.format(work="{work}", name="provider")
+    + """    limit_req_zone $http_x_api_key zone=perkey:10m rate={per_key_qps}r/s;
     map $request_id $longtail {{
 {buckets}
     }}
@@ -127,21 +135,16 @@ http {{
     }}
 }}
 """
+)
 # The reference: nginx proxy_pass with a keep-alive pool. With a master (for worker_processes 2); as root its
 # workers would switch to nobody, so they stay root (they only proxy: no file of ours is read).
-REFERENCE_CONF = """daemon off;
+REFERENCE_CONF = (
+    """daemon off;
 {user}
 worker_processes {workers};
-worker_rlimit_nofile 65536;
-error_log {work}/reference-error.log;
-pid {work}/reference.pid;
-events {{ worker_connections 20000; }}
-http {{
-    access_log off;
-    {temp_paths}
-    keepalive_requests 10000000;
-    keepalive_timeout 300s;
-    upstream provider {{
+"""
+    + _PROLOGUE.format(work="{work}", name="reference")
+    + """    upstream provider {{
         server 127.0.0.1:{provider_port} max_fails=0;
         keepalive 2000;
         keepalive_requests 10000000;
@@ -161,6 +164,7 @@ http {{
     }}
 }}
 """
+)
 TEMP_PATHS = " ".join(
     f"{kind}_temp_path {{work}}/nginx-tmp;" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
 )

@@ -1,23 +1,15 @@
-"""The pooled upstream client: keep-alive connections (aiohttp's client), timeouts, no redirects, a
-response size cap, the provider keys (social/provider_keys.py), fair connection slots (social/pool.py)
-and a circuit breaker.
+"""The upstream client: keep-alive connections (social/http1.py), timeouts, no redirects, a response size
+cap, the provider keys (social/provider_keys.py), fair connection slots (social/pool.py) and a circuit
+breaker."""
 
-Why aiohttp's client: against a provider answering in 0.7 s its cost per call stays flat with the
-calls in flight (measured: +20 ms at 100 in flight, +22 at 400), where libcurl through Tornado's
-CurlAsyncHTTPClient added delay in proportion (+70 ms at 100, +155 at 400: its multi handle is driven
-through one Tornado callback per socket event and a timer per transfer). It logs no request line,
-header or URL at any level: customers' query text and the provider key never reach the logs.
-"""
-
-import asyncio
 import math
 import time
 from dataclasses import dataclass
 
-import aiohttp
-from yarl import URL
+import httptools
 
 from security.throttle import MAX_ENTRIES, SlidingWindows
+from social.http1 import ConnectTimeout, Http1Pool, TooLarge
 from social.pool import FairSlots, Latency, PoolFull
 from social.provider_keys import ProviderKeys, Saturated
 
@@ -124,34 +116,23 @@ class UpstreamClient:
         """`api_key`: one provider key, or [(key, qps)] for a pool of them (UPSTREAM_API_KEYS)."""
         self.base = base_url.rstrip("/") + prefix.rstrip("/")
         self.keys = ProviderKeys([(api_key, 0.0)] if isinstance(api_key, str) else api_key)
-        self.connect_timeout, self.timeout, self.max_body_bytes = connect_timeout, timeout, max_body_bytes
+        # Header lines per provider key, made once (a key is configuration: never a line break in it).
+        self.headers = {
+            key.secret: f"X-API-Key: {key.secret}\r\nAccept: application/json\r\n".encode("latin-1")
+            for key in self.keys.keys
+            if "\r" not in key.secret and "\n" not in key.secret
+        }
+        self.timeout = timeout
         self.breaker = breaker
         self.slots = FairSlots(max_connections)
         self.latency = Latency(timeout)
-        self.session: aiohttp.ClientSession | None = None  # made on first use, inside the running loop
-        self.max_connections = max_connections
+        self.http = Http1Pool(base_url, connect_timeout, max_body_bytes)
+        self.connect_timeout = connect_timeout
 
     @property
     def latencies(self) -> list[float]:
         """Recent upstream latencies, for percentiles."""
         return self.latency.samples
-
-    def _session(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=self.max_connections,  # FairSlots hands out the same number first: aiohttp never queues
-            limit_per_host=0,
-            keepalive_timeout=60,
-            ttl_dns_cache=60,
-        )
-        return aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=self.timeout, sock_connect=self.connect_timeout),
-            cookie_jar=aiohttp.DummyCookieJar(),  # nothing one customer's call sets reaches another's
-            auto_decompress=True,
-            trust_env=False,
-            skip_auto_headers=("User-Agent",),
-            headers={"Accept": "application/json"},
-        )
 
     async def get(self, path: str, query: str, account: str | None = None, weight: float = 1.0) -> UpstreamResponse:
         """`account`: whose call this is, so that failures it runs into are attributed to it (Breaker), and
@@ -160,15 +141,16 @@ class UpstreamClient:
             raise UpstreamError("unavailable", "circuit breaker open")
         # `path` comes from the endpoint table and `query` is the client's query string (already
         # percent-encoded by handlers/social.py), so the upstream host and path can never be chosen by a client.
-        url = URL(self.base + path + ("?" + query if query else ""), encoded=True)
-        if self.session is None:
-            self.session = self._session()
+        url = self.base + path + ("?" + query if query else "")
         try:
             await self.slots.acquire(account or "", weight, self.connect_timeout)
         except PoolFull:
             raise UpstreamError("busy", "no connection to the provider came free") from None
         try:
-            for _attempt in range(len(self.keys.keys)):
+            # Each refused key is rested (or paced again) and the call tries the next one that has a token,
+            # waiting for it if its account is within its share: a few more tries than keys, since paced keys
+            # meet the provider's own count at its edge.
+            for _attempt in range(len(self.keys.keys) + 2):
                 try:
                     key = await self.keys.acquire(account)
                 except Saturated as exc:
@@ -181,50 +163,30 @@ class UpstreamClient:
         finally:
             self.slots.release(account or "")
 
-    async def _fetch(self, url: URL, secret: str, account: str | None) -> tuple[UpstreamResponse, str | None]:
+    async def _fetch(self, url: str, secret: str, account: str | None) -> tuple[UpstreamResponse, str | None]:
         started = time.perf_counter()
         try:
-            async with self.session.get(url, headers={"X-API-Key": secret}, allow_redirects=False) as response:
-                body = await self._read(response)
-                status, retry_after = response.status, response.headers.get("Retry-After")
-        except TimeoutError as exc:
-            # A slow answer may be the account's own expensive query; a connection that never opened is not.
-            self.breaker.failure(None if isinstance(exc, aiohttp.ConnectionTimeoutError) else account)
-            raise UpstreamError("timeout", type(exc).__name__) from None
-        except (aiohttp.ClientError, OSError) as exc:
+            answer = await self.http.get(url, self.headers[secret], self.timeout)
+        except ConnectTimeout:
+            self.breaker.failure(None)  # the provider did not take the connection: not the call's doing
+            raise UpstreamError("timeout", "connect") from None
+        except TimeoutError:
+            self.breaker.failure(account)  # a slow answer may be the account's own expensive query
+            raise UpstreamError("timeout", "answer") from None
+        except TooLarge:
+            self.breaker.failure(account)
+            raise UpstreamError("failed", "response too large") from None
+        except (OSError, httptools.HttpParserError) as exc:
             self.breaker.failure(None)
             raise UpstreamError("unreachable", type(exc).__name__) from None
         finally:
             self.latency.observe(time.perf_counter() - started)
-        if body is None:
-            self.breaker.failure(account)
-            raise UpstreamError("failed", "response too large")
-        if status >= 500:
+        if answer.status >= 500:
             self.breaker.failure(account)
         else:
             self.breaker.success()
-        return UpstreamResponse(status, body, time.perf_counter() - started), retry_after
+        return UpstreamResponse(answer.status, answer.body, time.perf_counter() - started), answer.retry_after
 
-    async def _read(self, response: aiohttp.ClientResponse) -> bytes | None:
-        """The body, or None past max_body_bytes (the connection is then dropped, not drained)."""
-        declared = response.content_length
-        if declared is not None and declared > self.max_body_bytes:
-            response.close()
-            return None
-        if declared is not None and not response.headers.get("Content-Encoding"):
-            return await response.read()  # bounded by the declared length, which aiohttp enforces
-        chunks, size = [], 0
-        async for chunk in response.content.iter_any():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                response.close()
-                return None
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    def close(self) -> asyncio.Future | None:
-        """Closes every pooled connection; awaiting the answer waits for them to be closed."""
-        session, self.session = self.session, None
-        if session is None or session.closed:
-            return None
-        return asyncio.ensure_future(session.close())
+    def close(self) -> None:
+        """Closes every idle connection to the provider."""
+        self.http.close()

@@ -100,8 +100,7 @@ async def test_a_customer_keeps_hundreds_of_calls_in_flight_at_its_plans_rate(mo
     seen = {"now": 0, "most": 0}
     # Slower than the real 0.7 s, so that a loaded test machine gets all 400 calls out while the first wait.
     server, url = provider(SlowProvider, delay=2.0, seen=seen)
-    # The default limits (the process harness lifts the in-flight one for other tests).
-    gw = await Gateway(mongo.uri, url, "t_real_load", PLAN_RULES=PLAN_1000, ACCOUNT_MAX_IN_FLIGHT="0").launch()
+    gw = await Gateway(mongo.uri, url, "t_real_load", PLAN_RULES=PLAN_1000).launch()  # the default limits
     try:
         user, keys, auth = await account_with_keys(gw, 10**8, 10)
         await many_calls(gw.url, keys, 10)  # the account's plan and lease are loaded

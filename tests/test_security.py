@@ -531,7 +531,7 @@ async def test_data_paths_and_parameters_never_change_the_upstream_host_or_path(
     real_fetch = ctx.upstream._fetch
 
     async def watching(url, secret, account):
-        urls.append(str(url))
+        urls.append(url)
         return await real_fetch(url, secret, account)
 
     ctx.upstream._fetch = watching
