@@ -10,7 +10,7 @@ header, the body out; uvloop, listen backlog 4096, RLIMIT_NOFILE raised), back t
 - `curl`: Tornado's CurlAsyncHTTPClient (libcurl), max_clients = the calls in flight; `curl-4x`: 4 times that
   (Tornado's one tuning knob that matters here: a free easy handle is always there when a call comes in);
 - `aiohttp`: aiohttp's ClientSession, TCPConnector(limit=0), a DummyCookieJar, URLs not re-quoted;
-- `httptools`: the keep-alive pool of this module: asyncio protocol, httptools' response parser, idle LIFO;
+- `httptools`: the gateway's own keep-alive pool (social/http1.py): asyncio protocol, httptools' parser, idle LIFO;
 - `h2`: httpx over HTTP/2 to the provider (cleartext, prior knowledge: nginx `listen ... http2`); httpcore
   multiplexes at most 100 streams on its one connection per client, so the proxy spreads its calls over
   ceil(in flight / 100) AsyncClients, the least busy first;
@@ -24,7 +24,7 @@ idle, over the calls in flight). Writes bench/results/clients.json and prints a 
         [--models longtail,fixed] [--clients curl,curl-4x,aiohttp,httptools,h2]    # the defaults: ~15 minutes
     ./dev bench --clients [curl,h2] [the other options]
 
-httptools is the gateway's own (social/http1.py is the production form of this candidate), aiohttp comes with the
+httptools is the gateway's own (its candidate is social/http1.py itself), aiohttp comes with the
 test extra; httpx[http2] is not installed: `.venv/bin/pip install 'httpx[http2]'` (a candidate whose package is
 missing is reported as failed, its proxy's error in the row).
 
@@ -64,114 +64,6 @@ H2_SERVER = """    server {{
     }}
 """
 DELAYS = {"fixed": "0.7", "longtail": "$longtail"}
-
-
-# --- the httptools candidate: a minimal keep-alive pool -------------------------------------------------
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection to the provider; one call at a time. The parser handles Content-Length and
-    chunked bodies; it stays with the connection from one answer to the next."""
-
-    def __init__(self) -> None:
-        import httptools
-
-        self.parser = httptools.HttpResponseParser(self)
-        self.error = httptools.HttpParserError
-        self.transport: asyncio.Transport | None = None
-        self.waiter: asyncio.Future | None = None
-        self.body: list[bytes] = []
-        self.closed = False
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except self.error as exc:
-            self.fail(exc)
-            self.transport.close()
-
-    def connection_lost(self, exc) -> None:
-        self.closed = True
-        self.fail(exc or ConnectionResetError("the provider closed the connection"))
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result((self.parser.get_status_code(), b"".join(self.body), self.parser.should_keep_alive()))
-
-    def fail(self, exc: BaseException) -> None:
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(exc)
-
-    def call(self, request: bytes) -> asyncio.Future:
-        self.body = []
-        self.waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(request)
-        return self.waiter
-
-
-class Pool:
-    """GET only. Idle connections in a LIFO (the warmest reused first, the rest age out at the provider's
-    keep-alive timeout); a call on a reused connection that fails before its answer is retried once on a new
-    one (the provider may have closed it meanwhile; GET is idempotent)."""
-
-    def __init__(self, base: str, headers: dict[str, str]) -> None:
-        from urllib.parse import urlsplit
-
-        url = urlsplit(base)
-        self.host, self.port, self.prefix = url.hostname, url.port or 80, url.path.rstrip("/")
-        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        self.head = f"Host: {url.netloc}\r\n{extra}\r\n".encode("latin-1")
-        self.idle: list[_Connection] = []
-
-    async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout(CONNECT_TIMEOUT):
-            _, connection = await loop.create_connection(_Connection, self.host, self.port)
-        return connection
-
-    async def get(self, target: str) -> tuple[int, bytes]:
-        request = b"GET " + (self.prefix + target).encode("latin-1") + b" HTTP/1.1\r\n" + self.head
-        for attempt in (0, 1):
-            connection = None
-            while self.idle and connection is None:
-                candidate = self.idle.pop()
-                connection = None if candidate.closed else candidate
-            reused = connection is not None
-            if connection is None:
-                connection = await self._connect()
-            loop = asyncio.get_running_loop()
-            timer = loop.call_later(REQUEST_TIMEOUT, connection.fail, TimeoutError("no answer in time"))
-            try:
-                status, body, keep_alive = await connection.call(request)
-            except (ConnectionError, OSError) as exc:
-                connection.transport.close()
-                if reused and attempt == 0 and not isinstance(exc, TimeoutError):
-                    continue
-                raise
-            except BaseException:
-                connection.transport.close()
-                raise
-            finally:
-                timer.cancel()
-            if keep_alive and not connection.closed:
-                self.idle.append(connection)
-            else:
-                connection.transport.close()
-            return status, body
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        for connection in self.idle:
-            connection.transport.close()
-        self.idle.clear()
 
 
 # --- the proxy (one process per candidate: `--serve`) ---------------------------------------------------
@@ -221,8 +113,16 @@ def make_fetch(client: str, upstream: str, max_clients: int):
 
         return fetch
     if client == "httptools":
-        pool = Pool(base, HEADERS)
-        return pool.get
+        from social.http1 import Http1Pool  # the gateway's own connections to the provider
+
+        pool = Http1Pool(base, CONNECT_TIMEOUT, 64 << 20)
+        lines = "".join(f"{name}: {value}\r\n" for name, value in HEADERS.items()).encode("latin-1")
+
+        async def fetch(uri: str) -> tuple[int, bytes]:
+            answer = await pool.get(base + uri, lines, REQUEST_TIMEOUT)
+            return answer.status, answer.body
+
+        return fetch
     if client == "h2":
         import httpx
 

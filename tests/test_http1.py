@@ -51,14 +51,19 @@ class Provider:
         await asyncio.sleep(0.05)
 
 
+async def started(answer) -> tuple[Provider, str, Http1Pool]:
+    """A provider answering `answer(n)`, its address, and a pool to it (1 s connect, 1,000-byte cap)."""
+    provider = Provider(answer)
+    base = await provider.start()
+    return provider, base, Http1Pool(base, 1.0, 1000)
+
+
 async def get(pool: Http1Pool, base: str, timeout: float = 5.0):
     return await pool.get(base + "/x?q=1", b"X-API-Key: k\r\n", timeout)
 
 
 async def test_chunked_answers_are_read_whole_and_the_connection_is_kept():
-    provider = Provider(lambda n: CHUNKED)
-    base = await provider.start()
-    pool = Http1Pool(base, 1.0, 1000)
+    provider, base, pool = await started(lambda n: CHUNKED)
     answers = [await get(pool, base) for _ in range(3)]
     assert [(a.status, a.body) for a in answers] == [(200, b"hello world")] * 3
     assert provider.connections == 1 and provider.requests == 3
@@ -66,9 +71,7 @@ async def test_chunked_answers_are_read_whole_and_the_connection_is_kept():
 
 
 async def test_connection_close_is_honoured():
-    provider = Provider(lambda n: CLOSING)
-    base = await provider.start()
-    pool = Http1Pool(base, 1.0, 1000)
+    provider, base, pool = await started(lambda n: CLOSING)
     assert [(await get(pool, base)).body for _ in range(3)] == [b"ok"] * 3
     assert provider.connections == 3 and pool.idle == {}
     await provider.stop(pool)
@@ -77,9 +80,7 @@ async def test_connection_close_is_honoured():
 async def test_a_connection_the_provider_dropped_while_idle_is_retried_once_on_a_new_one():
     # Every connection's second request is met by a close: as when the provider's keep-alive timeout ends
     # just as the connection is reused. The call is sent again on a new connection, and answered.
-    provider = Provider(lambda n: CHUNKED if n == 1 else None)
-    base = await provider.start()
-    pool = Http1Pool(base, 1.0, 1000)
+    provider, base, pool = await started(lambda n: CHUNKED if n == 1 else None)
     first, second = await get(pool, base), await get(pool, base)
     assert first.body == second.body == b"hello world"
     assert provider.connections == 2 and provider.requests == 3
@@ -87,9 +88,7 @@ async def test_a_connection_the_provider_dropped_while_idle_is_retried_once_on_a
 
 
 async def test_a_new_connection_dropped_without_an_answer_fails_and_is_not_retried():
-    provider = Provider(lambda n: None)
-    base = await provider.start()
-    pool = Http1Pool(base, 1.0, 1000)
+    provider, base, pool = await started(lambda n: None)
     with pytest.raises(ConnectionError):
         await get(pool, base)
     assert provider.requests == 1  # a new connection that fails is the provider's answer: no second try
@@ -97,9 +96,7 @@ async def test_a_new_connection_dropped_without_an_answer_fails_and_is_not_retri
 
 
 async def test_a_body_past_the_cap_is_refused_before_it_is_read_and_the_retry_after_is_kept():
-    provider = Provider(lambda n: LARGE if provider.requests == 1 else LATE)
-    base = await provider.start()
-    pool = Http1Pool(base, 1.0, 1000)
+    provider, base, pool = await started(lambda n: LARGE if provider.requests == 1 else LATE)
     with pytest.raises(TooLarge):
         await get(pool, base)
     assert pool.idle == {}  # the connection is dropped, not drained
@@ -109,9 +106,7 @@ async def test_a_body_past_the_cap_is_refused_before_it_is_read_and_the_retry_af
 
 
 async def test_silence_is_a_timeout_and_an_unreachable_provider_a_connection_error():
-    provider = Provider(lambda n: b"")
-    base = await provider.start()
-    pool = Http1Pool(base, 1.0, 1000)
+    provider, base, pool = await started(lambda n: b"")
     with pytest.raises(TimeoutError) as timed_out:
         await get(pool, base, timeout=0.3)
     assert not isinstance(timed_out.value, ConnectTimeout)  # the answer was late, not the connection
