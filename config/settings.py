@@ -422,6 +422,9 @@ def validate(settings: Settings) -> None:
         raise SettingsError("METRICS_PORT must be 0 or a TCP port other than GATEWAY_PORT")
     if not settings.upstream_path_prefix.startswith("/"):
         raise SettingsError("UPSTREAM_PATH_PREFIX must start with /")
+    provider_keys = [settings.upstream_api_key, *(secret for secret, _ in settings.upstream_api_keys)]
+    if any(not secret.isprintable() or not secret.isascii() for secret in provider_keys):
+        raise SettingsError("UPSTREAM_API_KEY and UPSTREAM_API_KEYS: a key is printable ASCII (it is sent as a header)")
     plans = settings.plan_rules
     if not plans or any(not {"name", "min_paid_usd", "qps"} <= set(p) for p in plans):
         raise SettingsError("PLAN_RULES must be a non-empty list of {name, min_paid_usd, qps}")

@@ -116,11 +116,10 @@ class UpstreamClient:
         """`api_key`: one provider key, or [(key, qps)] for a pool of them (UPSTREAM_API_KEYS)."""
         self.base = base_url.rstrip("/") + prefix.rstrip("/")
         self.keys = ProviderKeys([(api_key, 0.0)] if isinstance(api_key, str) else api_key)
-        # Header lines per provider key, made once (a key is configuration: never a line break in it).
+        # Header lines per provider key, made once (settings refuse a key with a control character in it).
         self.headers = {
             key.secret: f"X-API-Key: {key.secret}\r\nAccept: application/json\r\n".encode("latin-1")
             for key in self.keys.keys
-            if "\r" not in key.secret and "\n" not in key.secret
         }
         self.timeout = timeout
         self.breaker = breaker

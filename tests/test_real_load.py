@@ -264,3 +264,7 @@ def test_provider_keys_are_read_from_upstream_api_keys_and_never_echoed():
             make_settings(upstream_api_keys=bad)
         assert "secret-one" not in str(refused.value) and "UPSTREAM_API_KEYS" in str(refused.value)
     assert make_settings(upstream_api_keys="k1:1").safe_items()["upstream_api_keys"] == "***"
+    for bad in ({"upstream_api_key": "secret-one\r\nX-Evil: 1"}, {"upstream_api_keys": "secret-one\n:5"}):
+        with pytest.raises(SettingsError) as refused:
+            make_settings(**bad)  # sent as a header line: a line break would add headers of its own
+        assert "secret-one" not in str(refused.value)
