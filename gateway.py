@@ -14,7 +14,6 @@ import gc
 import json
 import logging
 import os
-import resource
 import secrets
 import signal
 import sys
@@ -26,7 +25,7 @@ import config
 from app import commands, workers
 from app.context import build_context
 from app.embedded import DataDirBusy, Helpers, start_helpers
-from app.server import LISTEN_BACKLOG, make_server, port_problem
+from app.server import LISTEN_BACKLOG, make_server, port_problem, raise_open_file_limit
 from app.tasks import start_background
 from handlers import accesslog, account, admin, auth, billing, keys, ops, portal, sandbox, social
 from handlers.base import NotFoundHandler
@@ -197,18 +196,6 @@ def announce(settings: config.Settings, helpers: Helpers, workers_line: str = ""
         "next steps (README, A first session):\n" + "\n".join(steps),
         flush=True,
     )
-
-
-def raise_open_file_limit() -> int:
-    """Every call in flight holds two sockets (the client's and the provider's): thousands need more than
-    the usual soft limit of 1,024 open files. Raised to the hard limit; returns the limit in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
-        except (ValueError, OSError):
-            pass  # keep the soft limit; the warning below says what it allows
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def run_service(settings: config.Settings, count: int) -> int:

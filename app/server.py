@@ -1,4 +1,5 @@
-"""Connection-level limits: request head (431) and body (413) sizes, and the HTTPServer every entry point uses.
+"""Connection-level limits: request head (431) and body (413) sizes, the HTTPServer every entry point uses, its
+listen backlog and the process's open-file limit.
 
 Heads: Tornado reads at most `max_header_size` bytes of request head and simply closes the
 connection past that. To give ordinary clients a readable answer, the server reads up to
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import resource
 import socket
 from collections import Counter
 
@@ -179,6 +181,18 @@ class LimitedServer(tornado.httpserver.HTTPServer):
             if self.open_by_address[ip] <= 0:
                 del self.open_by_address[ip]
         super().on_close(server_conn)
+
+
+def raise_open_file_limit() -> int:
+    """Every call in flight holds two sockets (the client's and the provider's): thousands need more than
+    the usual soft limit of 1,024 open files. Raised to the hard limit; returns the limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+        except (ValueError, OSError):
+            pass  # keep the soft limit; the caller says what it allows
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def make_server(app: tornado.web.Application, settings) -> tornado.httpserver.HTTPServer:

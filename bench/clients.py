@@ -39,7 +39,6 @@ import asyncio
 import json
 import math
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -48,6 +47,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from app.server import LISTEN_BACKLOG, raise_open_file_limit  # noqa: E402
 from bench.measure import HERE, UPSTREAM_KEY, rss_bytes, start_nginx  # noqa: E402
 
 CLIENTS = ("curl", "curl-4x", "aiohttp", "httptools", "h2", "curl-h2")
@@ -171,14 +171,8 @@ async def serve(client: str, port: int, upstream: str, max_clients: int) -> None
             self.set_header("Content-Type", "application/json")
             self.finish(body)
 
-    tornado.web.Application([(r"/.*", Proxy)]).listen(port, "127.0.0.1", backlog=4096)
+    tornado.web.Application([(r"/.*", Proxy)]).listen(port, "127.0.0.1", backlog=LISTEN_BACKLOG)
     await asyncio.Event().wait()
-
-
-def raise_nofile() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 # --- the measurement ----------------------------------------------------------------------------------------
@@ -207,7 +201,7 @@ def run(args) -> dict:
     from bench.static import record_page
 
     latency.ensure_tools()
-    raise_nofile()
+    raise_open_file_limit()
     plan = [(f"/social/tweet/advanced_search?query=from%3Auser{i}", "") for i in range(100)]
     work = tempfile.mkdtemp(prefix="gw-bench-clients-")
     procs: list[subprocess.Popen] = []
@@ -359,7 +353,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.serve:
         import uvloop
 
-        raise_nofile()
+        raise_open_file_limit()
         uvloop.install()
         asyncio.run(serve(args.serve, args.port, args.upstream, args.max_clients))
         return

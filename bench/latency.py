@@ -35,7 +35,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -45,6 +44,7 @@ import threading
 import time
 
 from app.embedded import EmbeddedMongo, free_port
+from app.server import raise_open_file_limit
 from bench.measure import (
     HERE,
     children,
@@ -243,13 +243,6 @@ def ensure_tools() -> None:
             f"bench --latency needs {', '.join(missing)}: run it as root once, or apt-get install "
             "nginx libnginx-mod-http-echo wrk"
         )
-
-
-def raise_nofile() -> None:
-    """Thousands of sockets per process (wrk, nginx, the gateway): the soft limit up to the hard one, inherited."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def gateway_settings(upstream: str, args, extra: dict | None = None) -> dict:
@@ -577,7 +570,7 @@ def keypool(work, mongo, provider_ports, args) -> dict:
 
 def run(args) -> dict:
     ensure_tools()
-    raise_nofile()
+    raise_open_file_limit()
     work = tempfile.mkdtemp(prefix="gw-bench-latency-")
     mongo = EmbeddedMongo(os.path.join(work, "db"), nice=load_settings().embedded_db_nice).start()
     procs: list[subprocess.Popen] = []
