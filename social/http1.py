@@ -88,8 +88,11 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         waiter, self.waiter = self.waiter, None
         self.keep_alive = self.parser.should_keep_alive()
+        # The chunks go with the answer: an idle connection holding its last answer's body kept 38 KB per
+        # connection alive (the pool keeps a connection per call that was ever in flight at once).
+        chunks, self.chunks = self.chunks, []
         if waiter is not None and not waiter.done():
-            body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             waiter.set_result(Answer(self.parser.get_status_code(), body, self.retry_after))
 
     def call(self, request: bytes) -> asyncio.Future:
