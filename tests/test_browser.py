@@ -327,7 +327,9 @@ def test_usage_chart_and_table_show_the_calls_just_made(watched, stack, user_nam
     with page.expect_download() as download:
         page.get_by_role("link", name="Download CSV").click()
     lines = open(download.value.path()).read().splitlines()
-    assert lines[0] == "timestamp,key_id,endpoint,status,credits,request_id" and len(lines) == 4  # GET /usage/export
+    assert (
+        lines[0] == "timestamp,key_id,endpoint,status,credits,request_id,replay_of" and len(lines) == 4
+    )  # GET /usage/export
     assert all(",/social/user/info,200,18," in line for line in lines[1:])
     w.check()
 
