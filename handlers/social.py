@@ -2,11 +2,13 @@
 
 Order of checks: key (401) -> expired (401) -> client address (403) -> endpoint
 scope (403) -> rate limits of the key and its account (429) -> the account's upstream
-failure budget (429) -> input (422) -> unavailable (501) -> usage buffer bound (503)
--> the account's calls under way (429; its plan's rate x the provider's latency) -> credits: the key's budget, then the account (402)
--> upstream. The key's restrictions come pre-parsed with its cached entry: no database round
-trip, no allocation for an unrestricted key. Nothing is charged
-unless the upstream answered with data.
+failure budget (429) -> input and the Idempotency-Key header (422) -> unavailable (501) -> usage buffer
+bound (503) -> with an Idempotency-Key: the first answer replayed, or 422 (another request), 409 (the first
+still runs) -> the account's calls under way (429; its plan's rate x the provider's latency) -> credits: the
+key's budget, then the account (402) -> upstream. The key's restrictions come pre-parsed with its cached
+entry: no database round trip, no allocation for an unrestricted key; nor for a call without an
+Idempotency-Key (a keyed one costs two: its claim and its answer). Nothing is charged unless the upstream
+answered with data, and a call refused after the rate limits gives their tokens back.
 """
 
 import functools

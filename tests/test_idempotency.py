@@ -5,6 +5,7 @@ two processes, restarts, a crash) are attacked on served gateways in tests/test_
 
 import asyncio
 import re
+from datetime import UTC, datetime
 
 import orjson
 import pytest
@@ -22,19 +23,21 @@ PRICE = 18  # one profile
 
 
 class Provider(tornado.web.RequestHandler):
-    """A provider whose answer the test changes as it goes: `state["status"]`, `state["body"]`; counts calls."""
+    """A provider whose answer the test changes as it goes: `state["status"]`, `state["body"]`, `state["delay"]`;
+    counts calls."""
 
     def initialize(self, state: dict) -> None:
         self.state = state
 
-    def get(self, path):
+    async def get(self, path):
         self.state["calls"] += 1
+        await asyncio.sleep(self.state["delay"])
         self.set_status(self.state["status"])
         self.finish(self.state["body"])
 
 
-def provider(ctx, status: int = 200, body: bytes = PROFILE) -> dict:
-    state = {"calls": 0, "status": status, "body": body}
+def provider(ctx, status: int = 200, body: bytes = PROFILE, delay: float = 0.0) -> dict:
+    state = {"calls": 0, "status": status, "body": body, "delay": delay}
     sock, port = bind_unused_port()
     server = tornado.httpserver.HTTPServer(tornado.web.Application([(r"(.*)", Provider, {"state": state})]))
     server.add_sockets([sock])
@@ -152,6 +155,24 @@ async def test_an_answer_too_large_to_keep_is_charged_once_and_never_again(api, 
     assert status == 409 and "too large to keep" in body["msg"] and first[2]["X-Request-ID"] in body["msg"]
     assert "Retry-After" not in headers
     assert seen["calls"] == 1 and len(await usage(api, user)) == 1 and await balance(api, user) == 10_000 - PRICE
+
+
+@pytest.mark.settings(plan_rules=FAST)
+async def test_a_call_whose_claim_was_taken_over_is_not_charged(api, ctx, second):
+    """Invariant: two runs of one key are never both charged. A process that stalls past its claim's lease loses
+    the key to another process (here `second`, taking it over as it would once the lease has passed); when the
+    late call's answer comes back it cannot be kept, so it is served but not charged."""
+    seen = provider(ctx, delay=0.5)
+    user, key = await api.funded_key(10_000)
+    late = asyncio.ensure_future(api.call("GET", PATH, key=key["key"], headers={"Idempotency-Key": "stalled"}))
+    while not seen["calls"]:
+        await asyncio.sleep(0.01)
+    (claim,) = [doc async for doc in ctx.client[ctx.settings.mongodb_db].idempotency_keys.find()]
+    lease = datetime.now(UTC) + second.idempotency.lease
+    assert await second.idempotency.store.take_over(claim["_id"], claim["owner"], claim["request"], "other", lease)
+    status, body, headers = await late
+    assert (status, body) == (200, orjson.loads(PROFILE)) and headers["X-Credits-Charged"] == "0"
+    assert [r["credits"] for r in await usage(api, user)] == [0] and await balance(api, user) == 10_000
 
 
 # --- portal writes that create things --------------------------------------------------------------------------
