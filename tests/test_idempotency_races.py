@@ -6,6 +6,7 @@ The invariant in every test: a call repeated with one Idempotency-Key reaches th
 once, and every repeat gets the first answer whole."""
 
 import asyncio
+import pathlib
 import time
 import uuid
 
@@ -178,6 +179,30 @@ async def test_a_claim_left_by_a_killed_process_ends_with_its_lease(mongo):
     assert provider["calls"] == 2  # the killed process's call, and the one run after its lease
     rows = await usage(b, auth, 2)  # the run after the lease, and its replay
     assert sorted((r["credits"], r["replay_of"]) for r in rows) == [(0, done.headers["X-Request-ID"]), (PRICE, None)]
+
+
+def readme_client():
+    """The README's example client (Retries and idempotency): its code block up to the line that makes a client."""
+    text = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    block = text.split("### Retries and idempotency", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(block.split("\nclient = ", 1)[0], namespace)
+    return namespace
+
+
+async def test_the_readme_client_is_charged_once_for_a_call_it_retried(mongo):
+    """The README's httpx example, as a customer runs it, with a time-out (0.5 s) shorter than the provider (1 s):
+    its first try times out, its retry (same key) gets the whole answer; one provider call, one charge."""
+    provider, url = slow_provider(1.0)
+    gw = await Gateway(mongo.uri, url, f"i_{uuid.uuid4().hex[:10]}").launch()
+    _, (secret,), auth = await account_with_keys(gw, 10_000, 1)
+    example = readme_client()
+    client = example["httpx"].Client(base_url=gw.url, headers={"X-API-Key": secret}, timeout=0.5)
+    with client:
+        answer = await asyncio.to_thread(example["get"], client, "/social/user/info", {"userName": "someone"})
+    assert answer == orjson.loads(PROFILE) and provider["calls"] == 1
+    rows = await usage(gw, auth, 2)
+    assert sorted(r["credits"] for r in rows) == [0, PRICE] and any(r["replay_of"] for r in rows)
 
 
 TEN_A_SECOND = '[{"name": "ten", "min_paid_usd": 0, "qps": 10, "account_qps": 10}]'
