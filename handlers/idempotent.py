@@ -26,14 +26,15 @@ KEY = Field(
     "again with the same request it returns the first answer (charged 0, Idempotent-Replayed: true); with "
     "another request, 422",
 )
-PATTERN = "^[\\x20-\\x7e]+$"  # printable ASCII; the OpenAPI document states it from here
+# Printable ASCII, neither starting nor ending with a space (HTTP drops those); the OpenAPI document states it.
+PATTERN = "^[!-~](?:[ -~]*[!-~])?$"
 _PRINTABLE = re.compile(PATTERN)
 _LOC = ["header", HEADER]
 
 
 def idempotency_key(handler) -> str | None:
-    """The request's key, None without the header; 422 for an empty, too long or non-printable one. The
-    draft's quoted form (`"abc"`, a structured-field string) names the same key as `abc`."""
+    """The request's key, None without the header; 422 for an empty, too long or non-printable one (`" a "` too).
+    The draft's quoted form (`"abc"`, a structured-field string) names the same key as `abc`."""
     value = handler.request.headers.get(HEADER)
     if value is None:
         return None
@@ -42,7 +43,13 @@ def idempotency_key(handler) -> str | None:
     check_length(value, _LOC, KEY.min_length, KEY.max_length)
     if not _PRINTABLE.fullmatch(value):
         raise ValidationError(
-            [error(_LOC, "String should hold printable ASCII characters only", "string_pattern_mismatch")]
+            [
+                error(
+                    _LOC,
+                    "String should be printable ASCII, not starting or ending with a space",
+                    "string_pattern_mismatch",
+                )
+            ]
         )
     return value
 
