@@ -102,11 +102,17 @@ async def test_the_same_key_for_another_request_is_422_and_free(api, ctx):
 @pytest.mark.settings(plan_rules=FAST)
 @pytest.mark.parametrize(
     "value, kind",
-    [("", "string_too_short"), ("k" * 256, "string_too_long"), ("caf\u00e9", "string_pattern_mismatch")],
-    ids=["empty", "256-characters", "not-ascii"],
+    [
+        ("", "string_too_short"),
+        ("k" * 256, "string_too_long"),
+        ("caf\u00e9", "string_pattern_mismatch"),
+        ('" quoted with spaces "', "string_pattern_mismatch"),
+    ],
+    ids=["empty", "256-characters", "not-ascii", "edge-spaces"],
 )
 async def test_a_malformed_key_is_422_and_free(api, ctx, value, kind):
-    """A key is 1-255 printable ASCII characters; anything else is refused before anything is forwarded or charged."""
+    """A key is 1-255 printable ASCII characters, not starting or ending with a space; anything else is refused
+    before anything is forwarded or charged."""
     seen = provider(ctx)
     user, key = await api.funded_key(10_000)
     status, body, _ = await api.call("GET", PATH, key=key["key"], headers={"Idempotency-Key": value})
