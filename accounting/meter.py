@@ -258,23 +258,27 @@ class Meter:
     def release(self, reservation: Reservation) -> None:
         self.ledger.release(reservation)
 
-    def record(self, key: KeyEntry, endpoint: str, status: int, credits: int, request_id: str) -> None:
-        """One usage record per call; its credits are the charge (0 when not charged)."""
+    def record(
+        self, key: KeyEntry, endpoint: str, status: int, credits: int, request_id: str, replay_of: str | None = None
+    ) -> None:
+        """One usage record per call; its credits are the charge (0 when not charged). A repeat answered with a
+        kept answer (Idempotency-Key) is a record of its own, `replay_of` the first call's request id."""
         ts = datetime.now(UTC)
         # Unique across processes and restarts (the process id is a fresh uuid) without a syscall per call.
-        self.buffer.add(
-            {
-                "_id": f"{self._id_prefix}-{next(self._record_ids):x}",
-                "account_id": key.account_id,
-                "key_id": key.key_id,
-                "endpoint": endpoint,
-                "ts": ts,
-                "credits": credits,
-                "status": status,
-                "lease": self.leases.process_id,
-                "request_id": request_id,
-            }
-        )
+        record = {
+            "_id": f"{self._id_prefix}-{next(self._record_ids):x}",
+            "account_id": key.account_id,
+            "key_id": key.key_id,
+            "endpoint": endpoint,
+            "ts": ts,
+            "credits": credits,
+            "status": status,
+            "lease": self.leases.process_id,
+            "request_id": request_id,
+        }
+        if replay_of is not None:
+            record["replay_of"] = replay_of
+        self.buffer.add(record)
         self.last_used.seen[key.key_id] = ts
         if self.buffer.waiting >= self.settings.flush_batch:  # a batch being written does not count
             self.batch_ready.set()

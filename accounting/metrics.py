@@ -43,6 +43,8 @@ class Metrics:
     requests: Counter = field(default_factory=Counter)  # (route, status) -> count
     credits_charged: int = 0
     upstream_errors: int = 0
+    idempotent_claims: int = 0  # requests run under an Idempotency-Key claim (accounting/idempotency.py)
+    idempotent_replays: int = 0  # repeats answered with a kept answer
     flushes: int = 0
     flushed_records: int = 0
     flush_failures: int = 0

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pymongo import monitoring
 
+from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from accounting.metrics import Metrics
 from accounting.sessions import Sessions
@@ -24,6 +25,7 @@ from storage import db as database
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
 from storage.budgets import BudgetStore
+from storage.idempotency import IdempotencyStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
 from storage.sessions import SessionStore
@@ -112,4 +114,5 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         sessions=Sessions(settings, accounts, SessionStore(db), meter),
         failure_budget=FailureBudget(settings.account_failure_budget, settings.account_failure_window),
         in_flight=InFlight(settings.account_max_in_flight, settings.upstream_max_connections // 2),
+        idempotency=Idempotency(settings, IdempotencyStore(db), metrics),
     )

@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.stack import Stack  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 EMAIL = "fuzz-admin@example.com"
 
 # Credentials per security scheme (so the ignored_auth check can drop them), and the few places where
@@ -168,6 +169,8 @@ def run(
                 "NO_COLOR": "1",
                 "FUZZ_TOKEN": token,
                 "FUZZ_API_KEY": key,
+                "SCHEMATHESIS_HOOKS": "bench.fuzz_hooks",  # one request per Idempotency-Key (its docstring)
+                "PYTHONPATH": ROOT,
             },
         )
         seconds = time.monotonic() - started

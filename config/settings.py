@@ -236,6 +236,25 @@ class Settings:
     key_cache_ttl: float = _setting(300.0, "Seconds a cached key is trusted before it is re-read.", "KEY_CACHE_TTL")
     negative_cache_ttl: float = _setting(5.0, "Seconds an unknown key is remembered as unknown.", "NEGATIVE_CACHE_TTL")
     drain_seconds: float = _setting(10.0, "Seconds in-flight calls get to finish on shutdown.", "DRAIN_SECONDS")
+    # Retries (Idempotency-Key: accounting/idempotency.py)
+    idempotency_ttl: int = _setting(
+        86400,
+        "Seconds the first answer to an Idempotency-Key is kept: a repeat of the same request within them gets "
+        "that answer again, charged 0.",
+        "IDEMPOTENCY_TTL",
+    )
+    idempotency_max_body_bytes: int = _setting(
+        1024 * 1024,
+        "Largest answer body kept for an Idempotency-Key. A larger answer is served and charged once; only its "
+        "charge is kept, and a repeat gets 409 (nothing charged; send a new key to call again).",
+        "IDEMPOTENCY_MAX_BODY_BYTES",
+    )
+    idempotency_max_account_bytes: int = _setting(
+        256 * 1024 * 1024,
+        "Answer bodies one account may have kept at once (within IDEMPOTENCY_TTL, counted per process); past it "
+        "answers are kept without their body, as if too large.",
+        "IDEMPOTENCY_MAX_ACCOUNT_BYTES",
+    )
     # Scale-out
     qps_divisor: float = _setting(
         1.0,
@@ -448,6 +467,9 @@ def validate(settings: Settings) -> None:
         "max_open_orders",
         "checkouts_per_minute",
         "max_connections_per_address",
+        "idempotency_ttl",
+        "idempotency_max_body_bytes",
+        "idempotency_max_account_bytes",
     ):
         if getattr(settings, name) < 1:
             raise SettingsError(f"{by_env(name)} must be at least 1")

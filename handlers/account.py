@@ -10,7 +10,7 @@ from handlers.errors import ValidationError, error
 from handlers.validation import Field
 
 GROUPS = {"day": "day", "endpoint": "endpoint", "key": "key_id"}  # group_by value -> row field
-EXPORT_COLUMNS = ("timestamp", "key_id", "endpoint", "status", "credits", "request_id")
+EXPORT_COLUMNS = ("timestamp", "key_id", "endpoint", "status", "credits", "request_id", "replay_of")
 EXPORT_CHUNK = 1000  # rows per write + flush: the period is never held in memory
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 
@@ -71,6 +71,8 @@ class UsageHandler(BaseHandler):
                     "status": r["status"],
                     "key_id": r["key_id"],
                     "request_id": r["request_id"],  # the X-Request-ID of the call's answer
+                    # A repeat answered with a kept answer (Idempotency-Key): the first call's request id.
+                    "replay_of": r.get("replay_of"),
                 }
                 for r in records
             ]
@@ -108,12 +110,12 @@ def _line(fmt: str, ts: datetime, record: dict) -> bytes:
         record["status"],
         record["credits"],
         record["request_id"],
+        record.get("replay_of"),
     )
     if fmt == "csv":  # no value can hold a comma or a quote: ids, routes and numbers
-        request_id = record["request_id"]
-        if request_id.startswith("-"):  # a caller's X-Request-ID: never a formula in a spreadsheet (OWASP)
-            values = (*values[:-1], "'" + request_id)
-        return (",".join(str(v) for v in values) + "\n").encode()
+        # A request id may be a caller's X-Request-ID: never a formula in a spreadsheet (OWASP).
+        ids = tuple("" if v is None else "'" + v if v.startswith("-") else v for v in values[-2:])
+        return (",".join(str(v) for v in (*values[:-2], *ids)) + "\n").encode()
     return orjson.dumps(dict(zip(EXPORT_COLUMNS, values, strict=True))) + b"\n"
 
 

@@ -120,6 +120,7 @@ class Anonymous(tornado.web.RequestHandler):
 
 class BaseHandler(Anonymous):
     ctx: Context
+    held: list | None = None  # an idempotent write's answer, held by send_json until kept (handlers/idempotent.py)
 
     def initialize(self, ctx: Context, **kwargs: Any) -> None:
         self.ctx = ctx
@@ -151,6 +152,9 @@ class BaseHandler(Anonymous):
 
     def send_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
+        if self.held is not None:
+            self.held.append(dumps(data))
+            return
         self.finish(dumps(data))
 
     def error_body(self, status: int, message: str) -> dict:
@@ -173,6 +177,8 @@ class BaseHandler(Anonymous):
             else:
                 message = REASONS.get(status_code, self._reason)
             body = self.error_body(status_code, message)
+        if status_code in (429, 503) and "Retry-After" not in self._headers:
+            self.set_header("Retry-After", "1")  # every 429 and 503 says when to retry
         if status_code == 405:  # RFC 9110: a 405 lists the methods the resource supports
             self.set_header("Allow", ", ".join(self.allowed_methods()))
         self.finish(orjson.dumps(body))

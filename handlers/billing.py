@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import segno
 
 from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.idempotent import idempotent
 from handlers.validation import Field, ValidationError, error, validate_body
 from payments.currencies import CURRENCIES
 from payments.provider import SIGNATURE_HEADER, ProviderError, verified
@@ -31,7 +32,7 @@ ORDERS_LIMIT = Field("limit", int, required=False, default=100, minimum=1, maxim
 class BillingBase(BaseHandler):
     def processor(self):
         if self.ctx.payments.provider is None:
-            raise ApiError(503, "Crypto payments are not configured on this server")
+            raise ApiError(503, "Crypto payments are not configured on this server", {"Retry-After": "3600"})
         return self.ctx.payments
 
     async def owned_order(self, order_id: str) -> dict:
@@ -56,6 +57,7 @@ class CheckoutHandler(BillingBase):
     """Creates a top-up order and returns where and how much to pay."""
 
     @authenticated
+    @idempotent
     async def post(self) -> None:
         account_id = self.current_user
         body = validate_body(self.json_body(), CHECKOUT)
@@ -145,7 +147,7 @@ class NotificationHandler(BillingBase):
         except ProviderError as exc:
             # Not 2xx, so the processor sends it again; the reconciler also polls the order.
             log.warning("notification could not be checked with the processor: %s", exc)
-            raise ApiError(503, "Payment state unavailable; retry later") from None
+            raise ApiError(503, "Payment state unavailable; retry later", {"Retry-After": "60"}) from None
         if order is not None:
             self.log_fields["order_id"] = order["_id"]
         self.send_json({"status": "ok" if order is not None else "ignored"})

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pymongo import AsyncMongoClient
 
 from accounting.cache import LoadingCache
+from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from accounting.metrics import Metrics
 from accounting.sessions import Sessions
@@ -49,5 +50,6 @@ class Context:
     sessions: Sessions  # session token checks, logout, password change (accounting/sessions.py)
     failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)
     in_flight: InFlight  # per account: upstream calls under way, capped (429) so none holds the shared pool
+    idempotency: Idempotency  # Idempotency-Key claims and kept answers (accounting/idempotency.py)
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

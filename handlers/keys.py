@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error, missing
+from handlers.idempotent import idempotent
 from handlers.validation import Field, parse_int, validate_body
 from security.apikeys import KeyVault
 from social.endpoints import BY_PATH, GROUPS
@@ -240,6 +241,7 @@ class KeysHandler(KeysBase):
         self.send_json(rows)
 
     @authenticated
+    @idempotent
     async def post(self) -> None:
         account_id = self.current_user
         body = properties_of(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
@@ -337,6 +339,7 @@ class RollHandler(KeysBase):
     """Issues a new secret with the same properties; the old key expires after grace_seconds."""
 
     @authenticated
+    @idempotent
     async def post(self, key_id: str) -> None:
         grace = validate_body(self.json_body(), ROLL)["grace_seconds"]
         account_id = self.current_user
@@ -422,6 +425,7 @@ class TopUpHandler(KeysBase):
     """Adds credits to the key's account; development only."""
 
     @authenticated
+    @idempotent
     async def post(self, key_id: str) -> None:
         if self.ctx.settings.production:
             raise ApiError(403, "Direct top-ups are disabled in production; buy credits with a crypto payment")

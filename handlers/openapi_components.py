@@ -17,6 +17,8 @@ from handlers.openapi_schema import (
 )
 from social.endpoints import BY_PATH, GROUPS
 
+# A repeat answered with the first answer to its Idempotency-Key: a record of its own, 0 credits.
+REPLAY_OF = nullable({"type": "string", "description": "The first call's request_id, for a replay (Idempotency-Key)"})
 KEY_PROPERTIES = {
     "expires_at": nullable(
         {
@@ -158,6 +160,7 @@ SCHEMAS: dict = {
         status=I,
         key_id=I,
         request_id=S,
+        replay_of=REPLAY_OF,
     ),
     "UsageSummaryRow": obj(
         ("calls", "credits", "errors"),
@@ -169,13 +172,14 @@ SCHEMAS: dict = {
         errors={"type": "integer", "description": "Calls answered with a status other than 2xx"},
     ),
     "UsageExportRow": obj(
-        ("timestamp", "key_id", "endpoint", "status", "credits", "request_id"),
+        ("timestamp", "key_id", "endpoint", "status", "credits", "request_id", "replay_of"),
         timestamp=TIME,
         key_id=I,
         endpoint=S,
         status=I,
         credits=I,
         request_id=S,
+        replay_of=REPLAY_OF,
     ),
     # --- billing -------------------------------------------------------------------------------------
     "Currency": obj(("code", "min_usd"), code=S, name=S, network=S, min_usd=N),

@@ -27,6 +27,9 @@ class Operation:
     also: tuple = ()  # further media types of the success body, same schema
     headers: dict = field(default_factory=dict)  # headers of the success answer
     extra: dict = field(default_factory=dict)  # further responses: status -> response object
+    idempotent: bool = (
+        False  # takes an Idempotency-Key (the handler's method is @idempotent: tests/test_idempotency.py)
+    )
 
 
 BILLING, KEY_ID = "/billing/crypto", path_param("key_id", I, "The key's integer id")
@@ -109,6 +112,7 @@ OPERATIONS: list[Operation] = [
         body="KeyCreate",
         body_required=False,
         errors=(401, 409, 413, 422),
+        idempotent=True,
     ),
     Operation(
         "patch",
@@ -129,6 +133,7 @@ OPERATIONS: list[Operation] = [
         params=(KEY_ID,),
         body="Roll",
         errors=(401, 404, 409, 413, 422),
+        idempotent=True,
     ),
     Operation(
         "get",
@@ -157,6 +162,7 @@ OPERATIONS: list[Operation] = [
         params=(KEY_ID,),
         body="TopUp",
         errors=(401, 403, 404, 413, 422),
+        idempotent=True,
     ),
     # account
     Operation("get", "/account", "Credit balance and plan", "account", ref("Account")),
@@ -227,6 +233,7 @@ OPERATIONS: list[Operation] = [
         ref("Order"),
         body="Checkout",
         errors=(401, 413, 422, 429, 502, 503),
+        idempotent=True,
     ),
     Operation(
         "get",

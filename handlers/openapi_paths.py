@@ -1,7 +1,8 @@
 """The OpenAPI operation of a portal `Operation` and of a data endpoint, with the error answers they share."""
 
+from handlers.idempotent import KEY, PATTERN
 from handlers.openapi_operations import Operation
-from handlers.openapi_schema import B, I, S, array, nullable, query, ref
+from handlers.openapi_schema import B, I, S, array, field_schema, nullable, query, ref
 from handlers.validation import INT_MAX
 from social.endpoints import CURSOR_MAX, CURSOR_PATTERN, NOT_BLANK, STRING_MAX, Endpoint, Param, ids_pattern
 
@@ -11,10 +12,11 @@ _ERRORS = {
     402: "Not enough credits for this call (the account's balance or the key's credit budget): stop, do not retry",
     403: "Not allowed: for this account, by the key's allowed_ips / allowed_endpoints, or (with the portal's "
     "cookie) a write without its XSRF token",
-    409: "Conflict",
+    409: "Conflict; with an Idempotency-Key: the first request with it is still under way (retry after "
+    "Retry-After), or its answer was charged but too large to keep (send a new key)",
     404: "Not found (or not yours)",
     413: "Request body too large",
-    422: "Invalid input",
+    422: "Invalid input (a parameter, or an Idempotency-Key that is malformed or was used for another request)",
     429: "Too many requests: retry after Retry-After seconds",
     501: "Announced but not available; never charged",
     502: "The data provider failed; not charged",
@@ -22,6 +24,20 @@ _ERRORS = {
     504: "The data provider did not answer in time; not charged",
 }
 _RETRY_AFTER = {"Retry-After": {"schema": I, "description": "Seconds to wait before retrying"}}
+# Idempotency-Key (handlers/idempotent.py): on the data endpoints and on the portal writes that create something.
+_IDEMPOTENCY_KEY = {
+    "name": KEY.name,
+    "in": "header",
+    "required": False,
+    "schema": {**field_schema(KEY), "pattern": PATTERN},
+    "description": KEY.description,
+}
+_REPLAYED = {
+    "Idempotent-Replayed": {
+        "schema": {"type": "string", "enum": ["true"]},
+        "description": "The first answer to this Idempotency-Key, sent again (charged 0); X-Request-ID is the first's",
+    }
+}
 
 _SECURITY = {"bearer": [{"bearerAuth": []}], "metrics": [{"metricsToken": []}, {}], None: []}
 
@@ -40,7 +56,7 @@ def _error(status: int, schema: str) -> dict:
         "description": _ERRORS[status],
         "content": {"application/json": {"schema": ref("ValidationError" if status == 422 else schema)}},
     }
-    if status in (429, 503):
+    if status in (409, 429, 503):  # a 409 says when to retry while a key's first request is under way
         response["headers"] = _RETRY_AFTER
     return response
 
@@ -64,15 +80,17 @@ _LINKS = {
 def portal_operation(op: Operation) -> dict:
     content = {media: {"schema": op.response} for media in (op.media, *op.also)}
     responses = {str(op.status): {"description": "Success", "content": content}}
-    if op.headers:
-        responses[str(op.status)]["headers"] = op.headers
+    headers = {**op.headers, **(_REPLAYED if op.idempotent else {})}
+    if headers:
+        responses[str(op.status)]["headers"] = headers
     links = _LINKS.get((op.method, op.path))
     if links:
         responses[str(op.status)]["links"] = {
             name: {"operationId": operation_id, "parameters": {field: f"$response.body#/{field}"}}
             for name, (operation_id, field) in links.items()
         }
-    responses.update({str(s): _error(s, "PortalError") for s in op.errors})
+    errors = sorted({*op.errors, 409}) if op.idempotent else op.errors
+    responses.update({str(s): _error(s, "PortalError") for s in errors})
     responses.update(op.extra)
     responses.update(_HEADERS_TOO_LARGE)
     spec = {
@@ -80,7 +98,7 @@ def portal_operation(op: Operation) -> dict:
         "summary": op.summary,
         "tags": [op.tag],
         "security": _SECURITY[op.security],
-        "parameters": list(op.params),
+        "parameters": [*op.params, *([_IDEMPOTENCY_KEY] if op.idempotent else [])],
         "responses": responses,
     }
     if op.body:
@@ -143,16 +161,27 @@ def data_operation(endpoint: Endpoint, prefix: str, tag: str) -> dict:
                 "description": "Success; charged per X-Credits-Charged",
                 "headers": {
                     "X-Credits-Charged": {"schema": I, "description": "Credits charged for this call"},
+                    **_REPLAYED,
                     **{
                         f"X-RateLimit{scope}-{h}": {"schema": I}
                         for scope in ("", "-Account")  # the key's bucket, and the one all its account's keys share
                         for h in ("Limit", "Remaining", "Reset")
                     },
+                    "RateLimit-Policy": {
+                        "schema": S,
+                        "description": "The key's and the account's limits (IETF structured field): "
+                        '"key";q=20;w=1, "account";q=100;w=1 (q calls, refilled in w seconds)',
+                    },
+                    "RateLimit": {
+                        "schema": S,
+                        "description": 'What is left of each: "key";r=17;t=1, "account";r=97;t=1 (r calls left, '
+                        "full again in t seconds)",
+                    },
                 },
                 "content": {"application/json": {"schema": _envelope(endpoint)}},
             }
         }
-        errors = (400, 401, 402, 403, 404, 422, 429, 502, 503, 504)  # 400, 404: the provider's, passed through
+        errors = (400, 401, 402, 403, 404, 409, 422, 429, 502, 503, 504)  # 400, 404: the provider's, passed through
     else:
         ok, errors = {}, (401, 403, 422, 429, 501)
     return {
@@ -165,6 +194,7 @@ def data_operation(endpoint: Endpoint, prefix: str, tag: str) -> dict:
         ),
         "tags": [tag],
         "security": [{"apiKey": []}],
-        "parameters": [query(p.name, _param_schema(p), p.description, p.required) for p in endpoint.params],
+        "parameters": [query(p.name, _param_schema(p), p.description, p.required) for p in endpoint.params]
+        + [_IDEMPOTENCY_KEY],
         "responses": {**ok, **{str(s): _error(s, "DataError") for s in errors}, **_HEADERS_TOO_LARGE},
     }

@@ -36,6 +36,8 @@ class ReadyHandler(BaseHandler):
         breaker = ctx.upstream.breaker.state
         depth, bound = len(ctx.meter.buffer), ctx.meter.buffer.max_records
         ready = database and breaker == "closed" and depth < bound and not ctx.draining
+        if not ready:
+            self.set_header("Retry-After", "1")  # every 503 says when to look again
         self.send_json(
             {
                 "status": "ready" if ready else "not ready",
@@ -82,6 +84,14 @@ class GatewayCollector:
         )
         yield _counter("gateway_rate_limited", "429 answers: over a key's QPS or the login throttle.", by_status(429))
         yield _counter("gateway_credits_charged", "Credits charged for data calls.", m.credits_charged)
+        yield _counter(
+            "gateway_idempotent_claims", "Requests run under an Idempotency-Key of their own.", m.idempotent_claims
+        )
+        yield _counter(
+            "gateway_idempotent_replays",
+            "Repeats of an Idempotency-Key answered with the first answer (charged 0).",
+            m.idempotent_replays,
+        )
         yield self._upstream_latency()
         yield _counter("gateway_upstream_errors", "Data calls the provider failed (502/503/504).", m.upstream_errors)
         yield _gauge(

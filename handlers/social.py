@@ -2,24 +2,30 @@
 
 Order of checks: key (401) -> expired (401) -> client address (403) -> endpoint
 scope (403) -> rate limits of the key and its account (429) -> the account's upstream
-failure budget (429) -> input (422) -> unavailable (501) -> usage buffer bound (503)
--> the account's calls under way (429; its plan's rate x the provider's latency) -> credits: the key's budget, then the account (402)
--> upstream. The key's restrictions come pre-parsed with its cached entry: no database round
-trip, no allocation for an unrestricted key. Nothing is charged
-unless the upstream answered with data.
+failure budget (429) -> input and the Idempotency-Key header (422) -> unavailable (501) -> usage buffer
+bound (503) -> with an Idempotency-Key: the first answer replayed, or 422 (another request), 409 (the first
+still runs) -> the account's calls under way (429; its plan's rate x the provider's latency) -> credits: the
+key's budget, then the account (402) -> upstream. The key's restrictions come pre-parsed with its cached
+entry: no database round trip, no allocation for an unrestricted key; nor for a call without an
+Idempotency-Key (a keyed one costs two: its claim and its answer). Nothing is charged unless the upstream
+answered with data, and a call refused after the rate limits gives their tokens back.
 """
 
+import functools
 import re
 import time
 import urllib.parse
 from datetime import UTC, datetime
 
 from accounting.budgets import BudgetExhausted
+from accounting.idempotency import Answer, Claim
 from accounting.keys import KeyEntry
 from accounting.meter import LeasesExpired
 from handlers.base import ApiError, BaseHandler, NotFoundHandler, parse_address
+from handlers.idempotent import idempotency_key, kept_body, send_replay, start
 from handlers.validation import ValidationError, check_length, error, missing, parse_bool, parse_int
 from metering.ledger import Reservation, period_end
+from metering.limiter import Decision
 from metering.plans import Plan
 from social.endpoints import (
     CURSOR_MAX,
@@ -137,26 +143,64 @@ class DataHandler(BaseHandler):
         return {"status": "error", "msg": message}
 
     async def get(self) -> None:
-        ctx, endpoint = self.ctx, self.endpoint
+        ctx = self.ctx
         if ctx.draining:
             self.keep_header("Connection", "close")
             raise ApiError(503, "The gateway is restarting; retry shortly", {"Retry-After": "1"})
         key = await self.authenticate()
         view = await ctx.meter.account_view(key.account_id)
         self.rate_limit(key, view.plan)
+        try:
+            await self.serve(key, view.plan)
+        except Exception as exc:
+            # Only a call the provider answered (its data, its 4xx, the 502/504 of its failures) or a replay
+            # keeps the tokens it took: a refused call gives them back, so refusals never cost a client its rate.
+            if not (isinstance(exc, ApiError) and exc.status_code in (502, 504)):
+                key_rate, account_rate = _rates(view.plan, ctx.settings.qps_divisor)
+                self.rate_headers(
+                    *ctx.limiter.give_back_both(key.key_id, key_rate, key.account_id, account_rate, time.monotonic()),
+                    key_rate,
+                    account_rate,
+                )
+            raise
+
+    async def serve(self, key: KeyEntry, plan: Plan) -> None:
+        ctx, endpoint = self.ctx, self.endpoint
         self.failure_budget(key.account_id)
         args = parse_args(endpoint, self.request.query_arguments)
-        route = self.log_fields["route"]
+        idempotency = idempotency_key(self)
         if not endpoint.available:
-            ctx.meter.record(key, route, 501, 0, self.request_id)
+            ctx.meter.record(key, self.log_fields["route"], 501, 0, self.request_id)
             raise ApiError(501, "This endpoint is announced but not available yet; it is never charged")
         if ctx.meter.buffer.full:
             raise ApiError(503, "Usage cannot be recorded right now; retry shortly", {"Retry-After": "1"})
+        query = upstream_query(endpoint, self.request.query_arguments, args)
+        if idempotency is None:
+            return await self.call(key, plan, args, query, None)
+        # The endpoint and the query as forwarded: a repeat spelling them differently is the same request.
+        found = await start(self, key.account_id, idempotency, f"GET {endpoint.path}?{query}")
+        if isinstance(found, Answer):
+            return self.replay(key, found)
+        try:
+            await self.call(key, plan, args, query, found)
+        finally:
+            if not found.ended:
+                await ctx.idempotency.end(found, None)  # nothing kept: a retry with the key runs again
+
+    def replay(self, key: KeyEntry, answer: Answer) -> None:
+        """A repeat of a kept answer: charged 0, recorded as a call of its own that points at the first."""
+        body = kept_body(answer)
+        self.ctx.meter.record(key, self.log_fields["route"], answer.status, 0, self.request_id, answer.request_id)
+        self.log_fields["credits"] = 0
+        self.set_header("X-Credits-Charged", "0")
+        send_replay(self, answer, body)
+
+    async def call(self, key: KeyEntry, plan: Plan, args: dict, query: str, claim: Claim | None) -> None:
+        ctx, endpoint = self.ctx, self.endpoint
         size = page_size(endpoint, args)
         most = ctx.prices.cost(endpoint.price, size, size)
         least = ctx.prices.cost(endpoint.price, 0, size)
-        query = upstream_query(endpoint, self.request.query_arguments, args)
-        rate = view.plan.account_qps / ctx.settings.qps_divisor
+        rate = plan.account_qps / ctx.settings.qps_divisor
         limit = ctx.in_flight.limit(rate, ctx.upstream.latency.horizon)
         if not ctx.in_flight.enter(key.account_id, limit):
             raise ApiError(
@@ -177,7 +221,7 @@ class DataHandler(BaseHandler):
                 raise ApiError(
                     402, f"Insufficient credits: this call needs at least {least} credits; top up your account"
                 )
-            await self.forward(key, reservation, size, query, rate)
+            await self.forward(key, reservation, size, query, rate, claim)
         finally:
             ctx.in_flight.leave(key.account_id)
 
@@ -201,18 +245,11 @@ class DataHandler(BaseHandler):
         return key
 
     def rate_limit(self, key: KeyEntry, plan: Plan) -> None:
-        # Without nginx routing each key to one process, every process gets its share of the limits.
-        divisor = self.ctx.settings.qps_divisor
+        key_rate, account_rate = _rates(plan, self.ctx.settings.qps_divisor)
         per_key, per_account = self.ctx.limiter.take_both(
-            key.key_id, plan.qps / divisor, key.account_id, plan.account_qps / divisor, time.monotonic()
+            key.key_id, key_rate, key.account_id, account_rate, time.monotonic()
         )
-        # Strings, not ints: Tornado checks a non-str value against numbers.Integral (an ABC check) per header.
-        self.keep_header("X-RateLimit-Limit", str(per_key.limit))
-        self.keep_header("X-RateLimit-Remaining", str(per_key.remaining))
-        self.keep_header("X-RateLimit-Reset", str(per_key.reset))
-        self.keep_header("X-RateLimit-Account-Limit", str(per_account.limit))
-        self.keep_header("X-RateLimit-Account-Remaining", str(per_account.remaining))
-        self.keep_header("X-RateLimit-Account-Reset", str(per_account.reset))
+        self.rate_headers(per_key, per_account, key_rate, account_rate)
         if not per_key.allowed:
             raise ApiError(
                 429,
@@ -226,6 +263,21 @@ class DataHandler(BaseHandler):
                 {"Retry-After": str(per_account.retry_after)},
             )
 
+    def rate_headers(self, per_key: Decision, per_account: Decision, key_rate: float, account_rate: float) -> None:
+        # The IETF httpapi draft's fields (structured fields), and the X-RateLimit-* that clients know.
+        self.keep_header("RateLimit-Policy", _policy(per_key.limit, key_rate, per_account.limit, account_rate))
+        self.keep_header(
+            "RateLimit",
+            f'"key";r={per_key.remaining};t={per_key.reset}, "account";r={per_account.remaining};t={per_account.reset}',
+        )
+        # Strings, not ints: Tornado checks a non-str value against numbers.Integral (an ABC check) per header.
+        self.keep_header("X-RateLimit-Limit", str(per_key.limit))
+        self.keep_header("X-RateLimit-Remaining", str(per_key.remaining))
+        self.keep_header("X-RateLimit-Reset", str(per_key.reset))
+        self.keep_header("X-RateLimit-Account-Limit", str(per_account.limit))
+        self.keep_header("X-RateLimit-Account-Remaining", str(per_account.remaining))
+        self.keep_header("X-RateLimit-Account-Reset", str(per_account.reset))
+
     def failure_budget(self, account_id: str) -> None:
         # Failed calls are free: an account whose calls keep failing upstream is slowed down on its own.
         wait = self.ctx.failure_budget.retry_after(account_id, time.monotonic())
@@ -236,7 +288,9 @@ class DataHandler(BaseHandler):
                 {"Retry-After": str(wait)},
             )
 
-    async def forward(self, key: KeyEntry, reservation: Reservation, size: int, query: str, rate: float) -> None:
+    async def forward(
+        self, key: KeyEntry, reservation: Reservation, size: int, query: str, rate: float, claim: Claim | None
+    ) -> None:
         ctx, endpoint, route = self.ctx, self.endpoint, self.log_fields["route"]
         meter = ctx.meter
         try:
@@ -270,7 +324,13 @@ class DataHandler(BaseHandler):
             ctx.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")
         if answer is not None and not answer[0]:
-            charged = meter.settle(reservation, ctx.prices.cost(endpoint.price, answer[1], size))
+            cost = min(ctx.prices.cost(endpoint.price, answer[1], size), reservation.amount)
+            # A keyed answer is kept before it is charged and recorded: a repeat can then only find it kept.
+            # One that cannot be kept (its claim taken over) is not charged: a repeat may run and be charged.
+            if claim is None or await ctx.idempotency.end(claim, Answer(status, upstream.body, cost, self.request_id)):
+                charged = meter.settle(reservation, cost)
+            else:
+                meter.release(reservation)
         else:
             meter.release(reservation)  # upstream 4xx or an error body: passed through, not charged
         meter.record(key, route, status, charged, self.request_id)
@@ -278,6 +338,21 @@ class DataHandler(BaseHandler):
         self.set_header("X-Credits-Charged", str(charged))
         self.set_status(status)
         self.finish(upstream.body)
+
+
+def _rates(plan: Plan, divisor: float) -> tuple[float, float]:
+    """The key's and the account's rates in this process: without nginx routing each key to one process,
+    every process gets its share of the limits (QPS_DIVISOR)."""
+    return plan.qps / divisor, plan.account_qps / divisor
+
+
+@functools.lru_cache(maxsize=64)
+def _policy(key_limit: int, key_rate: float, account_limit: int, account_rate: float) -> str:
+    """RateLimit-Policy: each bucket holds `q` calls and fills again in `w` seconds (1 call / 5 s: q=1;w=5)."""
+    return (
+        f'"key";q={key_limit};w={max(1, round(key_limit / key_rate))}, '
+        f'"account";q={account_limit};w={max(1, round(account_limit / account_rate))}'
+    )
 
 
 _UPSTREAM_FAILED = (502, "The data provider failed; you were not charged")

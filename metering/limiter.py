@@ -32,17 +32,17 @@ class RateLimiter:
         key, account = self.take_all([(key_id, key_rate), (("account", account_id), account_rate)], now)
         return key, account
 
-    def take_all(self, limits: list[tuple[object, float]], now: float) -> list[Decision]:
+    def take_all(self, limits: list[tuple[object, float]], now: float, take: bool = True) -> list[Decision]:
         """A call passes only when every bucket has a token, and only then takes one from each: a call
         refused by one limit costs nothing against the others. Each decision's `allowed` says whether
-        its own bucket had a token, so the caller can tell which limit refused."""
+        its own bucket had a token, so the caller can tell which limit refused. `take=False` only reads."""
         state = []
         for name, rate in limits:
             capacity = max(1.0, rate)
             bucket, tokens = self._tokens(name, capacity, rate, now)
             # Waiting exactly Retry-After must be enough despite float rounding.
             state.append((bucket, capacity, rate, tokens, tokens >= 1.0 - 1e-9))
-        passes = all(has for *_, has in state)
+        passes = take and all(has for *_, has in state)
         decisions = []
         for bucket, capacity, rate, tokens, has in state:
             if passes:
@@ -58,6 +58,20 @@ class RateLimiter:
                 )
             )
         return decisions
+
+    def give_back_both(
+        self, key_id: int, key_rate: float, account_id: str, account_rate: float, now: float
+    ) -> tuple[Decision, Decision]:
+        """Returns the tokens a call took (take_both) when it is refused after all (its input, its credits,
+        its calls under way): a refused call never costs a client part of its rate. The buckets as they are
+        now, for the answer's headers."""
+        limits = [(key_id, key_rate), (("account", account_id), account_rate)]
+        for name, _ in limits:
+            bucket = self._buckets.get(name)
+            if bucket is not None:  # a bucket forgotten meanwhile reads as full anyway
+                bucket[0] += 1.0  # past the capacity it reads as full (_tokens)
+        key, account = self.take_all(limits, now, take=False)
+        return key, account
 
     def forget_idle(self, now: float, idle_seconds: float = 300.0) -> None:
         """Drops buckets untouched for a while; a full bucket and a missing one behave the same."""

@@ -3,6 +3,8 @@
 A key is `sgw_` + 32 characters (192 random bits) + an 8-character tag (48 bits of HMAC over the
 random part, keyed from SECRETS_KEY). The tag is checked in memory before any lookup, so a flood
 of made-up keys never reaches the database: forging one that passes costs 2^48 tries.
+The answers kept for Idempotency-Key repeats of portal writes are sealed with a key of their own (`seal`):
+a new key's answer holds its secret.
 """
 
 import base64
@@ -25,6 +27,7 @@ class KeyVault:
         self._digest_key = hmac.new(root, b"api-key-digest", hashlib.sha256).digest()
         self._aead = AESGCM(hmac.new(root, b"api-key-encryption", hashlib.sha256).digest())
         self._tag_key = hmac.new(root, b"api-key-tag", hashlib.sha256).digest()
+        self._answers = AESGCM(hmac.new(root, b"kept-answers", hashlib.sha256).digest())
 
     def generate(self) -> str:
         body = secrets.token_urlsafe(24)
@@ -57,3 +60,11 @@ class KeyVault:
     def decrypt(self, sealed: str, key_id: int) -> str:
         raw = base64.b64decode(sealed)
         return self._aead.decrypt(raw[:12], raw[12:], str(key_id).encode()).decode()
+
+    def seal(self, data: bytes, bound_to: str) -> bytes:
+        """Encrypts an answer kept for a retry (a new key's answer holds its secret), bound to `bound_to`."""
+        nonce = os.urandom(12)
+        return nonce + self._answers.encrypt(nonce, data, bound_to.encode())
+
+    def unseal(self, sealed: bytes, bound_to: str) -> bytes:
+        return self._answers.decrypt(sealed[:12], sealed[12:], bound_to.encode())

@@ -44,6 +44,9 @@ INDEXES = {
         IndexModel([("lease", ASCENDING)]),
     ],
     "processes": [IndexModel([("heartbeat_at", ASCENDING)])],
+    # Idempotency-Key claims end with their lease, kept answers after IDEMPOTENCY_TTL (storage/idempotency.py);
+    # the (account, key) pair is the _id: unique.
+    "idempotency_keys": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
     "events": [IndexModel([("anonymous_id", ASCENDING)])],
 }
 

@@ -6,7 +6,7 @@ per account per batch instead of per call (about 25x less database CPU on the
 embedded server). A bucket carries its records and their totals:
 
     {_id: "<process>-<batch>:<account>:<day>", account_id, lease, day, ts, ts_max,
-     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id}]}
+     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?}]}
 
 Bucket ids derive from the batch, so a retried batch skips what an earlier try wrote.
 
@@ -56,22 +56,26 @@ def buckets_of(batch_id: str, records: list[dict]) -> list[dict]:
             "ts_max": group[-1]["ts"],
             "n": len(group),
             "credits": sum(r["credits"] for r in group),
-            # Spelled out rather than built from _RECORD_FIELDS: this runs for every call's record.
-            "records": [
-                {
-                    "id": r["_id"],
-                    "key_id": r["key_id"],
-                    "endpoint": r["endpoint"],
-                    "ts": r["ts"],
-                    "credits": r["credits"],
-                    "status": r["status"],
-                    "request_id": r["request_id"],
-                }
-                for r in group
-            ],
+            "records": [_stored(r) for r in group],
         }
         for (account_id, lease, day), group in groups.items()
     ]
+
+
+def _stored(r: dict) -> dict:
+    # Spelled out rather than built from _RECORD_FIELDS: this runs for every call's record.
+    stored = {
+        "id": r["_id"],
+        "key_id": r["key_id"],
+        "endpoint": r["endpoint"],
+        "ts": r["ts"],
+        "credits": r["credits"],
+        "status": r["status"],
+        "request_id": r["request_id"],
+    }
+    if "replay_of" in r:  # only replays carry it (Idempotency-Key)
+        stored["replay_of"] = r["replay_of"]
+    return stored
 
 
 def is_error(status: int) -> bool:
@@ -111,6 +115,7 @@ def flatten(bucket: dict) -> list[dict]:
             "account_id": bucket["account_id"],
             "lease": bucket["lease"],
             **{f: r[f] for f in _RECORD_FIELDS},
+            **({"replay_of": r["replay_of"]} if "replay_of" in r else {}),
         }
         for r in bucket["records"]
     ]

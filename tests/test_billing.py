@@ -590,10 +590,11 @@ async def test_production_refusals(api):
     key = await api.new_key(user["token"])
     status, body, _ = await api.call("POST", f"/keys/{key['key_id']}/topup", {"credits": 100}, token=user["token"])
     assert status == 403
-    status, body, _ = await api.call(
+    status, body, headers = await api.call(
         "POST", "/billing/crypto/checkout", {"currency": "BTC", "amount_usd": 50}, token=user["token"]
     )
     assert status == 503 and body == {"detail": "Crypto payments are not configured on this server"}
+    assert headers["Retry-After"] == "3600"  # every 503 says when to look again: a configuration, not a blip
     assert (await api.call("GET", "/billing/crypto/config"))[1]["currencies"] == []
     for path, payload in [
         ("/billing/crypto/sandbox/pay", {"order_id": "ord_" + "0" * 20, "amount_usd": 5}),

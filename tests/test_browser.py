@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from bench.stack import Stack
+from bench.stack import Stack, request
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 PASSWORD = "portal password 1"
@@ -308,14 +308,22 @@ def test_usage_chart_and_table_show_the_calls_just_made(watched, stack, user_nam
     register(page, stack)
     key = create_key(page)
     assert [data_call(stack, key, user_name) for _ in range(3)] == [200, 200, 200]
+    # The last call repeated with its Idempotency-Key: a replay, marked in the table with the first call's id.
+    keyed = {"X-API-Key": key, "Idempotency-Key": "browser-retry"}
+    url = f"{stack.url}/social/user/info?userName={user_name}"
+    first, replay = ({k.lower(): v for k, v in request("GET", url, None, keyed)[2].items()} for _ in range(2))
+    assert replay["idempotent-replayed"] == "true" and replay["x-request-id"] == first["x-request-id"]
 
     page.get_by_role("link", name="Usage").click()
     rows = page.get_by_test_id("usage-row")
-    expect(rows).to_have_count(3)
+    expect(rows).to_have_count(5)
     expect(rows.first).to_contain_text("/user/info")
     expect(rows.first).to_contain_text("200")
+    replays = page.locator('[data-testid="usage-row"][data-replay="true"]')
+    expect(replays).to_have_count(1)
+    expect(replays).to_contain_text("replay of " + first["x-request-id"])
     chart = page.get_by_test_id("usage-chart")
-    expect(chart.locator("svg")).to_have_attribute("aria-label", re.compile(r"3 calls"))
+    expect(chart.locator("svg")).to_have_attribute("aria-label", re.compile(r"5 calls"))
     heights = chart.locator("rect.bar").evaluate_all("bars => bars.map(b => Number(b.getAttribute('height')))")
     assert len(heights) == 7 and heights[-1] > 0 and sum(1 for h in heights if h > 0) == 1  # today's bar only
     expect(page.locator("#endpoints-table tbody tr")).to_have_count(1)
@@ -327,8 +335,9 @@ def test_usage_chart_and_table_show_the_calls_just_made(watched, stack, user_nam
     with page.expect_download() as download:
         page.get_by_role("link", name="Download CSV").click()
     lines = open(download.value.path()).read().splitlines()
-    assert lines[0] == "timestamp,key_id,endpoint,status,credits,request_id" and len(lines) == 4  # GET /usage/export
-    assert all(",/social/user/info,200,18," in line for line in lines[1:])
+    assert lines[0] == "timestamp,key_id,endpoint,status,credits,request_id,replay_of" and len(lines) == 6
+    assert sum(",/social/user/info,200,18," in line for line in lines[1:]) == 4  # GET /usage/export
+    assert sum(",200,0," in line and line.endswith("," + first["x-request-id"]) for line in lines) == 1  # the replay
     w.check()
 
 

@@ -79,6 +79,10 @@ async def test_outage_serves_known_keys_until_the_buffer_is_full_then_fails_clos
     assert [r[0] for r in before] == [200] * 3
     await ctx.meter.flush()
     mongo.kill()
+    # A call with an Idempotency-Key needs its claim in the database: 503 once the driver gives up, never
+    # forwarded nor charged (reconcile below); the client retries it with the same key later.
+    status, _, headers = await api.call("GET", path, key=key["key"], headers={"Idempotency-Key": "in-the-outage"})
+    assert status == 503 and headers["Retry-After"] == "1"
     during = [await api.call("GET", path, key=key["key"]) for _ in range(10)]
     assert [r[0] for r in during] == [200] * 10  # from memory: key, plan and lease are cached
     forwarded = upstream_requests(upstream_url)

@@ -122,25 +122,28 @@ async def test_unknown_keys_are_cached_negatively(api, ctx, catalog):
     assert ctx.metrics.db_round_trips - before <= 2  # the background flusher may touch the database
 
 
+@pytest.mark.settings(signup_credits=1000)
 async def test_free_plan_is_rate_limited(api, catalog):
+    """The free plan (signup credits are no payment): one call, then 429 for up to five seconds."""
     user = await api.register()
     key = await api.new_key(user["token"])
-    # Spend nothing: an account without credits still sees 429 before 402 once over its limit.
     path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
     first = await api.call("GET", path, key=key["key"])
-    assert first[0] == 402 and first[2]["X-RateLimit-Limit"] == "1" and first[2]["X-RateLimit-Remaining"] == "0"
+    assert first[0] == 200 and first[2]["X-RateLimit-Limit"] == "1" and first[2]["X-RateLimit-Remaining"] == "0"
+    assert first[2]["RateLimit-Policy"] == '"key";q=1;w=5, "account";q=1;w=1', first[2]["RateLimit-Policy"]
     status, body, headers = await api.call("GET", path, key=key["key"])
     assert status == 429 and body["status"] == "error"
     assert 1 <= int(headers["Retry-After"]) <= 5
 
 
+@pytest.mark.settings(signup_credits=1000)
 async def test_idle_keys_rate_limit_state_is_dropped_by_the_background_sweep(api, ctx, catalog):
     """Memory holds a bucket per recently active key only; a dropped bucket answers like a full one."""
     assert "idle-buckets" in {t.get_name() for t in asyncio.all_tasks()}  # scheduled by app/tasks.py
     user = await api.register()
     key = await api.new_key(user["token"])
     path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
-    assert (await api.call("GET", path, key=key["key"]))[0] == 402  # one call: the free plan's burst
+    assert (await api.call("GET", path, key=key["key"]))[0] == 200  # one call: the free plan's burst
     assert (await api.call("GET", path, key=key["key"]))[0] == 429
     await tasks.forget_idle_buckets(ctx)  # not idle yet: kept, still limited
     assert key["key_id"] in ctx.limiter._buckets
@@ -148,7 +151,7 @@ async def test_idle_keys_rate_limit_state_is_dropped_by_the_background_sweep(api
     await tasks.forget_idle_buckets(ctx, time.monotonic() + tasks.BUCKET_IDLE_SECONDS + 1)
     assert key["key_id"] not in ctx.limiter._buckets
     status, _, headers = await api.call("GET", path, key=key["key"])
-    assert status == 402 and headers["X-RateLimit-Remaining"] == "0" and headers["X-RateLimit-Limit"] == "1"
+    assert status == 200 and headers["X-RateLimit-Remaining"] == "0" and headers["X-RateLimit-Limit"] == "1"
 
 
 async def test_paid_plan_burst_then_429(api, catalog):

@@ -160,7 +160,7 @@ async def test_export_streams_every_record_once(api, ctx, catalog, http_client, 
     text = body.decode()
     if fmt == "csv":
         rows = list(csv.DictReader(io.StringIO(text)))
-        assert list(rows[0]) == ["timestamp", "key_id", "endpoint", "status", "credits", "request_id"]
+        assert list(rows[0]) == ["timestamp", "key_id", "endpoint", "status", "credits", "request_id", "replay_of"]
         rows = [
             {**r, "key_id": int(r["key_id"]), "status": int(r["status"]), "credits": int(r["credits"])} for r in rows
         ]
@@ -190,7 +190,7 @@ async def test_export_rejects_bad_queries_as_json(api):
     status, body, _ = await api.call("GET", "/usage/export")
     assert status == 401 and body == {"detail": "Not authenticated"}
     status, body, headers = await api.call("GET", "/usage/export?format=csv", token=user["token"])
-    assert status == 200 and body.decode() == "timestamp,key_id,endpoint,status,credits,request_id\n"
+    assert status == 200 and body.decode() == "timestamp,key_id,endpoint,status,credits,request_id,replay_of\n"
 
 
 @pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
@@ -299,6 +299,6 @@ async def test_a_request_id_cannot_become_a_spreadsheet_formula(api, catalog):
     path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
     assert (await api.call("GET", path, key=key["key"], headers={"X-Request-ID": "-A1"}))[0] == 200
     csv_body = (await api.call("GET", "/usage/export?format=csv", token=user["token"]))[1].decode()
-    assert csv_body.splitlines()[1].endswith(",'-A1")
+    assert csv_body.splitlines()[1].endswith(",'-A1,")  # replay_of: empty
     status, line, _ = await api.call("GET", "/usage/export?format=jsonl", token=user["token"])
     assert status == 200 and line["request_id"] == "-A1"  # one line, which the test client reads as JSON: as sent

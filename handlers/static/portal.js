@@ -683,6 +683,11 @@
       cell(row, number.format(r.credits), "num");
       const id = cell(row, "");
       id.append(el("code", r.request_id));
+      if (r.replay_of) {
+        // A repeat answered with the first answer to its Idempotency-Key: 0 credits, the first call's id.
+        row.dataset.replay = "true";
+        id.append(" ", el("span", "replay of", "badge off"), " ", el("code", r.replay_of));
+      }
       body.append(row);
     });
     labelCells($("#calls-table"));
@@ -699,9 +704,9 @@
       link.setAttribute("download", ""); // the server names the file
       return;
     }
-    const lines = [["timestamp", "endpoint", "status", "credits", "key_id", "request_id"].join(",")];
+    const lines = [["timestamp", "endpoint", "status", "credits", "key_id", "request_id", "replay_of"].join(",")];
     records.forEach((r) =>
-      lines.push([r.timestamp, r.endpoint, r.status, r.credits, r.key_id, r.request_id].map(csvField).join(",")));
+      lines.push([r.timestamp, r.endpoint, r.status, r.credits, r.key_id, r.request_id, r.replay_of].map(csvField).join(",")));
     if (csvUrl) URL.revokeObjectURL(csvUrl);
     csvUrl = URL.createObjectURL(new Blob([lines.join("\n") + "\n"], { type: "text/csv" }));
     link.href = csvUrl;
