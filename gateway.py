@@ -30,6 +30,7 @@ from app.tasks import start_background
 from handlers import accesslog, account, admin, auth, billing, keys, ops, portal, sandbox, social
 from handlers.base import NotFoundHandler
 from handlers.context import Context
+from handlers.scrape import Scrape
 from metering.pricing import Prices
 
 log = logging.getLogger("gateway")
@@ -122,10 +123,16 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
 
 # --- 3. serve --------------------------------------------------------------------------------------
 async def serve(
-    settings: config.Settings, sockets: list | None = None, worker: int | None = None, helpers: Helpers | None = None
+    settings: config.Settings,
+    sockets: list | None = None,
+    scrape: Scrape | None = None,
+    peer_sockets: list | None = None,
+    helpers: Helpers | None = None,
 ) -> None:
-    """One gateway process; with `sockets`, worker `worker` of `serve --workers N` (app/workers.py).
-    `settings` name the database and upstream; `helpers` are what was started for them here."""
+    """One gateway process; with `sockets`, a worker of `serve --workers N` (app/workers.py), `scrape` telling
+    which and where its siblings are, `peer_sockets` where it hands them its metrics. `settings` name the
+    database and upstream; `helpers` are what was started for them here."""
+    worker = scrape.index if scrape else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -141,6 +148,8 @@ async def serve(
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop_during_start)
     ctx = await build_context(settings, worker)
+    if scrape:
+        ctx.scrape = scrape
     # main() sent logging to stderr in LOG_FORMAT: access lines go there in batches, in the same format.
     ctx.access_log.stream = sys.stderr
     server = make_server(make_app(ctx), settings)  # body, header and slow-client limits (app/server.py)
@@ -150,6 +159,10 @@ async def serve(
     else:
         server.listen(settings.port, settings.host, reuse_port=True, backlog=LISTEN_BACKLOG)
     metrics_server = None
+    peer_server = None
+    if peer_sockets:
+        peer_server = tornado.httpserver.HTTPServer(ops.peer_app(ctx))
+        peer_server.add_sockets(peer_sockets)
     if settings.metrics_port:  # each worker of --workers N on its own port: METRICS_PORT + index
         metrics_server = tornado.httpserver.HTTPServer(ops.metrics_app(ctx))
         metrics_server.listen(settings.metrics_port + (worker or 0), settings.host)
@@ -162,8 +175,9 @@ async def serve(
     await stop.wait()
     log.info("shutting down: no new connections, draining calls in flight")
     server.stop()
-    if metrics_server:
-        metrics_server.stop()
+    for side_server in (metrics_server, peer_server):
+        if side_server:
+            side_server.stop()
     await shutdown(ctx, tasks)
     await server.close_all_connections()
     ctx.access_log.flush()  # the lines of the last calls
@@ -228,7 +242,7 @@ def run_service(settings: config.Settings, count: int) -> int:
         return workers.run(
             helpers.settings,
             count,
-            lambda s, sockets, index: asyncio.run(serve(s, sockets, index)),
+            lambda s, sockets, scrape, peer_sockets: asyncio.run(serve(s, sockets, scrape, peer_sockets)),
             lambda s: announce(s, helpers, f"  workers:     {count} processes\n"),
         )
     finally:

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import PASSWORD, UPSTREAM_KEY
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
+import config
 import gateway
 from app.context import build_context
 from app.embedded import EmbeddedMongo, free_port
@@ -290,7 +291,9 @@ async def test_metrics_exposition(api, ctx, catalog, http_client, base_url):
     response = await http_client.fetch(base_url + "/metrics")
     assert response.headers["Content-Type"].startswith("text/plain")
     values = samples(response.body.decode())
-    get = lambda name, **labels: values.get((name, frozenset(labels.items())))
+    # A single process is worker 0 (serve --workers N: tests/test_scrape.py).
+    get = lambda name, **labels: values.get((name, frozenset({**labels, "worker": "0"}.items())))
+    assert get("gateway_build_info", version=config.VERSION) == 1
     assert get("gateway_requests_total", route="/social/user/info", status="200") == 1
     assert get("gateway_requests_total", route="/keys/{}/reveal", status="200") == 1
     assert get("gateway_requests_total", route="/keys/{}/reveal", status="404") == 1
@@ -301,13 +304,18 @@ async def test_metrics_exposition(api, ctx, catalog, http_client, base_url):
     assert get("gateway_payment_required_total") == 1
     assert get("gateway_rate_limited_total") == 0
     assert get("gateway_credits_charged_total") == ctx.metrics.credits_charged > 0
-    assert get("gateway_upstream_latency_seconds_gcount") >= 1
+    assert get("gateway_upstream_latency_seconds_count", route="/social/user/info") == 1  # the one call sent
+    assert get("gateway_upstream_latency_seconds_bucket", route="/social/user/info", le="+Inf") == 1
     assert get("gateway_upstream_breaker_state") == 0
     assert get("gateway_cache_hits_total", cache="key") >= 1 and get("gateway_cache_hit_ratio", cache="key") > 0
     assert get("gateway_usage_flushes_total") >= 1 and get("gateway_usage_flushed_records_total") >= 1
     assert get("gateway_usage_buffer_records") == 0 and get("gateway_usage_flush_lag_seconds") == 0
     assert get("gateway_usage_buffer_capacity") == ctx.settings.buffer_max
     assert get("process_resident_memory_bytes") > 0
+    # The same figures in OpenMetrics for a scraper that asks for it (Prometheus does).
+    negotiated = await http_client.fetch(base_url + "/metrics", headers={"Accept": "application/openmetrics-text"})
+    assert negotiated.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert negotiated.body.decode().endswith("# EOF\n")
 
 
 @pytest.mark.settings(metrics_token="scrape-token-0123456789")
