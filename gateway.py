@@ -25,9 +25,11 @@ import config
 from app import commands, workers
 from app.context import build_context
 from app.embedded import DataDirBusy, Helpers, start_helpers
+from app.preflight import database_problem
 from app.server import LISTEN_BACKLOG, make_server, port_problem, raise_open_file_limit
 from app.tasks import start_background
-from handlers import accesslog, account, admin, auth, billing, keys, ops, portal, sandbox, social
+from config import logs
+from handlers import account, admin, auth, billing, keys, ops, portal, sandbox, social
 from handlers.base import NotFoundHandler
 from handlers.context import Context
 from handlers.scrape import Scrape
@@ -152,6 +154,7 @@ async def serve(
         ctx.scrape = scrape
     # main() sent logging to stderr in LOG_FORMAT: access lines go there in batches, in the same format.
     ctx.access_log.stream = sys.stderr
+    ctx.access_log.as_json = logs.json_wanted(settings.log_format, settings.env)
     server = make_server(make_app(ctx), settings)  # body, header and slow-client limits (app/server.py)
     tune_gc()
     if sockets:
@@ -257,6 +260,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=config.describe(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    top.add_argument("--version", action="version", version=f"social-gateway {config.VERSION}")
     subcommands = top.add_subparsers(dest="command", required=True)
     run = subcommands.add_parser(
         "serve", help="run the gateway", epilog=config.describe(), formatter_class=argparse.RawDescriptionHelpFormatter
@@ -273,50 +277,25 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-# Loggers that print request or command documents at DEBUG: password hashes, first-touch data and key
-# digests would reach the log. They are held at INFO whatever LOG_LEVEL says.
-VERBATIM_LOGGERS = ("pymongo",)
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format=accesslog.LOG_FORMAT)
-    for name in VERBATIM_LOGGERS:
-        logger = logging.getLogger(name)
-        logger.setLevel(max(logging.INFO, logging.getLogger().level))
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
+    logs.configure_from(os.environ)
     if args.command != "serve":
         return commands.run(args)
-    settings = config.load_for_command(host=args.host, port=args.port)
+    settings = config.load_for_command(serving=True, host=args.host, port=args.port)
     if settings is None:
         return 2
+    logs.configure(settings.log_level, logs.json_wanted(settings.log_format, settings.env))
     if not settings.production:
         settings = with_dev_secrets(settings)
     if args.workers < 1:
         print("social-gateway: --workers must be at least 1", file=sys.stderr)
         return 2
-    if settings.production and not settings.host:
-        print("social-gateway: GATEWAY_HOST (or --host) is required in production, e.g. 0.0.0.0", file=sys.stderr)
-        return 2
-    if settings.production and not settings.upstream_url:
-        # The sandbox upstream (and its default credential) must never serve production traffic.
-        print(
-            "social-gateway: UPSTREAM_URL is required in production (the sandbox upstream is for development only)",
-            file=sys.stderr,
-        )
-        return 2
-    if (
-        settings.production
-        and not settings.upstream_api_keys
-        and settings.upstream_api_key == config.Settings().upstream_api_key
-    ):
-        print("social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)", file=sys.stderr)
-        return 2
-    # Before anything starts: a busy port is one clear line, not a traceback after the helpers are up.
-    problem = port_problem(settings.host, settings.port)
+    # Before anything starts: a busy port or an unreachable database is one clear line, not a traceback
+    # after the helpers are up.
+    problem = port_problem(settings.host, settings.port) or (
+        settings.mongodb_uri and database_problem(settings.mongodb_uri)
+    )
     if problem:
         print(f"social-gateway: {problem}", file=sys.stderr)
         return 1

@@ -23,6 +23,7 @@ import config
 import gateway
 from app.context import build_context
 from app.embedded import EmbeddedMongo, free_port
+from config import logs
 from handlers import accesslog, ops
 from handlers.accesslog import AccessLog
 from social.endpoints import ENDPOINTS
@@ -387,7 +388,7 @@ def test_batched_access_lines_are_the_lines_logging_would_write():
     stream, expected = io.StringIO(), io.StringIO()
     access = AccessLog(stream)
     handler = logging.StreamHandler(expected)
-    handler.setFormatter(logging.Formatter(accesslog.LOG_FORMAT))
+    handler.setFormatter(logging.Formatter(logs.TEXT_FORMAT))
     for created in (1_700_000_000.0, 1_700_000_000.999_9, 1_700_000_059.5, 1_700_003_600.001):
         fields = {"request_id": "r1", "method": "GET", "route": "/social/user/info", "status": 200, "ms": 1.5}
         access.waiting.append((created, orjson.dumps(fields)))
@@ -398,6 +399,27 @@ def test_batched_access_lines_are_the_lines_logging_would_write():
         handler.emit(record)
     access.flush()
     assert stream.getvalue() == expected.getvalue() and access.waiting == []
+
+
+def test_json_access_lines_are_one_object_each_in_the_shape_of_every_log_line():
+    """LOG_FORMAT=json: a batched access line is the object config/logs.py's formatter writes (time in ISO
+    8601 UTC, level, logger, message), with the request's fields after it."""
+    stream, expected = io.StringIO(), io.StringIO()
+    access = AccessLog(stream, as_json=True)
+    handler = logging.StreamHandler(expected)
+    handler.setFormatter(logs.JsonFormatter())
+    for created in (1_700_000_000.0, 1_700_000_000.999_9, 1_700_003_600.001):
+        access.write({"request_id": "r1", "method": "GET", "route": "/social/user/info", "status": 200, "ms": 1.5})
+        access.waiting[-1] = (created, access.waiting[-1][1])
+        record = logging.LogRecord(accesslog.LOGGER, logging.INFO, __file__, 1, "GET /social/user/info 200", (), None)
+        record.created, record.request_id = created, "r1"
+        handler.emit(record)
+    access.flush()
+    for line, logged in zip(stream.getvalue().splitlines(), expected.getvalue().splitlines(), strict=True):
+        data, shape = orjson.loads(line), orjson.loads(logged)
+        assert list(data)[:5] == ["time", "level", "logger", "message", "request_id"]
+        assert {k: data[k] for k in shape} == shape and data["route"] == "/social/user/info"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", data["time"])
 
 
 async def test_request_id_is_generated_when_unusable(api, caplog):

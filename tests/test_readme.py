@@ -264,6 +264,7 @@ def test_every_documented_command_and_option_works(served, tmp_path):
         assert shown.stdout.startswith("usage: social-gateway"), path
         if path == ("admin",):  # about admin, not a developer's note on the module that holds it
             assert "MONGODB_URI" in shown.stdout and "sandbox-pay" not in shown.stdout, shown.stdout
+    assert runner.run("--version").stdout.startswith("social-gateway ")
 
     # simulate-upstream with every option, answering where it was told to.
     port = free_port()
