@@ -47,6 +47,7 @@ class Metrics:
     flushes: int = 0
     flushed_records: int = 0
     flush_failures: int = 0
+    lease_reclaims: int = 0  # leases of dead processes this one returned to their accounts
     db_round_trips: int = 0  # counted by a PyMongo command listener
     db_commands: Counter = field(default_factory=Counter)  # command name -> count, to see what the trips are
     loop_lag_seconds: float = 0.0  # how late the last periodic wake-up ran (app/tasks.py)

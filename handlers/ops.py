@@ -122,6 +122,11 @@ class GatewayCollector:
         yield _counter(
             "gateway_usage_flush_failures", "Usage batches that failed and were kept for retry.", m.flush_failures
         )
+        yield _counter(
+            "gateway_lease_reclaims",
+            "Leases of dead processes returned to their accounts by this one (a gateway died without closing).",
+            m.lease_reclaims,
+        )
         yield _gauge(
             "gateway_usage_flush_batch_size_mean",
             "Mean usage records per flush since start.",
