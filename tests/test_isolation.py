@@ -60,8 +60,10 @@ def test_production_refuses_to_start_without_an_upstream(tmp_path):
         assert done.returncode == 2
         return done.stderr.strip().splitlines()
 
-    assert refusal() == [
-        "social-gateway: UPSTREAM_URL is required in production (the sandbox upstream is for development only)"
+    assert refusal() == [  # every problem in one start
+        "social-gateway: 2 problems with the settings:",
+        "  - UPSTREAM_URL is required in production (the sandbox upstream is for development only)",
+        "  - UPSTREAM_API_KEY is required in production (not the sandbox's key)",
     ]
     env["UPSTREAM_URL"] = "https://provider.example"  # with the sandbox's default credential
     assert refusal() == ["social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)"]
