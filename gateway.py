@@ -271,7 +271,7 @@ def parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=1,
-        help="gateway processes sharing the port (default 1; see README, Scale-out, for QPS_DIVISOR)",
+        help="gateway processes sharing the port (default 1; see docs/scale-out.md for QPS_DIVISOR)",
     )
     commands.add_commands(subcommands)
     return top

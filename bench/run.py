@@ -90,7 +90,7 @@ def main() -> None:
         action="store_true",
         help="--latency: lift ACCOUNT_MAX_IN_FLIGHT, UPSTREAM_MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS (diagnosis)",
     )
-    parser.add_argument("--readme", action="store_true", help="--latency: write the table into README.md")
+    parser.add_argument("--readme", action="store_true", help="--latency: write the table into docs/benchmarks.md")
     parser.add_argument("--out", default=None, help="where the JSON goes (bench/results/latest.json or static.json)")
     parser.add_argument(
         "--static", action="store_true", help="static upstream, the gateway's own cost (bench/static.py)"
