@@ -221,6 +221,9 @@ class WorkerMetricsHandler(BaseHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(orjson.dumps(self.ctx.scrape.own(registry(self.ctx))))
 
+    def on_finish(self) -> None:
+        """A hand-over between workers, not a request to the service: neither counted nor logged."""
+
 
 def registry(ctx: Context) -> CollectorRegistry:
     """This process's collectors: the gateway's figures and the process's own (CPU, memory, files)."""

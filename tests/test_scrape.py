@@ -59,6 +59,7 @@ async def test_two_workers_add_up_and_never_go_backwards(mongo, upstream_url, ca
         assert total(values, "gateway_request_duration_seconds_bucket", route=ROUTE, le="+Inf") == calls
     served = per_worker(scrapes[-1], "gateway_requests_total", route=ROUTE, status="200")
     assert set(served) == {"0", "1"} and all(served.values()), "both workers served calls"
+    assert not any("worker-metrics" in str(labels) for _, labels in scrapes[-1])  # the hand-over is not a request
 
     # A worker killed: the parent starts it again, and its counters go on from what was last scraped.
     workers = children(gw.proc.pid)
