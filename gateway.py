@@ -207,12 +207,15 @@ def announce(settings: config.Settings, helpers: Helpers, workers_line: str = ""
         f"  register:        curl -s {base}/auth/register "
         """-d '{"email":"me@example.com","password":"a long passphrase"}'"""
     )
-    print(
+    message = (
         f"social-gateway listening on http://{settings.host}:{settings.port}\n{workers_line}"
         f"  environment: {settings.env}\n  database:    {helpers.database}\n  upstream:    {helpers.upstream}\n"
-        "next steps (README, A first session):\n" + "\n".join(steps),
-        flush=True,
+        "next steps (README, A first session):\n" + "\n".join(steps)
     )
+    if logs.json_wanted(settings.log_format, settings.env):  # a log pipeline reads stdout too: one object
+        log.info("%s", message)
+    else:
+        print(message, flush=True)
 
 
 def run_service(settings: config.Settings, count: int) -> int:

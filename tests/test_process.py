@@ -133,4 +133,5 @@ async def test_json_logs_are_one_object_per_line_without_secrets(mongo, upstream
     access = next(line for line in lines if line.get("request_id") == "json-1")
     assert access["logger"] == "gateway.access" and access["message"] == "GET /social/user/info 200"
     assert access["account"] == user["account_id"] and any(line["logger"] != "gateway.access" for line in lines)
+    assert any(line["message"].startswith("social-gateway listening on") for line in lines)  # start-up too
     assert keys[0] not in log_path.read_text() and "process test pass" not in log_path.read_text()
