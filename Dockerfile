@@ -1,4 +1,4 @@
-# social-gateway in a container: one process, settings from the environment (README, Operations).
+# social-gateway in a container: one process, settings from the environment (docs/operations.md).
 #   docker build -t social-gateway .
 #   docker run -p 8000:8000 --ulimit nofile=65536 -e MONGODB_URI=... -e JWT_SECRET=... -e SECRETS_KEY=... \
 #     -e UPSTREAM_URL=... -e UPSTREAM_API_KEY=... social-gateway

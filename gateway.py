@@ -25,11 +25,14 @@ import config
 from app import commands, workers
 from app.context import build_context
 from app.embedded import DataDirBusy, Helpers, start_helpers
+from app.preflight import database_problem
 from app.server import LISTEN_BACKLOG, make_server, port_problem, raise_open_file_limit
 from app.tasks import start_background
-from handlers import accesslog, account, admin, auth, billing, keys, ops, portal, sandbox, social
+from config import logs
+from handlers import account, admin, auth, billing, keys, ops, portal, sandbox, social
 from handlers.base import NotFoundHandler
 from handlers.context import Context
+from handlers.scrape import Scrape
 from metering.pricing import Prices
 
 log = logging.getLogger("gateway")
@@ -122,10 +125,16 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
 
 # --- 3. serve --------------------------------------------------------------------------------------
 async def serve(
-    settings: config.Settings, sockets: list | None = None, worker: int | None = None, helpers: Helpers | None = None
+    settings: config.Settings,
+    sockets: list | None = None,
+    scrape: Scrape | None = None,
+    peer_sockets: list | None = None,
+    helpers: Helpers | None = None,
 ) -> None:
-    """One gateway process; with `sockets`, worker `worker` of `serve --workers N` (app/workers.py).
-    `settings` name the database and upstream; `helpers` are what was started for them here."""
+    """One gateway process; with `sockets`, a worker of `serve --workers N` (app/workers.py), `scrape` telling
+    which and where its siblings are, `peer_sockets` where it hands them its metrics. `settings` name the
+    database and upstream; `helpers` are what was started for them here."""
+    worker = scrape.index if scrape else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -141,8 +150,11 @@ async def serve(
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop_during_start)
     ctx = await build_context(settings, worker)
+    if scrape:
+        ctx.scrape = scrape
     # main() sent logging to stderr in LOG_FORMAT: access lines go there in batches, in the same format.
     ctx.access_log.stream = sys.stderr
+    ctx.access_log.as_json = logs.json_wanted(settings.log_format, settings.env)
     server = make_server(make_app(ctx), settings)  # body, header and slow-client limits (app/server.py)
     tune_gc()
     if sockets:
@@ -150,6 +162,10 @@ async def serve(
     else:
         server.listen(settings.port, settings.host, reuse_port=True, backlog=LISTEN_BACKLOG)
     metrics_server = None
+    peer_server = None
+    if peer_sockets:
+        peer_server = tornado.httpserver.HTTPServer(ops.peer_app(ctx))
+        peer_server.add_sockets(peer_sockets)
     if settings.metrics_port:  # each worker of --workers N on its own port: METRICS_PORT + index
         metrics_server = tornado.httpserver.HTTPServer(ops.metrics_app(ctx))
         metrics_server.listen(settings.metrics_port + (worker or 0), settings.host)
@@ -162,8 +178,9 @@ async def serve(
     await stop.wait()
     log.info("shutting down: no new connections, draining calls in flight")
     server.stop()
-    if metrics_server:
-        metrics_server.stop()
+    for side_server in (metrics_server, peer_server):
+        if side_server:
+            side_server.stop()
     await shutdown(ctx, tasks)
     await server.close_all_connections()
     ctx.access_log.flush()  # the lines of the last calls
@@ -190,12 +207,15 @@ def announce(settings: config.Settings, helpers: Helpers, workers_line: str = ""
         f"  register:        curl -s {base}/auth/register "
         """-d '{"email":"me@example.com","password":"a long passphrase"}'"""
     )
-    print(
+    message = (
         f"social-gateway listening on http://{settings.host}:{settings.port}\n{workers_line}"
         f"  environment: {settings.env}\n  database:    {helpers.database}\n  upstream:    {helpers.upstream}\n"
-        "next steps (README, A first session):\n" + "\n".join(steps),
-        flush=True,
+        "next steps (README, A first session):\n" + "\n".join(steps)
     )
+    if logs.json_wanted(settings.log_format, settings.env):  # a log pipeline reads stdout too: one object
+        log.info("%s", message)
+    else:
+        print(message, flush=True)
 
 
 def run_service(settings: config.Settings, count: int) -> int:
@@ -228,7 +248,7 @@ def run_service(settings: config.Settings, count: int) -> int:
         return workers.run(
             helpers.settings,
             count,
-            lambda s, sockets, index: asyncio.run(serve(s, sockets, index)),
+            lambda s, sockets, scrape, peer_sockets: asyncio.run(serve(s, sockets, scrape, peer_sockets)),
             lambda s: announce(s, helpers, f"  workers:     {count} processes\n"),
         )
     finally:
@@ -243,6 +263,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=config.describe(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    top.add_argument("--version", action="version", version=f"social-gateway {config.VERSION}")
     subcommands = top.add_subparsers(dest="command", required=True)
     run = subcommands.add_parser(
         "serve", help="run the gateway", epilog=config.describe(), formatter_class=argparse.RawDescriptionHelpFormatter
@@ -253,56 +274,31 @@ def parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=1,
-        help="gateway processes sharing the port (default 1; see README, Scale-out, for QPS_DIVISOR)",
+        help="gateway processes sharing the port (default 1; see docs/scale-out.md for QPS_DIVISOR)",
     )
     commands.add_commands(subcommands)
     return top
 
 
-# Loggers that print request or command documents at DEBUG: password hashes, first-touch data and key
-# digests would reach the log. They are held at INFO whatever LOG_LEVEL says.
-VERBATIM_LOGGERS = ("pymongo",)
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format=accesslog.LOG_FORMAT)
-    for name in VERBATIM_LOGGERS:
-        logger = logging.getLogger(name)
-        logger.setLevel(max(logging.INFO, logging.getLogger().level))
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
+    logs.configure_from(os.environ)
     if args.command != "serve":
         return commands.run(args)
-    settings = config.load_for_command(host=args.host, port=args.port)
+    settings = config.load_for_command(serving=True, host=args.host, port=args.port)
     if settings is None:
         return 2
+    logs.configure(settings.log_level, logs.json_wanted(settings.log_format, settings.env))
     if not settings.production:
         settings = with_dev_secrets(settings)
     if args.workers < 1:
         print("social-gateway: --workers must be at least 1", file=sys.stderr)
         return 2
-    if settings.production and not settings.host:
-        print("social-gateway: GATEWAY_HOST (or --host) is required in production, e.g. 0.0.0.0", file=sys.stderr)
-        return 2
-    if settings.production and not settings.upstream_url:
-        # The sandbox upstream (and its default credential) must never serve production traffic.
-        print(
-            "social-gateway: UPSTREAM_URL is required in production (the sandbox upstream is for development only)",
-            file=sys.stderr,
-        )
-        return 2
-    if (
-        settings.production
-        and not settings.upstream_api_keys
-        and settings.upstream_api_key == config.Settings().upstream_api_key
-    ):
-        print("social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)", file=sys.stderr)
-        return 2
-    # Before anything starts: a busy port is one clear line, not a traceback after the helpers are up.
-    problem = port_problem(settings.host, settings.port)
+    # Before anything starts: a busy port or an unreachable database is one clear line, not a traceback
+    # after the helpers are up.
+    problem = port_problem(settings.host, settings.port) or (
+        settings.mongodb_uri and database_problem(settings.mongodb_uri)
+    )
     if problem:
         print(f"social-gateway: {problem}", file=sys.stderr)
         return 1

@@ -347,7 +347,7 @@ class Meter:
         # (without this, a process whose database went away before its first heartbeat spent forever).
         self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
         # Leases of an earlier incarnation of this node are known dead: return them now.
-        await self.leases.reclaim_dead(self.settings.lease_timeout, same_node_now=True)
+        self.metrics.lease_reclaims += await self.leases.reclaim_dead(self.settings.lease_timeout, same_node_now=True)
         self.spawn(self._backfill())
 
     async def _backfill(self) -> None:
@@ -406,7 +406,7 @@ class Meter:
         for account_id, give in self.ledger.surplus(self.clock(), self.settings.lease_seconds * 3).items():
             await self.give_back(account_id, give)
         self.key_budgets.retire_idle()
-        await self.leases.reclaim_dead(self.settings.lease_timeout)
+        self.metrics.lease_reclaims += await self.leases.reclaim_dead(self.settings.lease_timeout)
 
     async def close(self) -> None:
         """Shutdown: persist every record, then give every lease and budget slice back."""

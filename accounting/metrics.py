@@ -10,10 +10,11 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 
 
 class LatencyHistogram:
-    """Request latency by route, as a Prometheus histogram built at scrape time. An observation is one
+    """A latency by route, as a Prometheus histogram built at scrape time. An observation is one
     bisect and two additions (prometheus_client's Histogram takes a lock and walks every bucket)."""
 
-    def __init__(self, buckets: tuple[float, ...] = LATENCY_BUCKETS):
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...] = LATENCY_BUCKETS):
+        self.name, self.documentation = name, documentation
         self.buckets = buckets
         self.routes: dict[str, list] = {}  # route -> [count per bucket (+Inf last)..., sum of seconds]
 
@@ -25,9 +26,7 @@ class LatencyHistogram:
         counts[-1] += seconds
 
     def collect(self):
-        family = HistogramMetricFamily(
-            "gateway_request_duration_seconds", "Time from request start to the last byte, by route.", labels=["route"]
-        )
+        family = HistogramMetricFamily(self.name, self.documentation, labels=["route"])
         bounds = [str(b) for b in self.buckets] + ["+Inf"]
         for route, counts in sorted(self.routes.items()):
             cumulative, running = [], 0
@@ -48,9 +47,19 @@ class Metrics:
     flushes: int = 0
     flushed_records: int = 0
     flush_failures: int = 0
+    lease_reclaims: int = 0  # leases of dead processes this one returned to their accounts
     db_round_trips: int = 0  # counted by a PyMongo command listener
     db_commands: Counter = field(default_factory=Counter)  # command name -> count, to see what the trips are
     loop_lag_seconds: float = 0.0  # how late the last periodic wake-up ran (app/tasks.py)
     loop_lag_max_seconds: float = 0.0
     loop_stalls: int = 0  # wake-ups later than the alarm threshold
-    latency: LatencyHistogram = field(default_factory=LatencyHistogram)  # observed in BaseHandler.on_finish
+    latency: LatencyHistogram = field(  # observed in BaseHandler.on_finish
+        default_factory=lambda: LatencyHistogram(
+            "gateway_request_duration_seconds", "Time from request start to the last byte, by route."
+        )
+    )
+    upstream_latency: LatencyHistogram = field(  # observed in handlers/social.py for each provider answer
+        default_factory=lambda: LatencyHistogram(
+            "gateway_upstream_latency_seconds", "Time the provider took to answer a data call, by route."
+        )
+    )

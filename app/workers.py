@@ -7,6 +7,10 @@ supervises: SIGTERM/SIGINT are passed on to every worker (each drains and return
 worker that dies abnormally is started again under the same index (so it reclaims its
 predecessor's leases at once, see build_context), and the parent exits when all workers have.
 
+For /metrics, the parent also binds one loopback port per worker and makes a state folder for the run
+(removed on exit): the worker answering a scrape gathers its siblings' series through those ports, and
+a restarted worker counts on from what its predecessor last reported (handlers/scrape.py).
+
 Not tornado.process.fork_processes: it keeps the children's ids to itself, so a SIGTERM to the
 parent could not drain them, and it restarts workers after a shutdown too.
 """
@@ -16,8 +20,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import secrets
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -26,6 +33,7 @@ from tornado.netutil import bind_sockets
 from app.embedded import die_with_parent
 from app.server import LISTEN_BACKLOG
 from config.settings import Settings
+from handlers.scrape import Scrape
 
 log = logging.getLogger("gateway.workers")
 
@@ -36,11 +44,14 @@ QUICK_DEATH = 2.0  # seconds: a worker dying sooner than this after its start is
 def run(
     settings: Settings,
     count: int,
-    serve_one: Callable[[Settings, list, int], None],
+    serve_one: Callable[[Settings, list, Scrape, list], None],
     announce: Callable[[Settings], None],
 ) -> int:
-    """Runs `count` workers, each `serve_one(settings, sockets, index)`, until SIGTERM/SIGINT."""
+    """Runs `count` workers, each `serve_one(settings, sockets, scrape, peer_sockets)`, until SIGTERM/SIGINT."""
     sockets = bind_sockets(settings.port, settings.host, backlog=LISTEN_BACKLOG)
+    peers = {index: bind_sockets(0, "127.0.0.1") for index in range(count)}
+    ports = {index: bound[0].getsockname()[1] for index, bound in peers.items()}
+    secret, state_dir = secrets.token_urlsafe(24), tempfile.mkdtemp(prefix="social-gateway-metrics-")
     settings = dataclasses.replace(settings, port=sockets[0].getsockname()[1])  # port 0: the one picked
     parent = os.getpid()
     children: dict[int, tuple[int, float]] = {}  # pid -> (worker index, started at)
@@ -70,7 +81,13 @@ def run(
     def start(index: int) -> None:
         pid = os.fork()
         if pid == 0:
-            _worker(settings, sockets, index, serve_one)
+            siblings = {i: port for i, port in ports.items() if i != index}
+            _worker(
+                settings,
+                sockets,
+                index,
+                lambda: serve_one(settings, sockets, Scrape(index, siblings, secret, state_dir), peers[index]),
+            )
         children[pid] = (index, time.monotonic())
         if stopping:  # the signal came between the fork and the line above
             os.kill(pid, signal.SIGTERM)
@@ -103,12 +120,13 @@ def run(
             time.sleep(QUICK_DEATH)
         if not stopping:
             start(index)
-    for sock in sockets:
+    for sock in [*sockets, *(sock for bound in peers.values() for sock in bound)]:
         sock.close()
+    shutil.rmtree(state_dir, ignore_errors=True)
     return 0 if stopping else 1
 
 
-def _worker(settings: Settings, sockets: list, index: int, serve_one) -> None:
+def _worker(settings: Settings, sockets: list, index: int, serve_one: Callable[[], None]) -> None:
     """The child side of fork: never returns into the parent's code (whose cleanup is not ours)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the worker's loop installs its own
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -116,7 +134,7 @@ def _worker(settings: Settings, sockets: list, index: int, serve_one) -> None:
     code = 0
     try:
         die_with_parent()
-        serve_one(settings, sockets, index)
+        serve_one()
     except BaseException:
         log.exception("worker %d failed", index)
         code = 1

@@ -22,7 +22,7 @@ for 400 calls/s (open loop, fixed rate): served 2xx/s, the 429s customers got an
 provider's, and whether the credits charged equal the `X-Credits-Charged` of the 2xx answers.
 
 Installs nginx, its echo module and wrk with apt-get when they are missing and it runs as root (all three
-are needed: there is no fallback). Writes bench/results/latency.json; `--readme` puts the table into README.md.
+are needed: there is no fallback). Writes bench/results/latency.json; `--readme` puts the table into docs/benchmarks.md.
 
     ./dev bench --latency                       # everything, about 10 minutes (30 s per measured run)
     ./dev bench --latency --seconds 2 --warmup 1 --connections 50 --models longtail --no-workers --scenario closed
@@ -705,11 +705,11 @@ def report(result: dict) -> str:
 
 
 def write_readme(table: str, command: str) -> None:
-    path = os.path.join(ROOT, "README.md")
+    path = os.path.join(ROOT, "docs", "benchmarks.md")
     with open(path) as fh:
         text = fh.read()
     if README_START not in text:
-        raise SystemExit(f"README.md has no {README_START} marker")
+        raise SystemExit(f"docs/benchmarks.md has no {README_START} marker")
     head, rest = text.split(README_START, 1)
     _, tail = rest.split(README_END, 1)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

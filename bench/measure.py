@@ -37,10 +37,10 @@ def db_commands(gateway_url: str) -> dict[str, float]:
         text = urllib.request.urlopen(gateway_url + "/metrics", timeout=5).read().decode()
     except OSError:
         return {}
-    return {
-        m.group(1): float(m.group(2))
-        for m in re.finditer(r'^gateway_db_commands_total\{command="([^"]+)"\}\s+([0-9.e+]+)$', text, re.M)
-    }
+    commands: dict[str, float] = {}
+    for m in re.finditer(r'^gateway_db_commands_total\{command="([^"]+)",worker="\d+"\}\s+([0-9.e+]+)$', text, re.M):
+        commands[m.group(1)] = commands.get(m.group(1), 0.0) + float(m.group(2))  # summed over the workers
+    return commands
 
 
 def cpu_seconds(pid: int) -> float:

@@ -90,7 +90,7 @@ def main() -> None:
         action="store_true",
         help="--latency: lift ACCOUNT_MAX_IN_FLIGHT, UPSTREAM_MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS (diagnosis)",
     )
-    parser.add_argument("--readme", action="store_true", help="--latency: write the table into README.md")
+    parser.add_argument("--readme", action="store_true", help="--latency: write the table into docs/benchmarks.md")
     parser.add_argument("--out", default=None, help="where the JSON goes (bench/results/latest.json or static.json)")
     parser.add_argument(
         "--static", action="store_true", help="static upstream, the gateway's own cost (bench/static.py)"
@@ -261,11 +261,9 @@ def main() -> None:
             "ratio_rps": round(gw["rps"] / base["rps"], 3),
             "cpu_ratio": round(base["cpu_ms_per_request"] / gw["cpu_ms_per_request"], 3),
             "database_cpu_ms_per_request": gw_db["cpu_ms_per_request"],
-            # /metrics is one worker's: with several, its counter does not cover every call.
-            # The command window spans both gateway runs (the second one measures the database's CPU).
-            "db_round_trips_per_call": round(trips / max(gw["requests"] + gw_db["requests"], 1), 5)
-            if args.workers == 1
-            else None,
+            # /metrics covers every worker. The command window spans both gateway runs (the second one
+            # measures the database's CPU).
+            "db_round_trips_per_call": round(trips / max(gw["requests"] + gw_db["requests"], 1), 5),
             "db_commands_during_run": commands,
             "fixed_rate": {
                 "rate": round(half, 1),

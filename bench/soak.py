@@ -41,7 +41,7 @@ from storage.usage import UsageStore  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INITIAL = 2_000_000
-CROSS_PROCESS_REVOCATION_BOUND = 1.0  # seconds (README, Scale-out); in one process revocation is immediate
+CROSS_PROCESS_REVOCATION_BOUND = 1.0  # seconds (docs/scale-out.md); in one process revocation is immediate
 
 
 class Soak:

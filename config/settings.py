@@ -22,10 +22,24 @@ import orjson
 from metering.pricing import PriceError, Prices
 
 DEV_HOST = "127.0.0.1"  # development listens on loopback unless GATEWAY_HOST says otherwise
+SANDBOX_UPSTREAM_KEY = "sandbox-upstream-key"  # the sandbox's credential: refused in production
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class SettingsError(ValueError):
-    """A setting has a value the service cannot run with."""
+    """Settings the service cannot run with: every problem found, one line each."""
+
+    def __init__(self, *problems: str):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+    def report(self) -> str:
+        """The message for the command line: one problem on its line, several as a list."""
+        if len(self.problems) == 1:
+            return f"social-gateway: {self.problems[0]}"
+        return f"social-gateway: {len(self.problems)} problems with the settings:\n" + "\n".join(
+            f"  - {problem}" for problem in self.problems
+        )
 
 
 def _setting(default: Any, help: str, env: str | None = None) -> Any:
@@ -61,6 +75,11 @@ class Settings:
         "", "MongoDB URI. Empty: start the embedded SecantusDB under DATA_DIR/db.", "MONGODB_URI"
     )
     mongodb_db: str = _setting("social_gateway", "Database name.", "MONGODB_DB")
+    allow_embedded_db: bool = _setting(
+        False,
+        "Production only: run on the embedded database when MONGODB_URI is empty (otherwise refused).",
+        "ALLOW_EMBEDDED_DB",
+    )
     embedded_db_nice: int = _setting(
         10,
         "Niceness of the embedded database process (0-19): its write bursts yield the cores to the request path.",
@@ -170,9 +189,7 @@ class Settings:
         "Base URL of the social-data provider. Empty: start the sandbox upstream in its own process.",
         "UPSTREAM_URL",
     )
-    upstream_api_key: str = _setting(
-        "sandbox-upstream-key", "Credential sent upstream as X-API-Key.", "UPSTREAM_API_KEY"
-    )
+    upstream_api_key: str = _setting(SANDBOX_UPSTREAM_KEY, "Credential sent upstream as X-API-Key.", "UPSTREAM_API_KEY")
     upstream_api_keys: tuple = _setting(
         (),
         "Several provider keys instead of UPSTREAM_API_KEY: KEY:QPS,KEY:QPS,... (a key without :QPS has no rate "
@@ -308,6 +325,15 @@ class Settings:
         0, "If set, /metrics is served only on this port (0: on the main port).", "METRICS_PORT"
     )
     access_log: bool = _setting(True, "One JSON line per request on the gateway.access logger.", "ACCESS_LOG")
+    log_level: str = _setting(
+        "INFO", "Least severe log level written: DEBUG, INFO, WARNING, ERROR or CRITICAL.", "LOG_LEVEL"
+    )
+    log_format: str = _setting(
+        "",
+        "json (one JSON object per line: time, level, logger, message, request_id) or text. "
+        "Empty: json in production, text in development.",
+        "LOG_FORMAT",
+    )
     event_loop: str = _setting(
         "uvloop", "uvloop, or asyncio: the event loop of serve (uvloop spends less CPU per call).", "EVENT_LOOP"
     )
@@ -386,8 +412,9 @@ def _provider_keys(raw: Any) -> tuple[tuple[str, float], ...]:
     return tuple(keys)
 
 
-def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-    """Defaults < CONFIG_FILE (TOML, keys are setting names) < environment < overrides."""
+def load(environ: Mapping[str, str] | None = None, serving: bool = False, **overrides: Any) -> Settings:
+    """Defaults < CONFIG_FILE (TOML, keys are setting names) < environment < overrides. Every problem is
+    reported at once (SettingsError.problems); `serving` adds what running the service needs besides."""
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     config_file = environ.get("CONFIG_FILE")
@@ -405,60 +432,97 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
         if f.metadata["env"] in environ:
             values[f.name] = environ[f.metadata["env"]]
     values.update({k: v for k, v in overrides.items() if v is not None})
-    settings = Settings(**{name: _convert(by_name[name], raw) for name, raw in values.items()})
-    validate(settings)
+    found, converted = [], {}
+    for name, raw in values.items():
+        try:
+            converted[name] = _convert(by_name[name], raw)
+        except SettingsError as exc:  # reported with every other problem; the default stands in meanwhile
+            found += exc.problems
+    settings = Settings(**converted)
+    found += problems(settings) + (serving_problems(settings) if serving else [])
+    if found:
+        raise SettingsError(*found)
     if not settings.host and not settings.production:
         settings = dataclasses.replace(settings, host=DEV_HOST)
     return settings
 
 
-def load_for_command(**overrides: Any) -> Settings | None:
-    """load() for a command-line entry point: None (and the reason on stderr) when the settings are unusable."""
+def load_for_command(serving: bool = False, **overrides: Any) -> Settings | None:
+    """load() for a command-line entry point: None (and every reason on stderr) when the settings are unusable."""
     try:
-        return load(**overrides)
-    except (SettingsError, OSError) as exc:
+        return load(serving=serving, **overrides)
+    except SettingsError as exc:
+        print(exc.report(), file=sys.stderr)
+    except OSError as exc:
         print(f"social-gateway: {exc}", file=sys.stderr)
-        return None
+    return None
 
 
-def validate(settings: Settings) -> None:
+def serving_problems(settings: Settings) -> list[str]:
+    """What `serve` needs beyond usable values: in production, nothing left to a development default."""
+    found = []
+    if settings.production and not settings.host:
+        found.append("GATEWAY_HOST (or --host) is required in production, e.g. 0.0.0.0")
+    if settings.production and not settings.upstream_url:
+        # The sandbox upstream (and its default credential) must never serve production traffic.
+        found.append("UPSTREAM_URL is required in production (the sandbox upstream is for development only)")
+    if settings.production and not settings.upstream_api_keys and settings.upstream_api_key == SANDBOX_UPSTREAM_KEY:
+        found.append("UPSTREAM_API_KEY is required in production (not the sandbox's key)")
+    if settings.production and not settings.mongodb_uri and not settings.allow_embedded_db:
+        found.append(
+            "MONGODB_URI is required in production (the embedded database is one process on one disk); "
+            "set ALLOW_EMBEDDED_DB=true to run on it anyway"
+        )
+    if not settings.mongodb_uri and importlib.util.find_spec("secantus") is None:
+        found.append(
+            "the embedded database needs the `embedded` extra: pip install 'social-gateway[embedded]', "
+            "or set MONGODB_URI"
+        )
+    return found
+
+
+def problems(settings: Settings) -> list[str]:
+    """Everything wrong with `settings`, each a line an operator can act on (empty: they are usable)."""
+    found = []
     if settings.env not in ("development", "production"):
-        raise SettingsError("GATEWAY_ENV must be development or production")
+        found.append("GATEWAY_ENV must be development or production")
+    if settings.log_level.upper() not in LOG_LEVELS:
+        found.append("LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    if settings.log_format not in ("", "json", "text"):
+        found.append("LOG_FORMAT must be json or text")
     try:
         Prices(settings.price_rules)
     except (PriceError, KeyError, TypeError, ValueError) as exc:
-        raise SettingsError(f"PRICE_RULES: {exc}") from None
+        found.append(f"PRICE_RULES: {exc}")
     if settings.production and not (settings.jwt_secret and settings.secrets_key):
-        raise SettingsError("JWT_SECRET and SECRETS_KEY are required in production")
+        found.append("JWT_SECRET and SECRETS_KEY are required in production")
     for secret, name in ((settings.jwt_secret, "JWT_SECRET"), (settings.secrets_key, "SECRETS_KEY")):
         if secret and len(secret) < 32:
-            raise SettingsError(f"{name} must be at least 32 characters")
+            found.append(f"{name} must be at least 32 characters")
     if not 1 <= settings.port <= 65535 and settings.port != 0:
-        raise SettingsError("GATEWAY_PORT must be a TCP port")
+        found.append("GATEWAY_PORT must be a TCP port")
     if not 0 <= settings.embedded_db_nice <= 19:
-        raise SettingsError("EMBEDDED_DB_NICE must be between 0 and 19")
+        found.append("EMBEDDED_DB_NICE must be between 0 and 19")
     if not 0 <= settings.metrics_port <= 65535 or (settings.metrics_port and settings.metrics_port == settings.port):
-        raise SettingsError("METRICS_PORT must be 0 or a TCP port other than GATEWAY_PORT")
+        found.append("METRICS_PORT must be 0 or a TCP port other than GATEWAY_PORT")
     if not settings.upstream_path_prefix.startswith("/"):
-        raise SettingsError("UPSTREAM_PATH_PREFIX must start with /")
+        found.append("UPSTREAM_PATH_PREFIX must start with /")
     provider_keys = [settings.upstream_api_key, *(secret for secret, _ in settings.upstream_api_keys)]
     if any(not secret.isprintable() or not secret.isascii() for secret in provider_keys):
-        raise SettingsError("UPSTREAM_API_KEY and UPSTREAM_API_KEYS: a key is printable ASCII (it is sent as a header)")
+        found.append("UPSTREAM_API_KEY and UPSTREAM_API_KEYS: a key is printable ASCII (it is sent as a header)")
     plans = settings.plan_rules
     if not plans or any(not {"name", "min_paid_usd", "qps"} <= set(p) for p in plans):
-        raise SettingsError("PLAN_RULES must be a non-empty list of {name, min_paid_usd, qps}")
-    if any(p["qps"] <= 0 or p.get("account_qps", 1) <= 0 for p in plans):
-        raise SettingsError("PLAN_RULES: qps and account_qps must be positive")
+        found.append("PLAN_RULES must be a non-empty list of {name, min_paid_usd, qps}")
+    elif any(p["qps"] <= 0 or p.get("account_qps", 1) <= 0 for p in plans):
+        found.append("PLAN_RULES: qps and account_qps must be positive")
     if settings.payments_provider not in ("", "nowpayments"):
-        raise SettingsError("PAYMENTS_PROVIDER must be nowpayments or empty (the development sandbox chain)")
+        found.append("PAYMENTS_PROVIDER must be nowpayments or empty (the development sandbox chain)")
     if settings.payments_provider == "nowpayments" and not (
         settings.payments_api_key and settings.payments_ipn_secret and settings.public_url
     ):
-        raise SettingsError(
-            "PAYMENTS_PROVIDER=nowpayments requires PAYMENTS_API_KEY, PAYMENTS_IPN_SECRET and PUBLIC_URL"
-        )
+        found.append("PAYMENTS_PROVIDER=nowpayments requires PAYMENTS_API_KEY, PAYMENTS_IPN_SECRET and PUBLIC_URL")
     if settings.max_header_bytes < 1024:
-        raise SettingsError("MAX_HEADER_BYTES must be at least 1024")
+        found.append("MAX_HEADER_BYTES must be at least 1024")
     for name in (
         "login_max_failures_per_email",
         "login_max_attempts_per_address",
@@ -472,33 +536,31 @@ def validate(settings: Settings) -> None:
         "idempotency_max_account_bytes",
     ):
         if getattr(settings, name) < 1:
-            raise SettingsError(f"{by_env(name)} must be at least 1")
+            found.append(f"{by_env(name)} must be at least 1")
     if not (8 <= settings.client_network_v4_prefix <= 32 and 16 <= settings.client_network_v6_prefix <= 128):
-        raise SettingsError("CLIENT_NETWORK_V4_PREFIX must be 8..32 and CLIENT_NETWORK_V6_PREFIX 16..128")
+        found.append("CLIENT_NETWORK_V4_PREFIX must be 8..32 and CLIENT_NETWORK_V6_PREFIX 16..128")
     if settings.signup_credited_per_network < 0 or settings.login_max_delay_seconds < 0:
-        raise SettingsError("SIGNUP_CREDITED_PER_NETWORK and LOGIN_MAX_DELAY_SECONDS must not be negative")
+        found.append("SIGNUP_CREDITED_PER_NETWORK and LOGIN_MAX_DELAY_SECONDS must not be negative")
     if settings.max_keys_per_account < 1:
-        raise SettingsError("MAX_KEYS_PER_ACCOUNT must be at least 1")
+        found.append("MAX_KEYS_PER_ACCOUNT must be at least 1")
     if (
         settings.breaker_min_accounts < 1
         or settings.account_failure_budget < 1
         or settings.upstream_max_connections < 1
     ):
-        raise SettingsError(
-            "BREAKER_MIN_ACCOUNTS, ACCOUNT_FAILURE_BUDGET and UPSTREAM_MAX_CONNECTIONS must be at least 1"
-        )
+        found.append("BREAKER_MIN_ACCOUNTS, ACCOUNT_FAILURE_BUDGET and UPSTREAM_MAX_CONNECTIONS must be at least 1")
     if settings.account_max_in_flight < 0:
-        raise SettingsError("ACCOUNT_MAX_IN_FLIGHT must be 0 (follow the plan) or a positive number")
+        found.append("ACCOUNT_MAX_IN_FLIGHT must be 0 (follow the plan) or a positive number")
     if settings.coherence not in ("changestream", "poll", "off"):
-        raise SettingsError("COHERENCE must be changestream, poll or off")
+        found.append("COHERENCE must be changestream, poll or off")
     if settings.event_loop not in ("asyncio", "uvloop"):
-        raise SettingsError("EVENT_LOOP must be asyncio or uvloop")
+        found.append("EVENT_LOOP must be asyncio or uvloop")
     if settings.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
-        raise SettingsError("EVENT_LOOP=uvloop needs uvloop (pip install uvloop), or set EVENT_LOOP=asyncio")
+        found.append("EVENT_LOOP=uvloop needs uvloop (pip install uvloop), or set EVENT_LOOP=asyncio")
     if settings.qps_divisor < 1:
-        raise SettingsError("QPS_DIVISOR must be at least 1")
+        found.append("QPS_DIVISOR must be at least 1")
     if settings.order_ttl_seconds < 1:
-        raise SettingsError("ORDER_TTL_SECONDS must be at least 1")
+        found.append("ORDER_TTL_SECONDS must be at least 1")
     for name in (
         "flush_interval",
         "lease_seconds",
@@ -514,7 +576,8 @@ def validate(settings: Settings) -> None:
         "signup_window_seconds",
     ):
         if getattr(settings, name) <= 0:
-            raise SettingsError(f"{by_env(name)} must be positive")
+            found.append(f"{by_env(name)} must be positive")
+    return found
 
 
 def by_env(name: str) -> str:

@@ -3,8 +3,9 @@
 Going through `logging` for every request (a LogRecord, the caller's frame, time formatting, a write and a
 flush per line) cost about 0.1 ms of CPU per call. When the gateway owns its log stream (`serve`), a
 request only appends its JSON to a list; `flush()` (every FLUSH_SECONDS from app/tasks.py,
-and on shutdown) formats the lines exactly as the log format below would and writes them with one
-write. Without a stream of its own (tests, embedding), every line goes through `logging` at once.
+and on shutdown) formats the lines exactly as the log format (config/logs.py: text, or one JSON object
+per line) would and writes them with one write. Without a stream of its own (tests, embedding), every
+line goes through `logging` at once.
 """
 
 import logging
@@ -13,7 +14,8 @@ from typing import TextIO
 
 import orjson
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # gateway.main's logging format
+from config.logs import ISO_SECONDS
+
 LOGGER = "gateway.access"
 FLUSH_SECONDS = 0.5  # at most this old when written; the lines also go out on shutdown
 MAX_WAITING = 20_000  # a burst past this many lines is written at once rather than held
@@ -22,8 +24,8 @@ log = logging.getLogger(LOGGER)
 
 
 class AccessLog:
-    def __init__(self, stream: TextIO | None = None):
-        self.stream = stream
+    def __init__(self, stream: TextIO | None = None, as_json: bool = False):
+        self.stream, self.as_json = stream, as_json
         self.waiting: list[tuple[float, bytes]] = []
         self._second = -1
         self._stamp = ""
@@ -33,6 +35,8 @@ class AccessLog:
         return log.isEnabledFor(logging.INFO)
 
     def write(self, fields: dict) -> None:
+        if self.as_json:
+            fields = {"message": f"{fields['method']} {fields['route']} {fields['status']}", **fields}
         line = orjson.dumps(fields)
         if self.stream is None:
             log.info("%s", line.decode())
@@ -46,16 +50,32 @@ class AccessLog:
         if not self.waiting:
             return
         waiting, self.waiting = self.waiting, []
-        text = "".join(f"{self._asctime(t)} INFO {LOGGER}: {line.decode()}\n" for t, line in waiting)
+        if self.as_json:  # the line's own fields after time, level, logger and message
+            text = "".join(
+                f'{{"time":"{self._stamped(t)}","level":"INFO","logger":"{LOGGER}",{line[1:].decode()}\n'
+                for t, line in waiting
+            )
+        else:
+            text = "".join(f"{self._stamped(t)} INFO {LOGGER}: {line.decode()}\n" for t, line in waiting)
         try:
             self.stream.write(text)
             self.stream.flush()
         except (OSError, ValueError):  # a closed or full stream must not take the service down
             pass
 
-    def _asctime(self, t: float) -> str:
-        """logging.Formatter.formatTime's default shape, the date part formatted once per second."""
+    def _stamped(self, t: float) -> str:
+        """The time as the log format writes it, the date part formatted once per second."""
         second = int(t)
         if second != self._second:
-            self._second, self._stamp = second, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
-        return f"{self._stamp},{int((t - second) * 1000):03d}"
+            self._second = second
+            self._stamp = time.strftime(ISO_SECONDS, time.gmtime(second)) if self.as_json else asctime(second)
+        return (
+            f"{self._stamp}.{int((t - second) * 1000):03d}Z"
+            if self.as_json
+            else f"{self._stamp},{int((t - second) * 1000):03d}"
+        )
+
+
+def asctime(second: int) -> str:
+    """logging.Formatter.formatTime's default shape, to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))

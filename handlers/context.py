@@ -12,6 +12,7 @@ from accounting.metrics import Metrics
 from accounting.sessions import Sessions
 from config.settings import Settings
 from handlers.accesslog import AccessLog
+from handlers.scrape import Scrape
 from metering.limiter import RateLimiter
 from metering.pricing import Prices
 from payments.service import Payments
@@ -52,4 +53,5 @@ class Context:
     in_flight: InFlight  # per account: upstream calls under way, capped (429) so none holds the shared pool
     idempotency: Idempotency  # Idempotency-Key claims and kept answers (accounting/idempotency.py)
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
+    scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

@@ -1,7 +1,7 @@
 """API keys: list, create (secret shown once), change properties, roll, reveal to the owner, revoke,
 development top-up.
 
-Key properties (README, "Key properties") restrict what a key may do in the data plane: expires_at,
+Key properties (docs/api.md, "Key properties") restrict what a key may do in the data plane: expires_at,
 allowed_endpoints (data paths or group names), allowed_ips (addresses or CIDRs) and a credit budget
 (credit_limit per credit_limit_period). Absent or null means unrestricted.
 """

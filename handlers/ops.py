@@ -1,16 +1,16 @@
 """Operations: liveness, readiness, Prometheus metrics and the OpenAPI document (its interactive page: handlers/portal.py)."""
 
-import bisect
 import hmac
 import time
 
+import orjson
 import tornado.web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeHistogramMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
-from accounting.metrics import LATENCY_BUCKETS
-from handlers import openapi
+from config import VERSION
+from handlers import openapi, scrape
 from handlers.base import ApiError, BaseHandler, NotFoundHandler
 from handlers.context import Context
 
@@ -71,6 +71,9 @@ class GatewayCollector:
 
     def collect(self):
         ctx, m, meter = self.ctx, self.ctx.metrics, self.ctx.meter
+        build = GaugeMetricFamily("gateway_build_info", "The version running (always 1).", labels=["version"])
+        build.add_metric([VERSION], 1)
+        yield build
         requests = CounterMetricFamily(
             "gateway_requests", "Requests answered, by route and status.", labels=["route", "status"]
         )
@@ -92,7 +95,7 @@ class GatewayCollector:
             "Repeats of an Idempotency-Key answered with the first answer (charged 0).",
             m.idempotent_replays,
         )
-        yield self._upstream_latency()
+        yield from m.upstream_latency.collect()
         yield _counter("gateway_upstream_errors", "Data calls the provider failed (502/503/504).", m.upstream_errors)
         yield _gauge(
             "gateway_upstream_breaker_state",
@@ -118,6 +121,11 @@ class GatewayCollector:
         )
         yield _counter(
             "gateway_usage_flush_failures", "Usage batches that failed and were kept for retry.", m.flush_failures
+        )
+        yield _counter(
+            "gateway_lease_reclaims",
+            "Leases of dead processes returned to their accounts by this one (a gateway died without closing).",
+            m.lease_reclaims,
         )
         yield _gauge(
             "gateway_usage_flush_batch_size_mean",
@@ -182,23 +190,11 @@ class GatewayCollector:
             sum(len(queue) for queue in upstream.slots.waiting.values()),
         )
 
-    def _upstream_latency(self) -> GaugeHistogramMetricFamily:
-        # The upstream client keeps its last few thousand latencies, not a cumulative count: a gauge histogram
-        # (a histogram of the current window) is the honest Prometheus type for that.
-        samples = sorted(self.ctx.upstream.latencies)
-        buckets = [(str(bound), bisect.bisect_right(samples, bound)) for bound in LATENCY_BUCKETS]
-        return GaugeHistogramMetricFamily(
-            "gateway_upstream_latency_seconds",
-            "Upstream latency of this process's recent calls (a sliding window).",
-            buckets=buckets + [("+Inf", len(samples))],
-            gsum_value=sum(samples),
-        )
-
 
 class MetricsHandler(BaseHandler):
     """Prometheus text format; needs `Authorization: Bearer METRICS_TOKEN` when that is set."""
 
-    def get(self) -> None:
+    async def get(self) -> None:
         settings = self.ctx.settings
         token = settings.metrics_token
         if not token and settings.production and not settings.metrics_port:
@@ -208,11 +204,33 @@ class MetricsHandler(BaseHandler):
             scheme, _, given = self.request.headers.get("Authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
                 raise ApiError(401, "Not authenticated", {"WWW-Authenticate": "Bearer"})
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(GatewayCollector(self.ctx))
-        ProcessCollector(registry=registry)
-        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
-        self.finish(generate_latest(registry))
+        content_type, body = scrape.render(
+            await self.ctx.scrape.gather(registry(self.ctx)), self.request.headers.get("Accept", "")
+        )
+        self.set_header("Content-Type", content_type)
+        self.finish(body)
+
+
+class WorkerMetricsHandler(BaseHandler):
+    """One worker's own series, for the sibling answering a scrape (handlers/scrape.py); loopback only."""
+
+    def get(self) -> None:
+        given = self.request.headers.get(scrape.SECRET_HEADER, "")
+        if not self.ctx.scrape.secret or not hmac.compare_digest(given.encode(), self.ctx.scrape.secret.encode()):
+            raise ApiError(401, "Not authenticated")
+        self.set_header("Content-Type", "application/json")
+        self.finish(orjson.dumps(self.ctx.scrape.own(registry(self.ctx))))
+
+    def on_finish(self) -> None:
+        """A hand-over between workers, not a request to the service: neither counted nor logged."""
+
+
+def registry(ctx: Context) -> CollectorRegistry:
+    """This process's collectors: the gateway's figures and the process's own (CPU, memory, files)."""
+    collectors = CollectorRegistry(auto_describe=False)
+    collectors.register(GatewayCollector(ctx))
+    ProcessCollector(registry=collectors)
+    return collectors
 
 
 class OpenAPIHandler(BaseHandler):
@@ -238,4 +256,14 @@ def metrics_app(ctx: Context) -> tornado.web.Application:
         [(r"/metrics", MetricsHandler, {"ctx": ctx})],
         default_handler_class=NotFoundHandler,
         default_handler_args={"ctx": ctx},
+    )
+
+
+def peer_app(ctx: Context) -> tornado.web.Application:
+    """The loopback application through which a worker hands its series to the sibling answering a scrape."""
+    return tornado.web.Application(
+        [(scrape.PEER_PATH, WorkerMetricsHandler, {"ctx": ctx})],
+        default_handler_class=NotFoundHandler,
+        default_handler_args={"ctx": ctx},
+        log_function=lambda handler: None,
     )

@@ -308,6 +308,7 @@ class DataHandler(BaseHandler):
         except BaseException:
             meter.release(reservation)
             raise
+        ctx.metrics.upstream_latency.observe(route, upstream.seconds)
         charged, status, answer = 0, upstream.status, None
         if 200 <= status < 300:
             # Only the status and the item count, read without building the page (social/endpoints.py).

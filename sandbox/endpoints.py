@@ -5,7 +5,7 @@ its response in the spec's order.  A function returns the variable parts of the
 envelope: {"items": [...], "has_next": bool, "cursor": str} for lists, or
 {"data": ...}; `respond` adds status and message (`message` or `msg`, per endpoint).
 
-Behaviour where the spec is silent (documented in README.md):
+Behaviour where the spec is silent (documented in docs/api.md, The sandbox upstream):
 * Unknown user/tweet/list/community/space/woeid: HTTP 200 with status "error", a
   "... not found" message, an empty results array (or data null) and, on paged
   endpoints, has_next_page false and next_cursor "".  Unknown ids in the batch

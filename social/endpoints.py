@@ -353,7 +353,7 @@ def _group(endpoint: Endpoint) -> str:
     return "tweets" if endpoint.results in ("tweets", "replies") else "users"
 
 
-# Names a key's allowed_endpoints may use instead of listing paths (README, "Key properties").
+# Names a key's allowed_endpoints may use instead of listing paths (docs/api.md, "Key properties").
 GROUPS: dict[str, frozenset[str]] = {
     name: frozenset(e.path for e in ENDPOINTS if _group(e) == name) for name in sorted({_group(e) for e in ENDPOINTS})
 }

@@ -3,7 +3,7 @@ answers read by httptools (llhttp, Node.js's parser, in C).
 
 Why not a general client: against a provider answering in 0.7 s, this pool spent 0.23-0.30 ms of CPU per
 call where aiohttp's client spent 0.38-0.45 and libcurl through Tornado 0.44-0.53, and it alone kept up
-with nginx at 2,000 calls in flight (bench/clients.py; README, Choosing the upstream client). The gateway
+with nginx at 2,000 calls in flight (bench/clients.py; docs/benchmarks.md, Choosing the upstream client). The gateway
 needs little of what those clients offer: no redirects, no cookies, no proxies, no compression (it asks for
 none), one origin. What it needs is here: a connect timeout and a whole-call timeout, a body cap checked as
 the answer arrives, HTTPS when the provider's URL says so, and no logging at all (query text and the

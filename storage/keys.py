@@ -29,7 +29,7 @@ _ROW = {
     "credit_limit_period": 1,
     "budget_id": 1,
 }
-# Restrictions a key may carry (README, "Key properties"); absent means unrestricted.
+# Restrictions a key may carry (docs/api.md, "Key properties"); absent means unrestricted.
 PROPERTIES = ("expires_at", "allowed_endpoints", "allowed_ips", "credit_limit", "credit_limit_period")
 # What the data plane caches per key (accounting/keys.py KeyEntry).
 _ENTRY = {

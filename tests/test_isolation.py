@@ -60,8 +60,10 @@ def test_production_refuses_to_start_without_an_upstream(tmp_path):
         assert done.returncode == 2
         return done.stderr.strip().splitlines()
 
-    assert refusal() == [
-        "social-gateway: UPSTREAM_URL is required in production (the sandbox upstream is for development only)"
+    assert refusal() == [  # every problem in one start
+        "social-gateway: 2 problems with the settings:",
+        "  - UPSTREAM_URL is required in production (the sandbox upstream is for development only)",
+        "  - UPSTREAM_API_KEY is required in production (not the sandbox's key)",
     ]
     env["UPSTREAM_URL"] = "https://provider.example"  # with the sandbox's default credential
     assert refusal() == ["social-gateway: UPSTREAM_API_KEY is required in production (not the sandbox's key)"]
@@ -128,8 +130,8 @@ async def test_worst_queries_never_hold_the_gateway_loop(mongo, tmp_path):
 async def loop_stalls(gw: Gateway) -> float:
     """The served gateway's count of event-loop stalls (/metrics), checking that its lag gauge is there."""
     metrics = (await gw.call("GET", "/metrics")).body.decode()
-    assert "gateway_event_loop_lag_seconds " in metrics
-    return float(re.search(r"^gateway_event_loop_stalls_total (\S+)$", metrics, re.M).group(1))
+    assert 'gateway_event_loop_lag_seconds{worker="0"} ' in metrics
+    return float(re.search(r'^gateway_event_loop_stalls_total\{worker="0"\} (\S+)$', metrics, re.M).group(1))
 
 
 async def test_a_blocked_event_loop_is_measured_and_alarmed(api, ctx, caplog):
@@ -139,7 +141,9 @@ async def test_a_blocked_event_loop_is_measured_and_alarmed(api, ctx, caplog):
     assert ctx.metrics.loop_stalls >= 1 and ctx.metrics.loop_lag_max_seconds >= 0.2
     assert any("event loop stalled" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
     metrics = (await api.call("GET", "/metrics"))[1].decode()
-    lag_max = next(line for line in metrics.splitlines() if line.startswith("gateway_event_loop_lag_max_seconds "))
+    lag_max = next(
+        line for line in metrics.splitlines() if line.startswith('gateway_event_loop_lag_max_seconds{worker="0"} ')
+    )
     assert float(lag_max.split()[1]) >= 0.2
 
 

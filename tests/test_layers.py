@@ -68,8 +68,8 @@ def test_every_package_is_placed():
 
 
 def code_map() -> str:
-    readme = (ROOT / "README.md").read_text()
-    return readme.split("## Code map", 1)[1].split("\n## ", 1)[0]
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    return architecture.split("## Code map", 1)[1].split("\n## ", 1)[0]
 
 
 def test_the_readme_code_map_names_every_layer_and_only_files_that_exist():
@@ -80,7 +80,7 @@ def test_the_readme_code_map_names_every_layer_and_only_files_that_exist():
             folders, what = line.split("|")[1:3]
             for folder in re.findall(r"`([^`]+)`", folders):
                 rows[folder.rstrip("/").removesuffix(".py")] = what
-    assert set(RANK) <= set(rows), "a layer without its line in the README's code map"
+    assert set(RANK) <= set(rows), "a layer without its line in the code map (docs/architecture.md)"
     named = []
     for folder, what in rows.items():
         named += [f"{folder}/{name}" for name in re.findall(r"`([\w/]+\.py)`", what) if "/" not in name]
@@ -88,7 +88,7 @@ def test_the_readme_code_map_names_every_layer_and_only_files_that_exist():
     # Paths the data call's walk-through names, and its functions in the files it names.
     named += re.findall(r"`(\w+/[\w/]+\.py)`", text)
     missing = [path for path in named if not (ROOT / path).exists()]
-    assert not missing, f"the README's code map names files that do not exist: {missing}"
+    assert not missing, f"the code map (docs/architecture.md) names files that do not exist: {missing}"
     for cls, method in re.findall(r"`([A-Z]\w+)\.(\w+)`", text):
         source = "\n".join(p.read_text() for p in ROOT.glob("*/*.py") if f"class {cls}" in p.read_text())
         assert re.search(rf"def {method}\b", source), f"{cls}.{method}"

@@ -19,9 +19,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import PASSWORD, UPSTREAM_KEY
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
+import config
 import gateway
 from app.context import build_context
 from app.embedded import EmbeddedMongo, free_port
+from config import logs
 from handlers import accesslog, ops
 from handlers.accesslog import AccessLog
 from social.endpoints import ENDPOINTS
@@ -290,7 +292,9 @@ async def test_metrics_exposition(api, ctx, catalog, http_client, base_url):
     response = await http_client.fetch(base_url + "/metrics")
     assert response.headers["Content-Type"].startswith("text/plain")
     values = samples(response.body.decode())
-    get = lambda name, **labels: values.get((name, frozenset(labels.items())))
+    # A single process is worker 0 (serve --workers N: tests/test_scrape.py).
+    get = lambda name, **labels: values.get((name, frozenset({**labels, "worker": "0"}.items())))
+    assert get("gateway_build_info", version=config.VERSION) == 1
     assert get("gateway_requests_total", route="/social/user/info", status="200") == 1
     assert get("gateway_requests_total", route="/keys/{}/reveal", status="200") == 1
     assert get("gateway_requests_total", route="/keys/{}/reveal", status="404") == 1
@@ -301,13 +305,18 @@ async def test_metrics_exposition(api, ctx, catalog, http_client, base_url):
     assert get("gateway_payment_required_total") == 1
     assert get("gateway_rate_limited_total") == 0
     assert get("gateway_credits_charged_total") == ctx.metrics.credits_charged > 0
-    assert get("gateway_upstream_latency_seconds_gcount") >= 1
+    assert get("gateway_upstream_latency_seconds_count", route="/social/user/info") == 1  # the one call sent
+    assert get("gateway_upstream_latency_seconds_bucket", route="/social/user/info", le="+Inf") == 1
     assert get("gateway_upstream_breaker_state") == 0
     assert get("gateway_cache_hits_total", cache="key") >= 1 and get("gateway_cache_hit_ratio", cache="key") > 0
     assert get("gateway_usage_flushes_total") >= 1 and get("gateway_usage_flushed_records_total") >= 1
     assert get("gateway_usage_buffer_records") == 0 and get("gateway_usage_flush_lag_seconds") == 0
     assert get("gateway_usage_buffer_capacity") == ctx.settings.buffer_max
     assert get("process_resident_memory_bytes") > 0
+    # The same figures in OpenMetrics for a scraper that asks for it (Prometheus does).
+    negotiated = await http_client.fetch(base_url + "/metrics", headers={"Accept": "application/openmetrics-text"})
+    assert negotiated.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert negotiated.body.decode().endswith("# EOF\n")
 
 
 @pytest.mark.settings(metrics_token="scrape-token-0123456789")
@@ -379,7 +388,7 @@ def test_batched_access_lines_are_the_lines_logging_would_write():
     stream, expected = io.StringIO(), io.StringIO()
     access = AccessLog(stream)
     handler = logging.StreamHandler(expected)
-    handler.setFormatter(logging.Formatter(accesslog.LOG_FORMAT))
+    handler.setFormatter(logging.Formatter(logs.TEXT_FORMAT))
     for created in (1_700_000_000.0, 1_700_000_000.999_9, 1_700_000_059.5, 1_700_003_600.001):
         fields = {"request_id": "r1", "method": "GET", "route": "/social/user/info", "status": 200, "ms": 1.5}
         access.waiting.append((created, orjson.dumps(fields)))
@@ -390,6 +399,27 @@ def test_batched_access_lines_are_the_lines_logging_would_write():
         handler.emit(record)
     access.flush()
     assert stream.getvalue() == expected.getvalue() and access.waiting == []
+
+
+def test_json_access_lines_are_one_object_each_in_the_shape_of_every_log_line():
+    """LOG_FORMAT=json: a batched access line is the object config/logs.py's formatter writes (time in ISO
+    8601 UTC, level, logger, message), with the request's fields after it."""
+    stream, expected = io.StringIO(), io.StringIO()
+    access = AccessLog(stream, as_json=True)
+    handler = logging.StreamHandler(expected)
+    handler.setFormatter(logs.JsonFormatter())
+    for created in (1_700_000_000.0, 1_700_000_000.999_9, 1_700_003_600.001):
+        access.write({"request_id": "r1", "method": "GET", "route": "/social/user/info", "status": 200, "ms": 1.5})
+        access.waiting[-1] = (created, access.waiting[-1][1])
+        record = logging.LogRecord(accesslog.LOGGER, logging.INFO, __file__, 1, "GET /social/user/info 200", (), None)
+        record.created, record.request_id = created, "r1"
+        handler.emit(record)
+    access.flush()
+    for line, logged in zip(stream.getvalue().splitlines(), expected.getvalue().splitlines(), strict=True):
+        data, shape = orjson.loads(line), orjson.loads(logged)
+        assert list(data)[:5] == ["time", "level", "logger", "message", "request_id"]
+        assert {k: data[k] for k in shape} == shape and data["route"] == "/social/user/info"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", data["time"])
 
 
 async def test_request_id_is_generated_when_unusable(api, caplog):

@@ -113,3 +113,25 @@ async def test_served_access_log_lines_are_batched_in_the_log_format(mongo, upst
     assert last.code == 200
     assert gw.stop() == 0
     assert any('"served-last"' in line for line in access_lines())
+
+
+async def test_json_logs_are_one_object_per_line_without_secrets(mongo, upstream_url, catalog, tmp_path):
+    """LOG_FORMAT=json at DEBUG: every line the process logs, access and application alike, is one JSON
+    object (time in ISO 8601 UTC, level, logger, message), and none holds a key or a password."""
+    log_path = tmp_path / "gateway.log"
+    gw = Gateway(mongo.uri, upstream_url, f"j_{uuid.uuid4().hex[:10]}", LOG_LEVEL="DEBUG", LOG_FORMAT="json")
+    with open(log_path, "wb") as log:
+        gw.stderr = log
+        await gw.launch()
+    user, keys, _ = await account_with_keys(gw, INITIAL, 1)
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    assert (await gw.call("GET", path, **{"X-API-Key": keys[0], "X-Request-ID": "json-1"})).code == 200
+    assert gw.stop() == 0
+    lines = [orjson.loads(line) for line in log_path.read_text().splitlines()]  # each line parses alone
+    assert all(list(line)[:4] == ["time", "level", "logger", "message"] for line in lines)
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]) for line in lines)
+    access = next(line for line in lines if line.get("request_id") == "json-1")
+    assert access["logger"] == "gateway.access" and access["message"] == "GET /social/user/info 200"
+    assert access["account"] == user["account_id"] and any(line["logger"] != "gateway.access" for line in lines)
+    assert any(line["message"].startswith("social-gateway listening on") for line in lines)  # start-up too
+    assert keys[0] not in log_path.read_text() and "process test pass" not in log_path.read_text()

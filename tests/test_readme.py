@@ -26,7 +26,11 @@ from app.embedded import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "social-gateway")  # the installed console script
-DOCUMENTS = ("README.md", "sandbox/README.md")
+DOCUMENTS = (
+    "README.md",
+    "sandbox/README.md",
+    *(f"docs/{name}" for name in sorted(os.listdir(os.path.join(ROOT, "docs")))),
+)
 EMAIL = "me@example.com"  # the README block's account
 
 
@@ -99,6 +103,14 @@ def served(tmp_path_factory):
     yield gw
     if gw.proc.poll() is None:
         gw.stop()
+
+
+def test_a_newcomer_finds_the_two_commands_on_the_first_screen_and_every_document_linked():
+    lines = open(os.path.join(ROOT, "README.md")).read().splitlines()
+    first_screen = "\n".join(lines[:40])
+    assert "./dev serve" in first_screen and "./dev test" in first_screen
+    for name in os.listdir(os.path.join(ROOT, "docs")):
+        assert f"](docs/{name})" in "\n".join(lines), f"docs/{name} is not linked from the README"
 
 
 def readme_block(heading: str = "### A first session") -> str:
@@ -264,6 +276,7 @@ def test_every_documented_command_and_option_works(served, tmp_path):
         assert shown.stdout.startswith("usage: social-gateway"), path
         if path == ("admin",):  # about admin, not a developer's note on the module that holds it
             assert "MONGODB_URI" in shown.stdout and "sandbox-pay" not in shown.stdout, shown.stdout
+    assert runner.run("--version").stdout.startswith("social-gateway ")
 
     # simulate-upstream with every option, answering where it was told to.
     port = free_port()

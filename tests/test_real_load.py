@@ -180,9 +180,9 @@ async def test_a_refused_provider_key_is_rested_and_the_call_served_with_another
         usage = (await api.call("GET", "/usage", token=user["token"]))[1]
         assert [u["credits"] for u in usage] == [18] * 5  # one record per call: the refusals cost nothing
         metrics = (await api.http.fetch(api.base + "/metrics")).body.decode()
-        assert 'gateway_provider_key_refusals_total{key="key1",status="429"} 1.0' in metrics
-        assert 'gateway_provider_key_refusals_total{key="key2",status="402"} 1.0' in metrics
-        assert 'gateway_provider_key_calls_total{key="key3"} 5.0' in metrics
+        assert 'gateway_provider_key_refusals_total{key="key1",status="429",worker="0"} 1.0' in metrics
+        assert 'gateway_provider_key_refusals_total{key="key2",status="402",worker="0"} 1.0' in metrics
+        assert 'gateway_provider_key_calls_total{key="key3",worker="0"} 5.0' in metrics
         assert "pk-" not in metrics  # labels, never the keys
     finally:
         server.stop()
