@@ -1,5 +1,6 @@
 """Every loop of background work this process runs, in one place: stores and services expose single
-steps (Meter.flush, Meter.heartbeat, Meter.upkeep, Payments.reconcile_once, AdminStore.refresh, RateLimiter.forget_idle);
+steps (Meter.flush, Meter.heartbeat, Meter.upkeep, Payments.reconcile_once, AdminStore.refresh, RateLimiter.forget_idle,
+Detector.check_once, Outbox.run);
 this module decides when they run."""
 
 import asyncio
@@ -88,6 +89,8 @@ def start_background(ctx: Context) -> list[asyncio.Task]:
         "leases": every(settings.lease_timeout / 6, ctx.meter.upkeep, "lease upkeep"),
         "admin-rollups": every(REFRESH_SECONDS, ctx.admin.refresh, "admin rollup refresh"),
         "idle-buckets": every(BUCKET_IDLE_SECONDS / 5, lambda: forget_idle_buckets(ctx), "idle bucket sweep"),
+        "alerts": every(settings.alert_check_seconds, ctx.alerts.check_once, "alert check"),
+        "webhooks": ctx.outbox.run(),
         "coherence": Coherence(settings, ChangeFeed(ctx.client[settings.mongodb_db]), ctx.meter, ctx.sessions).run(),
     }
     if ctx.payments.provider is not None:  # a missed notification still credits within a few intervals
