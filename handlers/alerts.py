@@ -26,9 +26,15 @@ MAX_CREDITS, MAX_USD = 10**15, 10**9
 
 def _subset(choices: tuple) -> Callable:
     def check(value: list, loc: list) -> None:
-        if not value or len(value) > len(choices) or any(item not in choices for item in value):
+        if not value or any(item not in choices for item in value) or len(set(value)) != len(value):
             raise ValidationError(
-                [error(loc, "Input should be a non-empty list of " + ", ".join(map(str, choices)), "value_error")]
+                [
+                    error(
+                        loc,
+                        "Input should be a non-empty list of distinct values of " + ", ".join(map(str, choices)),
+                        "value_error",
+                    )
+                ]
             )
 
     return check

@@ -7,11 +7,9 @@ notice. The same across processes: tests/test_alerts_scaleout.py."""
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-import orjson
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 from support import FAST, Receiver
-from tornado.httpclient import HTTPRequest
 
 from webhooks.guard import GuardedResolver, Refused, refused_address
 from webhooks.signing import signed_headers
@@ -43,11 +41,6 @@ async def spend(api, key: dict, catalog, calls: int) -> None:
 
 
 async def call(api, method: str, path: str, token: str):
-    """Any method, a body only where one belongs (DELETE and GET carry none)."""
-    if method in ("GET", "DELETE"):
-        request = HTTPRequest(api.base + path, method=method, headers={"Authorization": f"Bearer {token}"})
-        response = await api.http.fetch(request, raise_error=False)
-        return response.code, orjson.loads(response.body), response.headers
     return await api.call(method, path, {"enabled": True}, token=token)
 
 
@@ -246,6 +239,9 @@ async def test_rule_and_endpoint_validation_is_422_in_the_spec_shape_and_other_a
     _, rule, _ = await api.call("POST", "/alerts", {"kind": "balance_below", "percent": 20}, token=user["token"])
     _, endpoint, _ = await api.call("POST", "/webhooks", {"url": "http://127.0.0.1:9/h"}, token=user["token"])
     eid = endpoint["endpoint_id"]
+    for limit, expected in ((1, 200), (500, 200), (0, 422), (501, 422)):
+        status, _, _ = await api.call("GET", f"/webhooks/{eid}/deliveries?limit={limit}", token=user["token"])
+        assert status == expected, limit
     for method, path in (
         ("DELETE", f"/alerts/{rule['rule_id']}"),
         ("DELETE", f"/webhooks/{eid}"),
