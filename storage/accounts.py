@@ -56,6 +56,7 @@ class AccountStore:
             "topup_credits": 0,
             "is_admin": False,
             "internal": False,
+            **funding(credits),  # signup credits are the first reference of percentage balance alerts
         }
         try:
             await self.accounts.insert_one(doc)
