@@ -5,11 +5,13 @@ private receivers at registration and at connection time; an endpoint failing to
 notice. The same across processes: tests/test_alerts_scaleout.py."""
 
 import asyncio
+import email
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import tornado.testing
 from standardwebhooks import Webhook, WebhookVerificationError
-from support import FAST, Receiver
+from support import FAST, Receiver, make_settings
 
 from webhooks.guard import GuardedResolver, Refused, refused_address
 from webhooks.signing import signed_headers
@@ -256,3 +258,94 @@ async def test_rule_and_endpoint_validation_is_422_in_the_spec_shape_and_other_a
     assert (await api.call("GET", "/alerts", token=other["token"]))[1] == []
     assert (await call(api, "DELETE", f"/alerts/{rule['rule_id']}", user["token"]))[0] == 200
     assert (await api.call("GET", "/alerts", token=user["token"]))[1] == []
+
+
+class Inbox:
+    """A real SMTP server in this process (aiosmtpd, in its own thread): every message it accepts."""
+
+    def __init__(self):
+        from aiosmtpd.controller import Controller
+
+        inbox = self
+        self.messages: list[dict] = []
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):
+                inbox.messages.append({"to": envelope.rcpt_tos, "data": envelope.content.decode()})
+                return "250 OK"
+
+        sock, self.port = tornado.testing.bind_unused_port()
+        sock.close()
+        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
+        self.controller.start()
+
+    async def until(self, count: int) -> list[dict]:
+        for _ in range(400):
+            if len(self.messages) >= count:
+                break
+            await asyncio.sleep(0.05)
+        return self.messages
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+
+@pytest.fixture
+def inbox():
+    started = Inbox()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def settings(request, inbox):
+    """SMTP_URL at the in-process SMTP server (with each test's own settings)."""
+    marker = request.node.get_closest_marker("settings")
+    return make_settings(smtp_url=f"smtp://127.0.0.1:{inbox.port}", **(marker.kwargs if marker else {}))
+
+
+def subjects(inbox: Inbox) -> list[str]:
+    return [" ".join(email.message_from_string(m["data"])["Subject"].split()) for m in inbox.messages]
+
+
+@pytest.mark.settings(**FAST_ALERTS)
+async def test_smtp_sends_the_same_alert_once_to_the_account_address(api, catalog, inbox):
+    """With SMTP_URL, an alert goes by email too: one message per crossing, to the account's address."""
+    receiver = Receiver()
+    user, key, _ = await hooked(api, 40 * PRICE, receiver)
+    await api.call("POST", "/alerts", {"kind": "balance_below", "usd": 20 * PRICE / 100_000}, token=user["token"])
+    await spend(api, key, catalog, 25)
+    (message,) = (await inbox.until(1))[:1]
+    await receiver.until(1)
+    await settle()
+    assert len(inbox.messages) == 1 and message["to"] == [user["email"]]
+    assert "Balance" in subjects(inbox)[0] and "balance_credits" in message["data"]
+    assert [e["type"] for e in receiver.verified] == ["balance.low"]
+    receiver.stop()
+
+
+@pytest.mark.settings(**FAST_ALERTS, webhook_disable_after=0.5)
+async def test_an_endpoint_failing_past_the_limit_is_disabled_with_a_notice(api, inbox):
+    """WEBHOOK_DISABLE_AFTER (days in production, half a second here): disabled once, a notice in the
+    endpoint list and one email; further events are not sent to it; re-enabling clears the notice."""
+    receiver = Receiver()
+    receiver.status = 500
+    user, _, endpoint = await hooked(api, 1000, receiver)
+    base = f"/webhooks/{endpoint['endpoint_id']}"
+    await api.call("POST", base + "/test", {}, token=user["token"])
+    for _ in range(200):
+        _, rows, _ = await api.call("GET", "/webhooks", token=user["token"])
+        if not rows[0]["enabled"]:
+            break
+        await asyncio.sleep(0.05)
+    assert rows[0]["enabled"] is False and rows[0]["disabled_reason"].startswith("failing since")
+    await inbox.until(1)
+    await settle(0.5)
+    assert len(inbox.messages) == 1 and "disabled" in subjects(inbox)[0]
+    sent = len(receiver.raw)
+    await api.call("POST", base + "/test", {}, token=user["token"])
+    await settle(0.8)
+    assert len(receiver.raw) == sent  # a disabled endpoint receives nothing
+    status, row, _ = await api.call("PATCH", base, {"enabled": True}, token=user["token"])
+    assert status == 200 and row["enabled"] and row["disabled_reason"] is None and row["failing_since"] is None
+    receiver.stop()
