@@ -109,6 +109,11 @@ async def test_a_receiver_that_fails_gets_retries_then_one_delivery_and_a_redeli
     _, log, _ = await api.call("GET", base + "/deliveries", token=user["token"])
     assert log[0]["state"] == "delivered" and log[0]["attempts"] >= 3
     assert [a["status"] for a in log[0]["log"]][-1] == 200 and log[0]["next_attempt_at"] is None
+    # Metrics: deliveries by outcome, queue depth, oldest undelivered age.
+    text = (await api.http.fetch(api.base + "/metrics")).body.decode()
+    assert 'gateway_webhook_deliveries_total{outcome="delivered"} 1.0' in text
+    assert 'gateway_webhook_deliveries_total{outcome="retried"}' in text
+    assert "gateway_webhook_queue_depth" in text and "gateway_webhook_oldest_pending_age_seconds" in text
     # Redeliver: once more, same id, on request.
     status, row, _ = await api.call(
         "POST", f"{base}/deliveries/{log[0]['delivery_id']}/redeliver", {}, token=user["token"]
