@@ -354,3 +354,45 @@ async def test_an_endpoint_failing_past_the_limit_is_disabled_with_a_notice(api,
     status, row, _ = await api.call("PATCH", base, {"enabled": True}, token=user["token"])
     assert status == 200 and row["enabled"] and row["disabled_reason"] is None and row["failing_since"] is None
     receiver.stop()
+
+
+@pytest.mark.settings(**FAST_ALERTS)
+async def test_key_budget_daily_spend_and_order_status_rules_each_fire_once_per_crossing(api, catalog):
+    """A key's budget at 50 % and 100 % of its day, the account's spend in the UTC day, and a top-up order's
+    statuses: each crossing one event, however many checks see it."""
+    receiver = Receiver()
+    user, key, _ = await hooked(api, 1000 * PRICE, receiver)
+    token = user["token"]
+    status, _, _ = await api.call(
+        "PATCH", f"/keys/{key['key_id']}", {"credit_limit": 20 * PRICE, "credit_limit_period": "day"}, token=token
+    )
+    assert status == 200
+    for rule in (
+        {"kind": "key_budget", "levels": [50, 100]},
+        {"kind": "daily_spend_above", "credits": 5 * PRICE},
+        {"kind": "order_status", "statuses": ["partially_paid", "finished", "credited"]},
+    ):
+        assert (await api.call("POST", "/alerts", rule, token=token))[0] == 200
+    await spend(api, key, catalog, 25)  # 20 calls fit the budget, then 402
+    await receiver.until(3)
+    _, order, _ = await api.call(
+        "POST", "/billing/crypto/checkout", {"currency": "USDTTRC20", "amount_usd": 10}, token=token
+    )
+    paid = {"order_id": order["order_id"], "amount_usd": 4}
+    assert (await api.call("POST", "/billing/crypto/sandbox/pay", paid, token=token))[0] == 200
+    paid["amount_usd"] = 6
+    assert (await api.call("POST", "/billing/crypto/sandbox/pay", paid, token=token))[0] == 200
+    await receiver.until(7)
+    await settle()
+    types = sorted((e["type"], e["data"].get("level") or e["data"].get("status") or "") for e in receiver.verified)
+    assert types == [
+        ("key_budget.reached", 50),
+        ("key_budget.reached", 100),
+        ("order.status", "credited"),
+        ("order.status", "credited"),  # one per credit: the partial payment's and the rest's
+        ("order.status", "finished"),
+        ("order.status", "partially_paid"),
+        ("spend.daily_above", ""),
+    ], types
+    assert receiver.rejected == 0
+    receiver.stop()
