@@ -172,6 +172,15 @@ class _Hook(tornado.web.RequestHandler):
         self.finish(b"ok")
 
 
+async def gathered(items: list, count: int, seconds: float = 20.0) -> list:
+    """Waits until `items` (filled by a receiver) holds `count` (not a timing assertion: a bound on a hang)."""
+    for _ in range(int(seconds / 0.05)):
+        if len(items) >= count:
+            break
+        await asyncio.sleep(0.05)
+    return items
+
+
 class Receiver:
     """A real webhook receiver on loopback: each delivery is verified with the `standardwebhooks` verifier under
     `secret` (set once the endpoint's secret is known); answers `status` (a test may change it)."""
@@ -199,13 +208,8 @@ class Receiver:
         if 200 <= self.status < 300:
             self.verified.append({**payload, "webhook-id": headers["webhook-id"]})
 
-    async def until(self, count: int, seconds: float = 20.0) -> list[dict]:
-        """Waits for `count` verified deliveries (not a timing assertion: a bound on a hang)."""
-        for _ in range(int(seconds / 0.05)):
-            if len(self.verified) >= count:
-                break
-            await asyncio.sleep(0.05)
-        return self.verified
+    async def until(self, count: int) -> list[dict]:
+        return await gathered(self.verified, count)
 
     def stop(self) -> None:
         self.server.stop()

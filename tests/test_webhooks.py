@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import tornado.testing
 from standardwebhooks import Webhook, WebhookVerificationError
-from support import FAST, Receiver, make_settings
+from support import FAST, Receiver, gathered, make_settings
 
 from webhooks.guard import GuardedResolver, Refused, refused_address
 from webhooks.signing import signed_headers
@@ -285,11 +285,7 @@ class Inbox:
         self.controller.start()
 
     async def until(self, count: int) -> list[dict]:
-        for _ in range(400):
-            if len(self.messages) >= count:
-                break
-            await asyncio.sleep(0.05)
-        return self.messages
+        return await gathered(self.messages, count)
 
     def stop(self) -> None:
         self.controller.stop()

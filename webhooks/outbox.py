@@ -1,7 +1,7 @@
 """The outbox: events in, signed deliveries out, retried on a schedule, in whichever process gets there first.
 
 emit() writes an event once (its id is the crossing's: a second writer changes nothing). The dispatcher
-(run, a background task of every process) fans each new event out into deliveries, one per enabled
+(work, a step app/tasks.py runs in every process) fans each new event out into deliveries, one per enabled
 endpoint of the account (and one email when SMTP_URL is set), claims due deliveries under a lease
 (storage/webhooks.py), sends, and records the attempt: a 2xx ends it; anything else is tried again after
 WEBHOOK_RETRY_SCHEDULE (the last step repeats) until WEBHOOK_RETRY_FOR has passed since the event. An
@@ -81,19 +81,7 @@ class Outbox:
             self.wake.set()
         return created
 
-    # --- the dispatcher --------------------------------------------------------------------------
-    async def run(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self.wake.wait(), self.settings.webhook_poll_seconds)
-            except TimeoutError:
-                pass
-            self.wake.clear()
-            try:
-                await self.work()
-            except Exception as exc:
-                log.warning("webhook dispatch failed (%s); retrying", type(exc).__name__)
-
+    # --- the dispatcher (one step; app/tasks.py runs it when woken, or every WEBHOOK_POLL_SECONDS) ------------
     async def work(self) -> None:
         await self.fan_out()
         while len(self._sending) < CONCURRENT:

@@ -924,13 +924,22 @@
     });
   }
 
-  function drawRules(rules) {
-    const body = $("#rules-table tbody");
+  // One row per item (drawRow fills it); the table's "none yet" note shows when there is none.
+  function fillTable(table, empty, items, testid, drawRow) {
+    const body = $(table + " tbody");
     body.textContent = "";
-    $("#rules-empty").hidden = rules.length > 0;
-    rules.forEach((rule) => {
+    $(empty).hidden = items.length > 0;
+    items.forEach((item) => {
       const row = el("tr");
-      row.dataset.testid = "rule-row";
+      row.dataset.testid = testid;
+      drawRow(row, item);
+      body.append(row);
+    });
+    labelCells($(table));
+  }
+
+  function drawRules(rules) {
+    fillTable("#rules-table", "#rules-empty", rules, "rule-row", (row, rule) => {
       cell(row, rule.description);
       cell(row, "").append(el("span", rule.armed ? "armed" : "fired", rule.armed ? "badge" : "badge off"));
       cell(row, when(rule.fired_at));
@@ -941,9 +950,7 @@
         if (await act(ruleForm, remove, () => api("DELETE", "/alerts/" + rule.rule_id))) loadAlerts();
       });
       actions.append(remove);
-      body.append(row);
     });
-    labelCells($("#rules-table"));
   }
 
   ruleForm.addEventListener("submit", async (event) => {
@@ -964,16 +971,11 @@
   });
 
   function drawWebhooks(endpoints) {
-    const body = $("#webhooks-table tbody");
-    body.textContent = "";
-    $("#endpoints-empty").hidden = endpoints.length > 0;
     const disabled = endpoints.filter((e) => !e.enabled);
     const notice = $("#webhook-notice");
     notice.textContent = disabled.map((e) => "Endpoint " + e.url + " was disabled: " + (e.disabled_reason || "")).join(" ");
     notice.hidden = disabled.length === 0;
-    endpoints.forEach((endpoint) => {
-      const row = el("tr");
-      row.dataset.testid = "endpoint-row";
+    fillTable("#webhooks-table", "#endpoints-empty", endpoints, "endpoint-row", (row, endpoint) => {
       cell(row, endpoint.url, "url");
       const word = endpoint.enabled ? (endpoint.failing_since ? "failing" : "enabled") : "disabled";
       cell(row, "").append(el("span", word, word === "enabled" ? "badge" : "badge off"));
@@ -1015,9 +1017,7 @@
       failed.setAttribute("role", "alert");
       failed.hidden = true;
       actions.append(failed);
-      body.append(row);
     });
-    labelCells($("#webhooks-table"));
   }
 
   function showEndpointSecret(secret) {
@@ -1042,12 +1042,7 @@
     $("#deliveries-title").textContent = "Deliveries to " + endpoint.url;
     const rows = await act(box, null, () => api("GET", "/webhooks/" + endpoint.endpoint_id + "/deliveries?limit=50"));
     if (!rows) return;
-    const body = $("#deliveries-table tbody");
-    body.textContent = "";
-    $("#deliveries-empty").hidden = rows.length > 0;
-    rows.forEach((d) => {
-      const row = el("tr");
-      row.dataset.testid = "delivery-row";
+    fillTable("#deliveries-table", "#deliveries-empty", rows, "delivery-row", (row, d) => {
       cell(row, d.type);
       cell(row, "").append(el("span", d.state, d.state === "delivered" ? "badge" : "badge off"));
       cell(row, String(d.attempts), "num");
@@ -1061,9 +1056,7 @@
         if (await act(box, again, () => api("POST", url))) setTimeout(() => showDeliveries(endpoint), 600);
       });
       actions.append(again);
-      body.append(row);
     });
-    labelCells($("#deliveries-table"));
     box.scrollIntoView({ block: "nearest" });
   }
 
