@@ -75,12 +75,15 @@ class Detector:
                 self._seen_spent[account_id] = purse.spent
                 self.dirty.add(account_id)
         due, self.dirty = self.dirty & self.rules.keys(), set()
+        failed = None
         for account_id in due:
             try:
                 await self.check_account(account_id)
-            except Exception:
-                self.dirty.add(account_id)  # looked at again next step
-                raise
+            except Exception as exc:  # the others are still checked; this one again at the next step
+                self.dirty.add(account_id)
+                failed = exc
+        if failed is not None:
+            raise failed
 
     async def check_account(self, account_id: str) -> None:
         rules = list(self.rules.get(account_id, {}).values())

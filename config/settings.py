@@ -301,7 +301,7 @@ class Settings:
         5 * 86400.0, "Seconds an endpoint may fail without one success before it is disabled.", "WEBHOOK_DISABLE_AFTER"
     )
     webhook_poll_seconds: float = _setting(
-        2.0,
+        5.0,
         "Seconds between looks at the outbox for work another process left (retries due, crashed claims).",
         "WEBHOOK_POLL_SECONDS",
     )

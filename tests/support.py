@@ -169,6 +169,8 @@ class _Hook(tornado.web.RequestHandler):
     def post(self):
         self.receiver.take(self.request.body, {k.lower(): v for k, v in self.request.headers.items()})
         self.set_status(self.receiver.status)
+        if self.receiver.location:
+            self.set_header("Location", self.receiver.location)
         self.finish(b"ok")
 
 
@@ -188,6 +190,7 @@ class Receiver:
     def __init__(self):
         self.secret: str | None = None
         self.status = 200
+        self.location = ""  # a Location header to answer with (a redirect)
         self.raw: list[tuple[bytes, dict]] = []  # every request, as received
         self.verified: list[dict] = []  # payloads whose signature checked out, answered with a 2xx
         self.rejected = 0

@@ -392,3 +392,22 @@ async def test_key_budget_daily_spend_and_order_status_rules_each_fire_once_per_
     ], types
     assert receiver.rejected == 0
     receiver.stop()
+
+
+@pytest.mark.settings(**FAST_ALERTS)
+async def test_a_redirect_is_a_failure_and_is_not_followed(api):
+    receiver, target = Receiver(), Receiver()
+    receiver.status = 307  # with a Location to another receiver: a followed redirect would reach it
+    user, _, endpoint = await hooked(api, 1000, receiver)
+    receiver.location = target.url
+    base = f"/webhooks/{endpoint['endpoint_id']}"
+    await api.call("POST", base + "/test", {}, token=user["token"])
+    for _ in range(100):
+        _, log, _ = await api.call("GET", base + "/deliveries", token=user["token"])
+        if log and log[0]["attempts"] >= 2:
+            break
+        await asyncio.sleep(0.05)
+    assert log[0]["state"] == "pending" and log[0]["last_status"] == 307 and log[0]["last_error"] == "HTTP 307"
+    assert target.raw == [] and len(receiver.raw) >= 2
+    receiver.stop()
+    target.stop()

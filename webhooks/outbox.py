@@ -31,7 +31,8 @@ log = logging.getLogger("gateway.webhooks")
 EMAIL = "email"  # the endpoint id of an account's email channel
 CONCURRENT = 20  # attempts under way per process
 FAN_OUT_BATCH = 100
-PREVIOUS_SECRET_SECONDS = 86400  # after a roll, the previous secret signs too for a day
+PREVIOUS_SECRET_SECONDS = 86400
+BACKLOG_SECONDS = 10.0  # how often the queue depth and oldest age for /metrics are counted  # after a roll, the previous secret signs too for a day
 
 
 def event_id(crossing: str) -> str:
@@ -67,6 +68,7 @@ class Outbox:
         self.depth, self.oldest_age = 0, 0.0  # pending deliveries, age of the oldest (seconds), as last polled
         self._sending: set[asyncio.Task] = set()
         self.hold = settings.webhook_timeout * 2 + 5  # a claim outlives the longest attempt
+        self._backlog_due = 0.0
 
     # --- events in -------------------------------------------------------------------------------
     async def emit(self, crossing: str, account_id: str, type_: str, data: dict, only: str | None = None) -> bool:
@@ -91,8 +93,10 @@ class Outbox:
             task = asyncio.create_task(self.deliver(delivery))
             self._sending.add(task)
             task.add_done_callback(self._sent)
-        count, oldest = await self.store.backlog()
-        self.depth, self.oldest_age = count, (now_utc() - oldest).total_seconds() if oldest else 0.0
+        if time.monotonic() >= self._backlog_due:  # two counting reads: at most every BACKLOG_SECONDS
+            self._backlog_due = time.monotonic() + BACKLOG_SECONDS
+            count, oldest = await self.store.backlog()
+            self.depth, self.oldest_age = count, (now_utc() - oldest).total_seconds() if oldest else 0.0
 
     def _sent(self, task: asyncio.Task) -> None:
         self._sending.discard(task)
