@@ -29,7 +29,7 @@ from app.preflight import database_problem
 from app.server import LISTEN_BACKLOG, make_server, port_problem, raise_open_file_limit
 from app.tasks import start_background
 from config import logs
-from handlers import account, admin, auth, billing, keys, ops, portal, sandbox, social
+from handlers import account, admin, alerts, auth, billing, keys, ops, portal, sandbox, social
 from handlers.base import NotFoundHandler
 from handlers.context import Context
 from handlers.scrape import Scrape
@@ -68,6 +68,7 @@ def make_app(ctx: Context) -> tornado.web.Application:
     # pattern before its own (no pattern overlaps another).
     routes = social.routes + (social.alias_routes if ctx.settings.twitter_alias else [])
     routes += auth.routes + keys.routes + account.routes + billing.routes + admin.routes + ops.routes + sandbox.routes
+    routes += alerts.routes
     routes += portal.routes  # the web portal at /, its files, and the interactive docs at /docs
     if not ctx.settings.metrics_port:
         routes += ops.metrics_routes
@@ -118,6 +119,7 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
                 "final flush failed (%s), %d usage records pending; retrying", type(exc).__name__, len(ctx.meter.buffer)
             )
             await asyncio.sleep(0.2)
+    await ctx.outbox.close()
     ctx.upstream.close()
     ctx.executor.shutdown(wait=False)
     await ctx.client.close()

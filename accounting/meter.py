@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -87,6 +88,8 @@ class Meter:
         self.batch_ready = asyncio.Event()  # FLUSH_BATCH records wait: app/tasks.py flushes now
         self._flush_lock = asyncio.Lock()
         self.last_flush_ok = time.time()
+        # Told of every balance or payment change (here, or elsewhere through coherence): alerts/ looks again.
+        self.account_listeners: list[Callable[[str], None]] = []
 
     # --- views from memory -----------------------------------------------------------------
     async def _load_key(self, digest: str) -> KeyEntry | None:
@@ -301,6 +304,8 @@ class Meter:
         if doc is None:
             raise LookupError(account_id)
         self.ledger.forget_empty(account_id)
+        for listener in self.account_listeners:
+            listener(account_id)
         view = self.view_of(doc)
         self.account_cache.put(account_id, view)
         return view

@@ -11,6 +11,7 @@ from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from accounting.metrics import Metrics
 from accounting.sessions import Sessions
+from alerts.detector import Detector
 from config.settings import Settings
 from handlers.context import Context
 from metering.limiter import RateLimiter
@@ -24,12 +25,15 @@ from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
+from storage.alerts import AlertStore
 from storage.budgets import BudgetStore
 from storage.idempotency import IdempotencyStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
 from storage.sessions import SessionStore
 from storage.usage import UsageStore
+from storage.webhooks import WebhookStore
+from webhooks.outbox import Outbox
 
 
 class RoundTrips(monitoring.CommandListener):
@@ -77,6 +81,12 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     payments = await build_payments(settings, db, meter.apply_credit)
     admin_store = AdminStore(db)
     await admin_store.ensure_indexes()
+    alert_store, webhook_store = AlertStore(db), WebhookStore(db)
+    await alert_store.ensure_indexes()
+    await webhook_store.ensure_indexes()
+    outbox = Outbox(settings, webhook_store, accounts, vault, owner=leases.process_id)
+    detector = Detector(settings, alert_store, outbox, meter, accounts, keys_)
+    payments.crediting.listeners.append(detector.order_changed)
     return Context(
         settings=settings,
         client=client,
@@ -115,4 +125,8 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         failure_budget=FailureBudget(settings.account_failure_budget, settings.account_failure_window),
         in_flight=InFlight(settings.account_max_in_flight, settings.upstream_max_connections // 2),
         idempotency=Idempotency(settings, IdempotencyStore(db), metrics),
+        alert_store=alert_store,
+        webhook_store=webhook_store,
+        outbox=outbox,
+        alerts=detector,
     )

@@ -1,5 +1,6 @@
 """Every loop of background work this process runs, in one place: stores and services expose single
-steps (Meter.flush, Meter.heartbeat, Meter.upkeep, Payments.reconcile_once, AdminStore.refresh, RateLimiter.forget_idle);
+steps (Meter.flush, Meter.heartbeat, Meter.upkeep, Payments.reconcile_once, AdminStore.refresh, RateLimiter.forget_idle,
+Detector.check_once, Outbox.work);
 this module decides when they run."""
 
 import asyncio
@@ -33,21 +34,34 @@ async def every(interval: float, step: Callable[[], Awaitable[object]], what: st
             log.warning("%s failed (%s); retrying next interval", what, type(exc).__name__)
 
 
+async def when_told_or_every(told: asyncio.Event, interval: float, step: Callable[[], Awaitable[object]], what: str):
+    """Runs `step` as soon as `told` is set, and at the latest every `interval` seconds, until cancelled; a failed
+    step is logged (its type only) and tried again next time."""
+    while True:
+        try:
+            await asyncio.wait_for(told.wait(), interval)
+        except TimeoutError:
+            pass
+        told.clear()
+        try:
+            await step()
+        except Exception as exc:
+            log.warning("%s failed (%s); retrying", what, type(exc).__name__)
+
+
 async def flush_usage(ctx: Context) -> None:
     """Flushes buffered usage every FLUSH_INTERVAL, or as soon as FLUSH_BATCH records wait."""
     meter = ctx.meter
-    while True:
-        try:
-            await asyncio.wait_for(meter.batch_ready.wait(), ctx.settings.flush_interval)
-        except TimeoutError:
-            pass
-        meter.batch_ready.clear()
+
+    async def flush() -> None:
         if not len(meter.buffer):
-            continue
+            return
         try:
             await meter.flush()
         except Exception as exc:
             log.warning("usage flush failed (%s); %d records kept for retry", type(exc).__name__, len(meter.buffer))
+
+    await when_told_or_every(meter.batch_ready, ctx.settings.flush_interval, flush, "usage flush")
 
 
 async def watch_loop_lag(ctx: Context) -> None:
@@ -88,6 +102,11 @@ def start_background(ctx: Context) -> list[asyncio.Task]:
         "leases": every(settings.lease_timeout / 6, ctx.meter.upkeep, "lease upkeep"),
         "admin-rollups": every(REFRESH_SECONDS, ctx.admin.refresh, "admin rollup refresh"),
         "idle-buckets": every(BUCKET_IDLE_SECONDS / 5, lambda: forget_idle_buckets(ctx), "idle bucket sweep"),
+        "alerts": every(settings.alert_check_seconds, ctx.alerts.check_once, "alert check"),
+        # Told when this process writes an event or a retry falls due; polls for what other processes left.
+        "webhooks": when_told_or_every(
+            ctx.outbox.wake, settings.webhook_poll_seconds, ctx.outbox.work, "webhook dispatch"
+        ),
         "coherence": Coherence(settings, ChangeFeed(ctx.client[settings.mongodb_db]), ctx.meter, ctx.sessions).run(),
     }
     if ctx.payments.provider is not None:  # a missed notification still credits within a few intervals

@@ -314,6 +314,45 @@ class Settings:
         "Seconds between polls of unsettled orders (first delay; doubles per order up to an hour).",
         "RECONCILE_INTERVAL",
     )
+    # Alerts and webhooks
+    alert_check_seconds: float = _setting(
+        2.0,
+        "Seconds between alert checks of the accounts with rules that spent in this process (off the request path).",
+        "ALERT_CHECK_SECONDS",
+    )
+    webhook_retry_schedule: tuple = _setting(
+        (5, 30, 120, 600, 1800, 3600, 10800),
+        "JSON list of seconds between a webhook's attempts; the last one repeats until WEBHOOK_RETRY_FOR.",
+        "WEBHOOK_RETRY_SCHEDULE",
+    )
+    webhook_retry_for: float = _setting(
+        3 * 86400.0,
+        "Seconds a webhook delivery is retried before it is given up (at least a day).",
+        "WEBHOOK_RETRY_FOR",
+    )
+    webhook_timeout: float = _setting(
+        10.0, "Seconds one webhook attempt may take (connect and answer).", "WEBHOOK_TIMEOUT"
+    )
+    webhook_disable_after: float = _setting(
+        5 * 86400.0, "Seconds an endpoint may fail without one success before it is disabled.", "WEBHOOK_DISABLE_AFTER"
+    )
+    webhook_poll_seconds: float = _setting(
+        5.0,
+        "Seconds between looks at the outbox for work another process left (retries due, crashed claims).",
+        "WEBHOOK_POLL_SECONDS",
+    )
+    webhook_allow_private: bool = _setting(
+        False,
+        "Production: allow webhook endpoints on loopback, private and link-local addresses (on-premise receivers).",
+        "WEBHOOK_ALLOW_PRIVATE",
+    )
+    smtp_url: str = _setting(
+        "",
+        "smtp://user:pass@host:587 (STARTTLS when offered; ?starttls=require to insist), smtps://... (TLS); "
+        "empty: alerts go to webhooks and the portal only.",
+        "SMTP_URL",
+    )
+    smtp_from: str = _setting("alerts@localhost", "From address of alert emails.", "SMTP_FROM")
     # Operations
     trusted_proxies: tuple = _setting(
         (),
@@ -353,6 +392,7 @@ class Settings:
             "payments_api_key",
             "payments_ipn_secret",
             "metrics_token",
+            "smtp_url",
         ):
             items[name] = "***" if items[name] else ""
         return items
@@ -557,6 +597,12 @@ def problems(settings: Settings) -> list[str]:
         found.append("EVENT_LOOP must be asyncio or uvloop")
     if settings.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
         found.append("EVENT_LOOP=uvloop needs uvloop (pip install uvloop), or set EVENT_LOOP=asyncio")
+    if not settings.webhook_retry_schedule or any(
+        not isinstance(s, (int, float)) or isinstance(s, bool) or s <= 0 for s in settings.webhook_retry_schedule
+    ):
+        found.append("WEBHOOK_RETRY_SCHEDULE must be a non-empty JSON list of positive seconds")
+    if settings.smtp_url and not settings.smtp_url.startswith(("smtp://", "smtps://")):
+        found.append("SMTP_URL must start with smtp:// or smtps://")
     if settings.qps_divisor < 1:
         found.append("QPS_DIVISOR must be at least 1")
     if settings.order_ttl_seconds < 1:
@@ -574,6 +620,11 @@ def problems(settings: Settings) -> list[str]:
         "coherence_poll_seconds",
         "account_failure_window",
         "signup_window_seconds",
+        "alert_check_seconds",
+        "webhook_timeout",
+        "webhook_poll_seconds",
+        "webhook_retry_for",
+        "webhook_disable_after",
     ):
         if getattr(settings, name) <= 0:
             found.append(f"{by_env(name)} must be positive")

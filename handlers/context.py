@@ -10,6 +10,7 @@ from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from accounting.metrics import Metrics
 from accounting.sessions import Sessions
+from alerts.detector import Detector
 from config.settings import Settings
 from handlers.accesslog import AccessLog
 from handlers.scrape import Scrape
@@ -22,8 +23,11 @@ from social.pool import InFlight
 from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
+from storage.alerts import AlertStore
 from storage.keys import KeyStore
 from storage.usage import UsageStore
+from storage.webhooks import WebhookStore
+from webhooks.outbox import Outbox
 
 
 @dataclass
@@ -52,6 +56,10 @@ class Context:
     failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)
     in_flight: InFlight  # per account: upstream calls under way, capped (429) so none holds the shared pool
     idempotency: Idempotency  # Idempotency-Key claims and kept answers (accounting/idempotency.py)
+    alert_store: AlertStore  # alert rules (storage/alerts.py)
+    webhook_store: WebhookStore  # endpoints, events, deliveries (storage/webhooks.py)
+    outbox: Outbox  # events in, signed deliveries out (webhooks/outbox.py)
+    alerts: Detector  # the crossing detector (alerts/detector.py)
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
     scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

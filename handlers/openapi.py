@@ -10,6 +10,7 @@ import functools
 
 import orjson
 
+from handlers.openapi_alerts import ALERT_OPERATIONS, ALERT_SCHEMAS
 from handlers.openapi_components import SCHEMAS
 from handlers.openapi_operations import OPERATIONS
 from handlers.openapi_paths import data_operation, portal_operation
@@ -21,7 +22,7 @@ VERSION = "0.1.0"
 def build(twitter_alias: bool, metrics_here: bool) -> dict:
     """The document for an application: aliases and /metrics appear only where the application serves them."""
     paths: dict = {}
-    for op in OPERATIONS:
+    for op in OPERATIONS + ALERT_OPERATIONS:
         if op.path != "/metrics" or metrics_here:
             paths.setdefault(op.path, {})[op.method] = portal_operation(op)
     prefixes = [("/social", "data")] + ([("/twitter", "data (provider-compatible paths)")] if twitter_alias else [])
@@ -37,11 +38,14 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
             "HttpOnly cookie instead, and its writes carry an X-XSRFToken header); data endpoints use X-API-Key "
             "and are charged in credits (100,000 credits = 1 USD).",
         },
-        "tags": [{"name": t} for t in ("auth", "keys", "account", "billing", "admin", "operations", "portal", "data")]
+        "tags": [
+            {"name": t}
+            for t in ("auth", "keys", "account", "billing", "alerts", "admin", "operations", "portal", "data")
+        ]
         + ([{"name": prefixes[1][1]}] if twitter_alias else []),
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **ALERT_SCHEMAS},
             "securitySchemes": {
                 "bearerAuth": {
                     "type": "http",

@@ -160,6 +160,24 @@ class GatewayCollector:
         for name, count in sorted(m.db_commands.items()):
             commands.add_metric([name], count)
         yield commands
+        yield from self._webhooks()
+
+    def _webhooks(self):
+        """Webhook and alert-email deliveries (webhooks/outbox.py): outcomes of this process's attempts, and
+        the outbox as its dispatcher last saw it (every WEBHOOK_POLL_SECONDS, shared by all processes)."""
+        outbox = self.ctx.outbox
+        outcomes = CounterMetricFamily(
+            "gateway_webhook_deliveries",
+            "Delivery attempts by outcome (delivered, retried, failed).",
+            labels=["outcome"],
+        )
+        for outcome in ("delivered", "retried", "failed"):
+            outcomes.add_metric([outcome], outbox.outcomes[outcome])
+        yield outcomes
+        yield _gauge("gateway_webhook_queue_depth", "Deliveries pending (due or waiting for a retry).", outbox.depth)
+        yield _gauge(
+            "gateway_webhook_oldest_pending_age_seconds", "Age of the oldest undelivered delivery.", outbox.oldest_age
+        )
 
     def _provider_keys(self):
         """Per provider key (labelled key1, key2... in UPSTREAM_API_KEYS order, never the key itself)."""

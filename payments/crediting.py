@@ -26,6 +26,8 @@ log = logging.getLogger("gateway.payments")
 
 # credit(account_id, credit_id, credits, paid_usd): adds the credits once per credit id.
 CreditAccount = Callable[[str, str, int, float], Awaitable[object]]
+# order_changed(order, status): an order reached a new status, or "credited" (alerts/ listens).
+OrderListener = Callable[[dict, str], Awaitable[object]]
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,14 @@ def plan_change(order: dict, state: PaymentState, credits_per_usd: int) -> Chang
 class Crediting:
     def __init__(self, orders: OrderStore, credit_account: CreditAccount, credits_per_usd: int):
         self.orders, self.credit_account, self.credits_per_usd = orders, credit_account, credits_per_usd
+        self.listeners: list[OrderListener] = []
+
+    async def _tell(self, order: dict, status: str) -> None:
+        for listener in self.listeners:
+            try:
+                await listener(order, status)
+            except Exception as exc:  # an alert must never fail a payment; the next change tells again
+                log.warning("order %s: alert listener failed (%s)", order["_id"], type(exc).__name__)
 
     async def apply_payment_state(self, order_id: str, state: PaymentState) -> dict | None:
         """Brings the order and its account up to `state`; returns the order as it now stands."""
@@ -75,6 +85,8 @@ class Crediting:
                 break
             updated = await self.orders.update_state(order_id, order["rev"], change.fields, change.credit)
             if updated is not None:
+                if updated["status"] != order["status"]:
+                    await self._tell(updated, updated["status"])
                 order = updated
                 if change.credit:
                     log.info(
@@ -97,4 +109,6 @@ class Crediting:
         for credit in order["pending"]:
             await self.credit_account(order["account_id"], credit["credit_id"], credit["credits"], credit["usd"])
             await self.orders.credit_settled(order["_id"], credit["credit_id"])
-        return await self.orders.get(order["_id"])
+        settled = await self.orders.get(order["_id"])
+        await self._tell(settled, "credited")
+        return settled

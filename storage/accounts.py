@@ -16,6 +16,12 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
+def funding(credits: int) -> dict:
+    """Fields of a credit addition that alerts read: when credits last came in (a top-up re-arms low-balance
+    alerts) and how many (the reference of percentage balance alerts)."""
+    return {"funded_at": now_utc(), "last_funding": credits} if credits > 0 else {}
+
+
 class AccountStore:
     def __init__(self, db: AsyncDatabase):
         self.accounts = db.accounts
@@ -50,6 +56,7 @@ class AccountStore:
             "topup_credits": 0,
             "is_admin": False,
             "internal": False,
+            **funding(credits),  # signup credits are the first reference of percentage balance alerts
         }
         try:
             await self.accounts.insert_one(doc)
@@ -92,7 +99,7 @@ class AccountStore:
             {"_id": account_id},
             {
                 "$inc": {"credits": credits, "paid_usd": paid_usd, "topup_credits": topup_credits},
-                "$set": {"changed_at": now_utc()},
+                "$set": {"changed_at": now_utc(), **funding(credits)},
             },  # changed_at: other processes poll for it (accounting/coherence.py)
             projection={"password_hash": 0},
             return_document=ReturnDocument.AFTER,
@@ -106,7 +113,7 @@ class AccountStore:
             {
                 "$inc": {"credits": credits, "paid_usd": paid_usd},
                 "$push": {"applied_credits": credit_id},
-                "$set": {"changed_at": now_utc()},
+                "$set": {"changed_at": now_utc(), **funding(credits)},
             },
             projection={"password_hash": 0},
             return_document=ReturnDocument.AFTER,

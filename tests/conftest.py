@@ -112,7 +112,7 @@ class Api:
         if key:
             all_headers["X-API-Key"] = key
         data = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
-        if method == "GET":
+        if method in ("GET", "DELETE"):
             data = None
         elif data is None:
             data = b""

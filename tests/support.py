@@ -159,3 +159,60 @@ async def ledger_of(mongo_uri: str, db_name: str, account_id: str) -> tuple[dict
     records = await UsageStore(db).records({"account_id": account_id})
     await client.close()
     return account, records
+
+
+# --- a webhook receiver ---------------------------------------------------------------------------------
+class _Hook(tornado.web.RequestHandler):
+    def initialize(self, receiver):
+        self.receiver = receiver
+
+    def post(self):
+        self.receiver.take(self.request.body, {k.lower(): v for k, v in self.request.headers.items()})
+        self.set_status(self.receiver.status)
+        if self.receiver.location:
+            self.set_header("Location", self.receiver.location)
+        self.finish(b"ok")
+
+
+async def gathered(items: list, count: int, seconds: float = 20.0) -> list:
+    """Waits until `items` (filled by a receiver) holds `count` (not a timing assertion: a bound on a hang)."""
+    for _ in range(int(seconds / 0.05)):
+        if len(items) >= count:
+            break
+        await asyncio.sleep(0.05)
+    return items
+
+
+class Receiver:
+    """A real webhook receiver on loopback: each delivery is verified with the `standardwebhooks` verifier under
+    `secret` (set once the endpoint's secret is known); answers `status` (a test may change it)."""
+
+    def __init__(self):
+        self.secret: str | None = None
+        self.status = 200
+        self.location = ""  # a Location header to answer with (a redirect)
+        self.raw: list[tuple[bytes, dict]] = []  # every request, as received
+        self.verified: list[dict] = []  # payloads whose signature checked out, answered with a 2xx
+        self.rejected = 0
+        sock, self.port = tornado.testing.bind_unused_port()
+        self.server = tornado.httpserver.HTTPServer(tornado.web.Application([(r"/hook", _Hook, {"receiver": self})]))
+        self.server.add_sockets([sock])
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+
+    def take(self, body: bytes, headers: dict) -> None:
+        from standardwebhooks import Webhook
+
+        self.raw.append((body, headers))
+        try:
+            payload = Webhook(self.secret).verify(body, headers)
+        except Exception:
+            self.rejected += 1
+            return
+        if 200 <= self.status < 300:
+            self.verified.append({**payload, "webhook-id": headers["webhook-id"]})
+
+    async def until(self, count: int) -> list[dict]:
+        return await gathered(self.verified, count)
+
+    def stop(self) -> None:
+        self.server.stop()

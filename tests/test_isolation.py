@@ -18,7 +18,7 @@ import orjson
 import pytest
 import tornado.httpserver
 import tornado.web
-from support import FAST, PASSWORD, Gateway, account_with_keys, use_upstream
+from support import FAST, PASSWORD, Gateway, Receiver, account_with_keys, use_upstream
 from tornado.httpclient import AsyncHTTPClient
 from tornado.testing import bind_unused_port
 
@@ -534,14 +534,30 @@ async def test_no_secret_reaches_the_log_even_at_debug(mongo, upstream_url, tmp_
             await gw.call("GET", "/social/user/info?userName=query-text-5519", **{"X-API-Key": key["key"]})
             login = orjson.loads((await gw.call("POST", "/auth/login", {"email": email, "password": password})).body)
             change = {"current_password": password, "new_password": "another debug passphrase"}
-            await gw.call("POST", "/auth/password", change, **{"Authorization": f"Bearer {login['token']}"})
+            changed = await gw.call("POST", "/auth/password", change, **{"Authorization": f"Bearer {login['token']}"})
+            # Webhook signing secrets: created, rolled, used to sign a delivery that is logged as failed first.
+            receiver = Receiver()
+            receiver.status = 500
+            auth = {"Authorization": f"Bearer {orjson.loads(changed.body)['token']}"}
+            hook = orjson.loads((await gw.call("POST", "/webhooks", {"url": receiver.url}, **auth)).body)
+            rolled = orjson.loads((await gw.call("POST", f"/webhooks/{hook['endpoint_id']}/roll", {}, **auth)).body)
+            await gw.call("POST", f"/webhooks/{hook['endpoint_id']}/test", {}, **auth)
+            for _ in range(100):
+                if receiver.raw:
+                    break
+                await asyncio.sleep(0.05)
+            assert receiver.raw, "the test event was never sent"
             await asyncio.sleep(1.0)  # a usage flush
         finally:
             await asyncio.to_thread(gw.stop)
+    receiver.stop()
     text = log_path.read_text()
     assert "DEBUG" in text  # the level really was DEBUG
+    whsec = (hook["secret"], rolled["secret"], hook["secret"][6:], rolled["secret"][6:])
     for secret in (password, "scrypt$", marker, key["key"], session["token"], login["token"], "digest", "query-text"):
         assert secret not in text, secret
+    for secret in (*whsec, receiver.raw[0][1]["webhook-signature"].split()[0][3:]):
+        assert secret not in text, "a webhook secret or signature in the log"
 
 
 async def test_no_server_header_names_the_version(api):

@@ -234,6 +234,9 @@ async def test_api_keys_and_session_tokens_are_never_interchangeable(api, catalo
 
 
 # --- broken object-level authorisation ------------------------------------------------------------
+HOOK_404 = "Webhook endpoint not found"
+
+
 async def test_every_object_route_answers_404_to_another_account(api, app, catalog):
     owner, other = await api.register(), await api.register()
     key = await api.new_key(owner["token"])
@@ -242,12 +245,27 @@ async def test_every_object_route_answers_404_to_another_account(api, app, catal
         "POST", "/billing/crypto/checkout", {"currency": "USDTTRC20", "amount_usd": 10}, token=owner["token"]
     )
     assert status == 200, order
+    rule = (await api.call("POST", "/alerts", {"kind": "balance_below", "credits": 5}, token=owner["token"]))[1]
+    hook = (await api.call("POST", "/webhooks", {"url": "http://127.0.0.1:9/h"}, token=owner["token"]))[1][
+        "endpoint_id"
+    ]
     by_id = {
         r"/keys/([^/]+)/reveal$": ("GET", f"/keys/{key['key_id']}/reveal", None, "Key not found"),
         r"/keys/([^/]+)/revoke$": ("POST", f"/keys/{key['key_id']}/revoke", None, "Key not found"),
         r"/keys/([^/]+)/topup$": ("POST", f"/keys/{key['key_id']}/topup", {"credits": 5}, "Key not found"),
         r"/keys/([^/]+)$": ("PATCH", f"/keys/{key['key_id']}", {"allowed_ips": ["10.0.0.1"]}, "Key not found"),
         r"/keys/([^/]+)/roll$": ("POST", f"/keys/{key['key_id']}/roll", {"grace_seconds": 0}, "Key not found"),
+        r"/alerts/([A-Za-z0-9_]{1,64})$": ("DELETE", f"/alerts/{rule['rule_id']}", None, "Alert rule not found"),
+        r"/webhooks/([A-Za-z0-9_]{1,64})$": ("PATCH", f"/webhooks/{hook}", {"enabled": False}, HOOK_404),
+        r"/webhooks/([A-Za-z0-9_]{1,64})/roll$": ("POST", f"/webhooks/{hook}/roll", None, HOOK_404),
+        r"/webhooks/([A-Za-z0-9_]{1,64})/test$": ("POST", f"/webhooks/{hook}/test", None, HOOK_404),
+        r"/webhooks/([A-Za-z0-9_]{1,64})/deliveries$": ("GET", f"/webhooks/{hook}/deliveries", None, HOOK_404),
+        r"/webhooks/([A-Za-z0-9_]{1,64})/deliveries/([A-Za-z0-9_.]{1,200})/redeliver$": (
+            "POST",
+            f"/webhooks/{hook}/deliveries/{hook}.x/redeliver",
+            None,
+            HOOK_404,
+        ),
         r"/billing/crypto/orders/([^/]+)$": (
             "GET",
             f"/billing/crypto/orders/{order['order_id']}",
@@ -287,6 +305,8 @@ async def test_every_object_route_answers_404_to_another_account(api, app, catal
     status, mine, _ = await api.call("GET", f"/billing/crypto/orders/{order['order_id']}", token=owner["token"])
     assert status == 200 and mine["amount_received"]["amount"] == 0
     assert (await api.call("GET", "/billing/crypto/orders", token=other["token"]))[1] == []
+    assert [r["rule_id"] for r in (await api.call("GET", "/alerts", token=owner["token"]))[1]] == [rule["rule_id"]]
+    assert [e["enabled"] for e in (await api.call("GET", "/webhooks", token=owner["token"]))[1]] == [True]
 
 
 @pytest.mark.settings(plan_rules=FAST)

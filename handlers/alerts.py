@@ -1,0 +1,303 @@
+"""Alert rules, webhook endpoints and their delivery log (README, "Alerts and webhooks").
+
+Rules: GET/POST /alerts, DELETE /alerts/{rule_id}, GET /alerts/events (what fired). Endpoints: GET/POST
+/webhooks (the secret shown once), PATCH /webhooks/{id} (url, description, enabled), DELETE, POST
+/webhooks/{id}/roll (a new secret, shown once; the previous one signs too for a day), POST
+/webhooks/{id}/test, GET /webhooks/{id}/deliveries, POST /webhooks/{id}/deliveries/{delivery_id}/redeliver.
+Another account's rule, endpoint or delivery is 404.
+"""
+
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from alerts import rules as kinds
+from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.errors import ValidationError, error, missing
+from handlers.keys import _no_controls, _one_of
+from handlers.validation import Field, validate_body
+from webhooks.guard import Refused, check_host, check_url
+from webhooks.outbox import PREVIOUS_SECRET_SECONDS, secret_aad
+from webhooks.signing import new_secret
+
+MAX_RULES, MAX_ENDPOINTS = 50, 10
+MAX_CREDITS, MAX_USD = 10**15, 10**9
+
+
+def _subset(choices: tuple) -> Callable:
+    def check(value: list, loc: list) -> None:
+        if not value or any(item not in choices for item in value) or len(set(value)) != len(value):
+            raise ValidationError(
+                [
+                    error(
+                        loc,
+                        "Input should be a non-empty list of distinct values of " + ", ".join(map(str, choices)),
+                        "value_error",
+                    )
+                ]
+            )
+
+    return check
+
+
+RULE_FIELDS = [
+    Field("kind", str, check=_one_of(kinds.KINDS), description=" | ".join(kinds.KINDS)),
+    Field("credits", int, required=False, minimum=1, maximum=MAX_CREDITS, description="Threshold in credits"),
+    Field("usd", float, required=False, exclusive_minimum=0, maximum=MAX_USD, description="Threshold in USD"),
+    Field("percent", int, required=False, minimum=1, maximum=99, description="balance_below: % of the last top-up"),
+    Field("levels", list, required=False, check=_subset(kinds.LEVELS), description="key_budget: 50, 80, 100"),
+    Field("key_id", int, required=False, minimum=1, description="key_budget: one key (absent: every key)"),
+    Field("statuses", list, required=False, check=_subset(kinds.ORDER_STATUSES), description="order_status"),
+]
+ENDPOINT_FIELDS = [
+    Field("url", str, min_length=8, max_length=2000, description="https (http and loopback in development)"),
+    Field("description", str, required=False, max_length=200, check=_no_controls),
+]
+ENDPOINT_PATCH = [
+    Field("url", str, required=False, min_length=8, max_length=2000),
+    Field("description", str, required=False, max_length=200, check=_no_controls),
+    Field("enabled", bool, required=False, description="true re-enables a disabled endpoint"),
+]
+EVENTS_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500)
+_ALLOWED = {
+    "balance_below": {"credits", "usd", "percent"},
+    "key_budget": {"levels", "key_id"},
+    "daily_spend_above": {"credits", "usd"},
+    "order_status": {"statuses"},
+}
+
+
+def rule_of(body: dict) -> dict:
+    """The rule a validated body describes; 422 for fields of another kind, or not exactly one threshold."""
+    kind = body["kind"]
+    errors = [
+        error(["body", name], f"Not a field of {kind} rules", "extra_forbidden")
+        for name in body
+        if name != "kind" and name not in _ALLOWED[kind]
+    ]
+    amounts = [name for name in ("credits", "usd", "percent") if name in body]
+    if kind in ("balance_below", "daily_spend_above") and len(amounts) != 1:
+        errors.append(
+            missing(["body", "credits"]) if not amounts else error(["body"], "One threshold only", "value_error")
+        )
+    if errors:
+        raise ValidationError(errors)
+    rule = {"kind": kind, **{name: body[name] for name in _ALLOWED[kind] if name in body}}
+    if kind == "key_budget":
+        rule["levels"] = sorted(set(rule.get("levels") or kinds.LEVELS))
+    if kind == "order_status":
+        rule["statuses"] = [s for s in kinds.ORDER_STATUSES if s in (rule.get("statuses") or kinds.ORDER_STATUSES)]
+    return rule
+
+
+def rule_row(rule: dict) -> dict:
+    return {
+        "rule_id": rule["_id"],
+        **{name: rule.get(name) for name in ("kind", "credits", "usd", "percent", "levels", "key_id", "statuses")},
+        "description": kinds.describe(rule),
+        "armed": rule["fired_seq"] < rule["arm_seq"] if rule["kind"] == "balance_below" else True,
+        "fired_at": rule.get("fired_at"),
+        "created_at": rule["created_at"],
+    }
+
+
+def endpoint_row(endpoint: dict) -> dict:
+    return {
+        "endpoint_id": endpoint["_id"],
+        "url": endpoint["url"],
+        "description": endpoint.get("description") or "",
+        "enabled": endpoint["enabled"],
+        "disabled_reason": endpoint.get("disabled_reason"),
+        "failing_since": endpoint.get("failing_since"),
+        "created_at": endpoint["created_at"],
+        "secret_rolled_at": endpoint.get("secret_rolled_at"),
+    }
+
+
+def delivery_row(delivery: dict) -> dict:
+    return {
+        "delivery_id": delivery["_id"],
+        "event_id": delivery["event_id"],
+        "type": delivery["type"],
+        "state": delivery["state"],
+        "attempts": delivery["attempts"],
+        "next_attempt_at": delivery["next_attempt_at"] if delivery["state"] == "pending" else None,
+        "last_status": delivery.get("last_status"),
+        "last_error": delivery.get("last_error"),
+        "last_attempt_at": delivery.get("last_attempt_at"),
+        "created_at": delivery["created_at"],
+        "log": [{"at": a["at"], "status": a["status"], "error": a["error"], "ms": a["ms"]} for a in delivery["log"]],
+    }
+
+
+def event_row(event: dict) -> dict:
+    return {"event_id": event["_id"], "type": event["type"], "data": event["data"], "created_at": event["created_at"]}
+
+
+class AlertsBase(BaseHandler):
+    async def owned_endpoint(self, endpoint_id: str) -> dict:
+        endpoint = await self.ctx.webhook_store.endpoint(self.current_user, endpoint_id)
+        if endpoint is None:
+            raise ApiError(404, "Webhook endpoint not found")
+        return endpoint
+
+    async def checked_url(self, url: str) -> str:
+        """422 for a URL this service will not call (README, SSRF rules); checked again at every connection."""
+        settings = self.ctx.settings
+        try:
+            host = check_url(url, settings.production)
+            if settings.production and not settings.webhook_allow_private:
+                await check_host(host, 443, allow_private=False)
+        except Refused as exc:
+            raise ValidationError([error(["body", "url"], f"Refused: {exc}", "value_error")]) from None
+        return url
+
+
+class AlertRulesHandler(AlertsBase):
+    @authenticated
+    async def get(self) -> None:
+        self.send_json([rule_row(r) for r in await self.ctx.alert_store.account_rules(self.current_user)])
+
+    @authenticated
+    async def post(self) -> None:
+        rule = rule_of(validate_body(self.json_body(), RULE_FIELDS))
+        account_id = self.current_user
+        if await self.ctx.alert_store.count(account_id) >= MAX_RULES:
+            raise ApiError(409, f"An account may have {MAX_RULES} alert rules; delete one first")
+        doc = {"_id": "al_" + secrets.token_hex(8), "account_id": account_id, **rule, "created_at": datetime.now(UTC)}
+        await self.ctx.alert_store.add(doc)
+        self.ctx.alerts.touch(account_id)
+        self.send_json(rule_row({**doc, "arm_seq": 0, "fired_seq": -1}))
+
+
+class AlertRuleHandler(AlertsBase):
+    @authenticated
+    async def delete(self, rule_id: str) -> None:
+        if not await self.ctx.alert_store.delete(self.current_user, rule_id):
+            raise ApiError(404, "Alert rule not found")
+        self.send_json({"ok": True})
+
+
+class AlertEventsHandler(AlertsBase):
+    @authenticated
+    async def get(self) -> None:
+        limit = self.query_arg(EVENTS_LIMIT)
+        self.send_json([event_row(e) for e in await self.ctx.webhook_store.account_events(self.current_user, limit)])
+
+
+class WebhooksHandler(AlertsBase):
+    @authenticated
+    async def get(self) -> None:
+        rows = await self.ctx.webhook_store.account_endpoints(self.current_user)
+        self.send_json([endpoint_row(e) for e in rows])
+
+    @authenticated
+    async def post(self) -> None:
+        body = validate_body(self.json_body(), ENDPOINT_FIELDS)
+        url = await self.checked_url(body["url"])
+        account_id = self.current_user
+        if await self.ctx.webhook_store.count_endpoints(account_id) >= MAX_ENDPOINTS:
+            raise ApiError(409, f"An account may have {MAX_ENDPOINTS} webhook endpoints; delete one first")
+        endpoint_id, secret = "we_" + secrets.token_hex(8), new_secret()
+        doc = {
+            "_id": endpoint_id,
+            "account_id": account_id,
+            "url": url,
+            "description": body.get("description", ""),
+            "secret": self.ctx.vault.encrypt(secret, secret_aad(endpoint_id)),
+            "enabled": True,
+            "failing_since": None,
+            "created_at": datetime.now(UTC),
+        }
+        await self.ctx.webhook_store.add_endpoint(doc)
+        self.send_json({**endpoint_row(doc), "secret": secret})
+
+
+class WebhookHandler(AlertsBase):
+    @authenticated
+    async def patch(self, endpoint_id: str) -> None:
+        await self.owned_endpoint(endpoint_id)
+        body = validate_body(self.json_body(), ENDPOINT_PATCH)
+        fields: dict = {}
+        unset: tuple = ()
+        if "url" in body:
+            fields["url"] = await self.checked_url(body["url"])
+        if "description" in body:
+            fields["description"] = body["description"]
+        if "enabled" in body:
+            fields["enabled"] = body["enabled"]
+            if body["enabled"]:
+                fields["failing_since"] = None
+                unset = ("disabled_reason", "disabled_at")
+        updated = await self.ctx.webhook_store.update_endpoint(self.current_user, endpoint_id, fields, unset)
+        if updated is None:
+            raise ApiError(404, "Webhook endpoint not found")
+        self.send_json(endpoint_row(updated))
+
+    @authenticated
+    async def delete(self, endpoint_id: str) -> None:
+        if not await self.ctx.webhook_store.delete_endpoint(self.current_user, endpoint_id):
+            raise ApiError(404, "Webhook endpoint not found")
+        self.send_json({"ok": True})
+
+
+class WebhookRollHandler(AlertsBase):
+    @authenticated
+    async def post(self, endpoint_id: str) -> None:
+        endpoint = await self.owned_endpoint(endpoint_id)
+        secret, now = new_secret(), datetime.now(UTC)
+        fields = {
+            "secret": self.ctx.vault.encrypt(secret, secret_aad(endpoint_id)),
+            "previous_secret": endpoint["secret"],
+            "previous_until": now + timedelta(seconds=PREVIOUS_SECRET_SECONDS),
+            "secret_rolled_at": now,
+        }
+        updated = await self.ctx.webhook_store.update_endpoint(self.current_user, endpoint_id, fields)
+        if updated is None:
+            raise ApiError(404, "Webhook endpoint not found")
+        self.send_json({**endpoint_row(updated), "secret": secret})
+
+
+class WebhookTestHandler(AlertsBase):
+    @authenticated
+    async def post(self, endpoint_id: str) -> None:
+        endpoint = await self.owned_endpoint(endpoint_id)
+        crossing = f"test|{endpoint_id}|{secrets.token_hex(8)}"
+        data = {"endpoint_id": endpoint_id, "summary": "A test event from the portal"}
+        await self.ctx.outbox.emit(crossing, endpoint["account_id"], "webhook.test", data, only=endpoint_id)
+        self.send_json({"ok": True})
+
+
+class WebhookDeliveriesHandler(AlertsBase):
+    @authenticated
+    async def get(self, endpoint_id: str) -> None:
+        await self.owned_endpoint(endpoint_id)
+        limit = self.query_arg(EVENTS_LIMIT)
+        rows = await self.ctx.webhook_store.endpoint_deliveries(endpoint_id, limit)
+        self.send_json([delivery_row(d) for d in rows])
+
+
+class WebhookRedeliverHandler(AlertsBase):
+    @authenticated
+    async def post(self, endpoint_id: str, delivery_id: str) -> None:
+        await self.owned_endpoint(endpoint_id)
+        until = datetime.now(UTC) + timedelta(seconds=self.ctx.settings.webhook_retry_for)
+        delivery = await self.ctx.webhook_store.redeliver(endpoint_id, delivery_id, until)
+        if delivery is None:
+            raise ApiError(404, "Delivery not found, or an attempt is under way")
+        self.ctx.outbox.wake.set()
+        self.send_json(delivery_row(delivery))
+
+
+_ID = r"([A-Za-z0-9_]{1,64})"
+routes = [
+    (r"/alerts", AlertRulesHandler),
+    (r"/alerts/events", AlertEventsHandler),
+    (rf"/alerts/{_ID}", AlertRuleHandler),
+    (r"/webhooks", WebhooksHandler),
+    (rf"/webhooks/{_ID}", WebhookHandler),
+    (rf"/webhooks/{_ID}/roll", WebhookRollHandler),
+    (rf"/webhooks/{_ID}/test", WebhookTestHandler),
+    (rf"/webhooks/{_ID}/deliveries", WebhookDeliveriesHandler),
+    (rf"/webhooks/{_ID}/deliveries/([A-Za-z0-9_.]{{1,200}})/redeliver", WebhookRedeliverHandler),
+]
