@@ -111,8 +111,8 @@ async def test_a_receiver_that_fails_gets_retries_then_one_delivery_and_a_redeli
     assert [a["status"] for a in log[0]["log"]][-1] == 200 and log[0]["next_attempt_at"] is None
     # Metrics: deliveries by outcome, queue depth, oldest undelivered age.
     text = (await api.http.fetch(api.base + "/metrics")).body.decode()
-    assert 'gateway_webhook_deliveries_total{outcome="delivered"} 1.0' in text
-    assert 'gateway_webhook_deliveries_total{outcome="retried"}' in text
+    assert 'gateway_webhook_deliveries_total{outcome="delivered",worker="0"} 1.0' in text
+    assert 'gateway_webhook_deliveries_total{outcome="retried",worker="0"}' in text
     assert "gateway_webhook_queue_depth" in text and "gateway_webhook_oldest_pending_age_seconds" in text
     # Redeliver: once more, same id, on request.
     status, row, _ = await api.call(
