@@ -39,7 +39,10 @@ async def when_told_or_every(told: asyncio.Event, interval: float, step: Callabl
     step is logged (its type only) and tried again next time."""
     while True:
         try:
-            await asyncio.wait_for(told.wait(), interval)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancellation that lands as the
+            # event is set, and the loop then never ends (a shutdown waiting for it hung).
+            async with asyncio.timeout(interval):
+                await told.wait()
         except TimeoutError:
             pass
         told.clear()
