@@ -3,7 +3,7 @@
 The provider answers in ~0.7 s (reference.md, "The provider's latency and the real load"): an nginx with the
 echo module serves one recorded sandbox page (a 20-post `advanced_search` answer) after `echo_sleep`, either a
 `fixed` 0.7 s or a `longtail` delay per call (256 buckets of a lognormal, median 0.6 s, sigma 0.55, clamped at
-1.8 s: mean 0.69 s). The reference is nginx `proxy_pass` with a keep-alive pool to the same provider. wrk drives
+1.8 s: mean 0.69 s; each call names its bucket, so every run draws the same delays: `request_plan`). The reference is nginx `proxy_pass` with a keep-alive pool to the same provider. wrk drives
 each scenario closed loop (every connection one call in flight: 400 and 800 in flight, and 600 and 1,200 against
 `serve --workers 2` and nginx with 2 workers), the reference then the gateway, back to back. Reported per
 scenario: 2xx answers/s and the ratio, p50/p99 and the gateway's added ms, errors by status and socket errors,
@@ -104,7 +104,11 @@ master_process off;
 """
     + _PROLOGUE.format(work="{work}", name="provider")
     + """    limit_req_zone $http_x_api_key zone=perkey:10m rate={per_key_qps}r/s;
-    map $request_id $longtail {{
+    map $request_id $random_delay {{
+{random_buckets}
+    }}
+    map $arg_cursor $longtail {{
+        default $random_delay;
 {buckets}
     }}
     server {{
@@ -191,14 +195,18 @@ def longtail_delays(buckets: int = 256, median: float = 0.6, sigma: float = 0.55
 
 
 def provider_conf(work: str, ports: dict[str, int]) -> str:
-    # The last two hex digits of $request_id (random per call) pick the bucket.
-    buckets = "\n".join(f"        ~{i:02x}$ {delay};" for i, delay in enumerate(longtail_delays()))
+    # The bench's own calls name their bucket (cursor=dXX, see request_plan); any other call gets one at random,
+    # by the last two hex digits of $request_id.
+    delays = list(enumerate(longtail_delays()))
+    buckets = "\n".join(f"        d{i:02x} {delay};" for i, delay in delays)
+    random_buckets = "\n".join(f"        ~{i:02x}$ {delay};" for i, delay in delays)
     return PROVIDER_CONF.format(
         echo_module=ECHO_MODULE,
         work=work,
         temp_paths=TEMP_PATHS.format(work=work),
         per_key_qps=next(iter(PROVIDER_KEYS.values())),
         buckets=buckets,
+        random_buckets=random_buckets,
         fixed_port=ports["fixed"],
         longtail_port=ports["longtail"],
         keypool_port=ports["keypool"],
@@ -298,8 +306,17 @@ def customer(gateway_url: str, email: str, keys: int) -> tuple[str, list[str]]:
 
 
 def request_plan(keys: list[str]) -> list[tuple[str, str]]:
-    """The data path of the gateway's customers, the same for the reference (which ignores the key)."""
-    return [(f"/social/tweet/advanced_search?query=from%3Auser{i}", keys[i % len(keys)]) for i in range(len(keys) * 10)]
+    """The data path of the gateway's customers, the same for the reference (which ignores the key).
+
+    Each call names its long-tail delay bucket (`cursor=dXX`, which the provider maps to the delay): every 256
+    calls in a row take each bucket once, in an order that spreads short and long delays evenly (a stride of 97,
+    prime to 256). So every run, the reference's and the gateway's alike, draws the same delays in the same
+    proportions: a p50 compared between two runs differs by what the server in front added, not by which delays
+    chance dealt each run (drawn at random, 30 s of calls moved the median by ~3 ms either way)."""
+    return [
+        (f"/social/tweet/advanced_search?query=from%3Auser{i % 100}&cursor=d{i * 97 % 256:02x}", keys[i % len(keys)])
+        for i in range(len(keys) * 256)
+    ]
 
 
 class RssSampler(threading.Thread):
