@@ -506,4 +506,6 @@ async def test_admin_queries_stay_fast_at_scale(api, ctx, capsys):
             f"insert {inserted:.1f}s, rollup {refreshed:.1f}s; "
             + ", ".join(f"{path} {seconds * 1000:.0f} ms" for path, seconds in timings.items())
         )
-    assert max(timings.values()) < 1.0, timings
+    # A guard against a scan of the raw records or a query per account (seconds each at this scale), loose
+    # enough for a busy machine: how fast these pages are is the benchmark's business, not a test's.
+    assert max(timings.values()) < 5.0, timings
