@@ -67,6 +67,7 @@ class Meter:
         self.settings, self.accounts, self.keys, self.usage, self.leases = settings, accounts, keys, usage, leases
         self.vault, self.metrics, self.clock = vault, metrics, clock
         self.ledger = Ledger(settings.lease_seconds)
+        self.closing = False  # close() began: no reservation from here on, whatever a heartbeat says
         self.buffer = UsageBuffer(settings.buffer_max)
         # Record and batch ids: fixed for the process's life, unlike its lease id (heartbeat), so that a
         # batch retried after registering again keeps its id and is written once.
@@ -377,7 +378,10 @@ class Meter:
         await single_flight(self._beating, "heartbeat", self._beat)
 
     async def _beat(self) -> None:
-        if await self.leases.heartbeat():
+        alive = await self.leases.heartbeat()
+        if self.closing:
+            return  # a heartbeat answered after close() began must not open the spending window again
+        if alive:
             # Spend only while others cannot yet consider us dead.
             self.ledger.valid_until = self.clock() + self.settings.lease_timeout / 2
         else:
@@ -398,6 +402,8 @@ class Meter:
     async def _renewed(self) -> bool:
         """A call found the spending window closed (this process stood still, or its database is away):
         one heartbeat now for all such calls, instead of 503 until the heartbeat loop comes round."""
+        if self.closing:
+            return False  # shutting down: a renewal would reopen spending after the final flush; the call gets 503
         renewal = asyncio.ensure_future(self.heartbeat())
         renewal.add_done_callback(_retrieved)  # it may end after this call gave up waiting
         try:
@@ -415,7 +421,8 @@ class Meter:
 
     async def close(self) -> None:
         """Shutdown: persist every record, then give every lease and budget slice back."""
-        self.ledger.valid_until = 0.0  # no reservation after this point: late calls get 503
+        self.closing = True  # no reservation after this point: late calls get 503, even one asking for a heartbeat
+        self.ledger.valid_until = 0.0
         # Lease operations under way change amounts that closing must see.
         await asyncio.gather(*self._background, *self._refills.values(), return_exceptions=True)
         self.key_budgets.retire_all()
