@@ -22,6 +22,7 @@ import tornado.web
 from . import faults as faultlib
 from .basis import N_BIG
 from .endpoints import ENDPOINTS, MOVING, Args, BadRequest, respond
+from .more_endpoints import article_tweets
 from .world import World, get_world
 
 CACHE_BYTES = 128 * 1024 * 1024
@@ -81,6 +82,7 @@ def catalog(w: World) -> dict:
         "deep_replies": [w.tweets[i].id for i in deep],
         "quoted_tweets": [w.tweets[i].id for i in quoted],
         "live_users": [w.handles[u] for u in w.live_core],
+        "articles": [w.tweets[i].id for i in article_tweets(w)[-20:]],
     }
 
 
