@@ -469,6 +469,9 @@ def count_items(endpoint: Endpoint, body: dict) -> int:
 # them over every page of every sandbox endpoint.
 _PARSER = simdjson.Parser()  # reused: one document at a time, read before the next parse
 _BOM = b"\xef\xbb\xbf"
+# The provider's error statuses: "error" everywhere, "failed" too on `article` (its documentation).
+# A tuple, not a set: an untrusted "status" may be an unhashable object (compared, never hashed).
+_ERROR_STATUSES = ("error", "failed")
 
 
 def read_answer(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
@@ -488,7 +491,7 @@ def read_answer(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
         items = len(results) if isinstance(results, simdjson.Array) else 1 if len(results) else 0
     else:
         items = 1 if results else 0
-    return doc.get("status") == "error", items
+    return doc.get("status") in _ERROR_STATUSES, items
 
 
 def _read_fully(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
@@ -498,4 +501,4 @@ def _read_fully(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
         return None
     if not isinstance(parsed, dict):
         return None
-    return parsed.get("status") == "error", count_items(endpoint, parsed)
+    return parsed.get("status") in _ERROR_STATUSES, count_items(endpoint, parsed)

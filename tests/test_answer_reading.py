@@ -29,7 +29,7 @@ def full_parse(endpoint, body: bytes):
         return None
     if not isinstance(parsed, dict):
         return None
-    return parsed.get("status") == "error", count_items(endpoint, parsed)
+    return parsed.get("status") in ("error", "failed"), count_items(endpoint, parsed)
 
 
 def argument_sets(path: str) -> list[dict[str, str]]:
@@ -50,6 +50,10 @@ def argument_sets(path: str) -> list[dict[str, str]]:
         "userIds": [",".join(ids), ids[-1]],
         "tweet_ids": [",".join(tweets[:20]), ",".join(tweets[:100]), "1"],
         "woeid": [str(w) for w in list(WOEIDS)[:3]] + ["2"],
+        "list_id": CATALOG["lists"][:2] + CATALOG["empty_lists"][:1] + ["1"],
+        "tweet_id": CATALOG["articles"][:2] + tweets[:1] + ["1"],
+        "source_user_name": names,
+        "target_user_name": names[:2],
     }
     sizes = {"pageSize": ["1", "20", "200"], "count": ["1", "30", "50"]}
     if path == "user/followers_ids":
@@ -152,6 +156,10 @@ SINGLE = BY_PATH["/user/info"]
         (SINGLE, b'{"data": -0}'),
         (SINGLE, b'{"data": 7}'),
         (SINGLE, b'{"data": {"a": 1}, "status": "error"}'),
+        (LIST, b'{"status": {"a": 1}, "tweets": [1]}'),  # an unhashable status: compared, never hashed
+        (LIST, b'{"status": ["error"], "tweets": [1]}'),
+        (BY_PATH["/article"], b'{"status": "failed", "message": "no article", "article": null}'),
+        (BY_PATH["/article"], b'{"status": "success", "message": "", "article": {"title": "t"}}'),
     ],
 )
 def test_fast_read_equals_full_parse_on_odd_bodies(endpoint, body):
