@@ -139,13 +139,20 @@ _RESULT_ITEMS = {
     "users": ref("User"),
     "ids": S,
     "trends": ref("Trend"),
+    "members": ref("User"),
+}
+# Single objects (null when the provider does not know the id, status "error"), by path.
+_SINGLE = {
+    "/user/info": ref("User"),
+    "/article": ref("Article"),
+    "/user/check_follow_relationship": ref("FollowRelationship"),
 }
 
 
 def _envelope(endpoint: Endpoint) -> dict:
     """The success body: status, message or msg (as the spec's table names it), the results and paging."""
-    if endpoint.results == "data":  # null when the provider does not know the id (status "error")
-        results = nullable(ref("User") if endpoint.path == "/user/info" else {"type": "object"})
+    if endpoint.results in ("data", "article"):
+        results = nullable(_SINGLE.get(endpoint.path, {"type": "object"}))
     else:
         results = array(_RESULT_ITEMS[endpoint.results])
     properties = {"status": {"type": "string", "examples": ["success"]}, endpoint.msg_key: S, endpoint.results: results}

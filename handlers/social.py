@@ -1,4 +1,4 @@
-"""The 24 data endpoints: one handler driven by the endpoint table.
+"""The 30 data endpoints (the spec's 24, six from the provider's documentation): one handler driven by the endpoint table.
 
 Order of checks: key (401) -> expired (401) -> client address (403) -> endpoint
 scope (403) -> rate limits of the key and its account (429) -> the account's upstream

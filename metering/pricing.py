@@ -20,6 +20,11 @@ DEFAULT_RULES = {
     "verified_followers": {"each": 3},
     "panel": {"call": 30},
     "call": {"call": 15},
+    # From the provider's current documentation (issue 27): List functions 150 a call,
+    # check_follow_relationship 100 a call, an article 100.
+    "list_call": {"call": 150},
+    "relationship": {"call": 100},
+    "article": {"each": 100},
 }
 
 

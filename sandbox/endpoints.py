@@ -1,166 +1,38 @@
-"""The provider's 22 data endpoints: parameters, paging and envelopes.
+"""The provider's data endpoints: the spec's 22 available ones here, the six beyond the spec
+in more_endpoints.py; one table (ENDPOINTS) of both.
 
 ENDPOINTS maps a path (after the prefix) to a function and to the top-level keys of
-its response in the spec's order.  A function returns the variable parts of the
-envelope: {"items": [...], "has_next": bool, "cursor": str} for lists, or
-{"data": ...}; `respond` adds status and message (`message` or `msg`, per endpoint).
-
-Behaviour where the spec is silent (documented in docs/api.md, The sandbox upstream):
-* Unknown user/tweet/list/community/space/woeid: HTTP 200 with status "error", a
-  "... not found" message, an empty results array (or data null) and, on paged
-  endpoints, has_next_page false and next_cursor "".  Unknown ids in the batch
-  endpoints (/tweets, batch_info_by_ids) are simply left out.
-* Bad input (missing required parameter, a non-integer where an integer is expected,
-  an undecodable cursor, an unknown queryType, too many ids): HTTP 400 with
-  {"status": "error", "msg": ...}.
-* Cursors are opaque (base64 of an offset), except followers_ids whose cursor is the
-  integer offset, sent back as a string.
+its response in the spec's (or the provider's documented) order.  A function returns the
+variable parts of the envelope: {"items": [...], "has_next": bool, "cursor": str} for lists,
+or {"data": ...}; `respond` adds status and message (`message` or `msg`, per endpoint).
+Requests, lookups and paging are in args.py; unknown ids in the batch endpoints (/tweets,
+batch_info_by_ids) are simply left out.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import functools
 from collections.abc import Callable, Sequence
 
+from . import more_endpoints as more
 from . import render, search
-from .basis import is_digits
+from .args import (
+    TWEET_PAGE,
+    USER_PAGE,
+    Args,
+    BadRequest,
+    Joined,
+    NotFound,
+    lookup,
+    tweet_arg,
+    tweets_page,
+    user_arg,
+    users_page,
+)
 from .groups import WOEIDS
 from .world import World
 
-TWEET_PAGE = 20
-USER_PAGE = 20
-MAX_IDS = 100
-
-
-class BadRequest(Exception):
-    """Answered with HTTP 400."""
-
-
-class NotFound(Exception):
-    """Answered with HTTP 200 and status "error", as the provider does."""
-
-
-def encode_cursor(offset: int) -> str:
-    return base64.urlsafe_b64encode(f"sbx1:{offset}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> int:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        tag, offset = raw.split(":")
-        if tag == "sbx1" and is_digits(offset):
-            return int(offset)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        pass
-    raise BadRequest("invalid cursor")
-
-
-class Args:
-    """Query parameters (the last value of each wins; empty means absent)."""
-
-    def __init__(self, query_arguments: dict[str, list[bytes]]):
-        self._args = query_arguments
-
-    def get(self, name: str) -> str | None:
-        values = self._args.get(name)
-        if not values:
-            return None
-        value = values[-1].decode("utf-8", "replace").strip()
-        return value or None
-
-    def require(self, name: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise BadRequest(f"missing required parameter: {name}")
-        return value
-
-    def integer(self, name: str, default: int, lo: int | None = None, hi: int | None = None) -> int:
-        """An integer parameter, clamped to [lo, hi] like the provider's page sizes."""
-        value = self.get(name)
-        if value is None:
-            return default
-        try:
-            n = int(value)
-        except ValueError:
-            raise BadRequest(f"{name} must be an integer") from None
-        n = n if lo is None else max(n, lo)
-        return n if hi is None else min(n, hi)
-
-    def boolean(self, name: str, default: bool) -> bool:
-        value = self.get(name)
-        if value is None:
-            return default
-        if value.lower() in ("true", "1"):
-            return True
-        if value.lower() in ("false", "0"):
-            return False
-        raise BadRequest(f"{name} must be true or false")
-
-    def choice(self, name: str, options: tuple[str, ...]) -> str:
-        value = self.get(name)
-        if value is None:
-            return options[0]
-        for option in options:
-            if option.lower() == value.lower():
-                return option
-        raise BadRequest(f"{name} must be one of {', '.join(options)}")
-
-    def offset(self) -> int:
-        cursor = self.get("cursor")
-        return 0 if cursor is None else decode_cursor(cursor)
-
-    def id_list(self, name: str) -> list[str]:
-        ids = list(dict.fromkeys(x.strip() for x in self.require(name).split(",") if x.strip()))
-        if len(ids) > MAX_IDS:
-            raise BadRequest(f"at most {MAX_IDS} ids in {name}")
-        return ids
-
-
-def page(seq: Sequence, offset: int, size: int, item: Callable) -> dict:
-    chunk = seq[offset : offset + size]
-    end = offset + len(chunk)
-    more = end < len(seq)
-    return {"items": [item(x) for x in chunk], "has_next": more, "cursor": encode_cursor(end) if more else ""}
-
-
-# ---- lookups -------------------------------------------------------------------
-
-
-def _user(w: World, a: Args, by_name: str | None = None, by_id: str | None = None) -> int:
-    """The user given by id or by handle (the id wins when both are sent)."""
-    uid = a.get(by_id) if by_id else None
-    handle = a.get(by_name) if by_name else None
-    if uid is not None:
-        u = w.user_by_id(uid)
-    elif handle is not None:
-        u = w.user_by_handle(handle)
-    else:
-        raise BadRequest("missing required parameter: " + " or ".join(p for p in (by_name, by_id) if p))
-    if u is None:
-        raise NotFound("user not found")
-    return u
-
-
-def _tweet(w: World, a: Args) -> int:
-    i = w.tweet_by_id(a.require("tweetId"))
-    if i is None:
-        raise NotFound("tweet not found")
-    return i
-
-
-def _in(table: dict[str, int], key: str, what: str) -> int:
-    if key not in table:
-        raise NotFound(f"{what} not found")
-    return table[key]
-
-
-def _tweets_page(w: World, a: Args, seq: Sequence[int]) -> dict:
-    return page(seq, a.offset(), TWEET_PAGE, lambda i: render.tweet(w, i))
-
-
-def _users_page(w: World, a: Args, seq: Sequence[int], size: int) -> dict:
-    return page(seq, a.offset(), size, lambda u: render.user(w, u))
+__all__ = ["ENDPOINTS", "MOVING", "Args", "BadRequest", "respond"]
 
 
 # ---- endpoints -----------------------------------------------------------------
@@ -169,13 +41,29 @@ def _users_page(w: World, a: Args, seq: Sequence[int], size: int) -> dict:
 def advanced_search(w: World, a: Args) -> dict:
     query, query_type = a.require("query"), a.choice("queryType", ("Latest", "Top"))
     try:
-        hits = search.search_tweets(w, query, query_type)
+        archived = search.search_tweets(w, query, query_type)
     except search.QueryError as e:
         raise BadRequest(f"invalid query: {e}") from None
-    return _tweets_page(w, a, hits)
+    if not search.moves(w, query):
+        return tweets_page(w, a, archived)
+    live = search.search_live(w, query, query_type, a.asof())
+    if query_type == "Latest" or not live:
+        return tweets_page(w, a, Joined(live, archived), moving=True)
+    # Top: both lists are ranked; the first `end` of the merge come from live + archived[:end].
+    end = a.offset() + TWEET_PAGE
+    ranked = sorted(live + archived[:end], key=lambda i: (w.engagement(i), i), reverse=True)
+    rest = range(max(len(live) + len(archived) - end, 0))  # only counted: pages never reach past `end`
+    return tweets_page(w, a, Joined(ranked[:end], rest), moving=True)
 
 
-def _own_tweets(w: World, u: int, replies: bool, parents: bool = False) -> list[int]:
+def _own_tweets(w: World, a: Args, u: int, replies: bool, parents: bool = False) -> Joined:
+    """A user's timeline: their live posts (never replies), then the archive's."""
+    live = w.live_where(a.asof(), lambda t: t.author == u) if u in w.live_poster_set else []
+    return Joined(live, _archived_tweets(w, u, replies, parents))
+
+
+@functools.lru_cache(maxsize=1024)
+def _archived_tweets(w: World, u: int, replies: bool, parents: bool) -> list[int]:
     out = []
     # Lurkers (ids past the active users) have never posted: an empty timeline, not an IndexError (500).
     for i in reversed(w.by_author[u] if u < len(w.by_author) else ()):
@@ -189,31 +77,40 @@ def _own_tweets(w: World, u: int, replies: bool, parents: bool = False) -> list[
 
 
 def tweet_timeline(w: World, a: Args) -> dict:
-    u = _user(w, a, by_id="userId")
-    return _tweets_page(
-        w, a, _own_tweets(w, u, a.boolean("includeReplies", False), a.boolean("includeParentTweet", False))
-    )
+    u = user_arg(w, a, by_id="userId")
+    own = _own_tweets(w, a, u, a.boolean("includeReplies", False), a.boolean("includeParentTweet", False))
+    return tweets_page(w, a, own, moving=u in w.live_poster_set)
 
 
 def last_tweets(w: World, a: Args) -> dict:
-    u = _user(w, a, by_name="userName", by_id="userId")
-    return _tweets_page(w, a, _own_tweets(w, u, a.boolean("includeReplies", False)))
+    u = user_arg(w, a, by_name="userName", by_id="userId")
+    own = _own_tweets(w, a, u, a.boolean("includeReplies", False))
+    return tweets_page(w, a, own, moving=u in w.live_poster_set)
 
 
 def thread_context(w: World, a: Args) -> dict:
-    i = _tweet(w, a)
-    return _tweets_page(w, a, w.ancestors(i) + [i] + w.descendants(i))
+    i = tweet_arg(w, a)
+    return tweets_page(w, a, w.ancestors(i) + [i] + w.descendants(i))
+
+
+def _in_time(w: World, a: Args, seq: Sequence[int]) -> Sequence[int]:
+    """The provider's sinceTime (at or after) and untilTime (before), Unix seconds, when sent."""
+    since, until = a.integer("sinceTime", 0), a.integer("untilTime", -1)
+    if since <= 0 and until < 0:
+        return seq
+    lo, hi = since * 1000, until * 1000 if until >= 0 else None
+    return [i for i in seq if w.tweet(i).ms >= lo and (hi is None or w.tweet(i).ms < hi)]
 
 
 def replies(w: World, a: Args) -> dict:
-    return _tweets_page(w, a, w.replies.get(_tweet(w, a), [])[::-1])
+    return tweets_page(w, a, _in_time(w, a, w.replies.get(tweet_arg(w, a), [])[::-1]))
 
 
 def replies_v2(w: World, a: Args) -> dict:
     """Direct replies in queryType order, each followed by the replies below it."""
-    i, order = _tweet(w, a), a.choice("queryType", ("Relevance", "Latest", "Likes"))
+    i, order = tweet_arg(w, a), a.choice("queryType", ("Relevance", "Latest", "Likes"))
     direct = w.replies.get(i, [])
-    author = w.tweets[i].author
+    author = w.tweet(i).author
     if order == "Latest":
         key = lambda j: j  # noqa: E731
     elif order == "Likes":
@@ -224,44 +121,50 @@ def replies_v2(w: World, a: Args) -> dict:
     for j in sorted(direct, key=key, reverse=True):
         items.append(j)
         items.extend(w.descendants(j))
-    return _tweets_page(w, a, items)
+    return tweets_page(w, a, items)
 
 
 def quotes(w: World, a: Args) -> dict:
-    return _tweets_page(w, a, w.quotes.get(_tweet(w, a), [])[::-1])
+    seq = _in_time(w, a, w.quotes.get(tweet_arg(w, a), [])[::-1])
+    if not a.boolean("includeReplies", True):  # (in this world no quote is also a reply)
+        seq = [i for i in seq if w.tweet(i).parent < 0]
+    return tweets_page(w, a, seq)
 
 
 def mentions(w: World, a: Args) -> dict:
-    return _tweets_page(w, a, w.mentions.get(_user(w, a, by_name="userName"), [])[::-1])
+    u = user_arg(w, a, by_name="userName")
+    live = w.live_where(a.asof(), lambda t: t.mention == u) if u in w.live_poster_set else []
+    seq = _in_time(w, a, Joined(live, w.mentions.get(u, [])[::-1]))
+    return tweets_page(w, a, seq, moving=u in w.live_poster_set)
 
 
 def list_timeline(w: World, a: Args) -> dict:
-    return _tweets_page(w, a, w.list_timeline(_in(w.list_by_id, a.require("listId"), "list")))
+    return tweets_page(w, a, w.list_timeline(lookup(w.list_by_id, a.require("listId"), "list")))
 
 
 def community_tweets(w: World, a: Args) -> dict:
-    c = _in(w.community_by_id, a.require("community_id"), "community")
-    return _tweets_page(w, a, w.communities[c].tweets)
+    c = lookup(w.community_by_id, a.require("community_id"), "community")
+    return tweets_page(w, a, w.communities[c].tweets)
 
 
 def followers(w: World, a: Args) -> dict:
-    u = _user(w, a, by_name="userName")
-    return _users_page(w, a, w.followers(u), a.integer("pageSize", 200, 1, 200))
+    u = user_arg(w, a, by_name="userName")
+    return users_page(w, a, w.followers(u), a.integer("pageSize", 200, 1, 200))
 
 
 def followings(w: World, a: Args) -> dict:
-    u = _user(w, a, by_name="userName")
-    return _users_page(w, a, w.following(u), a.integer("pageSize", 200, 1, 200))
+    u = user_arg(w, a, by_name="userName")
+    return users_page(w, a, w.following(u), a.integer("pageSize", 200, 1, 200))
 
 
 def verified_followers(w: World, a: Args) -> dict:
-    u = _user(w, a, by_id="user_id")
-    return _users_page(w, a, w.verified_followers(u), USER_PAGE)
+    u = user_arg(w, a, by_id="user_id")
+    return users_page(w, a, w.verified_followers(u), USER_PAGE)
 
 
 def followers_ids(w: World, a: Args) -> dict:
     """Large pages of ids; the cursor is the integer offset (-1 or 0 start)."""
-    u = _user(w, a, by_name="userName", by_id="userId")
+    u = user_arg(w, a, by_name="userName", by_id="userId")
     count = a.integer("count", 5000, 50, 5000)
     offset = a.integer("cursor", 0, lo=0)
     seq = w.followers(u)
@@ -272,35 +175,35 @@ def followers_ids(w: World, a: Args) -> dict:
 
 
 def user_search(w: World, a: Args) -> dict:
-    return _users_page(w, a, search.search_users(w, a.require("query")), USER_PAGE)
+    return users_page(w, a, search.search_users(w, a.require("query")), USER_PAGE)
 
 
 def user_info(w: World, a: Args) -> dict:
-    return {"data": render.user(w, _user(w, a, by_name="userName"), full=True)}
+    return {"data": render.user(w, user_arg(w, a, by_name="userName"))}
 
 
 def batch_info_by_ids(w: World, a: Args) -> dict:
     found = (w.user_by_id(uid) for uid in a.id_list("userIds"))
-    return {"items": [render.user(w, u, full=True) for u in found if u is not None]}
+    return {"items": [render.user(w, u) for u in found if u is not None]}
 
 
 def tweets(w: World, a: Args) -> dict:
-    found = (w.tweet_by_id(tid) for tid in a.id_list("tweet_ids"))
+    found = (w.tweet_by_id(tid, a.now) for tid in a.id_list("tweet_ids"))
     return {"items": [render.tweet(w, i) for i in found if i is not None]}
 
 
 def user_about(w: World, a: Args) -> dict:
-    u = _user(w, a, by_name="userName")
+    u = user_arg(w, a, by_name="userName")
     return {"data": {"data": {"user_result_by_screen_name": render.user_about(w, u)}}}
 
 
 def space_detail(w: World, a: Args) -> dict:
-    s = _in(w.space_by_id, a.require("space_id"), "space")
+    s = lookup(w.space_by_id, a.require("space_id"), "space")
     return {"data": {"data": {"audio_space_by_rest_id": render.space_detail(w, s)}}}
 
 
 def community_info(w: World, a: Args) -> dict:
-    c = _in(w.community_by_id, a.require("community_id"), "community")
+    c = lookup(w.community_by_id, a.require("community_id"), "community")
     return {"data": {"data": {"community_results_by_rest_id": render.community_info(w, c)}}}
 
 
@@ -311,6 +214,9 @@ def trends(w: World, a: Args) -> dict:
         raise NotFound(f"woeid {woeid} not found")
     return {"items": render.trends(w, woeid, count)}
 
+
+# Answers that change as live posts appear: cached per wall-clock second, not for ever.
+MOVING = frozenset(("tweet/advanced_search", "user/tweet_timeline", "user/last_tweets", "user/mentions", "tweets"))
 
 _PAGED = ("status", "message", "has_next_page", "next_cursor")
 ENDPOINTS: dict[str, tuple[Callable[[World, Args], dict], tuple[str, ...]]] = {
@@ -336,6 +242,13 @@ ENDPOINTS: dict[str, tuple[Callable[[World, Args], dict], tuple[str, ...]]] = {
     "user/search": (user_search, ("users", "status", "msg", "has_next_page", "next_cursor")),
     "tweets": (tweets, ("status", "message", "tweets")),
     "community/info": (community_info, ("status", "msg", "data")),
+    # Beyond the spec (more_endpoints.py), keys in the provider's documented order.
+    "tweet/retweeters": (more.retweeters, ("users",) + _PAGED),
+    "list/followers": (more.list_followers, ("followers", "has_next_page", "next_cursor", "status", "msg")),
+    "list/members": (more.list_members, ("members", "has_next_page", "next_cursor", "status", "msg")),
+    "community/members": (more.community_members, ("members", "has_next_page", "next_cursor", "status", "msg")),
+    "user/check_follow_relationship": (more.check_follow_relationship, ("data", "status", "message")),
+    "article": (more.article, ("article", "status", "message")),
 }
 
 
@@ -356,7 +269,7 @@ def respond(w: World, path: str, a: Args) -> dict:
             body[key] = result.get("has_next", False)
         elif key == "next_cursor":
             body[key] = result.get("cursor", "")
-        elif key == "data":
+        elif key in ("data", "article"):  # a single object: null when not found
             body[key] = result.get("data")
         else:
             body[key] = result.get("items", [])

@@ -19,6 +19,7 @@ _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _IMAGE_SIZES = ((1200, 675), (1080, 1080), (1536, 2048), (4032, 3024), (1920, 1080), (900, 1200))
 _PHOTO_FEATURES = {size: {"faces": []} for size in ("large", "medium", "small", "orig")}
+_SOURCES = ("Twitter for iPhone", "Twitter for Android", "Twitter Web App", "Twitter for iPad", "TweetDeck Web App")
 
 
 def created_at(seconds: int) -> str:
@@ -69,14 +70,22 @@ def _site_entity(w: World, u: int) -> dict | None:
     return _url_entity(f"https://t.co/{b62(h64(w.seed, 23, u), 10)}", f"https://{site}", 0, 23)
 
 
-def user(w: World, u: int, full: bool = False) -> dict:
-    """The User object.  statusesCount is only known on full profile lookups."""
+def _automated_by(w: World, u: int) -> str | None:
+    """About one ordinary account in 60 is a labelled bot, run by another account."""
+    h = h64(w.seed, 28, u)
+    return w.handle(N_BIG + (h >> 8) % (N_ACTIVE - N_BIG)) if u >= N_BIG and h % 60 == 0 else None
+
+
+def user(w: World, u: int) -> dict:
+    """The User object, with every field the provider documents, in its order (statusesCount
+    included, wherever a user appears)."""
     p = w.profile(u)
     handle, name = w.identity(u)
     site = _site_entity(w, u)
     bio = None
     if p.description:
         bio = {"description": p.description, "entities": {"description": {}, "url": {"urls": [site] if site else []}}}
+    bot = _automated_by(w, u)
     return {
         "type": "user",
         "userName": handle,
@@ -84,16 +93,29 @@ def user(w: World, u: int, full: bool = False) -> dict:
         "id": w.user_id(u),
         "name": name,
         "isBlueVerified": w.is_blue(u),
+        "verifiedType": "Business" if u < N_BIG else None,
+        "profilePicture": avatar(w, u),
+        "coverPicture": _banner(w, u),
         "description": p.description,
         "location": p.location,
         "followers": len(w.followers(u)),
         "following": len(w.following(u)),
-        "statusesCount": w.statuses_count(u) if full else None,
-        "createdAt": created_at(p.created_s),
-        "profilePicture": avatar(w, u),
-        "coverPicture": _banner(w, u),
         "canDm": p.can_dm,
+        "createdAt": created_at(p.created_s),
+        "favouritesCount": p.favourites,
+        "hasCustomTimelines": p.listed > 3,
+        "isTranslator": False,
+        "mediaCount": p.media,
+        "statusesCount": w.statuses_count(u),
+        "withheldInCountries": [],
+        "affiliatesHighlightedLabel": {},
+        "possiblySensitive": False,
         "pinnedTweetIds": _pinned(w, u),
+        "isAutomated": bot is not None,
+        "automatedBy": bot,
+        "unavailable": False,
+        "message": "",
+        "unavailableReason": "",
         "profile_bio": bio,
     }
 
@@ -212,7 +234,7 @@ def user_about(w: World, u: int) -> dict:
 
 
 def _media(w: World, i: int, handle: str, start: int, end: int, tco: str) -> list[dict]:
-    t = w.tweets[i]
+    t = w.tweet(i)
     out = []
     for k in range(t.photos):
         mid = str(int(t.id) - (k + 1) * (1 << 22) * 997)  # minted just before the tweet
@@ -267,7 +289,7 @@ def _media(w: World, i: int, handle: str, start: int, end: int, tco: str) -> lis
 
 def tweet(w: World, i: int, nested: bool = False) -> dict:
     """The Tweet object; a quote carries its quoted tweet one level deep, as on the platform."""
-    t = w.tweets[i]
+    t = w.tweet(i)
     c = w.content(i)
     handle = w.handle(t.author)
     entities = {
@@ -280,11 +302,13 @@ def tweet(w: World, i: int, nested: bool = False) -> dict:
         ],
         "media": _media(w, i, handle, *c.media) if c.media else [],
     }
+    parent = w.tweet(t.parent) if t.parent >= 0 else None
     return {
         "type": "tweet",
         "id": t.id,
         "url": f"https://x.com/{handle}/status/{t.id}",
         "text": c.text,
+        "source": _SOURCES[h64(w.seed, 34, i) % len(_SOURCES)],
         "retweetCount": t.retweets,
         "replyCount": w.reply_count(i),
         "likeCount": t.likes,
@@ -293,13 +317,18 @@ def tweet(w: World, i: int, nested: bool = False) -> dict:
         "createdAt": created_at(t.ms // 1000),
         "lang": t.lang,
         "bookmarkCount": t.bookmarks,
-        "isReply": t.parent >= 0,
-        "inReplyToId": w.tweets[t.parent].id if t.parent >= 0 else None,
-        "conversationId": w.tweets[t.root].id,
+        "isReply": parent is not None,
+        "inReplyToId": parent.id if parent else None,
+        "conversationId": w.tweet(t.root).id,
         "displayTextRange": list(c.display),
+        "inReplyToUserId": w.user_id(parent.author) if parent else None,
+        "inReplyToUsername": w.handle(parent.author) if parent else None,
+        "author": user(w, t.author),
         "entities": entities,
         "quoted_tweet": tweet(w, t.quote, nested=True) if t.quote >= 0 and not nested else None,
-        "author": user(w, t.author),
+        # The world holds no reposts: a repost's original would be here, one level deep like a quote.
+        "retweeted_tweet": None,
+        "isLimitedReply": False,
     }
 
 

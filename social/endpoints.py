@@ -1,4 +1,6 @@
-"""The 24 data endpoints as one table. Validation, pricing, routing, the OpenAPI
+"""The 30 data endpoints as one table: the spec's 24 and six more from the provider's current
+documentation (tweet/retweeters, list/followers, list/members, community/members,
+user/check_follow_relationship, article). Validation, pricing, routing, the OpenAPI
 document and the tests are all driven from it.
 
 Every constraint a parameter has is stated here and checked before anything is forwarded
@@ -83,6 +85,9 @@ CURSOR = Param(
 )
 USER_EITHER = ("userName", "userId")
 TWEET_PAGE = Size(fixed=20)
+# The provider's time filters (Unix seconds) on mentions, replies and quotes.
+SINCE_TIME = Param("sinceTime", "int", minimum=0, description="Unix seconds: only posts made at or after this time.")
+UNTIL_TIME = Param("untilTime", "int", minimum=0, description="Unix seconds: only posts made before this time.")
 
 
 def _ep(path, params, results, msg_key, price, size, summary, **kw) -> Endpoint:
@@ -233,7 +238,13 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     _ep(
         "/tweet/quotes",
-        [Param("tweetId", required=True), CURSOR],
+        [
+            Param("tweetId", required=True),
+            SINCE_TIME,
+            UNTIL_TIME,
+            Param("includeReplies", "bool", description="Include quotes that are also replies (default true)."),
+            CURSOR,
+        ],
         "tweets",
         "message",
         "tweets",
@@ -274,7 +285,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     _ep(
         "/tweet/replies",
-        [Param("tweetId", required=True), CURSOR],
+        [Param("tweetId", required=True), SINCE_TIME, UNTIL_TIME, CURSOR],
         "replies",
         "message",
         "tweets",
@@ -283,7 +294,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     _ep(
         "/user/mentions",
-        [Param("userName", required=True), CURSOR],
+        [Param("userName", required=True), SINCE_TIME, UNTIL_TIME, CURSOR],
         "tweets",
         "message",
         "tweets",
@@ -319,6 +330,66 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "A Community's profile.",
         paged=False,
     ),
+    # --- beyond the spec: the provider's current documentation (docs/api.md, "Data endpoints") ------
+    _ep(
+        "/tweet/retweeters",
+        [Param("tweetId", required=True), CURSOR],
+        "users",
+        "message",
+        "profiles",
+        Size(fixed=100),
+        "Accounts that reposted a post, about 100 a page.",
+    ),
+    _ep(
+        "/list/followers",
+        [Param("list_id", required=True), CURSOR],
+        "followers",
+        "msg",
+        "list_call",
+        Size(fixed=20),
+        "Followers of a List, 20 a page.",
+    ),
+    _ep(
+        "/list/members",
+        [Param("list_id", required=True), CURSOR],
+        "members",
+        "msg",
+        "list_call",
+        Size(fixed=20),
+        "Members of a List, 20 a page.",
+    ),
+    _ep(
+        "/community/members",
+        [Param("community_id", required=True), CURSOR],
+        "members",
+        "msg",
+        "profiles",
+        Size(fixed=20),
+        "Members of a Community, 20 a page.",
+    ),
+    _ep(
+        "/user/check_follow_relationship",
+        [
+            Param("source_user_name", required=True, description="Handle of the source user"),
+            Param("target_user_name", required=True, description="Handle of the target user"),
+        ],
+        "data",
+        "message",
+        "relationship",
+        Size(fixed=1),
+        "Whether the source user follows, and is followed by, the target user.",
+        paged=False,
+    ),
+    _ep(
+        "/article",
+        [Param("tweet_id", required=True, description="Id of the post that carries the article")],
+        "article",
+        "message",
+        "article",
+        Size(fixed=1),
+        "A long-form article by the id of its post.",
+        paged=False,
+    ),
     _ep(
         "/community/get_tweets_from_all_community",
         [Param("query", required=True), Param("queryType"), CURSOR],
@@ -350,7 +421,7 @@ def _group(endpoint: Endpoint) -> str:
             return group
     if endpoint.path == "/trends":
         return "trends"
-    return "tweets" if endpoint.results in ("tweets", "replies") else "users"
+    return "tweets" if endpoint.results in ("tweets", "replies", "article") else "users"
 
 
 # Names a key's allowed_endpoints may use instead of listing paths (docs/api.md, "Key properties").
@@ -398,6 +469,9 @@ def count_items(endpoint: Endpoint, body: dict) -> int:
 # them over every page of every sandbox endpoint.
 _PARSER = simdjson.Parser()  # reused: one document at a time, read before the next parse
 _BOM = b"\xef\xbb\xbf"
+# The provider's error statuses: "error" everywhere, "failed" too on `article` (its documentation).
+# A tuple, not a set: an untrusted "status" may be an unhashable object (compared, never hashed).
+_ERROR_STATUSES = ("error", "failed")
 
 
 def read_answer(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
@@ -417,7 +491,7 @@ def read_answer(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
         items = len(results) if isinstance(results, simdjson.Array) else 1 if len(results) else 0
     else:
         items = 1 if results else 0
-    return doc.get("status") == "error", items
+    return doc.get("status") in _ERROR_STATUSES, items
 
 
 def _read_fully(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
@@ -427,4 +501,4 @@ def _read_fully(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
         return None
     if not isinstance(parsed, dict):
         return None
-    return parsed.get("status") == "error", count_items(endpoint, parsed)
+    return parsed.get("status") in _ERROR_STATUSES, count_items(endpoint, parsed)

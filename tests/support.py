@@ -51,6 +51,10 @@ def valid_query(endpoint, catalog) -> dict:
         "listId": catalog["lists"][0],
         "userIds": ",".join(u["id"] for u in users[:3]),
         "tweet_ids": ",".join(tweets[:2]),
+        "list_id": catalog["lists"][0],
+        "source_user_name": users[0]["userName"],
+        "target_user_name": catalog["big_accounts"][0],
+        "tweet_id": catalog["articles"][0],
     }
     # followers_ids and last_tweets take userName or userId, both optional in the spec.
     return {p.name: values[p.name] for p in endpoint.params if p.required or p.name == "userName"}

@@ -2,6 +2,8 @@
 parse it replaced (orjson + count_items), over every sandbox endpoint, every page of it and bodies an
 untrusted upstream might send."""
 
+import time
+
 import orjson
 import pytest
 
@@ -13,6 +15,7 @@ from sandbox.world import World
 from social.endpoints import BY_PATH, ENDPOINTS, count_items, read_answer
 
 WORLD = World(7)  # the seed the sandbox serves by default
+NOW = int(time.time())  # one moment for every page, so live posts hold still
 CATALOG = sandbox_catalog(WORLD)
 # Searches and batch lookups answer an empty list rather than "not found".
 NEVER_NOT_FOUND = {"tweet/advanced_search", "user/search", "tweets", "user/batch_info_by_ids"}
@@ -26,7 +29,7 @@ def full_parse(endpoint, body: bytes):
         return None
     if not isinstance(parsed, dict):
         return None
-    return parsed.get("status") == "error", count_items(endpoint, parsed)
+    return parsed.get("status") in ("error", "failed"), count_items(endpoint, parsed)
 
 
 def argument_sets(path: str) -> list[dict[str, str]]:
@@ -47,6 +50,10 @@ def argument_sets(path: str) -> list[dict[str, str]]:
         "userIds": [",".join(ids), ids[-1]],
         "tweet_ids": [",".join(tweets[:20]), ",".join(tweets[:100]), "1"],
         "woeid": [str(w) for w in list(WOEIDS)[:3]] + ["2"],
+        "list_id": CATALOG["lists"][:2] + CATALOG["empty_lists"][:1] + ["1"],
+        "tweet_id": CATALOG["articles"][:2] + tweets[:1] + ["1"],
+        "source_user_name": names,
+        "target_user_name": names[:2],
     }
     sizes = {"pageSize": ["1", "20", "200"], "count": ["1", "30", "50"]}
     if path == "user/followers_ids":
@@ -69,7 +76,7 @@ def pages(path: str, args: dict[str, str], most: int = 40):
     query = dict(args)
     for _ in range(most):
         try:
-            body = orjson.dumps(respond(WORLD, path, Args({k: [v.encode()] for k, v in query.items()})))
+            body = orjson.dumps(respond(WORLD, path, Args({k: [v.encode()] for k, v in query.items()}, NOW)))
         except BadRequest:
             return
         yield body
@@ -149,6 +156,10 @@ SINGLE = BY_PATH["/user/info"]
         (SINGLE, b'{"data": -0}'),
         (SINGLE, b'{"data": 7}'),
         (SINGLE, b'{"data": {"a": 1}, "status": "error"}'),
+        (LIST, b'{"status": {"a": 1}, "tweets": [1]}'),  # an unhashable status: compared, never hashed
+        (LIST, b'{"status": ["error"], "tweets": [1]}'),
+        (BY_PATH["/article"], b'{"status": "failed", "message": "no article", "article": null}'),
+        (BY_PATH["/article"], b'{"status": "success", "message": "", "article": {"title": "t"}}'),
     ],
 )
 def test_fast_read_equals_full_parse_on_odd_bodies(endpoint, body):

@@ -22,7 +22,7 @@ def test_schemathesis_finds_no_failure_on_any_operation():
     )  # one worker: CPython 3.11 is not reliable compiling in threads
     report = figures["output"][-4000:]
     assert figures["gateway_alive_after"], report
-    assert figures["operations"] >= 70, report  # 27 portal and operations + 2 x 24 data endpoints
+    assert figures["operations"] >= 80, report  # 27 portal and operations + 2 x 30 data endpoints
     assert figures["test_cases"] >= 1500, report
     assert figures["failures"] == [] and figures["errors"] == [], report
     assert figures["exit_code"] == 0, report

@@ -73,6 +73,12 @@ async def test_missing_required_parameter_is_422_and_free(api, endpoint):
         ("/user/followers", "userName=a&pageSize=0", "pageSize", "greater_than_equal"),
         ("/user/followers_ids", "userName=a&count=10", "count", "greater_than_equal"),
         ("/user/followers_ids", "userName=a&cursor=abc", "cursor", "int_parsing"),
+        # The provider's documented filters (issue 27): Unix seconds, booleans.
+        ("/user/mentions", "userName=a&sinceTime=yesterday", "sinceTime", "int_parsing"),
+        ("/user/mentions", "userName=a&untilTime=-5", "untilTime", "greater_than_equal"),
+        ("/tweet/replies", "tweetId=1&sinceTime=1.5", "sinceTime", "int_parsing"),
+        ("/tweet/quotes", "tweetId=1&untilTime=soon", "untilTime", "int_parsing"),
+        ("/tweet/quotes", "tweetId=1&includeReplies=maybe", "includeReplies", "bool_parsing"),
         ("/trends", "woeid=x", "woeid", "int_parsing"),
         ("/user/tweet_timeline", "userId=1&includeReplies=maybe", "includeReplies", "bool_parsing"),
         ("/user/batch_info_by_ids", "userIds=1,abc", "userIds", "value_error"),
