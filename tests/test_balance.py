@@ -198,3 +198,18 @@ async def test_calls_arriving_while_the_gateway_closes_are_refused_or_recorded_n
     stored = [r for r in await ctx.usage.records({"account_id": user["account_id"]}) if r["status"] == 200]
     assert len(stored) == 1 + len(served)
     assert len(ctx.meter.buffer) == 0  # nothing recorded after the final flush
+
+
+async def test_a_lease_running_low_is_refilled_before_a_call_is_charged_less_than_its_price(api, ctx, catalog):
+    """With plenty in the balance, a call whose process lease holds less than its price (18 credits for a profile)
+    waits for a refill and is charged in full; only an account with nothing more to lease pays its last credits
+    for a call (400 calls in flight once took a lease's 15-credit rest for an 18-credit call)."""
+    user, key = await api.funded_key(INITIAL)
+    assert (await api.call("GET", info(catalog), key=key["key"]))[0] == 200  # this process holds a lease now
+    ledger = ctx.meter.ledger
+    purse = ledger.purses[user["account_id"]]
+    held = ledger.reserve(user["account_id"], purse.available - 15, 0, ctx.meter.clock())  # 15 credits left
+    assert purse.available == 15
+    status, _, headers = await api.call("GET", info(catalog), key=key["key"])
+    ctx.meter.release(held)
+    assert status == 200 and headers["X-Credits-Charged"] == "18"
