@@ -75,7 +75,12 @@ SECURITY_SCHEMAS = {
     "Detail": obj(("detail",), detail=S),
     "PasswordResetDone": obj(("ok", "detail"), ok=B, detail=S),
     "AuditEntry": _ENTRY,
-    "AuditPage": obj(("entries", "next_cursor"), entries=array(ref("AuditEntry")), next_cursor=nullable(S)),
+    "AuditPage": obj(
+        ("entries", "next_cursor", "retention_days"),
+        entries=array(ref("AuditEntry")),
+        next_cursor=nullable(S),
+        retention_days={"type": "integer", "description": "AUDIT_RETENTION_DAYS: entries older are gone"},
+    ),
 }
 
 _LIST = tuple(query_param(f) for f in audit.LIST_QUERY)
