@@ -450,6 +450,7 @@ class TopUpHandler(KeysBase):
         key = await self.owned_key(key_id)
         body = validate_body(self.json_body(), TOP_UP)
         view = await self.ctx.meter.add_credits(key["account_id"], body["credits"], topup_credits=body["credits"])
+        await self.audit("credit.applied", details={"credits": body["credits"], "via": "development top-up"})
         self.send_json(
             {
                 "account_id": key["account_id"],

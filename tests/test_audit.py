@@ -1,5 +1,6 @@
 """The audit log: who did what, when, from where; the account's own view, the admins' view, exports."""
 
+import asyncio
 import csv
 import io
 
@@ -78,6 +79,37 @@ async def test_admins_see_every_account(api, ctx):
     assert status == 200 and [e["action"] for e in body["entries"]] == ["key.created"]
     status, body, _ = await api.call("GET", "/admin/audit?actor=system&limit=200", token=admin["token"])
     assert status == 200 and all(e["actor"]["kind"] == "system" for e in body["entries"])
+
+
+async def test_credits_added_are_logged_once_per_top_up(api):
+    user, key = await api.funded_key(5_000)
+    headers = {"Idempotency-Key": "topup-once"}
+    for _ in range(2):  # a retried top-up adds once, and is logged once
+        status, _, _ = await api.call(
+            "POST", f"/keys/{key['key_id']}/topup", {"credits": 7}, token=user["token"], headers=headers
+        )
+        assert status == 200
+    body = await entries(api, user["token"], "?action=credit.applied")
+    assert [e["details"]["credits"] for e in body["entries"]] == [7, 5_000]
+
+
+async def test_a_paid_order_is_logged_as_checkout_then_credit_by_the_system(api):
+    user = await api.register()
+    status, order, _ = await api.call(
+        "POST", "/billing/crypto/checkout", {"currency": "USDTTRC20", "amount_usd": 20}, token=user["token"]
+    )
+    assert status == 200, order
+    paid = {"order_id": order["order_id"], "amount_usd": 20, "confirmed": True}
+    assert (await api.call("POST", "/billing/crypto/sandbox/pay", paid, token=user["token"]))[0] == 200
+    for _ in range(50):  # crediting follows the payment's notification
+        body = await entries(api, user["token"], "?action=checkout.created,credit.applied")
+        if len(body["entries"]) == 2:
+            break
+        await asyncio.sleep(0.1)
+    credited, created = body["entries"]
+    assert created["action"] == "checkout.created" and created["details"]["order_id"] == order["order_id"]
+    assert credited["action"] == "credit.applied" and credited["actor"] == {"kind": "system", "id": None}
+    assert credited["address"] is None and credited["details"]["credits"] == 20 * 100_000
 
 
 async def test_a_repeated_event_is_written_once(ctx):
