@@ -262,10 +262,19 @@ class Meter:
         self.ledger.release(reservation)
 
     def record(
-        self, key: KeyEntry, endpoint: str, status: int, credits: int, request_id: str, replay_of: str | None = None
+        self,
+        key: KeyEntry,
+        endpoint: str,
+        status: int,
+        credits: int,
+        request_id: str,
+        replay_of: str | None = None,
+        upstream_seconds: float | None = None,
     ) -> None:
         """One usage record per call; its credits are the charge (0 when not charged). A repeat answered with a
-        kept answer (Idempotency-Key) is a record of its own, `replay_of` the first call's request id."""
+        kept answer (Idempotency-Key) is a record of its own, `replay_of` the first call's request id.
+        `upstream_seconds`: the provider's answer time as measured for the latency histogram (kept as `ms`,
+        for the portal's per-endpoint percentiles); absent when nothing was forwarded."""
         ts = datetime.now(UTC)
         # Unique across processes and restarts (the process id is a fresh uuid) without a syscall per call.
         record = {
@@ -281,6 +290,8 @@ class Meter:
         }
         if replay_of is not None:
             record["replay_of"] = replay_of
+        if upstream_seconds is not None:
+            record["ms"] = round(upstream_seconds * 1000, 1)
         self.buffer.add(record)
         self.last_used.seen[key.key_id] = ts
         if self.buffer.waiting >= self.settings.flush_batch:  # a batch being written does not count

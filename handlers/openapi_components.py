@@ -106,6 +106,9 @@ SCHEMAS: dict = {
         created_at=TIME,
         last_used_at=nullable(TIME),
         **KEY_PROPERTIES,
+        rolled_to=nullable(
+            {"type": "integer", "description": "The key this one was rolled to: its expires_at ends the grace"}
+        ),
         credits_used={
             "type": "integer",
             "description": "Credits the key's budget (the key and keys rolled from it) spent in its "
@@ -170,6 +173,22 @@ SCHEMAS: dict = {
         calls=I,
         credits=I,
         errors={"type": "integer", "description": "Calls answered with a status other than 2xx"},
+        p50_ms=nullable({"type": "number", "description": "group_by=endpoint alone: median provider answer time"}),
+        p95_ms=nullable({"type": "number", "description": "group_by=endpoint alone: 95th percentile, ms"}),
+        samples={"type": "integer", "description": "group_by=endpoint alone: forwarded calls timed"},
+    ),
+    "UsageLogPage": obj(
+        ("records", "has_next_page", "next_cursor"),
+        records=array(
+            {
+                "allOf": [
+                    ref("UsageRecord"),
+                    obj((), upstream_ms=nullable({"type": "number", "description": "Provider answer ms; null: none"})),
+                ]
+            }
+        ),
+        has_next_page=B,
+        next_cursor={"type": "string", "description": "Pass as cursor for the next page; empty on the last"},
     ),
     "UsageExportRow": obj(
         ("timestamp", "key_id", "endpoint", "status", "credits", "request_id", "replay_of"),

@@ -7,6 +7,7 @@ application's route table in both directions.
 from dataclasses import dataclass, field
 
 from handlers import account, admin, billing, keys
+from handlers.validation import Field
 from handlers.openapi_schema import B, I, S, array, obj, path_param, query, query_param, ref
 
 
@@ -32,6 +33,13 @@ class Operation:
     )
 
 
+ALIASES = Field(
+    "aliases",
+    bool,
+    required=False,
+    default=False,
+    description="Also list the /twitter alias of every data path (served when TWITTER_ALIAS is on)",
+)
 BILLING, KEY_ID = "/billing/crypto", path_param("key_id", I, "The key's integer id")
 
 OPERATIONS: list[Operation] = [
@@ -138,11 +146,11 @@ OPERATIONS: list[Operation] = [
     Operation(
         "get",
         "/keys/{key_id}/reveal",
-        "The full key string, to its owner",
+        "The full key string, to its owner; 410 once the key is revoked (its secret is never shown again)",
         "keys",
         ref("RevealedKey"),
         params=(KEY_ID,),
-        errors=(401, 404, 422),
+        errors=(401, 404, 410, 422),
     ),
     Operation(
         "post",
@@ -193,6 +201,15 @@ OPERATIONS: list[Operation] = [
                 "description": "Repeat it or separate with commas to group by several; default day",
             },
         ),
+        errors=(401, 422),
+    ),
+    Operation(
+        "get",
+        "/usage/log",
+        "The request log: calls filtered by key, endpoint, status, time or request id, newest first, paged",
+        "account",
+        ref("UsageLogPage"),
+        params=tuple(query_param(f) for f in account.LOG_FIELDS),
         errors=(401, 422),
     ),
     Operation(
@@ -349,7 +366,16 @@ OPERATIONS: list[Operation] = [
         security="metrics",
         media="text/plain",
     ),
-    Operation("get", "/openapi.json", "This document", "operations", {"type": "object"}, security=None, errors=()),
+    Operation(
+        "get",
+        "/openapi.json",
+        "This document: each data endpoint once, under /social",
+        "operations",
+        {"type": "object"},
+        security=None,
+        params=(query_param(ALIASES),),
+        errors=(422,),
+    ),
     # the web portal (cookie sessions; handlers/portal.py)
     Operation(
         "get",

@@ -321,7 +321,7 @@ class DataHandler(BaseHandler):
             meter.release(reservation)
             if status >= 500:
                 ctx.failure_budget.failed(key.account_id, time.monotonic())
-            meter.record(key, route, 502, 0, self.request_id)
+            meter.record(key, route, 502, 0, self.request_id, upstream_seconds=upstream.seconds)
             ctx.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")
         if answer is not None and not answer[0]:
@@ -334,7 +334,7 @@ class DataHandler(BaseHandler):
                 meter.release(reservation)
         else:
             meter.release(reservation)  # upstream 4xx or an error body: passed through, not charged
-        meter.record(key, route, status, charged, self.request_id)
+        meter.record(key, route, status, charged, self.request_id, upstream_seconds=upstream.seconds)
         self.log_fields["credits"] = charged
         self.set_header("X-Credits-Charged", str(charged))
         self.set_status(status)
