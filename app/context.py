@@ -26,6 +26,7 @@ from storage import db as database
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
 from storage.alerts import AlertStore
+from storage.audit import SYSTEM, AuditStore
 from storage.budgets import BudgetStore
 from storage.idempotency import IdempotencyStore
 from storage.keys import KeyStore
@@ -78,7 +79,17 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     )
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hash")
     decoy = await asyncio.get_running_loop().run_in_executor(executor, passwords.decoy_hash, settings.password_scrypt_n)
-    payments = await build_payments(settings, db, meter.apply_credit)
+    audit = AuditStore(db, settings.audit_retention_days)
+    await audit.ensure_indexes()
+
+    async def credit(account_id: str, credit_id: str, credits: int, usd: float):
+        # A payment's credits, then its audit entry by the system: once per credit id, however often settled.
+        account = await meter.apply_credit(account_id, credit_id, credits, usd)
+        details = {"credit_id": credit_id, "credits": credits, "usd": usd}
+        await audit.record("credit.applied", account_id, SYSTEM, None, details, once=f"credit:{credit_id}")
+        return account
+
+    payments = await build_payments(settings, db, credit)
     admin_store = AdminStore(db)
     await admin_store.ensure_indexes()
     alert_store, webhook_store = AlertStore(db), WebhookStore(db)
@@ -129,4 +140,5 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         webhook_store=webhook_store,
         outbox=outbox,
         alerts=detector,
+        audit=audit,
     )

@@ -98,6 +98,20 @@ class Settings:
     password_scrypt_n: int = _setting(
         2**17, "scrypt cost N for new password hashes (OWASP: 2^17).", "PASSWORD_SCRYPT_N"
     )
+    # Account security (security/totp.py, handlers/twofactor.py, handlers/reset.py, storage/audit.py)
+    admin_require_2fa: bool = _setting(
+        False,
+        "Admin endpoints answer 403 to an admin whose account has no two-factor sign-in enrolled.",
+        "ADMIN_REQUIRE_2FA",
+    )
+    password_reset_ttl_seconds: int = _setting(
+        1800, "Lifetime of an emailed password-reset link, in seconds (single use).", "PASSWORD_RESET_TTL_SECONDS"
+    )
+    audit_retention_days: int = _setting(
+        400,
+        "Days an audit-log entry is kept (MongoDB TTL); a change applies to entries written after it.",
+        "AUDIT_RETENTION_DAYS",
+    )
     # Accounts
     admin_emails: tuple = _setting(
         (),
@@ -581,6 +595,8 @@ def problems(settings: Settings) -> list[str]:
         found.append("CLIENT_NETWORK_V4_PREFIX must be 8..32 and CLIENT_NETWORK_V6_PREFIX 16..128")
     if settings.signup_credited_per_network < 0 or settings.login_max_delay_seconds < 0:
         found.append("SIGNUP_CREDITED_PER_NETWORK and LOGIN_MAX_DELAY_SECONDS must not be negative")
+    if settings.audit_retention_days < 1 or settings.password_reset_ttl_seconds < 60:
+        found.append("AUDIT_RETENTION_DAYS must be at least 1 and PASSWORD_RESET_TTL_SECONDS at least 60")
     if settings.max_keys_per_account < 1:
         found.append("MAX_KEYS_PER_ACCOUNT must be at least 1")
     if (

@@ -126,6 +126,8 @@ class LoginHandler(AuthHandler):
         stored = account["password_hash"] if account else self.ctx.decoy_hash
         ok = await self.hash(passwords.verify_password, body["password"], stored)
         if not (ok and account):
+            if account:  # an unknown email has no log to land in
+                await self.audit("login.failed", account["_id"], {"email": email})
             await self.slow_down(email)
             raise ApiError(401, "Incorrect email or password")
         if self.ctx.login_throttle is not None:

@@ -26,6 +26,7 @@ from handlers.context import Context
 from handlers.errors import REASONS, ApiError, ValidationError, error, missing, portal_error
 from handlers.validation import Field, parse_query
 from security import tokens
+from storage.audit import SYSTEM, account_actor, admin_actor
 
 log = logging.getLogger("gateway.access")  # unhandled errors; access lines: handlers/accesslog.py
 
@@ -282,6 +283,21 @@ class BaseHandler(Anonymous):
         if account is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
         return account
+
+    async def audit(
+        self, action: str, account_id: str | None = None, details: dict | None = None, admin: bool = False
+    ) -> None:
+        """An audit-log entry (storage/audit.py) by this request's account (`admin`: acting as an admin, on
+        `account_id`), from its address. account_id defaults to the session's own account."""
+        actor_id = self.account_id or self.current_user
+        if admin:
+            account = await self.current_account()
+            actor = admin_actor(account["_id"], account["email"])
+        else:
+            actor = account_actor(actor_id) if actor_id else SYSTEM
+        await self.ctx.audit.record(
+            action, account_id if account_id is not None else actor_id, actor, self.client_ip(), details
+        )
 
     def is_admin(self, account: dict) -> bool:
         # Only the operator's `admin grant` sets the flag: registering a listed address grants nothing.

@@ -94,6 +94,8 @@ class CheckoutHandler(BillingBase):
         finally:
             throttle.end(account_id)
         self.log_fields["order_id"] = order["_id"]
+        details = {"order_id": order["_id"], "amount_usd": amount, "currency": currency.code}
+        await self.audit("checkout.created", details=details)
         self.send_json(view(order))
 
 

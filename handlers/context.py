@@ -24,6 +24,7 @@ from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
 from storage.alerts import AlertStore
+from storage.audit import AuditStore
 from storage.keys import KeyStore
 from storage.usage import UsageStore
 from storage.webhooks import WebhookStore
@@ -60,6 +61,7 @@ class Context:
     webhook_store: WebhookStore  # endpoints, events, deliveries (storage/webhooks.py)
     outbox: Outbox  # events in, signed deliveries out (webhooks/outbox.py)
     alerts: Detector  # the crossing detector (alerts/detector.py)
+    audit: AuditStore  # the append-only audit log (storage/audit.py; handlers write through BaseHandler.audit)
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
     scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

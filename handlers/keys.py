@@ -257,6 +257,7 @@ class KeysHandler(KeysBase):
                 await self.ctx.keys.delete(key["key_id"])
                 raise ApiError(409, _TOO_MANY.format(most))
         self.log_fields["key_id"] = key["key_id"]
+        await self.audit("key.created", details={"key_id": key["key_id"], "name": key["name"]})
         # 200, not 201: the spec says every success is HTTP 200.
         self.send_json({**_row(key, await self.qps_of(account_id), 0), "key": secret})
 
@@ -324,7 +325,18 @@ class KeyHandler(KeysBase):
             raise ApiError(404, "Key not found")
         self.ctx.meter.key_changed(doc)
         await self.ctx.meter.in_force(changed)  # applied by every process before the answer (bounded)
+        await self._audit_edit(key, changes, budget)
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
+
+    async def _audit_edit(self, key: dict, changes: dict, budget: dict) -> None:
+        """key.edited names the fields changed (their new values, which are no secrets); a budget change
+        is its own entry, as it applies to every key of the budget."""
+        shown = {n: v.isoformat() if isinstance(v, datetime) else v for n, v in changes.items() if n != "budget_epoch"}
+        if shown:
+            await self.audit("key.edited", details={"key_id": key["key_id"], "changes": shown})
+        if budget:
+            limits = {n: v for n, v in budget.items() if n != "budget_epoch"}
+            await self.audit("budget.changed", details={"key_id": key["key_id"], **limits})
 
 
 def _check_expiry_change(key: dict, expires_at: datetime | None) -> None:
@@ -359,6 +371,9 @@ class RollHandler(KeysBase):
                 secret, new = await self._roll(old, now, grace, await self.ctx.meter.others())
         await self.ctx.meter.in_force([old["key_id"]])  # the old key's end, applied everywhere (bounded)
         self.log_fields["key_id"] = new["key_id"]
+        await self.audit(
+            "key.rolled", details={"key_id": old["key_id"], "new_key_id": new["key_id"], "grace_seconds": grace}
+        )
         rows = {r["key_id"]: r for r in await self.rows(account_id)}
         self.send_json({**rows[new["key_id"]], "key": secret, "rolled_from": old["key_id"]})
 
@@ -409,6 +424,7 @@ class RevealHandler(KeysBase):
         key = await self.owned_key(key_id)
         if key["revoked"]:
             raise ApiError(410, "This key is revoked: its secret is no longer shown")
+        await self.audit("key.revealed", details={"key_id": key["key_id"]})  # it hands out the secret
         self.send_json({"key_id": key["key_id"], "key": self.ctx.vault.decrypt(key["sealed"], key["key_id"])})
 
 
@@ -421,6 +437,8 @@ class RevokeHandler(KeysBase):
         await self.ctx.keys.revoke(key["account_id"], key["key_id"], await self.ctx.meter.others())
         self.ctx.meter.key_revoked(key["digest"])
         await self.ctx.meter.in_force([key["key_id"]])  # and in every other process (bounded: Meter.in_force)
+        if not key["revoked"]:  # revoking again changes nothing: no second entry
+            await self.audit("key.revoked", details={"key_id": key["key_id"], "name": key["name"]})
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
 
 
