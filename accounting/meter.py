@@ -102,7 +102,8 @@ class Meter:
 
     def view_of(self, doc: dict) -> AccountView:
         basis = doc.get("paid_usd", 0.0) + doc.get("topup_credits", 0) / self.settings.credits_per_usd
-        return AccountView(doc["_id"], plan_for(basis, self.settings.plan_rules), doc.get("session_version", 0))
+        plan = plan_for(basis, self.settings.plan_rules)
+        return AccountView(doc["_id"], plan, doc.get("session_version", 0), bool(doc.get("suspended")))
 
     async def authenticate(self, secret: str) -> KeyEntry | None:
         if len(secret) > 128 or not self.vault.plausible(secret):
@@ -303,6 +304,13 @@ class Meter:
         return self.account_changed(
             account_id, await self.accounts.add_credits(account_id, credits, paid_usd, topup_credits)
         )
+
+    async def apply_debit(self, account_id: str, debit_id: str, credits: int) -> tuple[str, dict | None]:
+        """An admin's debit of the unleased balance, once per debit id (storage/accounts.py `debit`)."""
+        outcome, doc = await self.accounts.debit(account_id, debit_id, credits)
+        if doc is not None:
+            self.account_changed(account_id, doc)
+        return outcome, doc
 
     async def apply_credit(self, account_id: str, credit_id: str, credits: int, paid_usd: float) -> AccountView:
         """A settled payment's credits, once per credit id, with the same in-memory effects as add_credits."""

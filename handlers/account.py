@@ -4,9 +4,8 @@ by day / endpoint / key, and exported as CSV or JSON lines."""
 import base64
 import binascii
 import re
-from datetime import UTC, date, datetime, time, timedelta
-
 from collections.abc import Callable
+from datetime import UTC, date, datetime, time, timedelta
 
 import orjson
 
@@ -135,12 +134,14 @@ def _status(value: str, loc: list) -> None:
 LOG_DAYS = 90  # the request log's default window, as far back as the usage view looks
 LOG_SINCE = Field("since", str, required=False, check=_moment, description=f"ISO 8601; default: {LOG_DAYS} days ago")
 LOG_UNTIL = Field("until", str, required=False, check=_moment, description="ISO 8601; default: now")
-LOG_KEY = Field("key_id", int, required=False, minimum=1, description="Only this key's calls")
+LOG_KEY = Field("key_id", int, required=False, minimum=1, maximum=10**15, description="Only this key's calls")
 LOG_ENDPOINT = Field("endpoint", str, required=False, max_length=200, description="Only this endpoint (/user/info)")
 LOG_STATUS = Field("status", str, required=False, check=_status, description="A status (402) or a class (4xx)")
 LOG_REQUEST = Field("request_id", str, required=False, max_length=200, description="The call's X-Request-ID")
 LOG_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500, description="Records per page")
-LOG_CURSOR = Field("cursor", str, required=False, default="", max_length=400, description="next_cursor of the last page")
+LOG_CURSOR = Field(
+    "cursor", str, required=False, default="", max_length=400, description="next_cursor of the last page"
+)
 LOG_FIELDS = (LOG_KEY, LOG_ENDPOINT, LOG_STATUS, LOG_REQUEST, LOG_SINCE, LOG_UNTIL, LOG_LIMIT, LOG_CURSOR)
 
 

@@ -1,6 +1,6 @@
 """The document's component schemas: request bodies from the handlers' `Field` declarations, answers by hand."""
 
-from handlers import auth, billing, keys
+from handlers import admin_accounts, auth, billing, keys
 from handlers.openapi_schema import (
     TIME,
     B,
@@ -280,10 +280,48 @@ SCHEMAS: dict = {
         last_activity=nullable(TIME),
         is_admin=B,
         internal=B,
+        suspended=B,
     ),
     "AdminUsersPage": obj(
-        ("users", "has_next_page", "next_cursor"), users=array(ref("AdminUser")), has_next_page=B, next_cursor=S
+        ("users", "has_next_page", "next_cursor"),
+        users=array(ref("AdminUser")),
+        has_next_page=B,
+        next_cursor=S,
+        internal_hidden={
+            "type": "integer",
+            "description": "Admin and internal accounts left out (include_internal=false): what an empty page hides",
+        },
     ),
+    "AdminAccount": obj(
+        ("account_id", "email", "credits", "plan", "suspended"),
+        account_id=S,
+        email=S,
+        created_at=TIME,
+        credits={"type": "integer", "description": "The balance, leases included"},
+        plan=S,
+        total_paid_usd=N,
+        is_admin=B,
+        internal=B,
+        suspended={"type": "boolean", "description": "Its keys answer 403 on every process"},
+        suspended_reason=nullable(S),
+        credited={"type": "integer", "description": "After a credit: the credits added"},
+        debited={"type": "integer", "description": "After a debit: the credits taken"},
+    ),
+    "AdminAccountDetail": {
+        "allOf": [
+            ref("AdminAccount"),
+            obj(
+                ("keys", "orders", "recent_calls", "audit"),
+                keys=array(ref("Key")),
+                orders=array(ref("Order")),
+                recent_calls=array(ref("UsageRecord")),
+                audit=array({"type": "object", "description": "Audit-log entries, newest first"}),
+            ),
+        ]
+    },
+    "AdminAdjust": body_schema(admin_accounts.ADJUST),
+    "AdminSuspend": body_schema(admin_accounts.SUSPEND),
+    "AdminResume": body_schema(admin_accounts.RESUME),
     # --- operations ----------------------------------------------------------------------------------
     "Health": obj(("status",), status={"const": "ok"}),
     "Ready": obj(

@@ -149,6 +149,8 @@ class DataHandler(BaseHandler):
             raise ApiError(503, "The gateway is restarting; retry shortly", {"Retry-After": "1"})
         key = await self.authenticate()
         view = await ctx.meter.account_view(key.account_id)
+        if view.suspended:  # by an admin (handlers/admin_accounts.py); reaches every process (coherence)
+            raise ApiError(403, "This account is suspended; its keys are refused until an admin resumes it")
         self.rate_limit(key, view.plan)
         try:
             await self.serve(key, view.plan)
