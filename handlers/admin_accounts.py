@@ -11,13 +11,21 @@ from bson import ObjectId
 
 from handlers.audit import entry
 from handlers.base import ApiError, admin_only
+from handlers.errors import ValidationError, error
 from handlers.idempotent import idempotency_key, idempotent
 from handlers.keys import CREDITS, KeysBase
 from handlers.validation import Field, validate_body
 from payments.service import view as order_view
 
 RECENT = 20  # keys, orders, calls and audit entries shown in an account's detail
-REASON = Field("reason", str, min_length=3, max_length=500, description="Why: kept in the audit log")
+
+
+def _said(value: str, loc: list) -> None:
+    if len(value.strip()) < 3:
+        raise ValidationError([error(loc, "A reason of at least 3 characters is required", "string_too_short")])
+
+
+REASON = Field("reason", str, min_length=3, max_length=500, check=_said, description="Why: kept in the audit log")
 ADJUST = [CREDITS, REASON]
 SUSPEND = [REASON]
 RESUME = [Field("reason", str, required=False, max_length=500, description="Why, for the audit log")]
