@@ -175,6 +175,9 @@ def test_register_create_key_use_it_revoke_it(watched, stack, user_name, tmp_pat
     assert data_call(stack, key, user_name) == 200
     rows.first.get_by_test_id("revoke-key").click()
     page.get_by_test_id("confirm").click()
+    expect(rows).to_have_count(0)  # revoked keys are hidden by default, and the page says so
+    expect(page.locator("#keys-all-revoked")).to_be_visible()
+    page.get_by_test_id("show-revoked").check()
     expect(rows.first).to_contain_text("revoked")
     expect(rows.first.get_by_test_id("revoke-key")).to_have_count(0)
     expect(page.locator("#new-secret")).to_be_hidden()  # a revoked secret is no longer offered for copying
@@ -977,7 +980,7 @@ def test_admin_console_search_detail_credit_and_suspend(watched, stack, sandbox_
     expect(detail).to_contain_text("customer key")
     page.get_by_test_id("adjust-credits").fill("250000")
     page.get_by_test_id("adjust-credit").click()
-    expect(detail.locator("#adjust-form [data-testid=error]")).to_contain_text("Reason")
+    expect(page.locator("#adjust-reason-error")).to_contain_text("at least 3 characters")  # under its field
     page.get_by_test_id("adjust-reason").fill("goodwill for the outage")
     page.get_by_test_id("adjust-credit").click()
     expect(page.locator("#adjust-done")).to_contain_text("Credited 250,000 credits")
