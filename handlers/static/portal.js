@@ -1094,6 +1094,13 @@
       body.append(row);
     });
     $(table).hidden = rows.length === 0;
+    const holder = $(table).closest(".scroll");
+    let none = holder.nextElementSibling;
+    if (!none || !none.classList.contains("none-note")) {
+      none = el("p", "None.", "muted none-note");
+      holder.after(none);
+    }
+    none.hidden = rows.length > 0;
     labelCells($(table));
   }
   async function showAccount(accountId) {
@@ -1140,7 +1147,8 @@
       cell(row, when(e.at));
       cell(row, e.action);
       cell(row, e.actor.kind === "admin" ? "admin " + (e.actor.email || "") : e.actor.kind, "path");
-      cell(row, Object.entries(e.details || {}).map(([k, v]) => k + ": " + v).join(", "), "path");
+      const details = Object.entries(e.details || {}).filter(([, v]) => v !== null && v !== undefined);
+      cell(row, details.map(([k, v]) => k + ": " + v).join(", ") || "—", "path");
     });
     detailBox.scrollIntoView({ block: "start" });
   }
