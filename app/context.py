@@ -32,6 +32,7 @@ from storage.idempotency import IdempotencyStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
 from storage.sessions import SessionStore
+from storage.signin import SignInStore
 from storage.usage import UsageStore
 from storage.webhooks import WebhookStore
 from webhooks.outbox import Outbox
@@ -140,5 +141,6 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         webhook_store=webhook_store,
         outbox=outbox,
         alerts=detector,
+        signin=SignInStore(db),
         audit=audit,
     )

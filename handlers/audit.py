@@ -122,7 +122,13 @@ class AuditBase(BaseHandler):
     async def list(self, account_id: str | None) -> None:
         query = self.filters(account_id)
         rows, more = await self.ctx.audit.page(query, cursor_id(self.query_arg(CURSOR)), self.query_arg(LIMIT))
-        self.send_json({"entries": [entry(r) for r in rows], "next_cursor": str(more) if more else None})
+        self.send_json(
+            {
+                "entries": [entry(r) for r in rows],
+                "next_cursor": str(more) if more else None,
+                "retention_days": self.ctx.settings.audit_retention_days,
+            }
+        )
 
     async def export(self, account_id: str | None) -> None:
         query = self.filters(account_id)

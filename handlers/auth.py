@@ -3,6 +3,7 @@
 import asyncio
 import time
 
+from handlers import secondfactor
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.validation import Field, ValidationError, error, no_operators, validate_body
 from security import passwords
@@ -28,7 +29,11 @@ PASSWORD_CHANGE = [
     Field("current_password", str, min_length=1, max_length=128),
     Field("new_password", str, min_length=8, max_length=128, check=_varied),
 ]
-LOGIN = [Field("email", str, min_length=1, max_length=254), Field("password", str, min_length=1, max_length=128)]
+LOGIN = [
+    Field("email", str, min_length=1, max_length=254),
+    Field("password", str, min_length=1, max_length=128),
+    Field("code", str, required=False, min_length=6, max_length=32, description="With two-factor sign-in: a code"),
+]
 ATTRIBUTION = [
     Field(
         "first_touch",
@@ -89,6 +94,18 @@ class AuthHandler(BaseHandler):
             await asyncio.sleep(delay)
 
 
+async def verified_password(handler: AuthHandler, email: str, password: str) -> None:
+    """403 unless `password` is the account's (a signed-in user confirming a sensitive change); throttled as
+    logins are, so a stolen session cannot become a way to guess the password."""
+    handler.throttle(email)
+    stored = await handler.ctx.accounts.by_email(email)
+    ok = stored is not None and await handler.hash(passwords.verify_password, password, stored["password_hash"])
+    if not ok:
+        await handler.slow_down(email)
+        raise ApiError(403, "The current password is incorrect")
+    handler.ctx.login_throttle.succeeded(email, handler.client_ip())
+
+
 class RegisterHandler(AuthHandler):
     """Creates an account and returns a session token."""
 
@@ -133,6 +150,13 @@ class LoginHandler(AuthHandler):
         if self.ctx.login_throttle is not None:
             self.ctx.login_throttle.succeeded(email, self.client_ip())
         self.account_id = account["_id"]
+        method = None
+        if secondfactor.enabled(account):
+            if "code" not in body:  # the second step: POST /auth/login/2fa (handlers/twofactor.py)
+                self.send_json(secondfactor.challenge(self, account))
+                return
+            method = await secondfactor.check_code(self, account["_id"], body["code"])
+        await self.audit("login", details={"second_factor": method} if method else None)
         self.issue_session(account["_id"], account.get("session_version", 0))
 
 
@@ -142,6 +166,7 @@ class LogoutHandler(BaseHandler):
     @authenticated
     async def post(self) -> None:
         await self.ctx.sessions.end(self.session)
+        await self.audit("logout")
         self.send_json({"ok": True})
 
 
@@ -152,20 +177,12 @@ class PasswordHandler(AuthHandler):
     async def post(self) -> None:
         account = await self.current_account()
         body = validate_body(self.json_body(), PASSWORD_CHANGE)
-        email = account["email"]
-        self.throttle(email)  # a stolen token must not become a way to guess the password
-        stored = await self.ctx.accounts.by_email(email)
-        ok = stored is not None and await self.hash(
-            passwords.verify_password, body["current_password"], stored["password_hash"]
-        )
-        if not ok:
-            await self.slow_down(email)
-            raise ApiError(403, "The current password is incorrect")
-        self.ctx.login_throttle.succeeded(email, self.client_ip())
+        await verified_password(self, account["email"], body["current_password"])
         digest = await self.hash(passwords.hash_password, body["new_password"], self.ctx.settings.password_scrypt_n)
         version = await self.ctx.sessions.password_changed(account["_id"], digest)
         if version is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
+        await self.audit("password.changed")
         self.issue_session(account["_id"], version)
 
 
@@ -181,6 +198,7 @@ class MeHandler(BaseHandler):
                 "email": account["email"],
                 "is_admin": self.is_admin(account),
                 "created_at": account["created_at"],
+                "two_factor": bool((account.get("totp") or {}).get("enabled")),
             }
         )
 

@@ -26,7 +26,7 @@ from handlers.context import Context
 from handlers.errors import REASONS, ApiError, ValidationError, error, missing, portal_error
 from handlers.validation import Field, parse_query
 from security import tokens
-from storage.audit import SYSTEM, account_actor, admin_actor
+from storage.audit import ANONYMOUS, account_actor, admin_actor
 
 log = logging.getLogger("gateway.access")  # unhandled errors; access lines: handlers/accesslog.py
 
@@ -97,13 +97,21 @@ def authenticated(method):
 
 
 def admin_only(method):
-    """The method runs only for an admin's session: 401 without a valid token, 403 for everyone else."""
+    """The method runs only for an admin's session: 401 without a valid token, 403 for everyone else, and 403
+    for an admin without two-factor sign-in when ADMIN_REQUIRE_2FA is on."""
 
     @authenticated
     @functools.wraps(method)
     async def wrapper(self: "BaseHandler", *args, **kwargs):
-        if not self.is_admin(await self.current_account()):
+        account = await self.current_account()
+        if not self.is_admin(account):
             raise ApiError(403, "Admins only")
+        if self.ctx.settings.admin_require_2fa and not (account.get("totp") or {}).get("enabled"):
+            raise ApiError(
+                403,
+                "Admins must sign in with a second factor (ADMIN_REQUIRE_2FA): enrol two-factor sign-in in the "
+                "portal (Security) or with POST /auth/2fa/setup",
+            )
         return await method(self, *args, **kwargs)
 
     return wrapper
@@ -294,7 +302,7 @@ class BaseHandler(Anonymous):
             account = await self.current_account()
             actor = admin_actor(account["_id"], account["email"])
         else:
-            actor = account_actor(actor_id) if actor_id else SYSTEM
+            actor = account_actor(actor_id) if actor_id else ANONYMOUS  # not signed in: a failed login
         await self.ctx.audit.record(
             action, account_id if account_id is not None else actor_id, actor, self.client_ip(), details
         )

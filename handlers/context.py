@@ -18,7 +18,7 @@ from metering.limiter import RateLimiter
 from metering.pricing import Prices
 from payments.service import Payments
 from security.apikeys import KeyVault
-from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
+from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle, SlidingWindows
 from social.pool import InFlight
 from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
@@ -26,6 +26,7 @@ from storage.admin import AdminStore
 from storage.alerts import AlertStore
 from storage.audit import AuditStore
 from storage.keys import KeyStore
+from storage.signin import SignInStore
 from storage.usage import UsageStore
 from storage.webhooks import WebhookStore
 from webhooks.outbox import Outbox
@@ -61,7 +62,12 @@ class Context:
     webhook_store: WebhookStore  # endpoints, events, deliveries (storage/webhooks.py)
     outbox: Outbox  # events in, signed deliveries out (webhooks/outbox.py)
     alerts: Detector  # the crossing detector (alerts/detector.py)
+    signin: SignInStore  # two-factor state and the reset's conditional password write (storage/signin.py)
     audit: AuditStore  # the append-only audit log (storage/audit.py; handlers write through BaseHandler.audit)
+    # Wrong second-factor codes per account, in this process (handlers/twofactor.py): 5 per 5 minutes.
+    second_factor: SlidingWindows = field(default_factory=lambda: SlidingWindows(5, 300.0, 100_000))
+    # Password-reset emails per address, in this process (handlers/reset.py): 3 an hour.
+    reset_requests: SlidingWindows = field(default_factory=lambda: SlidingWindows(3, 3600.0, 100_000))
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
     scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

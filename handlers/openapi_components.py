@@ -80,7 +80,14 @@ SCHEMAS: dict = {
     ),
     "LoggedOut": obj(("ok",), ok=B),
     "PasswordChange": body_schema(auth.PASSWORD_CHANGE),
-    "Me": obj(("account_id", "email", "is_admin", "created_at"), account_id=S, email=S, is_admin=B, created_at=TIME),
+    "Me": obj(
+        ("account_id", "email", "is_admin", "created_at", "two_factor"),
+        account_id=S,
+        email=S,
+        is_admin=B,
+        created_at=TIME,
+        two_factor={"type": "boolean", "description": "Two-factor sign-in is on"},
+    ),
     "Attribution": body_schema(auth.ATTRIBUTION),
     "AttributionResult": obj(("ok", "stored"), ok=B, stored=B),
     # The declared fields, with the properties' richer schemas (lists, groups, formats) and null that

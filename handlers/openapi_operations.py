@@ -58,9 +58,9 @@ OPERATIONS: list[Operation] = [
     Operation(
         "post",
         "/auth/login",
-        "Log in; returns a session token",
+        "Log in; returns a session token, or with two-factor sign-in a challenge for /auth/login/2fa",
         "auth",
-        ref("Session"),
+        {"oneOf": [ref("Session"), ref("TwoFactorChallenge")]},
         security=None,
         body="Login",
         errors=(401, 413, 422, 429),
@@ -453,11 +453,11 @@ OPERATIONS: list[Operation] = [
     Operation(
         "post",
         "/portal/login",
-        "Log in; the session goes to an HttpOnly cookie (needs the page's XSRF token)",
+        "Log in; the session goes to an HttpOnly cookie (needs the page's XSRF token), or a 2FA challenge",
         "portal",
-        ref("CookieSession"),
+        {"oneOf": [ref("CookieSession"), ref("TwoFactorChallenge")]},
         security=None,
-        body="Credentials",
+        body="Login",
         errors=(401, 403, 413, 422, 429),
     ),
     Operation(

@@ -131,6 +131,7 @@ class LogoutHandler(BaseHandler):
         s = self.ctx.settings
         if self.session is not None:
             await self.ctx.sessions.end(self.session)
+            await self.audit("logout")
         self.clear_cookie(self.session_cookie(), httponly=True, secure=s.production, samesite="Strict")
         self.send_json({"ok": True})
 

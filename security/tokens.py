@@ -61,3 +61,30 @@ def session_of(secret: str, token: str) -> Session | None:
     if claims["iat"] > time.time() + 60:
         return None
     return Session(claims["sub"], version, token_id, int(claims["exp"]))
+
+
+# --- purpose tokens: a pending second factor, a password reset ---------------------------------------------------
+# Signed with the same key but typed: session_of refuses them (typ), and each reader refuses the others.
+CHALLENGE, RESET = "2fa", "reset"
+
+
+def issue_purpose(secret: str, purpose: str, account_id: str, ttl_seconds: int, version: int, bound: str = "") -> str:
+    """A short-lived token for one purpose. `version`: the account's session version (a password change or a
+    reset voids it); `bound`: a fingerprint it must still match when used (a reset: the password hash's)."""
+    now = int(time.time())
+    claims = {"sub": account_id, "iat": now, "exp": now + ttl_seconds, "typ": purpose, "sv": version, "b": bound}
+    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+
+
+def purpose_of(secret: str, purpose: str, token: str) -> tuple[str, int, str] | None:
+    """(account id, session version, fingerprint) of a valid token of this purpose, else None."""
+    try:
+        claims = jwt.decode(
+            token, secret, algorithms=[ALGORITHM], options={"require": ["sub", "iat", "exp", "typ", "sv"]}
+        )
+    except jwt.PyJWTError:
+        return None
+    bound = claims.get("b", "")
+    if claims["typ"] != purpose or not _text(claims["sub"]) or type(claims["sv"]) is not int or type(bound) is not str:
+        return None
+    return claims["sub"], claims["sv"], bound

@@ -10,14 +10,14 @@ or, anywhere with the context (the system crediting a payment, a background task
     await ctx.audit.record(
         "credit.applied",              # one of ACTIONS (an unknown action is a programming error: ValueError)
         account_id="6650…",            # whose log the entry lands in; None for none (shown to admins only)
-        actor=SYSTEM,                  # or account_actor(id) or admin_actor(id, email)
+        actor=SYSTEM,                  # or account_actor(id), admin_actor(id, email), ANONYMOUS
         address="203.0.113.9",         # the client's address (BaseHandler.client_ip()), None for the system
         details={"order_id": "…", "credits": 100000},   # small, JSON-able, never a secret
         once="credit:…",               # optional: an event id; its second entry is not written (retries)
     )
 
 An entry is {_id: ObjectId (time-ordered: the page cursor), at, account_id, action, actor: {kind: account |
-admin | system, id, email?}, address, details, expires_at, once?}. Nothing here updates or deletes an entry: the
+admin | system | anonymous, id, email?}, address, details, expires_at, once?}. Nothing here updates or deletes an entry: the
 only way out is MongoDB's TTL at `expires_at` (AUDIT_RETENTION_DAYS after the write, so a changed
 setting applies to entries written after the change). A write that fails is logged and swallowed: the
 action it records is already done, and failing its request would invite a retry that does it twice.
@@ -61,8 +61,9 @@ ACTIONS = (
     "admin.suspend",
     "admin.resume",
 )
-ACTOR_KINDS = ("account", "admin", "system")
+ACTOR_KINDS = ("account", "admin", "system", "anonymous")  # anonymous: not signed in (a failed login)
 SYSTEM = {"kind": "system", "id": None}
+ANONYMOUS = {"kind": "anonymous", "id": None}
 
 INDEXES = [
     IndexModel([("account_id", ASCENDING), ("_id", DESCENDING)]),

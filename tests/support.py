@@ -216,3 +216,29 @@ class Receiver:
 
     def stop(self) -> None:
         self.server.stop()
+
+
+class Inbox:
+    """A real SMTP server in this process (aiosmtpd, in its own thread): every message it accepts."""
+
+    def __init__(self):
+        from aiosmtpd.controller import Controller
+
+        inbox = self
+        self.messages: list[dict] = []
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):
+                inbox.messages.append({"to": envelope.rcpt_tos, "data": envelope.content.decode()})
+                return "250 OK"
+
+        sock, self.port = tornado.testing.bind_unused_port()
+        sock.close()
+        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
+        self.controller.start()
+
+    async def until(self, count: int) -> list[dict]:
+        return await gathered(self.messages, count)
+
+    def stop(self) -> None:
+        self.controller.stop()

@@ -137,6 +137,10 @@ async def test_answers_match_their_documented_schemas(api, ctx):
         ("get", "/admin/metrics", "?days=0", admin["token"], 422),
         ("get", "/account", "", user["token"], 200),
         ("get", "/keys", "", user["token"], 200),
+        ("get", "/audit", "", user["token"], 200),
+        ("get", "/admin/audit", "?limit=1", admin["token"], 200),
+        ("get", "/auth/2fa", "", user["token"], 200),
+        ("get", "/auth/me", "", user["token"], 200),
     ]:
         code, body, _ = await api.call(method.upper(), path + query, token=token)
         assert code == status, (path, body)

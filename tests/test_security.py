@@ -20,7 +20,7 @@ from tornado.testing import bind_unused_port
 
 import config
 from app.server import make_server
-from handlers import auth, billing, keys
+from handlers import auth, billing, keys, reset, twofactor
 from security.apikeys import KeyVault
 from security.throttle import LoginThrottle
 from social.endpoints import ENDPOINTS
@@ -495,7 +495,14 @@ async def test_a_flood_of_made_up_keys_never_reaches_the_database(api, ctx, cata
 OPERATOR = {"$gt": ""}
 BODIES = {  # every JSON body the portal takes, with a valid value for each field
     "/auth/register": (auth.CREDENTIALS, {"email": "x@example.com", "password": PASSWORD}),
-    "/auth/login": (auth.LOGIN, {"email": "x@example.com", "password": PASSWORD}),
+    "/auth/login": (auth.LOGIN, {"email": "x@example.com", "password": PASSWORD, "code": "123456"}),
+    "/auth/login/2fa": (twofactor.SECOND_STEP, {"challenge": "c", "code": "123456"}),
+    "/auth/2fa/setup": (twofactor.SETUP, {"password": PASSWORD}),
+    "/auth/2fa/enable": (twofactor.ENABLE, {"code": "123456"}),
+    "/auth/2fa/disable": (twofactor.DISABLE, {"code": "123456", "password": PASSWORD}),
+    "/auth/2fa/recovery-codes": (twofactor.RECOVERY, {"code": "123456"}),
+    "/auth/password/forgot": (reset.FORGOT, {"email": "x@example.com"}),
+    "/auth/password/reset": (reset.RESET, {"token": "t", "password": PASSWORD}),
     "/keys": (
         keys.KEY_CREATE,
         {

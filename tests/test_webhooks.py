@@ -9,9 +9,8 @@ import email
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import tornado.testing
 from standardwebhooks import Webhook, WebhookVerificationError
-from support import FAST, Receiver, gathered, make_settings
+from support import FAST, Inbox, Receiver, make_settings
 
 from webhooks.guard import GuardedResolver, Refused, refused_address
 from webhooks.signing import signed_headers
@@ -263,32 +262,6 @@ async def test_rule_and_endpoint_validation_is_422_in_the_spec_shape_and_other_a
     assert (await api.call("GET", "/alerts", token=other["token"]))[1] == []
     assert (await call(api, "DELETE", f"/alerts/{rule['rule_id']}", user["token"]))[0] == 200
     assert (await api.call("GET", "/alerts", token=user["token"]))[1] == []
-
-
-class Inbox:
-    """A real SMTP server in this process (aiosmtpd, in its own thread): every message it accepts."""
-
-    def __init__(self):
-        from aiosmtpd.controller import Controller
-
-        inbox = self
-        self.messages: list[dict] = []
-
-        class Handler:
-            async def handle_DATA(self, server, session, envelope):
-                inbox.messages.append({"to": envelope.rcpt_tos, "data": envelope.content.decode()})
-                return "250 OK"
-
-        sock, self.port = tornado.testing.bind_unused_port()
-        sock.close()
-        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
-        self.controller.start()
-
-    async def until(self, count: int) -> list[dict]:
-        return await gathered(self.messages, count)
-
-    def stop(self) -> None:
-        self.controller.stop()
 
 
 @pytest.fixture

@@ -230,6 +230,7 @@
       }
     }
     signedOut("");
+    showResetForm();
   }
 
   function signedIn(me) {
@@ -273,12 +274,14 @@
     const scope = $("#auth-form");
     const body = { email: $("#email").value.trim(), password: $("#password").value };
     const done = await act(scope, trigger, async () => {
-      await api("POST", path, body);
+      const answer = await api("POST", path, body);
+      if (answer && answer.two_factor_required) return answer; // the second step: askSecondFactor, below
       return api("GET", "/auth/me");
     });
     if (done) {
       $("#password").value = "";
-      signedIn(done);
+      if (done.two_factor_required) askSecondFactor(done.challenge);
+      else signedIn(done);
     }
   }
 
@@ -1354,6 +1357,240 @@
     });
     box.scrollIntoView({ block: "nearest" });
   }
+
+  // --- account security: second factor at login, password reset, 2FA enrolment, the audit log ----------------------
+  // (handlers/twofactor.py, handlers/reset.py, handlers/audit.py)
+  VIEWS.push("security", "activity");
+  const AUTH_PANELS = ["#auth-form", "#second-factor-form", "#forgot-form", "#reset-form"];
+  const security = { challenge: null, resetToken: null, auditCursor: null };
+
+  function authPanel(selector, notice) {
+    AUTH_PANELS.forEach((s) => ($(s).hidden = s !== selector));
+    AUTH_PANELS.forEach((s) => clearError($(s)));
+    $("#auth-notice").textContent = notice || "";
+    $("#auth-notice").hidden = !notice;
+    const first = $("input", $(selector));
+    if (first) first.focus();
+  }
+  $$("#view-auth [data-back]").forEach((b) => b.addEventListener("click", () => {
+    security.challenge = security.resetToken = null;
+    authPanel("#auth-form");
+  }));
+
+  function askSecondFactor(challenge) {
+    security.challenge = challenge;
+    $("#second-factor-code").value = "";
+    authPanel("#second-factor-form");
+  }
+  $("#second-factor-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = $("#second-factor-form");
+    const body = { challenge: security.challenge, code: $("#second-factor-code").value.trim() };
+    const me = await act(form, $('button[type="submit"]', form), async () => {
+      await api("POST", "/portal/login/2fa", body);
+      return api("GET", "/auth/me");
+    });
+    if (me) {
+      security.challenge = null;
+      form.hidden = true;
+      $("#auth-form").hidden = false;
+      signedIn(me);
+    }
+  });
+
+  $("#forgot-open").addEventListener("click", () => {
+    $("#forgot-email").value = $("#email").value.trim();
+    $("#forgot-sent").hidden = true;
+    authPanel("#forgot-form");
+  });
+  $("#forgot-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = $("#forgot-form");
+    $("#forgot-sent").hidden = true;
+    const done = await act(form, $('button[type="submit"]', form), () =>
+      api("POST", "/auth/password/forgot", { email: $("#forgot-email").value.trim() }));
+    if (done) {
+      $("#forgot-sent").textContent = done.detail + ". Check your inbox (and spam folder).";
+      $("#forgot-sent").hidden = false;
+    }
+  });
+
+  // The emailed link is /#reset=<token>: a fragment, so the token never reaches a server log. It is taken out of
+  // the address bar at once, and the page opens signed out on the reset form.
+  function takeResetToken() {
+    if (!location.hash.startsWith("#reset=")) return false;
+    security.resetToken = decodeURIComponent(location.hash.slice("#reset=".length));
+    history.replaceState(null, "", location.pathname + location.search);
+    return true;
+  }
+  if (takeResetToken()) document.body.dataset.signedIn = "no";
+  const showResetForm = () => { if (security.resetToken) authPanel("#reset-form"); };
+  window.addEventListener("hashchange", () => {
+    // A link opened in a tab already on the portal changes only the fragment: no new page load.
+    if (!takeResetToken()) return;
+    signedOut("");
+    showResetForm();
+  });
+  $("#reset-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = $("#reset-form");
+    const body = { token: security.resetToken, password: $("#reset-password").value };
+    const done = await act(form, $('button[type="submit"]', form), () => api("POST", "/auth/password/reset", body));
+    if (done) {
+      security.resetToken = null;
+      form.reset();
+      authPanel("#auth-form", "Your password is changed and every session has ended: log in with the new password.");
+    }
+  });
+
+  // Two-factor enrolment and its state (Security view).
+  async function loadSecurity() {
+    const card = $("#tfa-card");
+    const status = await act(card, null, () => api("GET", "/auth/2fa"));
+    if (!status) return;
+    $("#tfa-required").hidden = !(status.required && !status.enabled);
+    $("#tfa-status").textContent = status.enabled
+      ? "On since " + when(status.enrolled_at) + " UTC. " + status.recovery_codes_left + " recovery codes left."
+      : "Off: your password alone signs you in.";
+    $("#tfa-setup-form").hidden = status.enabled || !$("#tfa-enable-form").hidden;
+    $("#tfa-on").hidden = !status.enabled;
+  }
+  $("#tfa-setup-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = $("#tfa-setup-form");
+    const setup = await act(form, $('button[type="submit"]', form), () =>
+      api("POST", "/auth/2fa/setup", { password: $("#tfa-setup-password").value }));
+    if (!setup) return;
+    form.reset();
+    form.hidden = true;
+    $("#tfa-qr").src = setup.qr_svg;
+    $("#tfa-secret").textContent = setup.secret.replace(/(.{4})/g, "$1 ").trim();
+    $("#tfa-enable-form").hidden = false;
+    $("#tfa-code").focus();
+  });
+  function showRecoveryCodes(codes) {
+    const list = $("#tfa-recovery-codes");
+    list.textContent = "";
+    codes.forEach((c) => list.append(el("li", c)));
+    $("#tfa-recovery").hidden = false;
+  }
+  $("#tfa-enable-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = $("#tfa-enable-form");
+    const done = await act(form, $('button[type="submit"]', form), () =>
+      api("POST", "/auth/2fa/enable", { code: $("#tfa-code").value.trim() }));
+    if (!done) return;
+    form.reset();
+    form.hidden = true;
+    $("#tfa-secret").textContent = "";
+    showRecoveryCodes(done.recovery_codes);
+    loadSecurity();
+  });
+  $("#tfa-recovery-done").addEventListener("click", () => {
+    $("#tfa-recovery").hidden = true;
+    $("#tfa-recovery-codes").textContent = "";
+  });
+  $("#tfa-regenerate-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = $("#tfa-regenerate-form");
+    const done = await act(form, $('button[type="submit"]', form), () =>
+      api("POST", "/auth/2fa/recovery-codes", { code: $("#tfa-regenerate-code").value.trim() }));
+    if (!done) return;
+    form.reset();
+    showRecoveryCodes(done.recovery_codes);
+    loadSecurity();
+  });
+  $("#tfa-disable-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = $("#tfa-disable-form");
+    const code = $("#tfa-disable-code").value.trim();
+    const body = code ? { code } : { password: $("#tfa-disable-password").value };
+    if (!(await confirmAction("Turn off two-factor sign-in?", "Your password alone will sign you in.", "Turn off"))) return;
+    if (await act(form, $('button[type="submit"]', form), () => api("POST", "/auth/2fa/disable", body))) {
+      form.reset();
+      $("#tfa-recovery").hidden = true;
+      loadSecurity();
+    }
+  });
+
+  // The audit log (Activity view): filters, pages of 50, CSV and JSON exports of what the filters select.
+  const ACTION_LABELS = {
+    "login": "Signed in", "login.failed": "Failed sign-in", "logout": "Signed out",
+    "password.changed": "Password changed", "password.reset_requested": "Password reset asked",
+    "password.reset": "Password reset", "2fa.enabled": "Two-factor turned on", "2fa.disabled": "Two-factor turned off",
+    "2fa.failed": "Wrong two-factor code", "2fa.recovery_used": "Recovery code used",
+    "2fa.recovery_regenerated": "New recovery codes", "key.created": "Key created", "key.revealed": "Key revealed",
+    "key.rolled": "Key rolled", "key.revoked": "Key revoked", "key.edited": "Key edited",
+    "budget.changed": "Budget changed", "checkout.created": "Order created", "credit.applied": "Credits added",
+    "admin.credit": "Credited by an admin", "admin.debit": "Debited by an admin",
+    "admin.suspend": "Suspended by an admin", "admin.resume": "Resumed by an admin",
+  };
+  const actionSelect = $("#audit-action");
+  Object.entries(ACTION_LABELS).forEach(([value, label]) => {
+    const option = el("option", label);
+    option.value = value;
+    actionSelect.append(option);
+  });
+  function auditQuery() {
+    const params = new URLSearchParams();
+    if (actionSelect.value) params.set("action", actionSelect.value);
+    if ($("#audit-since").value) params.set("since", $("#audit-since").value + "T00:00:00Z");
+    if ($("#audit-until").value) params.set("until", $("#audit-until").value + "T23:59:59Z");
+    const everyone = state.me && state.me.is_admin && $("#audit-all").checked;
+    if (everyone && $("#audit-account").value.trim()) params.set("account_id", $("#audit-account").value.trim());
+    return [everyone ? "/admin/audit" : "/audit", params];
+  }
+  function actorText(actor) {
+    if (actor.kind === "system") return "the system";
+    if (actor.kind === "anonymous") return "someone not signed in";
+    if (actor.kind === "admin") return "admin " + (actor.email || actor.id);
+    return state.me && actor.id === state.me.account_id ? "you" : "account " + actor.id;
+  }
+  function detailsText(entry) {
+    const d = Object.assign({}, entry.details);
+    const parts = Object.entries(d).map(([k, v]) => k.replace(/_/g, " ") + ": " +
+      (v !== null && typeof v === "object" ? JSON.stringify(v) : String(v)));
+    if (state.me && entry.account_id && entry.account_id !== state.me.account_id) parts.unshift("account: " + entry.account_id);
+    return parts.join(" · ") || "—";
+  }
+  async function loadAudit(more) {
+    const form = $("#audit-filters");
+    $$("[data-admin-only]", form).forEach((n) => (n.hidden = !(state.me && state.me.is_admin)));
+    const [path, params] = auditQuery();
+    ["csv", "json"].forEach((fmt) => {
+      const exported = new URLSearchParams(params);
+      exported.set("format", fmt);
+      $("#audit-" + fmt).href = path + "/export?" + exported;
+    });
+    params.set("limit", "50");
+    if (more && security.auditCursor) params.set("cursor", security.auditCursor);
+    const page = await act(form, $('button[type="submit"]', form), () => api("GET", path + "?" + params));
+    if (!page) return;
+    security.auditCursor = page.next_cursor;
+    $("#audit-more").hidden = !page.next_cursor;
+    if (page.retention_days) $("#audit-retention").textContent = "for " + page.retention_days + " days";
+    const body = $("#audit-table tbody");
+    if (!more) body.textContent = "";
+    page.entries.forEach((entry) => {
+      const row = el("tr");
+      row.dataset.testid = "audit-row";
+      cell(row, when(entry.at), "nowrap");
+      cell(row, ACTION_LABELS[entry.action] || entry.action);
+      cell(row, actorText(entry.actor), "wrap-any");
+      cell(row, entry.address || "—", "wrap-any");
+      cell(row, detailsText(entry), "wrap-any");
+      body.append(row);
+    });
+    $("#audit-empty").hidden = body.rows.length > 0;
+    labelCells($("#audit-table"));
+  }
+  $("#audit-filters").addEventListener("submit", (event) => {
+    event.preventDefault();
+    loadAudit(false);
+  });
+  $("#audit-more").addEventListener("click", () => loadAudit(true));
+  LOADERS.security = loadSecurity;
+  LOADERS.activity = () => loadAudit(false);
 
   window.addEventListener("hashchange", route);
   start();

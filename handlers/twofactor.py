@@ -1,0 +1,169 @@
+"""Two-factor sign-in (TOTP, security/totp.py): enrol, confirm, status, new recovery codes, disable; and the
+second step of a login (POST /auth/login/2fa, its cookie variant /portal/login/2fa).
+
+Enrolment: POST /auth/2fa/setup {password} answers the secret, its otpauth:// URI and a QR code; POST
+/auth/2fa/enable {code} confirms it with a first code and answers the ten recovery codes (shown this once;
+kept as keyed digests). Login of an enrolled account: POST /auth/login answers {"two_factor_required": true,
+"challenge"} (no session yet); POST /auth/login/2fa {challenge, code} with a current code or a recovery code
+answers the session. A login may also carry the code at once ({email, password, code}). Sessions and bearer
+tokens are unchanged: the second factor is asked when one is issued, never on each request.
+
+Wrong codes are throttled per account and process (5 per 5 minutes, then 429: ctx.second_factor)."""
+
+import asyncio
+
+from handlers.auth import AuthHandler, verified_password
+from handlers.base import ApiError, authenticated
+from handlers.errors import ValidationError, error
+from handlers.secondfactor import check_code, enabled, pepper, sealed_for, secret_of
+from handlers.validation import Field, validate_body
+from security import tokens, totp
+
+CODE = Field("code", str, min_length=6, max_length=32, description="A current 6-digit code, or a recovery code")
+SETUP = [Field("password", str, min_length=1, max_length=128, description="The account's password")]
+ENABLE = [Field("code", str, min_length=6, max_length=6, description="The 6-digit code the app shows")]
+DISABLE = [
+    Field("code", str, required=False, min_length=6, max_length=32, description="A current code or recovery code"),
+    Field("password", str, required=False, min_length=1, max_length=128, description="Or the account's password"),
+]
+RECOVERY = [Field("code", str, min_length=6, max_length=6, description="A current 6-digit code")]
+SECOND_STEP = [
+    Field("challenge", str, min_length=1, max_length=1024, description="The challenge POST /auth/login answered"),
+    CODE,
+]
+
+
+class StatusHandler(AuthHandler):
+    """Whether two-factor sign-in is on, since when, and how many recovery codes are left."""
+
+    @authenticated
+    async def get(self) -> None:
+        state = await self.ctx.signin.state(self.current_user) or {}
+        factor = state.get("totp") or {}
+        on = enabled(state)
+        self.send_json(
+            {
+                "enabled": on,
+                "enrolled_at": factor.get("enrolled_at") if on else None,
+                "recovery_codes_left": len(factor.get("recovery", [])) if on else 0,
+                "required": self.ctx.settings.admin_require_2fa and self.is_admin(await self.current_account()),
+            }
+        )
+
+
+class SetupHandler(AuthHandler):
+    """Starts an enrolment (the password is asked: a stolen session must not bind its own authenticator)."""
+
+    @authenticated
+    async def post(self) -> None:
+        body = validate_body(self.json_body(), SETUP)
+        account = await self.current_account()
+        await verified_password(self, account["email"], body["password"])
+        secret = totp.new_secret()
+        if not await self.ctx.signin.begin(account["_id"], self.ctx.vault.encrypt(secret, sealed_for(account["_id"]))):
+            raise ApiError(409, "Two-factor sign-in is already on; disable it first to enrol another authenticator")
+        uri = totp.provisioning_uri(secret, account["email"])
+        qr = await asyncio.get_running_loop().run_in_executor(self.ctx.executor, totp.qr_data_uri, uri)
+        self.send_json(
+            {"secret": secret, "otpauth_uri": uri, "qr_svg": qr, "digits": totp.DIGITS, "period": totp.PERIOD}
+        )
+
+
+class EnableHandler(AuthHandler):
+    """Confirms the enrolment with a first code; answers the recovery codes, shown this once."""
+
+    @authenticated
+    async def post(self) -> None:
+        code = validate_body(self.json_body(), ENABLE)["code"]
+        account_id = self.current_user
+        state = await self.ctx.signin.state(account_id) or {}
+        if enabled(state):
+            raise ApiError(409, "Two-factor sign-in is already on")
+        pending = state.get("totp_pending")
+        if pending is None:
+            raise ApiError(409, "No enrolment to confirm: start with POST /auth/2fa/setup")
+        step = totp.matching_step(secret_of(self, account_id, pending["sealed"]), code)
+        if step is None:
+            raise ValidationError(
+                [
+                    error(
+                        ["body", "code"],
+                        "Incorrect code: check the time on your phone and type the current one",
+                        "value_error",
+                    )
+                ]
+            )
+        codes = totp.new_recovery_codes()
+        digests = [totp.recovery_digest(pepper(self), c) for c in codes]
+        if not await self.ctx.signin.enable(account_id, pending["sealed"], step, digests):
+            raise ApiError(409, "This enrolment was replaced or confirmed meanwhile; start again")
+        self.ctx.account_cache.invalidate(account_id)
+        await self.audit("2fa.enabled")
+        self.send_json({"enabled": True, "recovery_codes": codes})
+
+
+class RecoveryCodesHandler(AuthHandler):
+    """Ten new recovery codes (the old ones stop working), for a current code."""
+
+    @authenticated
+    async def post(self) -> None:
+        code = validate_body(self.json_body(), RECOVERY)["code"]
+        account_id = self.current_user
+        if not enabled(await self.ctx.signin.state(account_id)):
+            raise ApiError(409, "Two-factor sign-in is off")
+        await check_code(self, account_id, code, recovery=False)
+        codes = totp.new_recovery_codes()
+        await self.ctx.signin.replace_recovery(account_id, [totp.recovery_digest(pepper(self), c) for c in codes])
+        await self.audit("2fa.recovery_regenerated")
+        self.send_json({"recovery_codes": codes})
+
+
+class DisableHandler(AuthHandler):
+    """Turns two-factor sign-in off, for a current code (or a recovery code) or the password."""
+
+    @authenticated
+    async def post(self) -> None:
+        body = validate_body(self.json_body(), DISABLE)
+        if ("code" in body) == ("password" in body):
+            raise ValidationError([error(["body"], "Give either a current code or the password", "value_error")])
+        account = await self.current_account()
+        if not enabled(await self.ctx.signin.state(account["_id"])):
+            raise ApiError(409, "Two-factor sign-in is off")
+        if "code" in body:
+            method = await check_code(self, account["_id"], body["code"])
+        else:
+            await verified_password(self, account["email"], body["password"])
+            method = "password"
+        await self.ctx.signin.disable(account["_id"])
+        self.ctx.account_cache.invalidate(account["_id"])
+        await self.audit("2fa.disabled", details={"confirmed_with": method})
+        self.send_json({"enabled": False})
+
+
+class SecondStepHandler(AuthHandler):
+    """The second step of a login: the challenge of the first and a code; answers the session."""
+
+    async def post(self) -> None:
+        body = validate_body(self.json_body(), SECOND_STEP)
+        claims = tokens.purpose_of(self.ctx.settings.jwt_secret, tokens.CHALLENGE, body["challenge"])
+        if claims is None:
+            raise ApiError(401, "This sign-in expired; enter your email and password again")
+        account_id, version, _ = claims
+        state = await self.ctx.signin.state(account_id)
+        if state is None or state.get("session_version", 0) != version:
+            raise ApiError(401, "This sign-in expired; enter your email and password again")
+        method = await check_code(self, account_id, body["code"])
+        self.account_id = account_id
+        await self.audit("login", account_id, {"second_factor": method})
+        self.issue_session(account_id, version)
+
+
+routes = [
+    (r"/auth/2fa", StatusHandler),
+    (r"/auth/2fa/setup", SetupHandler),
+    (r"/auth/2fa/enable", EnableHandler),
+    (r"/auth/2fa/recovery-codes", RecoveryCodesHandler),
+    (r"/auth/2fa/disable", DisableHandler),
+    (r"/auth/login/2fa", SecondStepHandler),
+    (r"/portal/login/2fa", SecondStepHandler, {"cookie": True}),
+]
