@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from config.settings import Settings
 from metering.ledger import budget_period
 from metering.usage import UsageBuffer
-from storage.usage import UsageStore, bucket_id, is_error
+from storage.usage import UsageStore, bucket_id, is_error, log_order
 
 WRITTEN_MEMORY = 10.0  # seconds the charges of written batches are remembered (spent_unknown_since)
 
@@ -109,7 +109,7 @@ class UsageReads:
         stored = await self.usage.log(account_id, since, until, match, limit)
         seen = {r["_id"] for r in buffered}
         merged = buffered + [r for r in stored if r["_id"] not in seen]
-        merged.sort(key=lambda r: (r["ts"], r["_id"]), reverse=True)
+        merged.sort(key=log_order, reverse=True)
         return merged[:limit]
 
     async def latency(self, account_id: str, since: datetime) -> dict[str, dict]:

@@ -3,7 +3,6 @@ by day / endpoint / key, and exported as CSV or JSON lines."""
 
 import base64
 import binascii
-import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
 
@@ -12,6 +11,7 @@ import orjson
 from handlers.base import BaseHandler, authenticated, timestamp
 from handlers.errors import ValidationError, error
 from handlers.validation import Field
+from storage.usage import log_order
 
 GROUPS = {"day": "day", "endpoint": "endpoint", "key": "key_id"}  # group_by value -> row field
 EXPORT_COLUMNS = ("timestamp", "key_id", "endpoint", "status", "credits", "request_id", "replay_of")
@@ -126,17 +126,22 @@ def _utc(value: str) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def _status(value: str, loc: list) -> None:
-    if not re.fullmatch(r"[1-5](xx|[0-9]{2})", value):
-        raise ValidationError([error(loc, "Input should be a status code (402) or class (4xx)", "value_error")])
-
-
 LOG_DAYS = 90  # the request log's default window, as far back as the usage view looks
-LOG_SINCE = Field("since", str, required=False, check=_moment, description=f"ISO 8601; default: {LOG_DAYS} days ago")
-LOG_UNTIL = Field("until", str, required=False, check=_moment, description="ISO 8601; default: now")
+LOG_SINCE = Field(
+    "since", str, required=False, format="date-time", check=_moment, description=f"Default: {LOG_DAYS} days ago"
+)
+LOG_UNTIL = Field("until", str, required=False, format="date-time", check=_moment, description="Default: now")
 LOG_KEY = Field("key_id", int, required=False, minimum=1, maximum=10**15, description="Only this key's calls")
 LOG_ENDPOINT = Field("endpoint", str, required=False, max_length=200, description="Only this endpoint (/user/info)")
-LOG_STATUS = Field("status", str, required=False, check=_status, description="A status (402) or a class (4xx)")
+# The statuses a usage record can hold: the provider's answer (200, its 4xx passed through), 429 (its rate
+# limit), 501 (announced, not available) and 502/503/504 (its failures); refusals before forwarding are no usage.
+LOG_STATUS = Field(
+    "status",
+    str,
+    required=False,
+    enum=("2XX", "4XX", "5XX", "200", "400", "404", "429", "501", "502", "503", "504"),
+    description="A status class (4xx) or one of the statuses calls are recorded with",
+)
 LOG_REQUEST = Field("request_id", str, required=False, max_length=200, description="The call's X-Request-ID")
 LOG_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500, description="Records per page")
 LOG_CURSOR = Field(
@@ -146,7 +151,8 @@ LOG_FIELDS = (LOG_KEY, LOG_ENDPOINT, LOG_STATUS, LOG_REQUEST, LOG_SINCE, LOG_UNT
 
 
 def _log_cursor(record: dict) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps([record["ts"].isoformat(), record["_id"]])).decode().rstrip("=")
+    moment, record_id = log_order(record)
+    return base64.urlsafe_b64encode(orjson.dumps([moment.isoformat(), record_id])).decode().rstrip("=")
 
 
 def _after(cursor: str) -> tuple[datetime, str] | None:
@@ -168,11 +174,12 @@ def _matcher(key_id, endpoint, status, request_id, after) -> Callable[[dict], bo
             return False
         if endpoint and r["endpoint"] != endpoint:
             return False
-        if status and not (str(r["status"]) == status or (status[1:] == "xx" and str(r["status"])[0] == status[0])):
+        code = str(r["status"])
+        if status and not (code == status or (status[1:].lower() == "xx" and code[0] == status[0])):
             return False
         if request_id and r["request_id"] != request_id and r.get("replay_of") != request_id:
             return False
-        return after is None or (r["ts"], r["_id"]) < after
+        return after is None or log_order(r) < after
 
     return match
 
@@ -202,7 +209,7 @@ class UsageLogHandler(BaseHandler):
         after = _after(cursor)
         match = _matcher(key_id, endpoint, status, request_id, after)
         if after is not None:
-            until = min(until, after[0])
+            until = min(until, after[0] + timedelta(milliseconds=1))  # the match does the exact cut
         # One more than asked: whether a next page exists, without a count of the whole period.
         page = await self.ctx.meter.reads.log(self.current_user, since, until, match, limit + 1)
         more = len(page) > limit

@@ -65,6 +65,13 @@ def buckets_of(batch_id: str, records: list[dict]) -> list[dict]:
     ]
 
 
+def log_order(record: dict) -> tuple[datetime, str]:
+    """The request log's order key: (time to the millisecond, as MongoDB keeps it, id). A buffered record sorts
+    the same before and after its flush, so a page cursor never shows a record twice or skips one."""
+    ts = record["ts"]
+    return ts.replace(microsecond=ts.microsecond // 1000 * 1000), record["_id"]
+
+
 def _stored(r: dict) -> dict:
     # Spelled out rather than built from _RECORD_FIELDS: this runs for every call's record.
     stored = {
@@ -204,7 +211,7 @@ class UsageStore:
             if len(found) >= limit and bucket["ts_max"] < found[limit - 1]["ts"]:
                 break
             found.extend(r for r in flatten(bucket) if since <= r["ts"] <= until and match(r))
-            found.sort(key=lambda r: (r["ts"], r["_id"]), reverse=True)
+            found.sort(key=log_order, reverse=True)
             del found[limit:]
         return found
 

@@ -810,7 +810,7 @@ def test_every_view_fits_at_390_and_1280_with_long_data(watched, stack, sandbox_
         page.get_by_test_id("password").fill(PASSWORD)
         page.get_by_test_id("login").click()
         expect(page.get_by_test_id("logout")).to_be_visible()
-        for view in ("overview", "keys", "usage", "billing", "alerts"):
+        for view in ("overview", "keys", "usage", "billing", "alerts", "security", "activity"):
             page.goto(f"{stack.url}/#{view}")
             expect(page.locator(f"#view-{view}")).to_be_visible()
             if view == "usage":

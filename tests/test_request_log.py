@@ -64,6 +64,7 @@ async def test_request_log_filters_and_pages_over_stored_and_buffered_records(ap
 
     for query, loc in (
         ("status=2x", "status"),
+        ("status=402", "status"),  # refused before forwarding: never a usage record
         ("status=600", "status"),
         ("since=yesterday", "since"),
         ("limit=0", "limit"),

@@ -791,7 +791,8 @@
     const days = selectedDays();
     const query = new URLSearchParams({ limit: "50" });
     const requestId = $("#log-request").value.trim();
-    if (!requestId) query.set("since", new Date(Date.now() - days * 86400000).toISOString());
+    // A request id is looked for in the whole history; the other filters within the period chosen above.
+    query.set("since", requestId ? "1970-01-01T00:00:00+00:00" : new Date(Date.now() - days * 86400000).toISOString());
     [["key_id", "#log-key"], ["endpoint", "#log-endpoint"], ["status", "#log-status"]].forEach(([name, sel]) => {
       if ($(sel).value) query.set(name, $(sel).value);
     });
