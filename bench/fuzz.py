@@ -63,8 +63,9 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 400, 401, 402
 
 # Rules JSON Schema cannot state: a password needs 4 different characters and must not be a common one;
 # the current password must be the right one; an order's minimum depends on the currency (GET
-# /billing/crypto/config); admin and request-log cursors are opaque; a key's expires_at must be in the future, its
-# allowed_ips must parse as addresses, a credit_limit needs its period (and the reverse).
+# /billing/crypto/config); admin, audit and request-log cursors are opaque; a key's expires_at must be in the
+# future, its allowed_ips must parse as addresses, a credit_limit needs its period (and the reverse); an audit
+# filter's time must be a real date and its actions known ones; a reset token must be one the gateway emailed.
 [[operations]]
 include-operation-id = [
     "post_auth_register",
@@ -74,6 +75,11 @@ include-operation-id = [
     "get_usage_log",
     "post_keys",
     "patch_keys_key_id",
+    "post_auth_password_reset",
+    "get_audit",
+    "get_audit_export",
+    "get_admin_audit",
+    "get_admin_audit_export",
 ]
 checks.positive_data_acceptance.enabled = false
 
@@ -85,7 +91,13 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 401, 403, 404
 # The portal's cookie-session endpoints need the page's XSRF token (a cookie plus a header the document
 # cannot describe): every other caller gets 403, whatever the body.
 [[operations]]
-include-operation-id = ["post_portal_register", "post_portal_login", "post_portal_logout", "post_portal_password"]
+include-operation-id = [
+    "post_portal_register",
+    "post_portal_login",
+    "post_portal_login_2fa",
+    "post_portal_logout",
+    "post_portal_password",
+]
 checks.positive_data_acceptance.enabled = false
 
 # Logging out would end the one session token the whole run uses: walked by hand in tests/test_isolation.py.

@@ -57,7 +57,10 @@ SECURITY_SCHEMAS = {
         recovery_codes={**array(S), "description": "Ten single-use codes, shown this once"},
         enabled=B,
     ),
-    "TwoFactorDisable": body_schema(twofactor.DISABLE),
+    "TwoFactorDisable": {
+        **body_schema(twofactor.DISABLE),
+        "anyOf": [{"required": [name], "properties": {name: S}} for name in ("code", "password")],
+    },
     "TwoFactorRegenerate": body_schema(twofactor.RECOVERY),
     "TwoFactorStatus": with_properties(
         obj(

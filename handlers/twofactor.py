@@ -119,13 +119,14 @@ class RecoveryCodesHandler(AuthHandler):
 
 
 class DisableHandler(AuthHandler):
-    """Turns two-factor sign-in off, for a current code (or a recovery code) or the password."""
+    """Turns two-factor sign-in off, for a current code (or a recovery code) or the password (the code counts
+    when both are given)."""
 
     @authenticated
     async def post(self) -> None:
         body = validate_body(self.json_body(), DISABLE)
-        if ("code" in body) == ("password" in body):
-            raise ValidationError([error(["body"], "Give either a current code or the password", "value_error")])
+        if not body:
+            raise ValidationError([error(["body"], "Give a current code or the password", "value_error")])
         account = await self.current_account()
         if not enabled(await self.ctx.signin.state(account["_id"])):
             raise ApiError(409, "Two-factor sign-in is off")
