@@ -29,7 +29,22 @@ from app.preflight import database_problem
 from app.server import LISTEN_BACKLOG, make_server, port_problem, raise_open_file_limit
 from app.tasks import start_background
 from config import logs
-from handlers import account, admin, alerts, audit, auth, billing, keys, ops, portal, reset, sandbox, social, twofactor
+from handlers import (
+    account,
+    admin,
+    admin_accounts,
+    alerts,
+    audit,
+    auth,
+    billing,
+    keys,
+    ops,
+    portal,
+    reset,
+    sandbox,
+    social,
+    twofactor,
+)
 from handlers.base import NotFoundHandler
 from handlers.context import Context
 from handlers.scrape import Scrape
@@ -70,6 +85,7 @@ def make_app(ctx: Context) -> tornado.web.Application:
     routes += auth.routes + keys.routes + account.routes + billing.routes + admin.routes + ops.routes + sandbox.routes
     routes += alerts.routes
     routes += audit.routes + twofactor.routes + reset.routes  # account security: the audit log, 2FA, reset
+    routes += admin_accounts.routes  # the admin console's account actions (issue 26)
     routes += portal.routes  # the web portal at /, its files, and the interactive docs at /docs
     if not ctx.settings.metrics_port:
         routes += ops.metrics_routes

@@ -74,6 +74,7 @@ class AccountView:
     account_id: str
     plan: Plan
     session_version: int = 0  # tokens issued under another version are refused (password change)
+    suspended: bool = False  # by an admin: the account's keys answer 403 (handlers/social.py)
 
 
 class LastUsed:

@@ -103,7 +103,8 @@ class Meter:
 
     def view_of(self, doc: dict) -> AccountView:
         basis = doc.get("paid_usd", 0.0) + doc.get("topup_credits", 0) / self.settings.credits_per_usd
-        return AccountView(doc["_id"], plan_for(basis, self.settings.plan_rules), doc.get("session_version", 0))
+        plan = plan_for(basis, self.settings.plan_rules)
+        return AccountView(doc["_id"], plan, doc.get("session_version", 0), bool(doc.get("suspended")))
 
     async def authenticate(self, secret: str) -> KeyEntry | None:
         if len(secret) > 128 or not self.vault.plausible(secret):
@@ -267,10 +268,19 @@ class Meter:
         self.ledger.release(reservation)
 
     def record(
-        self, key: KeyEntry, endpoint: str, status: int, credits: int, request_id: str, replay_of: str | None = None
+        self,
+        key: KeyEntry,
+        endpoint: str,
+        status: int,
+        credits: int,
+        request_id: str,
+        replay_of: str | None = None,
+        upstream_seconds: float | None = None,
     ) -> None:
         """One usage record per call; its credits are the charge (0 when not charged). A repeat answered with a
-        kept answer (Idempotency-Key) is a record of its own, `replay_of` the first call's request id."""
+        kept answer (Idempotency-Key) is a record of its own, `replay_of` the first call's request id.
+        `upstream_seconds`: the provider's answer time as measured for the latency histogram (kept as `ms`,
+        for the portal's per-endpoint percentiles); absent when nothing was forwarded."""
         ts = datetime.now(UTC)
         # Unique across processes and restarts (the process id is a fresh uuid) without a syscall per call.
         record = {
@@ -286,6 +296,8 @@ class Meter:
         }
         if replay_of is not None:
             record["replay_of"] = replay_of
+        if upstream_seconds is not None:
+            record["ms"] = round(upstream_seconds * 1000, 1)
         self.buffer.add(record)
         self.last_used.seen[key.key_id] = ts
         if self.buffer.waiting >= self.settings.flush_batch:  # a batch being written does not count
@@ -297,6 +309,13 @@ class Meter:
         return self.account_changed(
             account_id, await self.accounts.add_credits(account_id, credits, paid_usd, topup_credits)
         )
+
+    async def apply_debit(self, account_id: str, debit_id: str, credits: int) -> tuple[str, dict | None]:
+        """An admin's debit of the unleased balance, once per debit id (storage/accounts.py `debit`)."""
+        outcome, doc = await self.accounts.debit(account_id, debit_id, credits)
+        if doc is not None:
+            self.account_changed(account_id, doc)
+        return outcome, doc
 
     async def apply_credit(self, account_id: str, credit_id: str, credits: int, paid_usd: float) -> AccountView:
         """A settled payment's credits, once per credit id, with the same in-memory effects as add_credits."""

@@ -3,14 +3,25 @@ records this process still buffers (metering/usage.py), each call counted once."
 
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from config.settings import Settings
 from metering.ledger import budget_period
 from metering.usage import UsageBuffer
-from storage.usage import UsageStore, bucket_id, is_error
+from storage.usage import UsageStore, bucket_id, is_error, log_order
 
 WRITTEN_MEMORY = 10.0  # seconds the charges of written batches are remembered (spent_unknown_since)
+
+
+def percentiles(values: list[float]) -> dict:
+    """Nearest-rank p50 and p95 of `values` (ms), and how many there are."""
+    ordered = sorted(values)
+
+    def rank(percent: int) -> float:
+        return ordered[max(0, -(-percent * len(ordered) // 100) - 1)]
+
+    return {"p50_ms": rank(50), "p95_ms": rank(95), "samples": len(ordered)}
 
 
 class UsageReads:
@@ -88,6 +99,33 @@ class UsageReads:
             )
             for k in keys
         }
+
+    async def log(
+        self, account_id: str, since: datetime, until: datetime, match: Callable[[dict], bool], limit: int
+    ) -> list[dict]:
+        """The request log's page: stored and buffered records in [since, until] that `match` accepts, newest
+        first (ties by id), each record once even if a flush writes it meanwhile."""
+        buffered = [r for r in self.buffer.for_account(account_id) if since <= r["ts"] <= until and match(r)]
+        stored = await self.usage.log(account_id, since, until, match, limit)
+        seen = {r["_id"] for r in buffered}
+        merged = buffered + [r for r in stored if r["_id"] not in seen]
+        merged.sort(key=log_order, reverse=True)
+        return merged[:limit]
+
+    async def latency(self, account_id: str, since: datetime) -> dict[str, dict]:
+        """Per endpoint: p50 and p95 (nearest rank) of the provider's answer time in ms over the forwarded
+        calls since `since`, with the number of samples. Reads every record of the period: the summary
+        totals hold no times (a quantile does not add up across buckets)."""
+        samples: dict[str, list[float]] = {}
+        buffered = [r for r in self.buffer.for_account(account_id) if r["ts"] >= since]
+        skip = {r["_id"] for r in buffered}
+        async for r in self.usage.stream(account_id, since, datetime.now(UTC)):
+            if "ms" in r and r["id"] not in skip:
+                samples.setdefault(r["endpoint"], []).append(r["ms"])
+        for r in buffered:
+            if "ms" in r:
+                samples.setdefault(r["endpoint"], []).append(r["ms"])
+        return {endpoint: percentiles(values) for endpoint, values in samples.items()}
 
     async def recent(self, account_id: str, since: datetime, limit: int) -> list[dict]:
         """The account's newest `limit` records since `since`, buffered or stored, newest first."""

@@ -63,15 +63,16 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 400, 401, 402
 
 # Rules JSON Schema cannot state: a password needs 4 different characters and must not be a common one;
 # the current password must be the right one; an order's minimum depends on the currency (GET
-# /billing/crypto/config); admin and audit cursors are opaque; a key's expires_at must be in the future, its
-# allowed_ips must parse as addresses, a credit_limit needs its period (and the reverse); an audit filter's
-# time must be a real date and its actions known ones; a reset token must be one the gateway emailed.
+# /billing/crypto/config); admin, audit and request-log cursors are opaque; a key's expires_at must be in the
+# future, its allowed_ips must parse as addresses, a credit_limit needs its period (and the reverse); an audit
+# filter's time must be a real date and its actions known ones; a reset token must be one the gateway emailed.
 [[operations]]
 include-operation-id = [
     "post_auth_register",
     "post_auth_password",
     "post_billing_crypto_checkout",
     "get_admin_users",
+    "get_usage_log",
     "post_keys",
     "patch_keys_key_id",
     "post_auth_password_reset",
@@ -81,6 +82,11 @@ include-operation-id = [
     "get_admin_audit_export",
 ]
 checks.positive_data_acceptance.enabled = false
+
+# Revealing a revoked key is 410 (it exists, its secret is gone for good): a state, not an input.
+[[operations]]
+include-operation-id = "get_keys_key_id_reveal"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 401, 403, 404, 409, 410, 429, "5xx"]
 
 # The portal's cookie-session endpoints need the page's XSRF token (a cookie plus a header the document
 # cannot describe): every other caller gets 403, whatever the body.

@@ -1,13 +1,17 @@
 """The account's balance and plan, and its usage history (buffered calls included): per call, summed
 by day / endpoint / key, and exported as CSV or JSON lines."""
 
-from datetime import UTC, datetime, time, timedelta
+import base64
+import binascii
+from collections.abc import Callable
+from datetime import UTC, date, datetime, time, timedelta
 
 import orjson
 
 from handlers.base import BaseHandler, authenticated, timestamp
 from handlers.errors import ValidationError, error
 from handlers.validation import Field
+from storage.usage import log_order
 
 GROUPS = {"day": "day", "endpoint": "endpoint", "key": "key_id"}  # group_by value -> row field
 EXPORT_COLUMNS = ("timestamp", "key_id", "endpoint", "status", "credits", "request_id", "replay_of")
@@ -97,9 +101,126 @@ class UsageSummaryHandler(BaseHandler):
             {**dict(zip(fields, group, strict=True)), "calls": n, "credits": c, "errors": x}
             for group, (n, c, x) in sums.items()
         ]
+        if fields == ("endpoint",):
+            # Per endpoint alone: the provider's answer times too (forwarded calls; null where there were none).
+            since = datetime.combine(date.fromisoformat(since_day), time.min, UTC)
+            latency = await self.ctx.meter.reads.latency(account_id, since)
+            none = {"p50_ms": None, "p95_ms": None, "samples": 0}
+            rows = [{**r, **latency.get(r["endpoint"], none)} for r in rows]
         # Newest day first; within a day (or without days) the biggest spend first.
         rows.sort(key=lambda r: (r.get("day", ""), r["credits"], r["calls"]), reverse=True)
         self.send_json(rows)
+
+
+def _moment(value: str, loc: list) -> None:
+    try:
+        if not (value.isascii() and value.isprintable()):
+            raise ValueError
+        datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError([error(loc, "Input should be a valid ISO 8601 datetime", "datetime_parsing")]) from None
+
+
+def _utc(value: str) -> datetime:
+    moment = datetime.fromisoformat(value)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+LOG_DAYS = 90  # the request log's default window, as far back as the usage view looks
+LOG_SINCE = Field(
+    "since", str, required=False, format="date-time", check=_moment, description=f"Default: {LOG_DAYS} days ago"
+)
+LOG_UNTIL = Field("until", str, required=False, format="date-time", check=_moment, description="Default: now")
+LOG_KEY = Field("key_id", int, required=False, minimum=1, maximum=10**15, description="Only this key's calls")
+LOG_ENDPOINT = Field("endpoint", str, required=False, max_length=200, description="Only this endpoint (/user/info)")
+# The statuses a usage record can hold: the provider's answer (200, its 4xx passed through), 429 (its rate
+# limit), 501 (announced, not available) and 502/503/504 (its failures); refusals before forwarding are no usage.
+LOG_STATUS = Field(
+    "status",
+    str,
+    required=False,
+    enum=("2XX", "4XX", "5XX", "200", "400", "404", "429", "501", "502", "503", "504"),
+    description="A status class (4xx) or one of the statuses calls are recorded with",
+)
+LOG_REQUEST = Field("request_id", str, required=False, max_length=200, description="The call's X-Request-ID")
+LOG_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500, description="Records per page")
+LOG_CURSOR = Field(
+    "cursor", str, required=False, default="", max_length=400, description="next_cursor of the last page"
+)
+LOG_FIELDS = (LOG_KEY, LOG_ENDPOINT, LOG_STATUS, LOG_REQUEST, LOG_SINCE, LOG_UNTIL, LOG_LIMIT, LOG_CURSOR)
+
+
+def _log_cursor(record: dict) -> str:
+    moment, record_id = log_order(record)
+    return base64.urlsafe_b64encode(orjson.dumps([moment.isoformat(), record_id])).decode().rstrip("=")
+
+
+def _after(cursor: str) -> tuple[datetime, str] | None:
+    """(ts, id) of the last record of the previous page; the next page holds what sorts after it."""
+    if not cursor:
+        return None
+    try:
+        moment, record_id = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return _utc(moment), str(record_id)
+    except (binascii.Error, ValueError, TypeError):
+        raise ValidationError(
+            [error(["query", "cursor"], "Invalid cursor: pass next_cursor back unchanged", "value_error")]
+        ) from None
+
+
+def _matcher(key_id, endpoint, status, request_id, after) -> Callable[[dict], bool]:
+    def match(r: dict) -> bool:
+        if key_id is not None and r["key_id"] != key_id:
+            return False
+        if endpoint and r["endpoint"] != endpoint:
+            return False
+        code = str(r["status"])
+        if status and not (code == status or (status[1:].lower() == "xx" and code[0] == status[0])):
+            return False
+        if request_id and r["request_id"] != request_id and r.get("replay_of") != request_id:
+            return False
+        return after is None or log_order(r) < after
+
+    return match
+
+
+def _record(r: dict) -> dict:
+    return {
+        "endpoint": r["endpoint"],
+        "timestamp": r["ts"],
+        "credits": r["credits"],
+        "status": r["status"],
+        "key_id": r["key_id"],
+        "request_id": r["request_id"],
+        "replay_of": r.get("replay_of"),
+        "upstream_ms": r.get("ms"),
+    }
+
+
+class UsageLogHandler(BaseHandler):
+    """The request log: stored and buffered calls, newest first, filtered and paged (`next_cursor`)."""
+
+    @authenticated
+    async def get(self) -> None:
+        key_id, endpoint, status, request_id, since, until, limit, cursor = map(self.query_arg, LOG_FIELDS)
+        now = datetime.now(UTC)
+        since = _utc(since) if since else now - timedelta(days=LOG_DAYS)
+        until = _utc(until) if until else now
+        after = _after(cursor)
+        match = _matcher(key_id, endpoint, status, request_id, after)
+        if after is not None:
+            until = min(until, after[0] + timedelta(milliseconds=1))  # the match does the exact cut
+        # One more than asked: whether a next page exists, without a count of the whole period.
+        page = await self.ctx.meter.reads.log(self.current_user, since, until, match, limit + 1)
+        more = len(page) > limit
+        page = page[:limit]
+        self.send_json(
+            {
+                "records": [_record(r) for r in page],
+                "has_next_page": more,
+                "next_cursor": _log_cursor(page[-1]) if more else "",
+            }
+        )
 
 
 def _line(fmt: str, ts: datetime, record: dict) -> bytes:
@@ -154,4 +275,5 @@ routes = [
     (r"/usage", UsageHandler),
     (r"/usage/summary", UsageSummaryHandler),
     (r"/usage/export", UsageExportHandler),
+    (r"/usage/log", UsageLogHandler),
 ]

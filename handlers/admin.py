@@ -26,6 +26,9 @@ INCLUDE_INTERNAL = Field(
 )
 USERS_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500)
 CURSOR = Field("cursor", str, required=False, default="", description="next_cursor of the previous page")
+SEARCH = Field(
+    "q", str, required=False, default="", max_length=320, description="An account id, or part of an email (any case)"
+)
 
 
 def _classes(status: Counter) -> dict:
@@ -151,8 +154,11 @@ class AdminUsersHandler(BaseHandler):
         include_internal = self.query_arg(INCLUDE_INTERNAL)
         limit = self.query_arg(USERS_LIMIT)
         after = _after(self.query_arg(CURSOR))
+        search = self.query_arg(SEARCH)
         admins = self.ctx.settings.admin_emails
-        page, more = await self.ctx.admin.users(include_internal, admins, limit, after)
+        page, more = await self.ctx.admin.users(include_internal, admins, limit, after, search)
+        # What the default filter hides, so that an empty page can say why (the portal's empty state).
+        hidden = 0 if include_internal else len(await self.ctx.admin.internal_accounts(admins))
         rows = [
             {
                 "account_id": a["_id"],
@@ -167,10 +173,18 @@ class AdminUsersHandler(BaseHandler):
                 "last_activity": a["last_activity"],
                 "is_admin": bool(a.get("is_admin")),
                 "internal": bool(a.get("internal")),
+                "suspended": bool(a.get("suspended")),
             }
             for a in page
         ]
-        self.send_json({"users": rows, "has_next_page": more, "next_cursor": _cursor(page[-1]) if more else ""})
+        self.send_json(
+            {
+                "users": rows,
+                "has_next_page": more,
+                "next_cursor": _cursor(page[-1]) if more else "",
+                "internal_hidden": hidden,
+            }
+        )
 
 
 routes = [

@@ -221,6 +221,7 @@ def _row(key: dict, qps: float, credits_used: int, seen: datetime | None = None)
         "created_at": key["created_at"],
         "last_used_at": max(stored, seen) if stored and seen else stored or seen,
         **{name: key.get(name) for name in PROPERTIES},
+        "rolled_to": key.get("rolled_to"),  # set: this key's expires_at is the end of its roll's grace
         "credits_used": credits_used,
     }
 
@@ -416,11 +417,13 @@ class RollHandler(KeysBase):
 
 
 class RevealHandler(KeysBase):
-    """Returns the full key string to its owner."""
+    """Returns the full key string to its owner; never a revoked key's (410 Gone: it exists, and stays dead)."""
 
     @authenticated
     async def get(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
+        if key["revoked"]:
+            raise ApiError(410, "This key is revoked: its secret is no longer shown")
         await self.audit("key.revealed", details={"key_id": key["key_id"]})  # it hands out the secret
         self.send_json({"key_id": key["key_id"], "key": self.ctx.vault.decrypt(key["sealed"], key["key_id"])})
 

@@ -37,7 +37,8 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
             "version": VERSION,
             "description": "Portal endpoints use a bearer session token (the web portal at / keeps it in an "
             "HttpOnly cookie instead, and its writes carry an X-XSRFToken header); data endpoints use X-API-Key "
-            "and are charged in credits (100,000 credits = 1 USD).",
+            "and are charged in credits (100,000 credits = 1 USD). Every data path is also served under /twitter "
+            "(the provider's own paths) where TWITTER_ALIAS is on; /openapi.json?aliases=true lists those too.",
         },
         "tags": [
             {"name": t}

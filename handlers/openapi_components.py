@@ -1,6 +1,6 @@
 """The document's component schemas: request bodies from the handlers' `Field` declarations, answers by hand."""
 
-from handlers import auth, billing, keys
+from handlers import admin_accounts, auth, billing, keys
 from handlers.openapi_schema import (
     TIME,
     B,
@@ -113,6 +113,9 @@ SCHEMAS: dict = {
         created_at=TIME,
         last_used_at=nullable(TIME),
         **KEY_PROPERTIES,
+        rolled_to=nullable(
+            {"type": "integer", "description": "The key this one was rolled to: its expires_at ends the grace"}
+        ),
         credits_used={
             "type": "integer",
             "description": "Credits the key's budget (the key and keys rolled from it) spent in its "
@@ -177,6 +180,22 @@ SCHEMAS: dict = {
         calls=I,
         credits=I,
         errors={"type": "integer", "description": "Calls answered with a status other than 2xx"},
+        p50_ms=nullable({"type": "number", "description": "group_by=endpoint alone: median provider answer time"}),
+        p95_ms=nullable({"type": "number", "description": "group_by=endpoint alone: 95th percentile, ms"}),
+        samples={"type": "integer", "description": "group_by=endpoint alone: forwarded calls timed"},
+    ),
+    "UsageLogPage": obj(
+        ("records", "has_next_page", "next_cursor"),
+        records=array(
+            {
+                "allOf": [
+                    ref("UsageRecord"),
+                    obj((), upstream_ms=nullable({"type": "number", "description": "Provider answer ms; null: none"})),
+                ]
+            }
+        ),
+        has_next_page=B,
+        next_cursor={"type": "string", "description": "Pass as cursor for the next page; empty on the last"},
     ),
     "UsageExportRow": obj(
         ("timestamp", "key_id", "endpoint", "status", "credits", "request_id", "replay_of"),
@@ -268,10 +287,48 @@ SCHEMAS: dict = {
         last_activity=nullable(TIME),
         is_admin=B,
         internal=B,
+        suspended=B,
     ),
     "AdminUsersPage": obj(
-        ("users", "has_next_page", "next_cursor"), users=array(ref("AdminUser")), has_next_page=B, next_cursor=S
+        ("users", "has_next_page", "next_cursor"),
+        users=array(ref("AdminUser")),
+        has_next_page=B,
+        next_cursor=S,
+        internal_hidden={
+            "type": "integer",
+            "description": "Admin and internal accounts left out (include_internal=false): what an empty page hides",
+        },
     ),
+    "AdminAccount": obj(
+        ("account_id", "email", "credits", "plan", "suspended"),
+        account_id=S,
+        email=S,
+        created_at=TIME,
+        credits={"type": "integer", "description": "The balance, leases included"},
+        plan=S,
+        total_paid_usd=N,
+        is_admin=B,
+        internal=B,
+        suspended={"type": "boolean", "description": "Its keys answer 403 on every process"},
+        suspended_reason=nullable(S),
+        credited={"type": "integer", "description": "After a credit: the credits added"},
+        debited={"type": "integer", "description": "After a debit: the credits taken"},
+    ),
+    "AdminAccountDetail": {
+        "allOf": [
+            ref("AdminAccount"),
+            obj(
+                ("keys", "orders", "recent_calls", "audit"),
+                keys=array(ref("Key")),
+                orders=array(ref("Order")),
+                recent_calls=array(ref("UsageRecord")),
+                audit=array({"type": "object", "description": "Audit-log entries, newest first"}),
+            ),
+        ]
+    },
+    "AdminAdjust": body_schema(admin_accounts.ADJUST),
+    "AdminSuspend": body_schema(admin_accounts.SUSPEND),
+    "AdminResume": body_schema(admin_accounts.RESUME),
     # --- operations ----------------------------------------------------------------------------------
     "Health": obj(("status",), status={"const": "ok"}),
     "Ready": obj(

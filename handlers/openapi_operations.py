@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from handlers import account, admin, billing, keys
 from handlers.openapi_schema import B, I, S, array, obj, path_param, query, query_param, ref
+from handlers.validation import Field
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,14 @@ class Operation:
     )
 
 
+ALIASES = Field(
+    "aliases",
+    bool,
+    required=False,
+    default=False,
+    description="Also list the /twitter alias of every data path (served when TWITTER_ALIAS is on)",
+)
+ACCOUNT_ID = path_param("account_id", S, "The account's id")
 BILLING, KEY_ID = "/billing/crypto", path_param("key_id", I, "The key's integer id")
 
 OPERATIONS: list[Operation] = [
@@ -138,11 +147,11 @@ OPERATIONS: list[Operation] = [
     Operation(
         "get",
         "/keys/{key_id}/reveal",
-        "The full key string, to its owner",
+        "The full key string, to its owner; 410 once the key is revoked (its secret is never shown again)",
         "keys",
         ref("RevealedKey"),
         params=(KEY_ID,),
-        errors=(401, 404, 422),
+        errors=(401, 404, 410, 422),
     ),
     Operation(
         "post",
@@ -193,6 +202,15 @@ OPERATIONS: list[Operation] = [
                 "description": "Repeat it or separate with commas to group by several; default day",
             },
         ),
+        errors=(401, 422),
+    ),
+    Operation(
+        "get",
+        "/usage/log",
+        "The request log: calls filtered by key, endpoint, status, time or request id, newest first, paged",
+        "account",
+        ref("UsageLogPage"),
+        params=tuple(query_param(f) for f in account.LOG_FIELDS),
         errors=(401, 422),
     ),
     Operation(
@@ -316,8 +334,60 @@ OPERATIONS: list[Operation] = [
         "One row per account, newest signup first (admins only)",
         "admin",
         ref("AdminUsersPage"),
-        params=tuple(query_param(f) for f in (admin.INCLUDE_INTERNAL, admin.USERS_LIMIT, admin.CURSOR)),
+        params=tuple(query_param(f) for f in (admin.INCLUDE_INTERNAL, admin.SEARCH, admin.USERS_LIMIT, admin.CURSOR)),
         errors=(401, 403, 422),
+    ),
+    Operation(
+        "get",
+        "/admin/accounts/{account_id}",
+        "One account: balance, plan, keys, orders, recent calls and audit entries (admins only)",
+        "admin",
+        ref("AdminAccountDetail"),
+        params=(ACCOUNT_ID,),
+        errors=(401, 403, 404),
+    ),
+    Operation(
+        "post",
+        "/admin/accounts/{account_id}/credit",
+        "Add credits, with a reason (ledger and audit log; the plan does not change)",
+        "admin",
+        ref("AdminAccount"),
+        params=(ACCOUNT_ID,),
+        body="AdminAdjust",
+        errors=(401, 403, 404, 413, 422),
+        idempotent=True,
+    ),
+    Operation(
+        "post",
+        "/admin/accounts/{account_id}/debit",
+        "Take credits, with a reason; 409 past the unleased balance (never below zero)",
+        "admin",
+        ref("AdminAccount"),
+        params=(ACCOUNT_ID,),
+        body="AdminAdjust",
+        errors=(401, 403, 404, 409, 413, 422),
+        idempotent=True,
+    ),
+    Operation(
+        "post",
+        "/admin/accounts/{account_id}/suspend",
+        "Suspend the account: its keys answer 403 on every process (within a second)",
+        "admin",
+        ref("AdminAccount"),
+        params=(ACCOUNT_ID,),
+        body="AdminSuspend",
+        errors=(401, 403, 404, 413, 422),
+    ),
+    Operation(
+        "post",
+        "/admin/accounts/{account_id}/resume",
+        "Resume a suspended account",
+        "admin",
+        ref("AdminAccount"),
+        params=(ACCOUNT_ID,),
+        body="AdminResume",
+        body_required=False,
+        errors=(401, 403, 404, 413, 422),
     ),
     # operations
     Operation("get", "/healthz", "The process is alive", "operations", ref("Health"), security=None, errors=()),
@@ -349,7 +419,16 @@ OPERATIONS: list[Operation] = [
         security="metrics",
         media="text/plain",
     ),
-    Operation("get", "/openapi.json", "This document", "operations", {"type": "object"}, security=None, errors=()),
+    Operation(
+        "get",
+        "/openapi.json",
+        "This document: each data endpoint once, under /social",
+        "operations",
+        {"type": "object"},
+        security=None,
+        params=(query_param(ALIASES),),
+        errors=(422,),
+    ),
     # the web portal (cookie sessions; handlers/portal.py)
     Operation(
         "get",

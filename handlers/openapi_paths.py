@@ -4,7 +4,16 @@ from handlers.idempotent import KEY, PATTERN
 from handlers.openapi_operations import Operation
 from handlers.openapi_schema import B, I, S, array, field_schema, nullable, query, ref
 from handlers.validation import INT_MAX
-from social.endpoints import CURSOR_MAX, CURSOR_PATTERN, NOT_BLANK, STRING_MAX, Endpoint, Param, ids_pattern
+from social.endpoints import (
+    CURSOR_MAX,
+    CURSOR_PATTERN,
+    NOT_BLANK,
+    STRING_MAX,
+    Endpoint,
+    Param,
+    ids_pattern,
+    param_docs,
+)
 
 _ERRORS = {
     400: "The data provider refused the parameters (its answer, passed through; not charged)",
@@ -16,6 +25,7 @@ _ERRORS = {
     "Retry-After), or its answer was charged but too large to keep (send a new key)",
     404: "Not found (or not yours)",
     413: "Request body too large",
+    410: "Gone: the key is revoked and its secret is never shown again",
     422: "Invalid input (a parameter, or an Idempotency-Key that is malformed or was used for another request)",
     429: "Too many requests: retry after Retry-After seconds",
     501: "Announced but not available; never charged",
@@ -161,6 +171,14 @@ def _envelope(endpoint: Endpoint) -> dict:
     return {"type": "object", "properties": properties, "required": ["status"]}
 
 
+def _data_param(param: Param) -> dict:
+    description, example = param_docs(param)
+    out = query(param.name, _param_schema(param), description, param.required)
+    # The value "Try it out" starts from: one the sandbox answers ("" for a cursor: the first page).
+    out["example"] = int(example) if param.kind == "int" else example == "true" if param.kind == "bool" else example
+    return out
+
+
 def data_operation(endpoint: Endpoint, prefix: str, tag: str) -> dict:
     if endpoint.available:
         ok = {
@@ -201,7 +219,6 @@ def data_operation(endpoint: Endpoint, prefix: str, tag: str) -> dict:
         ),
         "tags": [tag],
         "security": [{"apiKey": []}],
-        "parameters": [query(p.name, _param_schema(p), p.description, p.required) for p in endpoint.params]
-        + [_IDEMPOTENCY_KEY],
+        "parameters": [_data_param(p) for p in endpoint.params] + [_IDEMPOTENCY_KEY],
         "responses": {**ok, **{str(s): _error(s, "DataError") for s in errors}, **_HEADERS_TOO_LARGE},
     }

@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from config import VERSION
-from handlers import openapi, scrape
+from handlers import openapi, openapi_operations, scrape
 from handlers.base import ApiError, BaseHandler, NotFoundHandler
 from handlers.context import Context
 
@@ -252,11 +252,12 @@ def registry(ctx: Context) -> CollectorRegistry:
 
 
 class OpenAPIHandler(BaseHandler):
-    """The OpenAPI 3.1.0 document of this application."""
+    """The OpenAPI 3.1.0 document of this application: each data endpoint once (/social), unless ?aliases=true."""
 
     def get(self) -> None:
         settings = self.ctx.settings
-        self.finish(openapi.serialized(settings.twitter_alias, not settings.metrics_port))
+        aliases = settings.twitter_alias and self.query_arg(openapi_operations.ALIASES)
+        self.finish(openapi.serialized(aliases, not settings.metrics_port))
 
 
 routes = [

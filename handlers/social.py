@@ -149,6 +149,8 @@ class DataHandler(BaseHandler):
             raise ApiError(503, "The gateway is restarting; retry shortly", {"Retry-After": "1"})
         key = await self.authenticate()
         view = await ctx.meter.account_view(key.account_id)
+        if view.suspended:  # by an admin (handlers/admin_accounts.py); reaches every process (coherence)
+            raise ApiError(403, "This account is suspended; its keys are refused until an admin resumes it")
         self.rate_limit(key, view.plan)
         try:
             await self.serve(key, view.plan)
@@ -321,7 +323,7 @@ class DataHandler(BaseHandler):
             meter.release(reservation)
             if status >= 500:
                 ctx.failure_budget.failed(key.account_id, time.monotonic())
-            meter.record(key, route, 502, 0, self.request_id)
+            meter.record(key, route, 502, 0, self.request_id, upstream_seconds=upstream.seconds)
             ctx.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")
         if answer is not None and not answer[0]:
@@ -334,7 +336,7 @@ class DataHandler(BaseHandler):
                 meter.release(reservation)
         else:
             meter.release(reservation)  # upstream 4xx or an error body: passed through, not charged
-        meter.record(key, route, status, charged, self.request_id)
+        meter.record(key, route, status, charged, self.request_id, upstream_seconds=upstream.seconds)
         self.log_fields["credits"] = charged
         self.set_header("X-Credits-Charged", str(charged))
         self.set_status(status)

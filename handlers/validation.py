@@ -62,7 +62,14 @@ def parse_bool(raw: str, loc: list) -> bool:
 _EMAIL = re.compile(
     r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
 )
-FORMATS = {"email": (_EMAIL, "value is not a valid email address")}
+# RFC 3339 date-time, the JSON Schema format (a field with it also checks the calendar: see its `check`).
+_DATE_TIME = re.compile(
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+)
+FORMATS = {
+    "email": (_EMAIL, "value is not a valid email address"),
+    "date-time": (_DATE_TIME, "Input should be a valid ISO 8601 datetime"),
+}
 
 
 @dataclass(frozen=True)

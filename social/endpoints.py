@@ -37,6 +37,37 @@ class Param:
     minimum: int | None = None
     maximum: int | None = None  # for ids: how many ids at most
     description: str = ""
+    example: str = ""  # for the OpenAPI document; empty: PARAM_DOCS's, by name
+
+
+# A parameter's meaning and an example value the sandbox world knows (its catalog, seed 7: GET
+# /sandbox/catalog), by name: what the OpenAPI document shows where a Param declares none of its own.
+PARAM_DOCS = {
+    "userName": ("The user's handle, without @", "AikoRomano92"),
+    "userId": ("The user's numeric id", "275884976"),
+    "user_id": ("The user's numeric id", "275884976"),
+    "userIds": ("Comma-separated numeric user ids", "275884976,293704490"),
+    "tweetId": ("The tweet's numeric id", "1840639654258017932"),
+    "tweet_ids": ("Comma-separated numeric tweet ids", "1840639654258017932,1546935681187876333"),
+    "listId": ("The list's numeric id", "1561682152788030209"),
+    "community_id": ("The community's numeric id", "1688727882840348934"),
+    "space_id": ("The Space's id", "1Xs2xrW61w430"),
+    "query": ("Search words (advanced search accepts the provider's operators)", "Aiko"),
+    "queryType": ("Result order", "Latest"),
+    "cursor": ("next_cursor of the previous page; empty or absent: the first page", ""),
+    "count": ("How many items at most", "20"),
+    "pageSize": ("Items per page", "20"),
+    "woeid": ("Where On Earth id of the place (1: worldwide)", "1"),
+    "includeReplies": ("Include the user's replies", "false"),
+    "includeParentTweet": ("With each reply, the tweet it answers", "false"),
+}
+
+
+def param_docs(param: Param) -> tuple[str, str]:
+    """(description, example) of a parameter: its own, else PARAM_DOCS's (choices: the first choice)."""
+    text, example = PARAM_DOCS.get(param.name, ("", ""))
+    example = param.example or example or (param.choices[0] if param.choices else "")
+    return param.description or text, example
 
 
 @dataclass(frozen=True)
@@ -227,7 +258,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             Param("userName", description="The user's handle; send userName or userId"),
             Param("userId", description="The user's numeric id; send userName or userId"),
             Param("count", "int", minimum=50, maximum=5000),
-            Param("cursor", "int", minimum=-1, description="Integer cursor from next_cursor."),
+            Param("cursor", "int", minimum=-1, description="Integer cursor from next_cursor.", example="-1"),
         ],
         "ids",
         "msg",

@@ -140,3 +140,29 @@ class AccountStore:
             {"email": email}, {"$set": {"is_admin": is_admin, "changed_at": now_utc()}}
         )
         return result.matched_count == 1
+
+    # --- the admin console (handlers/admin_accounts.py) -----------------------------------------------
+    async def debit(self, account_id: str, debit_id: str, credits: int) -> tuple[str, dict | None]:
+        """Takes `credits` from the unleased balance at most once per debit id, and only if that much is there
+        (the condition and the decrement are one atomic write: never below zero, whatever runs alongside).
+        ("done" | "again" | "short" | "missing", the account)."""
+        doc = await self.accounts.find_one_and_update(
+            {"_id": account_id, "credits": {"$gte": credits}, "applied_credits": {"$ne": debit_id}},
+            {"$inc": {"credits": -credits}, "$push": {"applied_credits": debit_id}, "$set": {"changed_at": now_utc()}},
+            projection={"password_hash": 0},
+            return_document=ReturnDocument.AFTER,
+        )
+        if doc is not None:
+            return "done", doc
+        doc = await self.accounts.find_one({"_id": account_id, "applied_credits": debit_id}, {"password_hash": 0})
+        if doc is not None:
+            return "again", doc
+        doc = await self.get(account_id)
+        return ("missing", None) if doc is None else ("short", doc)
+
+    async def set_suspended(self, account_id: str, reason: str | None) -> dict | None:
+        """Suspends (a reason) or resumes (None) the account; changed_at tells every process (accounting/coherence.py)."""
+        fields = {"suspended": reason is not None, "suspended_reason": reason, "changed_at": now_utc()}
+        return await self.accounts.find_one_and_update(
+            {"_id": account_id}, {"$set": fields}, projection={"password_hash": 0}, return_document=ReturnDocument.AFTER
+        )

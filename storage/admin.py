@@ -21,6 +21,7 @@ are computed from. A crashed or concurrent step therefore repeats to the same re
 
 import asyncio
 import logging
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
@@ -49,6 +50,7 @@ _USER = {
     "first_touch": 1,
     "is_admin": 1,
     "internal": 1,
+    "suspended": 1,
 }
 UPSTREAM_FAILURES = {502, 503, 504}  # what the data plane records when the provider failed
 NOT_FORWARDED = {501}  # announced but unavailable: never reaches the provider
@@ -63,6 +65,14 @@ INDEXES = {
     "admin_accounts": [IndexModel([("last_ts", DESCENDING)])],
     "orders": [IndexModel([("updated_at", DESCENDING)])],
 }
+
+
+def search_filter(text: str) -> dict:
+    """The accounts an admin's search names: the one with that id, and those whose email contains it."""
+    text = text.strip()
+    if not text:
+        return {}
+    return {"$or": [{"_id": text}, {"email": {"$regex": re.escape(text), "$options": "i"}}]}
 
 
 def day_start(day: str) -> datetime:
@@ -351,19 +361,26 @@ class AdminStore:
 
     # --- /admin/users ------------------------------------------------------------------------
     async def users(
-        self, include_internal: bool, admin_emails: tuple, limit: int, after: tuple[datetime, str] | None
+        self,
+        include_internal: bool,
+        admin_emails: tuple,
+        limit: int,
+        after: tuple[datetime, str] | None,
+        search: str = "",
     ) -> tuple[list[dict], bool]:
-        """A page of accounts, newest signup first (keyset on created_at, _id), with their lifetime counters.
+        """A page of accounts, newest signup first (keyset on created_at, _id), with their lifetime counters;
+        `search`: only the account with that id and those whose email contains it (any case).
 
         Accounts are read in widening created_at windows: the embedded server's cost is the number of
         documents in the scanned range, whatever the limit, so one page reads about a page of documents."""
         skip = set() if include_internal else {a["_id"] for a in await self.internal_accounts(admin_emails)}
+        match = search_filter(search)
         page: list[dict] = []
         want = lambda: limit + 1 - len(page) + len(skip)  # noqa: E731 - over-fetch what the filter may drop
         if after:  # the rest of the cursor's own instant first
             page += [
                 a
-                async for a in self.accounts.find({"created_at": after[0], "_id": {"$lt": after[1]}}, _USER)
+                async for a in self.accounts.find({**match, "created_at": after[0], "_id": {"$lt": after[1]}}, _USER)
                 .sort("_id", DESCENDING)
                 .limit(want())
                 if a["_id"] not in skip
@@ -374,7 +391,7 @@ class AdminStore:
             lower = max(upper - span, EPOCH)
             page += [
                 a
-                async for a in self.accounts.find({"created_at": {"$gte": lower, "$lt": upper}}, _USER)
+                async for a in self.accounts.find({**match, "created_at": {"$gte": lower, "$lt": upper}}, _USER)
                 .sort([("created_at", DESCENDING), ("_id", DESCENDING)])
                 .limit(want())
                 if a["_id"] not in skip

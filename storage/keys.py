@@ -26,6 +26,7 @@ _ROW = {
     "allowed_endpoints": 1,
     "allowed_ips": 1,
     "credit_limit": 1,
+    "rolled_to": 1,
     "credit_limit_period": 1,
     "budget_id": 1,
 }

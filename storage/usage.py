@@ -6,7 +6,10 @@ per account per batch instead of per call (about 25x less database CPU on the
 embedded server). A bucket carries its records and their totals:
 
     {_id: "<process>-<batch>:<account>:<day>", account_id, lease, day, ts, ts_max,
-     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?}]}
+     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?, ms?}]}
+
+`ms` is the provider's answer time of a forwarded call (absent when nothing was forwarded, and in
+records from before it was kept).
 
 Bucket ids derive from the batch, so a retried batch skips what an earlier try wrote.
 
@@ -22,7 +25,7 @@ rows are unaffected. Buckets of processes that never wrote totals (from before t
 summed by `backfill`.
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 
 import orjson
@@ -62,6 +65,13 @@ def buckets_of(batch_id: str, records: list[dict]) -> list[dict]:
     ]
 
 
+def log_order(record: dict) -> tuple[datetime, str]:
+    """The request log's order key: (time to the millisecond, as MongoDB keeps it, id). A buffered record sorts
+    the same before and after its flush, so a page cursor never shows a record twice or skips one."""
+    ts = record["ts"]
+    return ts.replace(microsecond=ts.microsecond // 1000 * 1000), record["_id"]
+
+
 def _stored(r: dict) -> dict:
     # Spelled out rather than built from _RECORD_FIELDS: this runs for every call's record.
     stored = {
@@ -75,6 +85,8 @@ def _stored(r: dict) -> dict:
     }
     if "replay_of" in r:  # only replays carry it (Idempotency-Key)
         stored["replay_of"] = r["replay_of"]
+    if "ms" in r:  # only forwarded calls carry it
+        stored["ms"] = r["ms"]
     return stored
 
 
@@ -116,6 +128,7 @@ def flatten(bucket: dict) -> list[dict]:
             "lease": bucket["lease"],
             **{f: r[f] for f in _RECORD_FIELDS},
             **({"replay_of": r["replay_of"]} if "replay_of" in r else {}),
+            **({"ms": r["ms"]} if "ms" in r else {}),
         }
         for r in bucket["records"]
     ]
@@ -186,6 +199,21 @@ class UsageStore:
             found.extend(r for r in flatten(bucket) if r["ts"] >= since)
             found.sort(key=lambda r: r["ts"], reverse=True)
         return found[:limit]
+
+    async def log(
+        self, account_id: str, since: datetime, until: datetime, match: Callable[[dict], bool], limit: int
+    ) -> list[dict]:
+        """The request log: the newest `limit` records in [since, until] that `match` accepts, newest first
+        (ties by id), reading buckets newest first only as far as needed (as `recent` does)."""
+        found: list[dict] = []
+        query = {"account_id": account_id, "ts_max": {"$gte": since}, "ts": {"$lte": until}}
+        async for bucket in self.buckets.find(query).sort("ts_max", -1):
+            if len(found) >= limit and bucket["ts_max"] < found[limit - 1]["ts"]:
+                break
+            found.extend(r for r in flatten(bucket) if since <= r["ts"] <= until and match(r))
+            found.sort(key=log_order, reverse=True)
+            del found[limit:]
+        return found
 
     async def stream(self, account_id: str, since: datetime, until: datetime) -> AsyncIterator[dict]:
         """Every stored record of the account in [since, until], bucket by bucket, day by day (the index

@@ -49,13 +49,35 @@ def document_operations(doc: dict) -> set:
 
 
 async def test_openapi_document_is_valid_and_matches_the_routes(api, app):
-    status, doc, headers = await api.call("GET", "/openapi.json")
+    status, doc, headers = await api.call("GET", "/openapi.json?aliases=true")
     assert status == 200 and headers["Content-Type"].startswith("application/json")
     validate(doc)  # raises on any violation of the OpenAPI 3.1 schema
     assert doc["openapi"] == "3.1.0" and doc["info"]["version"] == "0.1.0"
     in_app, in_doc = app_operations(app), document_operations(doc)
     assert in_app - in_doc == set(), "routes missing from the document"
     assert in_doc - in_app == set(), "documented operations the application does not serve"
+
+
+async def test_docs_list_each_data_endpoint_once_with_described_parameters_and_sandbox_examples(api, catalog):
+    """/docs reads the default document: /social only (the /twitter alias behind ?aliases=true), and every data
+    parameter says what it is and carries an example the sandbox answers."""
+    _, doc, _ = await api.call("GET", "/openapi.json")
+    data = [p for p in doc["paths"] if p.startswith(("/social/", "/twitter/"))]
+    assert sorted(data) == sorted("/social" + e.path for e in ENDPOINTS)  # each once
+    assert "/twitter" in doc["info"]["description"]  # where the alias went is said
+    examples = {}
+    for path in data:
+        for param in doc["paths"][path]["get"]["parameters"]:
+            if param["in"] == "query":
+                assert param.get("description"), (path, param["name"])
+                assert "example" in param, (path, param["name"])
+                examples[param["name"]] = param["example"]
+    assert examples["userName"] in [u["userName"] for u in catalog["users"]]
+    assert examples["userId"] in [u["id"] for u in catalog["users"]]
+    assert examples["tweetId"] in catalog["tweets"] and examples["listId"] in catalog["lists"]
+    assert examples["community_id"] in catalog["communities"] and examples["space_id"] in catalog["spaces"]
+    status, body, _ = await api.call("GET", "/openapi.json?aliases=maybe")
+    assert status == 422 and body["detail"][0]["loc"] == ["query", "aliases"]
 
 
 @pytest.mark.settings(twitter_alias=False, metrics_port=free_port())

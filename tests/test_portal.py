@@ -139,6 +139,7 @@ async def test_key_lifecycle(api):
     status, listed, _ = await api.call("GET", "/keys", token=token)
     assert status == 200 and len(listed) == 1
     assert set(listed[0]) == {"key_id", "name", "prefix", "qps_limit", "revoked", "created_at", "last_used_at"} | {
+        "rolled_to",
         "expires_at",
         "allowed_endpoints",
         "allowed_ips",

@@ -3,8 +3,13 @@
 
 window.addEventListener("DOMContentLoaded", function () {
   const xsrf = document.querySelector('meta[name="xsrf-token"]').content;
+  // Each data endpoint is listed once (/social); the /twitter aliases only on request.
+  const aliases = new URLSearchParams(location.search).get("aliases") === "true";
+  const toggle = document.getElementById("aliases");
+  toggle.href = aliases ? "/docs" : "/docs?aliases=true";
+  toggle.textContent = aliases ? "Hide the /twitter aliases" : "Also list the /twitter aliases";
   window.ui = SwaggerUIBundle({
-    url: "/openapi.json",
+    url: "/openapi.json" + (aliases ? "?aliases=true" : ""),
     dom_id: "#swagger-ui",
     deepLinking: true,
     presets: [SwaggerUIBundle.presets.apis],

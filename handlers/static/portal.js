@@ -21,10 +21,11 @@
 
   // --- the API -------------------------------------------------------------------------------
   class ApiFailure extends Error {
-    constructor(status, message, fields) {
+    constructor(status, message, fields, byField) {
       super(message);
       this.status = status;
       this.fields = fields || [];
+      this.byField = byField || {}; // field name -> its messages, shown next to the field where a form has a slot
     }
   }
 
@@ -39,15 +40,17 @@
     if (body && Array.isArray(body.detail)) {
       // loc is ["body", field] or, for a list item, ["body", field, index]: name the field as its form does.
       const fields = body.detail.map((e) => String(e.loc.find((part) => typeof part === "string" && !WHERE.has(part)) || ""));
+      const byField = {};
       const text = body.detail
         .map((e, i) => {
           const index = e.loc.find((part) => typeof part === "number");
           const name = FIELD_LABELS[fields[i]] || fields[i] || "Input";
           const msg = /^String should have at least 1 characters?$/.test(e.msg) ? "this field is required" : e.msg;
+          if (fields[i]) (byField[fields[i]] = byField[fields[i]] || []).push((index === undefined ? "" : "Item " + (index + 1) + ": ") + msg);
           return name + (index === undefined ? "" : " (item " + (index + 1) + ")") + ": " + msg;
         })
         .join("; ");
-      return [text, fields.filter(Boolean)];
+      return [text, fields.filter(Boolean), byField];
     }
     if (body && typeof body.detail === "string") return [body.detail, []];
     if (body && typeof body.msg === "string") return [body.msg, []];
@@ -55,8 +58,8 @@
     return ["The request failed (HTTP " + status + ").", []];
   }
 
-  async function api(method, path, body) {
-    const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
+  async function api(method, path, body, headers) {
+    const init = { method, credentials: "same-origin", headers: Object.assign({ Accept: "application/json" }, headers) };
     if (method !== "GET") {
       init.headers["X-XSRFToken"] = XSRF;
       init.headers["Content-Type"] = "application/json";
@@ -78,11 +81,11 @@
       data = null;
     }
     if (!response.ok) {
-      const [message, fields] = readable(response.status, data);
+      const [message, fields, byField] = readable(response.status, data);
       if (response.status === 401 && state.me && !path.startsWith("/portal/")) {
         signedOut("Your session has ended; log in again.");
       }
-      throw new ApiFailure(response.status, message, fields);
+      throw new ApiFailure(response.status, message, fields, byField);
     }
     return data;
   }
@@ -96,11 +99,25 @@
     box.hidden = true;
     box.textContent = "";
     $$('[aria-invalid="true"]', scope).forEach((el) => el.removeAttribute("aria-invalid"));
+    $$("[data-error-for]", scope).forEach((slot) => {
+      slot.hidden = true;
+      slot.textContent = "";
+    });
   }
   function showError(scope, err) {
     const box = errorBox(scope);
     box.textContent = err instanceof ApiFailure ? err.message : "Something went wrong in this page: " + err;
     box.hidden = false;
+    // A form with a slot per field shows each field's error under it; the shared box keeps only the rest.
+    const slotted = Object.keys(err.byField || {}).filter((name) => $('[data-error-for="' + name + '"]', scope));
+    slotted.forEach((name) => {
+      const slot = $('[data-error-for="' + name + '"]', scope);
+      slot.textContent = err.byField[name].join("; ");
+      slot.hidden = false;
+    });
+    if (slotted.length && slotted.length === Object.keys(err.byField).length && !(err.fields || []).includes("")) {
+      box.hidden = true;
+    }
     (err.fields || []).forEach((name) => {
       const input = $('[name="' + name + '"]', scope);
       if (input) input.setAttribute("aria-invalid", "true");
@@ -133,7 +150,7 @@
   function when(iso) {
     if (!iso) return "—";
     const d = new Date(iso);
-    return isNaN(d) ? String(iso) : d.toISOString().slice(0, 16).replace("T", " ");
+    return isNaN(d) ? String(iso) : d.toISOString().slice(0, 16).replace("T", " ") + " UTC"; // one format everywhere
   }
   function cell(row, text, cls) {
     const td = document.createElement("td");
@@ -218,8 +235,11 @@
 
   function signedIn(me) {
     state.me = me;
-    $("#example-call").textContent =
-      'curl -H "X-API-Key: YOUR_KEY" "' + location.origin + '/social/user/info?userName=jack"';
+    exampleCall("USER_NAME");
+    if (FEATURES.has("sandbox")) {
+      // A user the development sandbox knows, so that the example answers with data.
+      api("GET", "/sandbox/catalog").then((c) => c.users && c.users[0] && exampleCall(c.users[0].userName), () => {});
+    }
     $("#who-email").textContent = me.email;
     $("#view-auth").hidden = true;
     $("#nav").hidden = false;
@@ -228,6 +248,11 @@
     route();
     $("#main").focus();
     if (currentView() !== "overview") loadAccount(null); // the balance warning shows on every view
+  }
+
+  function exampleCall(userName) {
+    $("#example-call").textContent =
+      'curl -H "X-API-Key: YOUR_KEY" "' + location.origin + "/social/user/info?userName=" + encodeURIComponent(userName) + '"';
   }
 
   function signedOut(message) {
@@ -353,11 +378,29 @@
     return parts.join(" · ");
   }
 
+  // A key's state in words: a rolled key in its grace reads "grace until …", not "active".
+  function keyState(key) {
+    if (key.revoked) return "revoked";
+    const ends = key.expires_at ? new Date(key.expires_at) : null;
+    if (ends && ends <= new Date()) return key.rolled_to ? "rolled" : "expired";
+    if (key.rolled_to) return "grace until " + when(key.expires_at);
+    return "active";
+  }
+  function keyLabel(key) {
+    return "“" + key.name + "” (" + key.prefix + "…, created " + when(key.created_at) + ")";
+  }
+
   function drawKeys() {
     const body = $("#keys-table tbody");
     body.textContent = "";
+    const showRevoked = $("#show-revoked").checked;
+    const revoked = state.keys.filter((k) => k.revoked).length;
+    const shown = state.keys.filter((k) => showRevoked || !k.revoked);
+    $("#show-revoked-label").textContent = "Show revoked keys (" + revoked + ")";
+    $("#show-revoked").closest("label").hidden = revoked === 0;
     $("#keys-empty").hidden = state.keys.length > 0;
-    state.keys.forEach((key) => {
+    $("#keys-all-revoked").hidden = !(state.keys.length > 0 && shown.length === 0);
+    shown.forEach((key) => {
       const row = el("tr", undefined, key.revoked ? "revoked" : "");
       row.dataset.testid = "key-row";
       row.dataset.keyId = key.key_id;
@@ -369,22 +412,22 @@
       cell(row, when(key.last_used_at));
       cell(row, limitsText(key), "limits");
       const stateCell = cell(row, "");
-      const expired = !key.revoked && key.expires_at && new Date(key.expires_at) <= new Date();
-      const word = key.revoked ? "revoked" : expired ? "expired" : "active";
-      stateCell.append(el("span", word, word === "active" ? "badge" : "badge off"));
+      const word = keyState(key);
+      stateCell.append(el("span", word, word === "active" ? "badge" : word.startsWith("grace") ? "badge grace" : "badge off"));
       const actions = cell(row, "", "actions");
-      const reveal = button("Reveal", "secondary small");
-      reveal.setAttribute("aria-label", "Reveal key " + key.name);
-      reveal.addEventListener("click", () => toggleReveal(key, code, reveal));
-      actions.append(reveal);
       if (!key.revoked) {
+        // A revoked key's secret is never shown again (GET /keys/{id}/reveal answers 410).
+        const reveal = button("Reveal", "secondary small");
+        reveal.setAttribute("aria-label", "Reveal key " + key.name);
+        reveal.addEventListener("click", () => toggleReveal(key, code, reveal));
+        actions.append(reveal);
         if (FEATURES.has("key-edit")) {
           const edit = button("Edit", "secondary small");
           edit.setAttribute("aria-label", "Edit key " + key.name);
           edit.addEventListener("click", () => editKey(key));
           actions.append(edit);
         }
-        if (FEATURES.has("key-roll")) {
+        if (FEATURES.has("key-roll") && !key.rolled_to) { // a rolled key is rolled once (409 otherwise)
           const roll = button("Roll", "secondary small");
           roll.setAttribute("aria-label", "Roll key " + key.name);
           roll.addEventListener("click", () => rollKey(key, roll));
@@ -423,7 +466,8 @@
   async function revokeKey(key, trigger) {
     const sure = await confirmAction(
       "Revoke " + key.name + "?",
-      "Calls with this key will be refused at once. This cannot be undone.",
+      "Key " + keyLabel(key) + ": calls with it will be refused at once, and its secret is never shown again. " +
+        "This cannot be undone.",
       "Revoke key",
     );
     if (!sure) return;
@@ -441,7 +485,8 @@
     $("#roll-grace-box").hidden = false;
     const sure = await confirmAction(
       "Roll " + key.name + "?",
-      "A new secret with the same properties replaces this one; the old secret stops working after the grace period.",
+      "Key " + keyLabel(key) + ": a new secret with the same properties replaces it; the old secret stops working " +
+        "after the grace period.",
       "Roll key",
     );
     $("#roll-grace-box").hidden = true;
@@ -481,6 +526,7 @@
     }
   }
   $("#copy-secret").addEventListener("click", () => copy($("#key-secret").textContent, $("#copy-status")));
+  $("#show-revoked").addEventListener("change", drawKeys);
 
   // Key properties (expiry, endpoint and address allowlists, budget): shown for the properties the API returns.
   const keyDialog = $("#key-dialog");
@@ -494,7 +540,7 @@
     clearError(form);
     $("#edit-name").value = key.name;
     $$("[data-prop]", form).forEach((box) => (box.hidden = !(box.dataset.prop in key)));
-    $("#edit-expires").value = key.expires_at ? new Date(key.expires_at).toISOString().slice(0, 16) : "";
+    $("#edit-expires").value = key.expires_at ? new Date(key.expires_at).toISOString().slice(0, 16).replace("T", " ") : "";
     $("#edit-endpoints").value = listText(key.allowed_endpoints);
     $("#edit-ips").value = listText(key.allowed_ips);
     $("#edit-limit").value = key.credit_limit === null || key.credit_limit === undefined ? "" : key.credit_limit;
@@ -509,8 +555,16 @@
     const same = (a, b) => JSON.stringify(a === undefined ? null : a) === JSON.stringify(b === undefined ? null : b);
     // What the form says, in the API's terms (null: no restriction)...
     const wanted = { name: $("#edit-name").value.trim() };
-    const expires = $("#edit-expires").value;
-    wanted.expires_at = expires ? new Date(expires + "Z").toISOString() : null;
+    // Read as typed, in UTC ("2030-01-31 12:00", a "T" also accepted): no locale-dependent date picker.
+    const expires = $("#edit-expires").value.trim();
+    const typed = /^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2})$/.exec(expires);
+    if (expires && (!typed || isNaN(new Date(typed[1] + "T" + typed[2] + "Z")))) {
+      clearError(form);
+      showError(form, new ApiFailure(422, "Expires: write it as 2030-01-31 12:00 (UTC)", ["expires_at"],
+        { expires_at: ["Write it as 2030-01-31 12:00 (UTC)"] }));
+      return;
+    }
+    wanted.expires_at = typed ? new Date(typed[1] + "T" + typed[2] + "Z").toISOString() : null;
     const endpoints = split($("#edit-endpoints").value);
     wanted.allowed_endpoints = endpoints.length ? endpoints : null;
     const ips = split($("#edit-ips").value);
@@ -565,18 +619,22 @@
       const perDay = new Map(dayKeys(days).map((d) => [d, { calls: 0, credits: 0 }]));
       const perEndpoint = new Map();
       if (FEATURES.has("usage-summary")) {
-        // Totals computed by the server over every call; the table shows only the latest ones.
-        const [byDay, byEndpoint, latest] = await Promise.all([
+        // Totals computed by the server over every call; the request log pages through the calls themselves.
+        const [byDay, byEndpoint, byKey, keys] = await Promise.all([
           api("GET", "/usage/summary?days=" + days + "&group_by=day"),
           api("GET", "/usage/summary?days=" + days + "&group_by=endpoint"),
-          api("GET", "/usage?days=" + days + "&limit=50"),
+          api("GET", "/usage/summary?days=" + days + "&group_by=key"),
+          api("GET", "/keys"),
         ]);
+        state.keys = keys;
         byDay.forEach((r) => perDay.has(r.day) && perDay.set(r.day, { calls: r.calls, credits: r.credits }));
-        byEndpoint.forEach((r) => perEndpoint.set(r.endpoint, { calls: r.calls, credits: r.credits }));
+        byEndpoint.forEach((r) => perEndpoint.set(r.endpoint, r));
         drawChart($("#usage-chart"), $("#usage-totals"), perDay, days);
         drawEndpoints(perEndpoint);
-        drawCalls(latest);
-        offerCsv(latest, days);
+        drawKeyUsage(byKey);
+        logFilters(perEndpoint);
+        await loadLog(true);
+        offerCsv([], days);
         return;
       }
       const records = await api("GET", "/usage?days=" + days + "&limit=10000");
@@ -661,32 +719,113 @@
       " credits in the last " + days + " days (UTC).";
   }
 
+  const ms = (value) => (value === null || value === undefined ? "—" : number.format(Math.round(value)));
+
   function drawEndpoints(perEndpoint) {
     const body = $("#endpoints-table tbody");
     body.textContent = "";
+    $("#endpoints-empty").hidden = perEndpoint.size > 0;
     Array.from(perEndpoint.entries())
       .sort((a, b) => b[1].credits - a[1].credits || b[1].calls - a[1].calls)
       .forEach(([endpoint, v]) => {
         const row = el("tr");
-        cell(row, endpoint);
+        row.dataset.testid = "endpoint-row";
+        cell(row, endpoint, "path");
         cell(row, number.format(v.calls), "num");
         cell(row, number.format(v.credits), "num");
+        cell(row, v.errors === undefined ? "—" : number.format(v.errors), "num");
+        cell(row, ms(v.p50_ms), "num");
+        cell(row, ms(v.p95_ms), "num");
         body.append(row);
       });
+    labelCells($("#endpoints-table"));
   }
 
-  function drawCalls(records) {
-    const body = $("#calls-table tbody");
+  function keyName(keyId) {
+    const key = state.keys.find((k) => k.key_id === keyId);
+    return key ? key.name + " (" + key.prefix + "…)" : "key " + keyId;
+  }
+
+  function drawKeyUsage(rows) {
+    const body = $("#usage-keys-table tbody");
     body.textContent = "";
-    $("#calls-empty").hidden = records.length > 0;
+    $("#usage-keys-empty").hidden = rows.length > 0;
+    rows.forEach((r) => {
+      const row = el("tr");
+      row.dataset.testid = "key-usage-row";
+      cell(row, keyName(r.key_id), "path");
+      cell(row, number.format(r.calls), "num");
+      cell(row, number.format(r.credits), "num");
+      cell(row, number.format(r.errors), "num");
+      body.append(row);
+    });
+    labelCells($("#usage-keys-table"));
+  }
+
+  // --- the request log: GET /usage/log, filtered, newest first, a page at a time ---------------------
+  const logForm = $("#log-form");
+  function logFilters(perEndpoint) {
+    const keySelect = $("#log-key");
+    const endpointSelect = $("#log-endpoint");
+    const keep = [keySelect.value, endpointSelect.value];
+    keySelect.length = 1;
+    endpointSelect.length = 1;
+    state.keys.forEach((k) => {
+      const option = el("option", keyName(k.key_id) + (k.revoked ? " — revoked" : ""));
+      option.value = k.key_id;
+      keySelect.append(option);
+    });
+    Array.from(perEndpoint.keys()).sort().forEach((endpoint) => {
+      const option = el("option", endpoint);
+      option.value = endpoint;
+      endpointSelect.append(option);
+    });
+    keySelect.value = keep[0];
+    endpointSelect.value = keep[1];
+    if (keySelect.value !== keep[0]) keySelect.value = "";
+    if (endpointSelect.value !== keep[1]) endpointSelect.value = "";
+  }
+
+  async function loadLog(reset) {
+    if (reset) state.logCursor = "";
+    const days = selectedDays();
+    const query = new URLSearchParams({ limit: "50" });
+    const requestId = $("#log-request").value.trim();
+    // A request id is looked for in the whole history; the other filters within the period chosen above.
+    query.set("since", requestId ? "1970-01-01T00:00:00+00:00" : new Date(Date.now() - days * 86400000).toISOString());
+    [["key_id", "#log-key"], ["endpoint", "#log-endpoint"], ["status", "#log-status"]].forEach(([name, sel]) => {
+      if ($(sel).value) query.set(name, $(sel).value);
+    });
+    if (requestId) query.set("request_id", requestId);
+    if (state.logCursor) query.set("cursor", state.logCursor);
+    const page = await api("GET", "/usage/log?" + query.toString());
+    drawCalls(page.records, !reset);
+    state.logCursor = page.next_cursor;
+    $("#log-more").hidden = !page.has_next_page;
+    $("#log-scope").textContent = requestId
+      ? "The call with request id " + requestId + " (and its replays), whenever it was made."
+      : "Calls of the last " + days + " days, newest first, 50 at a time.";
+  }
+  logForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    act(logForm, $("#log-search"), () => loadLog(true));
+  });
+  $("#log-more").addEventListener("click", () => act(logForm, $("#log-more"), () => loadLog(false)));
+
+  function drawCalls(records, append) {
+    const body = $("#calls-table tbody");
+    if (!append) body.textContent = "";
+    $("#calls-empty").hidden = body.rows.length + records.length > 0;
     records.forEach((r) => {
       const row = el("tr");
       row.dataset.testid = "usage-row";
-      cell(row, r.endpoint);
-      cell(row, when(r.timestamp), "nowrap");
+      cell(row, when(r.timestamp));
+      cell(row, r.endpoint, "path");
+      cell(row, keyName(r.key_id), "path");
       cell(row, String(r.status), "num");
       cell(row, number.format(r.credits), "num");
-      const id = cell(row, "");
+      cell(row, r.upstream_ms === undefined ? "—" : ms(r.upstream_ms) + (r.upstream_ms === null ? "" : " ms"), "num");
+      const id = cell(row, "", "path");
       id.append(el("code", r.request_id));
       if (r.replay_of) {
         // A repeat answered with the first answer to its Idempotency-Key: 0 credits, the first call's id.
@@ -783,12 +922,20 @@
     $("#order-received").textContent = order.amount_received.amount + " " + order.pay_currency +
       " (" + order.amount_confirmed.amount + " confirmed)";
     $("#order-credits").textContent = number.format(order.credits_applied) + " applied";
-    $("#order-expiry").textContent = when(order.expires_at) + " UTC";
+    $("#order-expiry").textContent = when(order.expires_at);
     const open = !FINAL.has(order.status);
+    // A closed order has nothing left to pay: no QR code, no deadline.
+    $("#order-qr").hidden = !open;
+    $$(".open-only", orderBox).forEach((n) => (n.hidden = !open));
     $("#order-note").textContent = open
       ? "Waiting for the payment; this status updates on its own."
       : order.status === "finished" ? "Paid: the credits are on your balance." : "This order is closed.";
-    $$(".sandbox button", orderBox).forEach((b) => (b.disabled = !open));
+    $("#sandbox-pay").disabled = !open;
+    // Confirming needs a payment to confirm: enabled once some of it arrived unconfirmed.
+    const unconfirmed = Number(order.amount_received.amount) > Number(order.amount_confirmed.amount);
+    const confirm = $("#sandbox-confirm");
+    confirm.disabled = !(open && unconfirmed);
+    confirm.title = confirm.disabled ? "Simulate a payment first: then the network can confirm it" : "";
     if (before && before.order_id === order.order_id && before.credits_applied !== order.credits_applied) {
       loadAccount(null);
     }
@@ -824,9 +971,11 @@
     const orders = await api("GET", "/billing/crypto/orders?limit=20");
     const body = $("#orders-table tbody");
     body.textContent = "";
+    $("#orders-empty").hidden = orders.length > 0;
+    $("#orders-table").hidden = orders.length === 0;
     orders.forEach((o) => {
       const row = el("tr");
-      const first = cell(row, "");
+      const first = cell(row, "", "path");
       const open = button(o.order_id, "link");
       open.addEventListener("click", () => {
         showOrder(o);
@@ -886,12 +1035,22 @@
   }
   async function moreUsers() {
     const internal = $("#include-internal").checked ? "&include_internal=true" : "";
-    const query = "/admin/users?limit=50" + internal + (state.usersCursor ? "&cursor=" + encodeURIComponent(state.usersCursor) : "");
+    const q = $("#users-q").value.trim();
+    const query = "/admin/users?limit=50" + internal + (q ? "&q=" + encodeURIComponent(q) : "") +
+      (state.usersCursor ? "&cursor=" + encodeURIComponent(state.usersCursor) : "");
     const page = await api("GET", query);
     const body = $("#users-table tbody");
+    usersEmpty(body.rows.length + page.users.length, q, page.internal_hidden);
     page.users.forEach((u) => {
       const row = el("tr");
-      cell(row, u.email + (u.is_admin ? " (admin)" : ""));
+      row.dataset.testid = "user-row";
+      const who = cell(row, "", "path");
+      const open = button(u.email, "link");
+      open.setAttribute("aria-label", "Open account " + u.email);
+      open.addEventListener("click", () => showAccount(u.account_id));
+      who.append(open);
+      if (u.is_admin) who.append(" (admin)");
+      if (u.suspended) who.append(" ", el("span", "suspended", "badge off"));
       cell(row, when(u.created_at));
       cell(row, u.keys.active + " active / " + u.keys.revoked + " revoked", "num");
       cell(row, number.format(u.calls), "num");
@@ -906,6 +1065,138 @@
   }
   $("#users-more").addEventListener("click", () => act(adminView, $("#users-more"), moreUsers));
   $("#include-internal").addEventListener("change", loadAdmin);
+
+  // --- the admin console: search, one account, credit or debit, suspend ------------------------------
+  // An empty list says what the filter hides, instead of showing zeros and an empty table.
+  function usersEmpty(count, q, hidden) {
+    const note = $("#users-empty");
+    note.hidden = count > 0;
+    $("#users-table").hidden = count === 0;
+    if (count > 0) return;
+    let text = q ? "No account matches \u201c" + q + "\u201d." : "No customer accounts yet.";
+    if (hidden) {
+      text += " " + hidden + (hidden === 1 ? " admin or internal account is" : " admin or internal accounts are") +
+        " hidden: tick \u201cInclude admins and internal accounts\u201d to list " + (hidden === 1 ? "it." : "them.");
+    }
+    note.textContent = text;
+  }
+  $("#users-search").addEventListener("submit", (event) => {
+    event.preventDefault();
+    state.usersCursor = "";
+    $("#users-table tbody").textContent = "";
+    act(adminView, $("#users-search-go"), moreUsers);
+  });
+
+  const detailBox = $("#account-detail");
+  const adjustForm = $("#adjust-form");
+  function fill(table, rows, draw) {
+    const body = $(table + " tbody");
+    body.textContent = "";
+    rows.forEach((item) => {
+      const row = el("tr");
+      draw(row, item);
+      body.append(row);
+    });
+    $(table).hidden = rows.length === 0;
+    const holder = $(table).closest(".scroll");
+    let none = holder.nextElementSibling;
+    if (!none || !none.classList.contains("none-note")) {
+      none = el("p", "None.", "muted none-note");
+      holder.after(none);
+    }
+    none.hidden = rows.length > 0;
+    labelCells($(table));
+  }
+  async function showAccount(accountId) {
+    detailBox.hidden = false;
+    const a = await act(detailBox, null, () => api("GET", "/admin/accounts/" + encodeURIComponent(accountId)));
+    if (!a) return;
+    state.detail = a;
+    // One Idempotency-Key per intended change: a double click or a retry applies it once.
+    state.adjustKey = crypto.randomUUID ? crypto.randomUUID() : Date.now() + "-" + Math.random().toString(36).slice(2);
+    $("#detail-title").textContent = a.email + (a.suspended ? " — suspended" : "");
+    const facts = $("#detail-facts");
+    facts.textContent = "";
+    [
+      ["Account id", a.account_id],
+      ["Balance", number.format(a.credits) + " credits"],
+      ["Plan", a.plan],
+      ["Paid", usd.format(a.total_paid_usd)],
+      ["Signed up", when(a.created_at)],
+      ["State", a.suspended ? "suspended: " + (a.suspended_reason || "") : "active"],
+    ].forEach(([k, v]) => facts.append(el("dt", k), el("dd", v)));
+    $("#suspend").hidden = a.suspended;
+    $("#resume").hidden = !a.suspended;
+    fill("#detail-keys", a.keys, (row, k) => {
+      cell(row, k.name, "path");
+      cell(row, "").append(el("code", k.prefix + "\u2026"));
+      cell(row, when(k.created_at));
+      cell(row, keyState(k));
+    });
+    fill("#detail-orders", a.orders, (row, o) => {
+      cell(row, o.order_id, "path");
+      cell(row, when(o.created_at));
+      cell(row, usd.format(o.price_usd), "num");
+      cell(row, o.status.replace("_", " "));
+      cell(row, number.format(o.credits_applied), "num");
+    });
+    fill("#detail-calls", a.recent_calls, (row, r) => {
+      cell(row, when(r.timestamp));
+      cell(row, r.endpoint, "path");
+      cell(row, String(r.status), "num");
+      cell(row, number.format(r.credits), "num");
+      cell(row, "", "path").append(el("code", r.request_id));
+    });
+    fill("#detail-audit", a.audit, (row, e) => {
+      cell(row, when(e.at));
+      cell(row, e.action);
+      cell(row, e.actor.kind === "admin" ? "admin " + (e.actor.email || "") : e.actor.kind, "path");
+      const details = Object.entries(e.details || {}).filter(([, v]) => v !== null && v !== undefined);
+      cell(row, details.map(([k, v]) => k + ": " + v).join(", ") || "—", "path");
+    });
+    detailBox.scrollIntoView({ block: "start" });
+  }
+
+  async function adjust(kind, trigger) {
+    const done = $("#adjust-done");
+    done.hidden = true;
+    const raw = $("#adjust-credits").value;
+    const body = { credits: raw === "" ? null : Number(raw), reason: $("#adjust-reason").value };
+    const url = "/admin/accounts/" + encodeURIComponent(state.detail.account_id) + "/" + kind;
+    const headers = { "Idempotency-Key": state.adjustKey + "-" + kind };
+    const result = await act(adjustForm, trigger, () => api("POST", url, body, headers));
+    if (!result) return;
+    adjustForm.reset();
+    await showAccount(result.account_id);
+    done.textContent = (kind === "credit" ? "Credited " : "Debited ") + number.format(body.credits) +
+      " credits; the balance is now " + number.format(result.credits) + ".";
+    done.hidden = false;
+  }
+  adjustForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    adjust("credit", $("#adjust-credit"));
+  });
+  $("#adjust-debit").addEventListener("click", () => adjust("debit", $("#adjust-debit")));
+
+  async function suspend(kind) {
+    const a = state.detail;
+    const reason = $("#adjust-reason").value.trim();
+    if (kind === "suspend") {
+      const sure = await confirmAction("Suspend " + a.email + "?",
+        "Every key of this account is refused (HTTP 403) within a second, on every gateway process, until you " +
+        "resume it. Reason: " + (reason || "(none written: the Reason field above is required)"), "Suspend");
+      if (!sure) return;
+    }
+    const url = "/admin/accounts/" + encodeURIComponent(a.account_id) + "/" + kind;
+    const done = await act(adjustForm, $("#" + kind), () => api("POST", url, reason ? { reason } : {}));
+    if (done) {
+      adjustForm.reset();
+      await showAccount(a.account_id);
+    }
+  }
+  $("#suspend").addEventListener("click", () => suspend("suspend"));
+  $("#resume").addEventListener("click", () => suspend("resume"));
+
 
   // --- alerts and webhooks ---------------------------------------------------------------------
   const ruleForm = $("#rule-form");

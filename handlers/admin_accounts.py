@@ -1,0 +1,159 @@
+"""The admin console's account actions: one account's detail, a credit or debit with a reason, suspend and resume.
+Admins only (401 without a session, 403 for everyone else); each action writes the audit log (storage/audit.py).
+
+Credits and debits go to the ledger the way payments do: one atomic write of the account's unleased balance that
+records its id in `applied_credits` (storage/accounts.py), so a repeat with the same Idempotency-Key changes it once,
+even when the kept answer is lost. A debit never takes more than the unleased balance: credits leased to gateway
+processes are spent by calls in flight, and taking them would let a balance go below zero.
+"""
+
+from bson import ObjectId
+
+from handlers.audit import entry
+from handlers.base import ApiError, admin_only
+from handlers.errors import ValidationError, error
+from handlers.idempotent import idempotency_key, idempotent
+from handlers.keys import CREDITS, KeysBase
+from handlers.validation import Field, validate_body
+from payments.service import view as order_view
+
+RECENT = 20  # keys, orders, calls and audit entries shown in an account's detail
+
+
+def _said(value: str, loc: list) -> None:
+    if len(value.strip()) < 3:
+        raise ValidationError([error(loc, "A reason of at least 3 characters is required", "string_too_short")])
+
+
+REASON = Field("reason", str, min_length=3, max_length=500, check=_said, description="Why: kept in the audit log")
+ADJUST = [CREDITS, REASON]
+SUSPEND = [REASON]
+RESUME = [Field("reason", str, required=False, max_length=500, description="Why, for the audit log")]
+
+
+class AccountAdminBase(KeysBase):
+    async def target(self, account_id: str) -> dict:
+        account = await self.ctx.accounts.get(account_id)
+        if account is None:
+            raise ApiError(404, "Account not found")
+        return account
+
+    async def summary(self, account: dict) -> dict:
+        view = await self.ctx.meter.account_view(account["_id"])
+        return {
+            "account_id": account["_id"],
+            "email": account["email"],
+            "created_at": account["created_at"],
+            "credits": await self.ctx.meter.balance(account["_id"]),
+            "plan": view.plan.name,
+            "total_paid_usd": round(account.get("paid_usd", 0.0), 2),
+            "is_admin": bool(account.get("is_admin")),
+            "internal": bool(account.get("internal")),
+            "suspended": bool(account.get("suspended")),
+            "suspended_reason": account.get("suspended_reason"),
+        }
+
+    def adjustment_id(self, kind: str) -> str:
+        """The ledger id of this credit or debit: the same for every repeat of one Idempotency-Key."""
+        key = idempotency_key(self)
+        return f"admin-{kind}:{self.current_user}:{key}" if key else f"admin-{kind}:{ObjectId()}"
+
+
+class AccountDetailHandler(AccountAdminBase):
+    """Balance, plan, keys, orders, recent calls and audit entries of one account."""
+
+    @admin_only
+    async def get(self, account_id: str) -> None:
+        ctx = self.ctx
+        account = await self.target(account_id)
+        orders = await ctx.payments.orders.for_account(account_id, RECENT)
+        calls = await ctx.meter.reads.recent(account_id, account["created_at"], RECENT)
+        audit, _ = await ctx.audit.page(ctx.audit.query(account_id), None, RECENT)
+        self.send_json(
+            {
+                **await self.summary(account),
+                "keys": await self.rows(account_id, limit=RECENT),
+                "orders": [order_view(o) for o in orders],
+                "recent_calls": [
+                    {
+                        "timestamp": r["ts"],
+                        "endpoint": r["endpoint"],
+                        "status": r["status"],
+                        "credits": r["credits"],
+                        "key_id": r["key_id"],
+                        "request_id": r["request_id"],
+                    }
+                    for r in calls
+                ],
+                "audit": [entry(doc) for doc in audit],
+            }
+        )
+
+
+class CreditHandler(AccountAdminBase):
+    """Adds credits to the account's balance (not to what it paid: the plan stays)."""
+
+    @admin_only
+    @idempotent
+    async def post(self, account_id: str) -> None:
+        body = validate_body(self.json_body(), ADJUST)
+        await self.target(account_id)
+        await self.ctx.meter.apply_credit(account_id, self.adjustment_id("credit"), body["credits"], 0.0)
+        details = {"credits": body["credits"], "reason": body["reason"]}
+        await self.audit("admin.credit", account_id=account_id, details=details, admin=True)
+        account = await self.target(account_id)
+        self.send_json({**await self.summary(account), "credited": body["credits"]})
+
+
+class DebitHandler(AccountAdminBase):
+    """Takes credits from the account's unleased balance; 409 when that holds less (never below zero)."""
+
+    @admin_only
+    @idempotent
+    async def post(self, account_id: str) -> None:
+        body = validate_body(self.json_body(), ADJUST)
+        await self.target(account_id)
+        outcome, doc = await self.ctx.meter.apply_debit(account_id, self.adjustment_id("debit"), body["credits"])
+        if outcome == "missing":
+            raise ApiError(404, "Account not found")
+        if outcome == "short":
+            free = doc.get("credits", 0)
+            raise ApiError(
+                409,
+                f"Only {free} credits can be debited now: the rest of the balance is leased to gateway processes "
+                "for calls in flight (given back when the account is idle); debit less or retry later",
+            )
+        if outcome == "done":
+            details = {"credits": body["credits"], "reason": body["reason"]}
+            await self.audit("admin.debit", account_id=account_id, details=details, admin=True)
+        self.send_json({**await self.summary(doc), "debited": body["credits"]})
+
+
+class SuspendHandler(AccountAdminBase):
+    """Suspends (POST .../suspend) or resumes (POST .../resume) the account's data calls, on every process."""
+
+    def initialize(self, ctx, suspend: bool) -> None:
+        super().initialize(ctx)
+        self.suspend = suspend
+
+    @admin_only
+    async def post(self, account_id: str) -> None:
+        body = validate_body(self.json_body(), SUSPEND if self.suspend else RESUME)
+        await self.target(account_id)
+        reason = body.get("reason")
+        doc = await self.ctx.accounts.set_suspended(account_id, (reason or "suspended") if self.suspend else None)
+        if doc is None:
+            raise ApiError(404, "Account not found")
+        self.ctx.meter.account_changed(account_id, doc)  # here at once; elsewhere through coherence
+        action = "admin.suspend" if self.suspend else "admin.resume"
+        await self.audit(action, account_id=account_id, details={"reason": reason}, admin=True)
+        self.send_json(await self.summary(doc))
+
+
+routes = [
+    (r"/admin/accounts/([^/]+)", AccountDetailHandler),
+    (r"/admin/accounts/([^/]+)/credit", CreditHandler),
+    (r"/admin/accounts/([^/]+)/debit", DebitHandler),
+    (r"/admin/accounts/([^/]+)/suspend", SuspendHandler, {"suspend": True}),
+    (r"/admin/accounts/([^/]+)/resume", SuspendHandler, {"suspend": False}),
+]
