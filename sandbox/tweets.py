@@ -226,7 +226,7 @@ class Tweets:
 
     def ancestors(self, i: int) -> list[int]:
         out = []
-        p = self.tweets[i].parent
+        p = self.tweet(i).parent  # a live post (past the archive) answers too: it is never a reply
         while p >= 0:
             out.append(p)
             p = self.tweets[p].parent

@@ -60,6 +60,12 @@ PARAM_DOCS = {
     "woeid": ("Where On Earth id of the place (1: worldwide)", "1"),
     "includeReplies": ("Include the user's replies", "false"),
     "includeParentTweet": ("With each reply, the tweet it answers", "false"),
+    "list_id": ("The list's numeric id", "1561682152788030209"),
+    "tweet_id": ("The id of a post that carries an article", "1860969277379309489"),
+    "source_user_name": ("Handle of the source user", "AikoRomano92"),
+    "target_user_name": ("Handle of the target user", "ivan_haddad"),
+    "sinceTime": ("Unix seconds: only posts made at or after this time", "1700000000"),
+    "untilTime": ("Unix seconds: only posts made before this time", "2000000000"),
 }
 
 

@@ -160,3 +160,14 @@ async def test_the_real_clock_moves_the_sandbox(http_client, base_url):
         assert len(orjson.loads((await client.fetch(poll, headers=AUTH)).body)["tweets"]) >= 2
     finally:
         server.stop()
+
+
+@pytest.mark.gen_test
+async def test_every_endpoint_taking_a_post_answers_for_a_live_post(http_client, base_url):
+    """A live post's id (past the archive) is a post like any other: its thread, replies, quotes and
+    reposters answer, rather than the thread failing with a 500 (found by the fuzzer)."""
+    live = (await get(http_client, base_url, "tweet/advanced_search", query="lang:en", queryType="Latest"))["tweets"][0]
+    thread = await get(http_client, base_url, "tweet/thread_context", tweetId=live["id"])
+    assert [t["id"] for t in thread["replies"]] == [live["id"]]
+    for path in ("tweet/replies", "tweet/quotes", "tweet/retweeters"):
+        await get(http_client, base_url, path, tweetId=live["id"])
