@@ -9,7 +9,7 @@ import uuid
 
 import orjson
 import pytest
-from support import PASSWORD, Gateway, make_settings
+from support import PASSWORD, Gateway, Inbox, make_settings
 from tornado.httpclient import HTTPRequest
 
 import gateway
@@ -48,6 +48,14 @@ def reap_gateways():
     yield
     while Gateway.started:
         Gateway.started.pop().kill()
+
+
+@pytest.fixture
+def inbox():
+    """An SMTP server in this process that keeps what it receives (tests/support.py)."""
+    started = Inbox()
+    yield started
+    started.stop()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import time
 
 import pyotp
 import pytest
-from support import PASSWORD, Inbox, make_settings
+from support import PASSWORD, make_settings
 
 pytestmark = pytest.mark.gen_test(timeout=40)
 
@@ -126,13 +126,6 @@ async def test_admins_need_two_factor_when_required(api, ctx):
 
 
 # --- password reset ---------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def inbox():
-    started = Inbox()
-    yield started
-    started.stop()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
-from support import FAST, Inbox, Receiver, make_settings
+from support import FAST, Receiver, make_settings
 
 from webhooks.guard import GuardedResolver, Refused, refused_address
 from webhooks.signing import signed_headers
@@ -265,20 +265,13 @@ async def test_rule_and_endpoint_validation_is_422_in_the_spec_shape_and_other_a
 
 
 @pytest.fixture
-def inbox():
-    started = Inbox()
-    yield started
-    started.stop()
-
-
-@pytest.fixture
 def settings(request, inbox):
     """SMTP_URL at the in-process SMTP server (with each test's own settings)."""
     marker = request.node.get_closest_marker("settings")
     return make_settings(smtp_url=f"smtp://127.0.0.1:{inbox.port}", **(marker.kwargs if marker else {}))
 
 
-def subjects(inbox: Inbox) -> list[str]:
+def subjects(inbox) -> list[str]:
     return [" ".join(email.message_from_string(m["data"])["Subject"].split()) for m in inbox.messages]
 
 
