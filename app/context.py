@@ -31,8 +31,12 @@ from storage.idempotency import IdempotencyStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
 from storage.sessions import SessionStore
+from storage.streams import StreamStore
 from storage.usage import UsageStore
 from storage.webhooks import WebhookStore
+from streams.hub import Hub
+from streams.manage import Manager
+from streams.poller import Poller
 from webhooks.outbox import Outbox
 
 
@@ -87,6 +91,11 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     outbox = Outbox(settings, webhook_store, accounts, vault, owner=leases.process_id)
     detector = Detector(settings, alert_store, outbox, meter, accounts, keys_)
     payments.crediting.listeners.append(detector.order_changed)
+    stream_store = StreamStore(db, settings.stream_event_retention)
+    await stream_store.ensure_indexes()
+    prices = Prices(settings.price_rules)
+    hub = Hub(stream_store, meter.key_cache, settings.stream_ping_seconds)
+    poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, owner=leases.process_id)
     return Context(
         settings=settings,
         client=client,
@@ -97,7 +106,7 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         key_cache=meter.key_cache,
         account_cache=meter.account_cache,
         limiter=RateLimiter(),
-        prices=Prices(settings.price_rules),
+        prices=prices,
         meter=meter,
         upstream=upstream,
         metrics=metrics,
@@ -129,4 +138,8 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         webhook_store=webhook_store,
         outbox=outbox,
         alerts=detector,
+        stream_store=stream_store,
+        streams=Manager(settings, stream_store, prices),
+        hub=hub,
+        poller=poller,
     )

@@ -25,8 +25,12 @@ from storage.accounts import AccountStore
 from storage.admin import AdminStore
 from storage.alerts import AlertStore
 from storage.keys import KeyStore
+from storage.streams import StreamStore
 from storage.usage import UsageStore
 from storage.webhooks import WebhookStore
+from streams.hub import Hub
+from streams.manage import Manager
+from streams.poller import Poller
 from webhooks.outbox import Outbox
 
 
@@ -60,6 +64,10 @@ class Context:
     webhook_store: WebhookStore  # endpoints, events, deliveries (storage/webhooks.py)
     outbox: Outbox  # events in, signed deliveries out (webhooks/outbox.py)
     alerts: Detector  # the crossing detector (alerts/detector.py)
+    stream_store: StreamStore  # filter rules, monitors and their events (storage/streams.py)
+    streams: Manager  # adding and changing rules and monitors (streams/manage.py)
+    hub: Hub  # this process's WebSockets (streams/hub.py)
+    poller: Poller  # the poll scheduler (streams/poller.py)
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
     scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

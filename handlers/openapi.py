@@ -14,6 +14,7 @@ from handlers.openapi_alerts import ALERT_OPERATIONS, ALERT_SCHEMAS
 from handlers.openapi_components import SCHEMAS
 from handlers.openapi_operations import OPERATIONS
 from handlers.openapi_paths import data_operation, portal_operation
+from handlers.openapi_streams import STREAM_OPERATIONS, STREAM_SCHEMAS, socket_operations
 from social.endpoints import ENDPOINTS
 
 VERSION = "0.1.0"
@@ -22,13 +23,14 @@ VERSION = "0.1.0"
 def build(twitter_alias: bool, metrics_here: bool) -> dict:
     """The document for an application: aliases and /metrics appear only where the application serves them."""
     paths: dict = {}
-    for op in OPERATIONS + ALERT_OPERATIONS:
+    for op in OPERATIONS + ALERT_OPERATIONS + STREAM_OPERATIONS:
         if op.path != "/metrics" or metrics_here:
             paths.setdefault(op.path, {})[op.method] = portal_operation(op)
     prefixes = [("/social", "data")] + ([("/twitter", "data (provider-compatible paths)")] if twitter_alias else [])
     for prefix, tag in prefixes:
         for endpoint in ENDPOINTS:
             paths[prefix + endpoint.path] = {"get": data_operation(endpoint, prefix, tag)}
+        paths[prefix + "/tweet/websocket"] = {"get": socket_operations(prefix)}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -40,12 +42,23 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
         },
         "tags": [
             {"name": t}
-            for t in ("auth", "keys", "account", "billing", "alerts", "admin", "operations", "portal", "data")
+            for t in (
+                "auth",
+                "keys",
+                "account",
+                "billing",
+                "alerts",
+                "streams",
+                "admin",
+                "operations",
+                "portal",
+                "data",
+            )
         ]
         + ([{"name": prefixes[1][1]}] if twitter_alias else []),
         "paths": paths,
         "components": {
-            "schemas": {**SCHEMAS, **ALERT_SCHEMAS},
+            "schemas": {**SCHEMAS, **ALERT_SCHEMAS, **STREAM_SCHEMAS},
             "securitySchemes": {
                 "bearerAuth": {
                     "type": "http",

@@ -6,7 +6,7 @@ per account per batch instead of per call (about 25x less database CPU on the
 embedded server). A bucket carries its records and their totals:
 
     {_id: "<process>-<batch>:<account>:<day>", account_id, lease, day, ts, ts_max,
-     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?}]}
+     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?, stream_id?}]}
 
 Bucket ids derive from the batch, so a retried batch skips what an earlier try wrote.
 
@@ -75,6 +75,8 @@ def _stored(r: dict) -> dict:
     }
     if "replay_of" in r:  # only replays carry it (Idempotency-Key)
         stored["replay_of"] = r["replay_of"]
+    if "stream_id" in r:  # only the polls of filter rules and monitors carry it (streams/)
+        stored["stream_id"] = r["stream_id"]
     return stored
 
 
@@ -116,6 +118,7 @@ def flatten(bucket: dict) -> list[dict]:
             "lease": bucket["lease"],
             **{f: r[f] for f in _RECORD_FIELDS},
             **({"replay_of": r["replay_of"]} if "replay_of" in r else {}),
+            **({"stream_id": r["stream_id"]} if "stream_id" in r else {}),
         }
         for r in bucket["records"]
     ]
