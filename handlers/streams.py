@@ -197,21 +197,24 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
             return
         self.held = True
         ctx.hub.add(self)
-        self.send_text(orjson.dumps({"event_type": "connected", "timestamp": polls.millis(datetime.now(UTC))}).decode())
+        self._write(orjson.dumps({"event_type": "connected", "timestamp": polls.millis(datetime.now(UTC))}).decode())
         missed = await ctx.hub.missed(self.account_id, *self.after)
-        sent = set()
         for text in missed:
-            self.send_text(text)
-            sent.add(text)
+            self._write(text)
+        # Live events that came during the replay, unless the replay had them already.
         waiting, self.replaying = self.replaying or [], None
+        sent = set(missed)
         for text in waiting:
             if text not in sent:
-                self.send_text(text)
+                self._write(text)
 
     def send_text(self, text: str) -> None:
         if self.replaying is not None:
             self.replaying.append(text)
-            return
+        else:
+            self._write(text)
+
+    def _write(self, text: str) -> None:
         if self.ws_connection is None or self.ws_connection.is_closing():
             return
         self.write_message(text)  # queued by Tornado; a slow client's buffer is its own

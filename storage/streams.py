@@ -139,7 +139,7 @@ class StreamStore:
         """Rules that poll, or would poll after a top-up: what the next hour costs."""
         return await self.rules.find(
             {"account_id": account_id, "status": {"$in": [ACTIVE, PAUSED]}, "deleted": False},
-            {"interval_seconds": 1, "kind": 1},
+            {"interval_seconds": 1, "kind": 1, "status": 1},
         ).to_list(None)
 
     # --- events -----------------------------------------------------------------------------------------
