@@ -12,15 +12,16 @@ import functools
 import hmac
 import random
 import re
+import time
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 import orjson
 import tornado.web
 
 from . import faults as faultlib
 from .basis import N_BIG
-from .endpoints import ENDPOINTS, Args, BadRequest, respond
+from .endpoints import ENDPOINTS, MOVING, Args, BadRequest, respond
 from .world import World, get_world
 
 CACHE_BYTES = 128 * 1024 * 1024
@@ -79,13 +80,14 @@ def catalog(w: World) -> dict:
         "big_accounts": [w.handles[u] for u in range(N_BIG)],
         "deep_replies": [w.tweets[i].id for i in deep],
         "quoted_tweets": [w.tweets[i].id for i in quoted],
+        "live_users": [w.handles[u] for u in w.live_core],
     }
 
 
 class Sandbox:
     """State shared by the handlers of one application."""
 
-    def __init__(self, api_key: str, seed: int, faults: str):
+    def __init__(self, api_key: str, seed: int, faults: str, clock: Callable[[], float]):
         self.faults = faultlib.parse(faults)  # first: a bad spec fails before the world is built
         self.world = get_world(seed)
         self.api_key = api_key.encode()
@@ -94,6 +96,7 @@ class Sandbox:
         self.stats = {"connections": 0, "requests": 0}
         self.hangs: set[asyncio.Future] = set()
         self.catalog = catalog_body(self.world)
+        self.clock = clock  # wall-clock seconds: live posts derive from it (sandbox.live)
 
 
 class JsonHandler(tornado.web.RequestHandler):
@@ -164,11 +167,12 @@ class ProviderHandler(JsonHandler):
         if path not in ENDPOINTS:
             return 404, NOT_FOUND
         args = self.request.query_arguments
-        cache_key = (path, tuple(sorted((k, tuple(v)) for k, v in args.items())))
+        now = int(sb.clock())
+        cache_key = (path, tuple(sorted((k, tuple(v)) for k, v in args.items())), now if path in MOVING else 0)
         body = sb.cache.get(cache_key)
         if body is None:
             try:
-                body = orjson.dumps(respond(sb.world, path, Args(args)))
+                body = orjson.dumps(respond(sb.world, path, Args(args, now)))
             except BadRequest as e:
                 return 400, orjson.dumps({"status": "error", "msg": str(e)})
             sb.cache.put(cache_key, body)
@@ -185,9 +189,12 @@ def normalize_prefix(prefix: str) -> str:
     return f"/{prefix}" if prefix else ""
 
 
-def make_app(api_key: str, prefix: str = "/twitter", seed: int = 7, faults: str = "") -> tornado.web.Application:
-    """The sandbox upstream.  `faults` is a run-wide fault spec (see sandbox.faults)."""
-    sb = Sandbox(api_key, seed, faults)
+def make_app(
+    api_key: str, prefix: str = "/twitter", seed: int = 7, faults: str = "", clock: Callable[[], float] = time.time
+) -> tornado.web.Application:
+    """The sandbox upstream.  `faults` is a run-wide fault spec (see sandbox.faults); `clock`
+    gives the wall-clock seconds the live posts follow (tests may pass a fixed one)."""
+    sb = Sandbox(api_key, seed, faults, clock)
     args = {"sandbox": sb}
     return tornado.web.Application(
         [

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from collections.abc import Callable, Sequence
 
 from . import render, search
@@ -41,16 +42,20 @@ class NotFound(Exception):
     """Answered with HTTP 200 and status "error", as the provider does."""
 
 
-def encode_cursor(offset: int) -> str:
-    return base64.urlsafe_b64encode(f"sbx1:{offset}".encode()).decode().rstrip("=")
+def encode_cursor(offset: int, asof: int | None = None) -> str:
+    """A list that moves with time carries the time of its first page (asof), so that later
+    pages are cut from the same list and never repeat or skip a post."""
+    raw = f"sbx1:{offset}" if asof is None else f"sbx1:{offset}:{asof}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> int:
+def decode_cursor(cursor: str) -> tuple[int, int | None]:
+    """(offset, asof or None)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        tag, offset = raw.split(":")
-        if tag == "sbx1" and is_digits(offset):
-            return int(offset)
+        tag, offset, *asof = raw.split(":")
+        if tag == "sbx1" and is_digits(offset) and len(asof) <= 1 and all(is_digits(x) for x in asof):
+            return int(offset), int(asof[0]) if asof else None
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
     raise BadRequest("invalid cursor")
@@ -59,8 +64,9 @@ def decode_cursor(cursor: str) -> int:
 class Args:
     """Query parameters (the last value of each wins; empty means absent)."""
 
-    def __init__(self, query_arguments: dict[str, list[bytes]]):
+    def __init__(self, query_arguments: dict[str, list[bytes]], now: int):
         self._args = query_arguments
+        self.now = now  # the request's wall-clock second: what the moving lists show
 
     def get(self, name: str) -> str | None:
         values = self._args.get(name)
@@ -108,7 +114,13 @@ class Args:
 
     def offset(self) -> int:
         cursor = self.get("cursor")
-        return 0 if cursor is None else decode_cursor(cursor)
+        return 0 if cursor is None else decode_cursor(cursor)[0]
+
+    def asof(self) -> int:
+        """The time a moving list is cut at: its first page's (from the cursor), else now."""
+        cursor = self.get("cursor")
+        asof = None if cursor is None else decode_cursor(cursor)[1]
+        return self.now if asof is None else min(asof, self.now)
 
     def id_list(self, name: str) -> list[str]:
         ids = list(dict.fromkeys(x.strip() for x in self.require(name).split(",") if x.strip()))
@@ -117,11 +129,27 @@ class Args:
         return ids
 
 
-def page(seq: Sequence, offset: int, size: int, item: Callable) -> dict:
+def page(seq: Sequence, offset: int, size: int, item: Callable, asof: int | None = None) -> dict:
     chunk = seq[offset : offset + size]
     end = offset + len(chunk)
     more = end < len(seq)
-    return {"items": [item(x) for x in chunk], "has_next": more, "cursor": encode_cursor(end) if more else ""}
+    return {"items": [item(x) for x in chunk], "has_next": more, "cursor": encode_cursor(end, asof) if more else ""}
+
+
+class Joined:
+    """Two result lists read as one (live posts, then the archive) without copying the archive."""
+
+    def __init__(self, head: Sequence, tail: Sequence):
+        self.head, self.tail = head, tail
+
+    def __len__(self) -> int:
+        return len(self.head) + len(self.tail)
+
+    def __getitem__(self, s: slice) -> list:
+        n = len(self.head)
+        start, stop = s.start or 0, s.stop
+        out = list(self.head[start:stop])
+        return out + list(self.tail[max(start - n, 0) : max(stop - n, 0)])
 
 
 # ---- lookups -------------------------------------------------------------------
@@ -143,7 +171,7 @@ def _user(w: World, a: Args, by_name: str | None = None, by_id: str | None = Non
 
 
 def _tweet(w: World, a: Args) -> int:
-    i = w.tweet_by_id(a.require("tweetId"))
+    i = w.tweet_by_id(a.require("tweetId"), a.now)
     if i is None:
         raise NotFound("tweet not found")
     return i
@@ -155,8 +183,9 @@ def _in(table: dict[str, int], key: str, what: str) -> int:
     return table[key]
 
 
-def _tweets_page(w: World, a: Args, seq: Sequence[int]) -> dict:
-    return page(seq, a.offset(), TWEET_PAGE, lambda i: render.tweet(w, i))
+def _tweets_page(w: World, a: Args, seq: Sequence[int], moving: bool = False) -> dict:
+    """A page of tweets; a moving list (one with live posts) carries its time in the cursor."""
+    return page(seq, a.offset(), TWEET_PAGE, lambda i: render.tweet(w, i), a.asof() if moving else None)
 
 
 def _users_page(w: World, a: Args, seq: Sequence[int], size: int) -> dict:
@@ -169,13 +198,29 @@ def _users_page(w: World, a: Args, seq: Sequence[int], size: int) -> dict:
 def advanced_search(w: World, a: Args) -> dict:
     query, query_type = a.require("query"), a.choice("queryType", ("Latest", "Top"))
     try:
-        hits = search.search_tweets(w, query, query_type)
+        archived = search.search_tweets(w, query, query_type)
     except search.QueryError as e:
         raise BadRequest(f"invalid query: {e}") from None
-    return _tweets_page(w, a, hits)
+    if not search.moves(w, query):
+        return _tweets_page(w, a, archived)
+    live = search.search_live(w, query, query_type, a.asof())
+    if query_type == "Latest" or not live:
+        return _tweets_page(w, a, Joined(live, archived), moving=True)
+    # Top: both lists are ranked; the first `end` of the merge come from live + archived[:end].
+    end = a.offset() + TWEET_PAGE
+    ranked = sorted(live + archived[:end], key=lambda i: (w.engagement(i), i), reverse=True)
+    rest = range(max(len(live) + len(archived) - end, 0))  # only counted: pages never reach past `end`
+    return _tweets_page(w, a, Joined(ranked[:end], rest), moving=True)
 
 
-def _own_tweets(w: World, u: int, replies: bool, parents: bool = False) -> list[int]:
+def _own_tweets(w: World, a: Args, u: int, replies: bool, parents: bool = False) -> Joined:
+    """A user's timeline: their live posts (never replies), then the archive's."""
+    live = w.live_where(a.asof(), lambda t: t.author == u) if u in w.live_poster_set else []
+    return Joined(live, _archived_tweets(w, u, replies, parents))
+
+
+@functools.lru_cache(maxsize=1024)
+def _archived_tweets(w: World, u: int, replies: bool, parents: bool) -> list[int]:
     out = []
     # Lurkers (ids past the active users) have never posted: an empty timeline, not an IndexError (500).
     for i in reversed(w.by_author[u] if u < len(w.by_author) else ()):
@@ -190,14 +235,14 @@ def _own_tweets(w: World, u: int, replies: bool, parents: bool = False) -> list[
 
 def tweet_timeline(w: World, a: Args) -> dict:
     u = _user(w, a, by_id="userId")
-    return _tweets_page(
-        w, a, _own_tweets(w, u, a.boolean("includeReplies", False), a.boolean("includeParentTweet", False))
-    )
+    own = _own_tweets(w, a, u, a.boolean("includeReplies", False), a.boolean("includeParentTweet", False))
+    return _tweets_page(w, a, own, moving=u in w.live_poster_set)
 
 
 def last_tweets(w: World, a: Args) -> dict:
     u = _user(w, a, by_name="userName", by_id="userId")
-    return _tweets_page(w, a, _own_tweets(w, u, a.boolean("includeReplies", False)))
+    own = _own_tweets(w, a, u, a.boolean("includeReplies", False))
+    return _tweets_page(w, a, own, moving=u in w.live_poster_set)
 
 
 def thread_context(w: World, a: Args) -> dict:
@@ -213,7 +258,7 @@ def replies_v2(w: World, a: Args) -> dict:
     """Direct replies in queryType order, each followed by the replies below it."""
     i, order = _tweet(w, a), a.choice("queryType", ("Relevance", "Latest", "Likes"))
     direct = w.replies.get(i, [])
-    author = w.tweets[i].author
+    author = w.tweet(i).author
     if order == "Latest":
         key = lambda j: j  # noqa: E731
     elif order == "Likes":
@@ -232,7 +277,9 @@ def quotes(w: World, a: Args) -> dict:
 
 
 def mentions(w: World, a: Args) -> dict:
-    return _tweets_page(w, a, w.mentions.get(_user(w, a, by_name="userName"), [])[::-1])
+    u = _user(w, a, by_name="userName")
+    live = w.live_where(a.asof(), lambda t: t.mention == u) if u in w.live_poster_set else []
+    return _tweets_page(w, a, Joined(live, w.mentions.get(u, [])[::-1]), moving=u in w.live_poster_set)
 
 
 def list_timeline(w: World, a: Args) -> dict:
@@ -285,7 +332,7 @@ def batch_info_by_ids(w: World, a: Args) -> dict:
 
 
 def tweets(w: World, a: Args) -> dict:
-    found = (w.tweet_by_id(tid) for tid in a.id_list("tweet_ids"))
+    found = (w.tweet_by_id(tid, a.now) for tid in a.id_list("tweet_ids"))
     return {"items": [render.tweet(w, i) for i in found if i is not None]}
 
 
@@ -311,6 +358,9 @@ def trends(w: World, a: Args) -> dict:
         raise NotFound(f"woeid {woeid} not found")
     return {"items": render.trends(w, woeid, count)}
 
+
+# Answers that change as live posts appear: cached per wall-clock second, not for ever.
+MOVING = frozenset(("tweet/advanced_search", "user/tweet_timeline", "user/last_tweets", "user/mentions", "tweets"))
 
 _PAGED = ("status", "message", "has_next_page", "next_cursor")
 ENDPOINTS: dict[str, tuple[Callable[[World, Args], dict], tuple[str, ...]]] = {

@@ -212,7 +212,7 @@ def user_about(w: World, u: int) -> dict:
 
 
 def _media(w: World, i: int, handle: str, start: int, end: int, tco: str) -> list[dict]:
-    t = w.tweets[i]
+    t = w.tweet(i)
     out = []
     for k in range(t.photos):
         mid = str(int(t.id) - (k + 1) * (1 << 22) * 997)  # minted just before the tweet
@@ -267,7 +267,7 @@ def _media(w: World, i: int, handle: str, start: int, end: int, tco: str) -> lis
 
 def tweet(w: World, i: int, nested: bool = False) -> dict:
     """The Tweet object; a quote carries its quoted tweet one level deep, as on the platform."""
-    t = w.tweets[i]
+    t = w.tweet(i)
     c = w.content(i)
     handle = w.handle(t.author)
     entities = {
@@ -295,7 +295,7 @@ def tweet(w: World, i: int, nested: bool = False) -> dict:
         "bookmarkCount": t.bookmarks,
         "isReply": t.parent >= 0,
         "inReplyToId": w.tweets[t.parent].id if t.parent >= 0 else None,
-        "conversationId": w.tweets[t.root].id,
+        "conversationId": w.tweet(t.root).id,
         "displayTextRange": list(c.display),
         "entities": entities,
         "quoted_tweet": tweet(w, t.quote, nested=True) if t.quote >= 0 and not nested else None,

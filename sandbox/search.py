@@ -13,12 +13,17 @@ Words and phrases match whole words, case-insensitively, in the text outside URL
     from:HANDLE  to:HANDLE (replies to)  lang:CODE  conversation_id:ID
     since:YYYY-MM-DD  until:YYYY-MM-DD   (also YYYY-MM-DD_HH:MM:SS_UTC; until is exclusive)
     since_time:UNIX  until_time:UNIX     (seconds; until_time is exclusive)
+    since_id:ID  max_id:ID               (ids above since_id; ids up to max_id)
     min_faves:N  min_retweets:N  min_replies:N
     filter:X / has:X with X in replies, media, images, links, quote, verified,
     hashtags, mentions
 
 An unknown operator is matched as a plain word, which in practice finds nothing.
 queryType Latest sorts newest first; Top sorts by World.engagement, newest first on ties.
+
+The corpus is the archive plus the live posts listed at the request's time (sandbox.live).
+Time and id bounds at the top level narrow what is scanned: a poll for what is new since a
+recent time or id never looks at the archive.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ import functools
 import time
 from collections.abc import Callable
 
-from .basis import N_ACTIVE, words
+from .basis import N_ACTIVE, N_TWEETS, TWEPOCH_MS, is_digits, words
+from .live import LIVE_START_S
 from .tweets import Tweet
 from .world import World
 
@@ -175,8 +181,8 @@ class _Parser:
         ws = words(text)
         if not ws:
             return lambda t: True
-        needle, norm = f" {' '.join(ws)} ", self.w.norm_text()
-        return lambda t: needle in norm[t.idx]
+        needle, norm, live = f" {' '.join(ws)} ", self.w.norm_text(), self.w.live_norm
+        return lambda t: needle in (norm[t.idx] if t.idx < N_TWEETS else live(t.idx))
 
     def atom(self, word: str) -> Pred:
         w = self.w
@@ -202,7 +208,13 @@ class _Parser:
             return lambda t: t.lang == lang
         if key in ("since", "until", "since_time", "until_time"):
             ms = 1000 * (_date(value) if key in ("since", "until") else _int(value))
-            return (lambda t: t.ms >= ms) if key.startswith("since") else (lambda t: t.ms < ms)
+            return _Bound(lo=ms) if key.startswith("since") else _Bound(hi=ms)
+        if key in ("since_id", "max_id"):
+            if not is_digits(value) or len(value) > 20:
+                raise QueryError(f"bad id: {value}")
+            n = int(value)
+            ms = (n >> 22) + TWEPOCH_MS  # the time a snowflake id encodes
+            return _Bound(lo=ms, above=n) if key == "since_id" else _Bound(hi=ms + 1, upto=n)
         if key == "min_faves":
             n = _int(value)
             return lambda t: t.likes >= n
@@ -235,6 +247,21 @@ class _Parser:
         return features.get(name, lambda t: False)
 
 
+class _Bound:
+    """A time or id bound, recognisable so that top-level ones narrow the scan: [lo, hi) in
+    epoch ms, and for since_id / max_id the exact id comparison."""
+
+    def __init__(self, lo: int = 0, hi: int | None = None, above: int | None = None, upto: int | None = None):
+        self.lo, self.hi, self.above, self.upto = lo, hi, above, upto
+
+    def __call__(self, t: Tweet) -> bool:
+        if t.ms < self.lo or (self.hi is not None and t.ms >= self.hi):
+            return False
+        if self.above is not None and int(t.id) <= self.above:
+            return False
+        return self.upto is None or int(t.id) <= self.upto
+
+
 class _From:
     """from:HANDLE, recognisable so that a top-level one narrows the scan to one author."""
 
@@ -245,17 +272,60 @@ class _From:
         return t.author == self.user
 
 
+class Query:
+    """A parsed query: its top-level predicates, the author and time range they narrow to."""
+
+    def __init__(self, w: World, query: str):
+        self.preds = _Parser(w, query).parse()
+        authors = [p.user for p in self.preds if isinstance(p, _From)]
+        self.author = authors[0] if authors else None
+        bounds = [p for p in self.preds if isinstance(p, _Bound)]
+        self.lo_ms = max((b.lo for b in bounds), default=0)
+        his = [b.hi for b in bounds if b.hi is not None]
+        self.hi_ms = min(his) if his else None
+
+    def match(self, t: Tweet) -> bool:
+        return all(p(t) for p in self.preds)
+
+
+@functools.lru_cache(maxsize=1024)
+def parse(w: World, query: str) -> Query:
+    """Raises QueryError."""
+    return Query(w, query)
+
+
 @functools.lru_cache(maxsize=256)
 def search_tweets(w: World, query: str, query_type: str) -> list[int]:
-    """Indices of the matching tweets in result order.  Raises QueryError."""
-    preds = _Parser(w, query).parse()
-    authors = [p.user for p in preds if isinstance(p, _From)]
-    if authors:
-        candidates = w.by_author[authors[0]] if 0 <= authors[0] < len(w.by_author) else ()  # lurkers never post
+    """Indices of the matching archived tweets in result order.  Raises QueryError."""
+    q = parse(w, query)
+    if q.lo_ms > w.tweets[-1].ms:
+        return []  # asks only for what is newer than the archive
+    if q.author is not None:
+        candidates = w.by_author[q.author] if 0 <= q.author < len(w.by_author) else ()  # lurkers never post
     else:
         candidates = range(len(w.tweets))
-    tweets = w.tweets
+    tweets, preds = w.tweets, q.preds
     hits = [i for i in reversed(candidates) if all(p(tweets[i]) for p in preds)]
+    if query_type == "Top":
+        hits.sort(key=lambda i: (w.engagement(i), i), reverse=True)
+    return hits
+
+
+def moves(w: World, query: str) -> bool:
+    """Whether live posts can match: not when the query ends before they begin or names an
+    author who never posts live (such a result stays the same, cursors included)."""
+    q = parse(w, query)
+    if q.hi_ms is not None and q.hi_ms <= LIVE_START_S * 1000:
+        return False
+    return q.author is None or q.author in w.live_poster_set
+
+
+def search_live(w: World, query: str, query_type: str, asof: int) -> list[int]:
+    """Indices of the matching live posts listed at time asof, in result order."""
+    q = parse(w, query)
+    if not moves(w, query):
+        return []
+    hits = [t.idx for t in w.live_scan(asof, q.lo_ms, q.hi_ms) if q.match(t)]
     if query_type == "Top":
         hits.sort(key=lambda i: (w.engagement(i), i), reverse=True)
     return hits

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from .basis import END_S, N_ACTIVE, N_BIG, N_TWEETS, START_S, TWEPOCH_MS, VIEWS_SINCE_S, b62, h64, words
+from .basis import END_S, N_ACTIVE, N_BIG, N_TWEETS, START_S, TWEPOCH_MS, VIEWS_SINCE_S, b62, h64, is_digits, words
 from .phrases import CLOSERS, EXTRA_TAGS, LANG_INDEX, LANGS, LINK_TARGETS, OPENERS, TOPICS
 
 
@@ -182,7 +182,7 @@ class Tweets:
         """Text of tweet i with its entities (offsets in code points) and display range.
         Links and then the media link come last, as on the platform; the media link is
         outside the display range."""
-        t, seed = self.tweets[i], self.seed
+        t, seed = self.tweet(i), self.seed
         text, start, mentions, tags = self._body(t)
         link = None
         if t.has_link:
@@ -203,8 +203,12 @@ class Tweets:
             text += tco
         return Content(text, (start, end), tuple(tags), tuple(mentions), link, media)
 
-    def tweet_by_id(self, tid: str) -> int | None:
-        return self.by_id.get(tid)
+    def tweet_by_id(self, tid: str, now_s: int | None = None) -> int | None:
+        """An archived tweet, or (given the time) a live post already made."""
+        i = self.by_id.get(tid)
+        if i is None and now_s is not None and is_digits(tid) and len(tid) < 25:
+            return self.live_by_id(tid, now_s)
+        return i
 
     def reply_count(self, i: int) -> int:
         return len(self.replies.get(i, ()))
@@ -217,7 +221,7 @@ class Tweets:
 
     def engagement(self, i: int) -> int:
         """The ranking score of advanced_search Top and replies/v2 Relevance."""
-        t = self.tweets[i]
+        t = self.tweet(i)
         return t.likes + 2 * t.retweets + self.reply_count(i) + self.quote_count(i)
 
     def ancestors(self, i: int) -> list[int]:

@@ -22,11 +22,12 @@ import functools
 import random
 
 from .groups import Groups
+from .live import Live
 from .tweets import Tweets
 from .users import Users
 
 
-class World(Users, Tweets, Groups):
+class World(Users, Tweets, Groups, Live):
     """The world of one seed; its parts are built in this order because each draws on the one rng."""
 
     def __init__(self, seed: int):
@@ -38,6 +39,7 @@ class World(Users, Tweets, Groups):
         self._make_lists()
         self._make_communities()
         self._make_spaces()
+        self._make_live()
         self._norm: list[str] | None = None
         self._list_timelines: dict[int, list[int]] = {}
         self._verified_followers: dict[int, list[int]] = {}

@@ -2,6 +2,8 @@
 parse it replaced (orjson + count_items), over every sandbox endpoint, every page of it and bodies an
 untrusted upstream might send."""
 
+import time
+
 import orjson
 import pytest
 
@@ -13,6 +15,7 @@ from sandbox.world import World
 from social.endpoints import BY_PATH, ENDPOINTS, count_items, read_answer
 
 WORLD = World(7)  # the seed the sandbox serves by default
+NOW = int(time.time())  # one moment for every page, so live posts hold still
 CATALOG = sandbox_catalog(WORLD)
 # Searches and batch lookups answer an empty list rather than "not found".
 NEVER_NOT_FOUND = {"tweet/advanced_search", "user/search", "tweets", "user/batch_info_by_ids"}
@@ -69,7 +72,7 @@ def pages(path: str, args: dict[str, str], most: int = 40):
     query = dict(args)
     for _ in range(most):
         try:
-            body = orjson.dumps(respond(WORLD, path, Args({k: [v.encode()] for k, v in query.items()})))
+            body = orjson.dumps(respond(WORLD, path, Args({k: [v.encode()] for k, v in query.items()}, NOW)))
         except BadRequest:
             return
         yield body

@@ -658,16 +658,13 @@ async def test_timelines_page_newest_first(http_client, base_url):
         assert [created(t) for t in items] == sorted((created(t) for t in items), reverse=True), path
     own, _ = await all_pages(http_client, base_url, "user/last_tweets", "tweets", userName=user["userName"])
     assert all(not t["isReply"] and t["author"]["id"] == user["id"] for t in own)
-    mixed = await api(
-        http_client,
-        base_url,
-        "user/tweet_timeline",
-        userId=user["id"],
-        includeReplies="true",
-        includeParentTweet="true",
-    )
-    replies = [n for n, t in enumerate(mixed["tweets"]) if t["isReply"] and t["author"]["id"] == user["id"]]
-    assert replies and all(mixed["tweets"][n - 1]["id"] == mixed["tweets"][n]["inReplyToId"] for n in replies if n > 0)
+    # The user posts live (catalog live_users): their replies come after the hour's live posts.
+    params, replies = {"userId": user["id"], "includeReplies": "true", "includeParentTweet": "true"}, []
+    while not replies:
+        mixed = await api(http_client, base_url, "user/tweet_timeline", **params)
+        replies = [n for n, t in enumerate(mixed["tweets"]) if t["isReply"] and t["author"]["id"] == user["id"]]
+        params["cursor"] = mixed["next_cursor"]
+    assert all(mixed["tweets"][n - 1]["id"] == mixed["tweets"][n]["inReplyToId"] for n in replies if n > 0)
 
 
 @pytest.mark.gen_test
@@ -730,7 +727,8 @@ async def test_search_operators(http_client, base_url):
     timeline, _ = await all_pages(
         http_client, base_url, "user/tweet_timeline", "tweets", userId=cat["users"][0]["id"], includeReplies="true"
     )
-    assert sorted(t["id"] for t in items) == sorted(t["id"] for t in timeline)
+    archived = lambda tweets: sorted(t["id"] for t in tweets if created(t).year < 2025)  # noqa: E731 - live posts move
+    assert archived(items) == archived(timeline) and len(archived(items)) > 20
     response = await fetch(http_client, base_url, "/twitter/tweet/advanced_search", {"query": "since:yesterday"})
     assert response.code == 400
 
@@ -1029,7 +1027,8 @@ async def test_command_line_serves_the_same_world_and_stops_on_sigterm(http_clie
         line = await asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline)
         url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
         for path, params in [
-            ("/twitter/tweet/advanced_search", {"query": "jazz OR chess"}),
+            # Before the live posts (sandbox.live), which could differ across the edge of a second.
+            ("/twitter/tweet/advanced_search", {"query": "jazz OR chess until:2024-12-01"}),
             ("/twitter/user/followers", {"userName": "OrbitalFacts"}),
             ("/sandbox/catalog", None),
         ]:
