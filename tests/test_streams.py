@@ -5,6 +5,7 @@ charged, the balance pause, one socket per key, revocation, reconnect resume, an
 import asyncio
 import time
 import urllib.parse
+from datetime import datetime
 
 import orjson
 import pytest
@@ -338,3 +339,35 @@ async def test_two_workers_deliver_every_tweet_exactly_once_and_never_poll_a_rul
         # the rule's poll count; at most one more may have been under way when the gateway stopped.
         calls = sum(1 for q in provider.queries if q.split()[0] == f"x{n}")
         assert seqs[rule_id] >= 8 and calls - seqs[rule_id] in (0, 1), (rule_id, calls, seqs[rule_id])
+
+
+@pytest.mark.settings(**QUICK)
+async def test_on_the_moving_sandbox_a_rule_and_a_monitor_deliver_live_posts(api, catalog, base_url):
+    """End to end on the sandbox (no scripted provider): a `lang:en` rule and a monitor of a catalog user who
+    posts every few seconds each receive new posts, newer than when they were switched on, none twice."""
+    user, key = await api.funded_key(1_000_000)
+    k = key["key"]
+    ws = await socket(base_url, k)
+    await ws.read_message()  # connected
+    switched_on = time.time()
+    rule_id = await rule_on(api, k, value="lang:en", interval=0.5)
+    handle = catalog["users"][0]["userName"]
+    status, added, _ = await api.call(
+        "POST", "/streams", {"kind": "monitor", "x_user_name": handle, "interval_seconds": 0.5}, token=user["token"]
+    )
+    assert status == 200, added
+    by_rule: dict[str, list[dict]] = {}
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not (by_rule.get(rule_id) and by_rule.get(added["rule_id"])):
+        event = await next_tweet_event(ws, deadline - time.monotonic())
+        by_rule.setdefault(event["rule_id"], []).extend(event["tweets"])
+    ws.close()
+    assert by_rule.get(rule_id) and by_rule.get(added["rule_id"]), by_rule.keys()
+    for tweets in by_rule.values():
+        ids = [t["id"] for t in tweets]
+        assert len(ids) == len(set(ids))
+    assert all(t["author"]["userName"].lower() == handle.lower() for t in by_rule[added["rule_id"]])
+    assert all(t.get("lang") in (None, "en") for t in by_rule[rule_id])
+    for tweets in by_rule.values():  # nothing from before the rule was switched on (since_time: has seconds)
+        created = [datetime.strptime(t["createdAt"], "%a %b %d %H:%M:%S %z %Y").timestamp() for t in tweets]
+        assert min(created) >= int(switched_on) - 1
