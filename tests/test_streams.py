@@ -5,7 +5,7 @@ charged, the balance pause, one socket per key, revocation, reconnect resume, an
 import asyncio
 import time
 import urllib.parse
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
@@ -371,3 +371,45 @@ async def test_on_the_moving_sandbox_a_rule_and_a_monitor_deliver_live_posts(api
     for tweets in by_rule.values():  # nothing from before the rule was switched on (since_time: has seconds)
         created = [datetime.strptime(t["createdAt"], "%a %b %d %H:%M:%S %z %Y").timestamp() for t in tweets]
         assert min(created) >= int(switched_on) - 1
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_poll_left_half_done_by_a_dead_process_is_finished_once_by_another(api, ctx, provider, base_url):
+    """A process claimed a poll, wrote its event, and died before moving the cursor on: once its lease runs out,
+    another process delivers that event (same id) without asking the provider again, and goes on from it."""
+    user, key = await api.funded_key(1_000_000)
+    ws = await socket(base_url, key["key"])
+    await ws.read_message()
+    first = provider.post(text="seen by the dead process")
+    now = datetime.now(UTC)
+    rule_id = "fr_deadbeef00000000"
+    await ctx.stream_store.add(
+        {
+            "_id": rule_id,
+            "account_id": user["account_id"],
+            "key_id": key["key_id"],
+            "kind": "rule",
+            "tag": "t",
+            "value": "hello",
+            "interval_seconds": 0.3,
+            "status": "active",
+            "created_at": now,
+            "due_at": now,
+            "since_time": int(time.time()) - 5,
+            "lease_owner": "dead",
+            "lease_token": "dead-token",
+            "lease_until": now + timedelta(seconds=0.5),
+            "claims": 1,
+        }
+    )
+    tweets = provider.answer("hello")["tweets"]
+    event = {"_id": f"{rule_id}:0", "account_id": user["account_id"], "rule_id": rule_id, "rule_tag": "t"}
+    await ctx.stream_store.write_event({**event, "kind": "rule", "tweets": tweets, "created_at": now})
+    got = await next_tweet_event(ws)
+    assert got["event_id"] == f"{rule_id}:0" and [t["id"] for t in got["tweets"]] == [first]
+    later = provider.post(text="after the takeover")
+    got = await next_tweet_event(ws)
+    assert [t["id"] for t in got["tweets"]] == [later] and got["event_id"] == f"{rule_id}:1"
+    # The dead process's poll was not asked again: every query after the takeover names its cursor.
+    assert provider.queries and all(f"since_id:{first}" in q or f"since_id:{later}" in q for q in provider.queries)
+    ws.close()
