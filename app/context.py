@@ -139,7 +139,7 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         outbox=outbox,
         alerts=detector,
         stream_store=stream_store,
-        streams=Manager(settings, stream_store, prices),
+        streams=Manager(settings, stream_store, prices, poller.nudge),
         hub=hub,
         poller=poller,
     )

@@ -4,6 +4,7 @@ each rule's row with its cost per day."""
 
 import secrets
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from config.settings import Settings
@@ -17,8 +18,9 @@ class LimitReached(Exception):
 
 
 class Manager:
-    def __init__(self, settings: Settings, store: StreamStore, prices: Prices):
-        self.settings, self.store, self.prices = settings, store, prices
+    def __init__(self, settings: Settings, store: StreamStore, prices: Prices, switched_on: Callable[[], None]):
+        # switched_on: the poller looks for due polls at once (Poller.nudge)
+        self.settings, self.store, self.prices, self.switched_on = settings, store, prices, switched_on
 
     async def add(
         self, account_id: str, key_id: int, kind: str, tag: str, value: str, interval: float, active: bool
@@ -46,6 +48,8 @@ class Manager:
         if active:
             doc |= _switched_on()
         await self.store.add(doc)
+        if active:
+            self.switched_on()
         return doc
 
     async def change(self, account_id: str, rule_id: str, fields: dict, active: bool | None) -> dict | None:
@@ -61,7 +65,9 @@ class Manager:
             changed |= _switched_on()
         elif active is False:
             changed["status"] = INACTIVE
-        return await self.store.update(account_id, rule_id, changed)
+        done = await self.store.update(account_id, rule_id, changed)
+        self.switched_on()
+        return done
 
     def row(self, rule: dict) -> dict:
         """A rule or monitor as the portal shows it: its state and what it costs a day at its interval."""

@@ -32,6 +32,7 @@ from webhooks.outbox import Outbox
 log = logging.getLogger("gateway.streams")
 RETRY_SECONDS = 5.0  # a poll the provider failed is tried again this soon (or at its interval, if shorter)
 CONCURRENT = 200  # polls under way per process
+IDLE_SECONDS = 1.0  # the longest a process waits between looks for due polls when none is due
 
 
 def now_utc() -> datetime:
@@ -57,17 +58,27 @@ class Poller:
         self._polling: set[asyncio.Task] = set()
         self.touched: set[str] = set()  # accounts polled since the last balance check
         self.lateness: list[float] = []  # seconds each poll started after its due time (bench/streams.py)
+        self._skip_until = 0.0  # no claim before this (monotonic): nothing was due
         self.polls = 0  # polls answered (bench/streams.py divides the process's CPU by it)
 
     # --- scheduling --------------------------------------------------------------------------------
+    def nudge(self) -> None:
+        """A rule was switched on here: look at once (other processes' within IDLE_SECONDS)."""
+        self._skip_until = 0.0
+
     async def tick(self) -> None:
-        if len(self._polling) >= CONCURRENT:
+        if len(self._polling) >= CONCURRENT or time.monotonic() < self._skip_until:
             return
         now = now_utc()
-        for rule in await self.store.claim(self.owner, uuid.uuid4().hex, now, self.hold):
+        claimed = await self.store.claim(self.owner, uuid.uuid4().hex, now, self.hold)
+        for rule in claimed:
             task = asyncio.create_task(self.poll(rule))
             self._polling.add(task)
             task.add_done_callback(self._polled)
+        if not claimed:  # nothing due: sleep until the next due poll, IDLE_SECONDS at most (no rule: 2 reads/s)
+            due = await self.store.next_due()
+            wait = IDLE_SECONDS if due is None else min(IDLE_SECONDS, (due - now).total_seconds())
+            self._skip_until = time.monotonic() + wait
 
     def _polled(self, task: asyncio.Task) -> None:
         self._polling.discard(task)
