@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import deque
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
@@ -32,6 +33,7 @@ from webhooks.outbox import Outbox
 log = logging.getLogger("gateway.streams")
 RETRY_SECONDS = 5.0  # a poll the provider failed is tried again this soon (or at its interval, if shorter)
 CONCURRENT = 200  # polls under way per process
+MAX_PAGES = 5  # pages one poll may read (100 tweets): a rule matching more in one interval loses the oldest
 IDLE_SECONDS = 1.0  # the longest a process waits between looks for due polls when none is due
 
 
@@ -57,7 +59,7 @@ class Poller:
         self.hold = settings.upstream_timeout + settings.upstream_connect_timeout + 10
         self._polling: set[asyncio.Task] = set()
         self.touched: set[str] = set()  # accounts polled since the last balance check
-        self.lateness: list[float] = []  # seconds each poll started after its due time (bench/streams.py)
+        self.lateness: deque[float] = deque(maxlen=100_000)  # seconds each poll started after it was due
         self._skip_until = 0.0  # no claim before this (monotonic): nothing was due
         self.polls = 0  # polls answered (bench/streams.py divides the process's CPU by it)
 
@@ -98,31 +100,10 @@ class Poller:
                 await self._deliver(found)
                 await self.store.advance(rule, self._next(rule, start, polls.cursor_after(rule, found["tweets"])))
                 return
-        try:
-            reservation = await self.meter.reserve(
-                account_id, polls.most_cost(self.prices), polls.least_cost(self.prices)
-            )
-        except LeasesExpired:
-            reservation = None
-        if reservation is None:  # no credits (the balance check pauses the rule) or none can be checked
-            await self.store.release(rule, self._due(rule, start, RETRY_SECONDS))
+        pages = await self._fetch(rule, event_id, start)
+        if pages is None:
             return
-        query = "query=" + quote(polls.poll_query(rule)) + "&queryType=Latest"
-        try:
-            answer = await self.upstream.get(polls.SEARCH.path, query, account_id)
-        except BaseException as exc:
-            self.meter.release(reservation)
-            if isinstance(exc, UpstreamError):
-                self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, 502, 0, event_id, rule["_id"])
-                await self.store.release(rule, self._due(rule, start, RETRY_SECONDS))
-                return
-            raise
-        tweets, counted = _tweets(answer.status, answer.body)
-        if tweets is None:  # the provider failed or refused: not charged, the same poll again soon
-            self.meter.release(reservation)
-            self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, 502, 0, event_id, rule["_id"])
-            await self.store.release(rule, self._due(rule, start, RETRY_SECONDS))
-            return
+        tweets = [t for _, _, _, page in pages for t in page]
         new = polls.fresh(tweets, rule)
         event = None
         if new:
@@ -139,12 +120,54 @@ class Poller:
             await self._deliver(event)
         delivered = event["tweets"] if event else []
         moved = await self.store.advance(rule, self._next(rule, start, polls.cursor_after(rule, delivered)))
-        cost = min(self.prices.cost(polls.SEARCH.price, counted, polls.SIZE), reservation.amount)
-        charged = self.meter.settle(reservation, cost) if moved else 0
-        if not moved:
-            self.meter.release(reservation)
-        self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, answer.status, charged, event_id, rule["_id"])
+        for reservation, cost, status, _ in pages:  # one data call per page: each charged (or not) on its own
+            charged = self.meter.settle(reservation, cost) if moved else 0
+            if not moved:
+                self.meter.release(reservation)
+            self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, status, charged, event_id, rule["_id"])
         self.polls += 1
+
+    async def _fetch(self, rule: dict, event_id: str, start: datetime) -> list[tuple] | None:
+        """The poll's pages, newest first, each (reservation, cost, status, tweets): more pages while every tweet
+        of the last one was new and the provider has more (MAX_PAGES at most). None when a page could not be
+        reserved or the provider failed: nothing charged, the rule released to be polled again soon."""
+        account_id, pages, cursor = rule["account_id"], [], ""
+        base = "query=" + quote(polls.poll_query(rule)) + "&queryType=Latest"
+        for _ in range(MAX_PAGES):
+            try:
+                reservation = await self.meter.reserve(
+                    account_id, polls.most_cost(self.prices), polls.least_cost(self.prices)
+                )
+            except LeasesExpired:
+                reservation = None
+            if reservation is None:  # no credits (the balance check pauses the rule) or none can be checked
+                return await self._failed(rule, pages, start, None)
+            try:
+                answer = await self.upstream.get(polls.SEARCH.path, base + cursor, account_id)
+            except UpstreamError:
+                return await self._failed(rule, pages + [(reservation, 0, 0, [])], start, event_id)
+            except BaseException:
+                self.meter.release(reservation)
+                for held, *_ in pages:
+                    self.meter.release(held)
+                raise
+            tweets, counted, more = _page(answer.status, answer.body)
+            if tweets is None:  # the provider failed or refused
+                return await self._failed(rule, pages + [(reservation, 0, 0, [])], start, event_id)
+            cost = min(self.prices.cost(polls.SEARCH.price, counted, polls.SIZE), reservation.amount)
+            pages.append((reservation, cost, answer.status, tweets))
+            if not more or not tweets or len(polls.fresh(tweets, rule)) < len(tweets):
+                return pages
+            cursor = "&cursor=" + quote(more)
+        log.warning("a stream poll stopped after %d pages; older new tweets of this interval are skipped", MAX_PAGES)
+        return pages
+
+    async def _failed(self, rule: dict, pages: list[tuple], start: datetime, event_id: str | None) -> None:
+        for reservation, *_ in pages:
+            self.meter.release(reservation)
+        if event_id is not None:  # the provider failed: a usage record of the failure, not charged
+            self.meter.record_poll(rule["account_id"], rule["key_id"], polls.ROUTE, 502, 0, event_id, rule["_id"])
+        await self.store.release(rule, self._due(rule, start, RETRY_SECONDS))
 
     async def _deliver(self, event: dict) -> None:
         """Sockets first (this process's at once, the others' through their tail), then the webhooks' outbox."""
@@ -152,7 +175,9 @@ class Poller:
         await self.outbox.emit("stream|" + event["_id"], event["account_id"], "tweet", polls.message(event))
 
     def _next(self, rule: dict, start: datetime, cursor: dict) -> dict:
-        return {**cursor, "due_at": self._due(rule, start, rule["interval_seconds"]), "polled_at": start}
+        late = (start - rule["due_at"]).total_seconds()  # kept on the rule for bench/streams.py
+        due = self._due(rule, start, rule["interval_seconds"])
+        return {**cursor, "due_at": due, "polled_at": start, "late_seconds": late, "polled_by": self.owner}
 
     @staticmethod
     def _due(rule: dict, start: datetime, wait: float) -> datetime:
@@ -197,15 +222,18 @@ class Poller:
         await asyncio.gather(*self._polling, return_exceptions=True)
 
 
-def _tweets(status: int, body: bytes) -> tuple[list | None, int]:
-    """The answer's tweets and the item count it is charged for; (None, 0) for a failure (not charged)."""
+def _page(status: int, body: bytes) -> tuple[list | None, int, str]:
+    """A page's tweets, the item count it is charged for, and the next page's cursor ("" for none);
+    (None, 0, "") for a failure (not charged)."""
     if not 200 <= status < 300:
-        return None, 0
+        return None, 0, ""
     counted = read_answer(polls.SEARCH, body)
     if counted is None or counted[0]:
-        return None, 0
+        return None, 0, ""
     try:
-        tweets = orjson.loads(body).get("tweets") or []
-    except (orjson.JSONDecodeError, AttributeError):
-        return None, 0
-    return (tweets if isinstance(tweets, list) else []), counted[1]
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, 0, ""
+    tweets = doc.get("tweets") or []
+    more = doc.get("next_cursor") if doc.get("has_next_page") else ""
+    return (tweets if isinstance(tweets, list) else []), counted[1], more if isinstance(more, str) else ""

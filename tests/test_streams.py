@@ -46,7 +46,7 @@ class Provider:
                 if provider.fail:
                     self.set_status(500)
                     return self.finish(b"{}")
-                self.finish(orjson.dumps(provider.answer(query)))
+                self.finish(orjson.dumps(provider.answer(query, int(self.get_query_argument("cursor", "0")))))
 
         sock, port = tornado.testing.bind_unused_port()
         self.server = tornado.httpserver.HTTPServer(tornado.web.Application([(r".*/tweet/advanced_search", Search)]))
@@ -59,7 +59,7 @@ class Provider:
         self.tweets.append({"id": str(self._next), "text": text, "author": {"userName": author}, "t": time.time()})
         return str(self._next)
 
-    def answer(self, query: str) -> dict:
+    def answer(self, query: str, offset: int = 0) -> dict:
         words = dict(w.split(":", 1) for w in query.split() if ":" in w)
         found = [
             t
@@ -68,8 +68,9 @@ class Provider:
             and ("since_time" not in words or t["t"] >= int(words["since_time"]))
             and ("from" not in words or t["author"]["userName"].lower() == words["from"].lower())
         ]
-        page = sorted(found, key=lambda t: int(t["id"]), reverse=True)[:20]
-        return {"tweets": page, "has_next_page": False, "next_cursor": ""}
+        ordered = sorted(found, key=lambda t: int(t["id"]), reverse=True)
+        more = len(ordered) > offset + 20
+        return {"tweets": ordered[offset : offset + 20], "has_next_page": more, "next_cursor": str(offset + 20)}
 
     def stop(self):
         self.server.stop()
@@ -193,13 +194,19 @@ async def test_each_new_tweet_reaches_the_socket_and_the_webhook_once_and_polls_
     assert not any(key["key"] in str(headers) for _, headers in receiver.raw)
     # After the first delivery every poll asks only for what is new.
     assert any(f"since_id:{third}" in q for q in provider.queries)
-    await ctx.meter.flush()
-    records = [r for r in await ctx.usage.records({"account_id": user["account_id"]}) if r.get("stream_id")]
+    spent = ctx.meter.ledger.purses[user["account_id"]].spent
+    records: list = []
+    for _ in range(40):  # the usage flush runs in the background
+        await ctx.meter.flush()
+        records = [r for r in await ctx.usage.records({"account_id": user["account_id"]}) if r.get("stream_id")]
+        if sum(r["credits"] for r in records) >= spent:
+            break
+        await asyncio.sleep(0.05)
     assert records and all(r["stream_id"] == rule_id for r in records)
     assert all(r["endpoint"] == "/social/tweet/advanced_search" for r in records)
     charged = sorted({r["credits"] for r in records})
     assert charged[0] == LEAST  # a quiet poll: the per-call minimum
-    assert sum(r["credits"] for r in records) == ctx.meter.ledger.purses[user["account_id"]].spent
+    assert sum(r["credits"] for r in records) == spent  # every charge has its record
     _, rows, _ = await api.call("GET", f"/streams/{rule_id}/events", token=user["token"])
     assert [r["event_id"] for r in rows] == [event2["event_id"], event["event_id"]]
     ws.close()
@@ -412,4 +419,28 @@ async def test_a_poll_left_half_done_by_a_dead_process_is_finished_once_by_anoth
     assert [t["id"] for t in got["tweets"]] == [later] and got["event_id"] == f"{rule_id}:1"
     # The dead process's poll was not asked again: every query after the takeover names its cursor.
     assert provider.queries and all(f"since_id:{first}" in q or f"since_id:{later}" in q for q in provider.queries)
+    ws.close()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_busy_interval_is_read_page_by_page_each_page_charged(api, ctx, provider, base_url):
+    """45 new tweets between two polls: the poll reads three pages (20, 20, 5), delivers all 45 in one event,
+    and records three charged data calls (per tweet, the last one at least the minimum)."""
+    user, key = await api.funded_key(1_000_000)
+    ws = await socket(base_url, key["key"])
+    await ws.read_message()
+    rule_id = await rule_on(api, key["key"], interval=1.0)
+    await asyncio.sleep(1.5)  # a first, quiet poll sets nothing but its due time; the next finds all 45
+    posted = {provider.post(text=f"n{i}") for i in range(45)}
+    event = await next_tweet_event(ws)
+    assert {t["id"] for t in event["tweets"]} == posted and len(event["tweets"]) == 45
+    records: list = []
+    for _ in range(40):  # the usage flush runs in the background
+        await ctx.meter.flush()
+        found = await ctx.usage.records({"account_id": user["account_id"]})
+        records = [r for r in found if r["request_id"] == event["event_id"]]
+        if len(records) >= 3:
+            break
+        await asyncio.sleep(0.05)
+    assert len(records) == 3 and all(r["stream_id"] == rule_id and r["credits"] >= LEAST for r in records)
     ws.close()
