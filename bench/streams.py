@@ -30,8 +30,8 @@ import pymongo
 import tornado.websocket
 from tornado.httpclient import HTTPRequest
 
-from bench.measure import UPSTREAM_KEY, children, cpu_seconds
-from bench.stack import GatewayProcess, Stack
+from bench.measure import children, cpu_seconds
+from bench.stack import UPSTREAM_KEY, GatewayProcess, Stack
 from storage.usage import flatten
 
 INTERVAL = 10.0
