@@ -171,9 +171,13 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
             key = await api_key(self, SCOPE)
             after_id = self.get_query_argument("since_event_id", None)
             after_ms = self._since_ms()
-        except ApiError as exc:
+        except ApiError as exc:  # refused before the upgrade: an HTTP answer in the usual shapes
             self.set_status(exc.status_code)
             self.set_header("Content-Type", "application/json")
+            for name, value in exc.extra_headers.items():
+                self.set_header(name, value)
+            if isinstance(exc, ValidationError):
+                return self.finish({"detail": exc.errors})
             return self.finish({"status": "error", "msg": exc.message})
         self.key_entry, self.account_id = key, key.account_id
         self.key_id = key.key_id
@@ -186,7 +190,8 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
         if raw is None:
             return None
         if not raw.isascii() or not raw.isdigit() or len(raw) > 15:
-            raise ApiError(422, "since_timestamp should be milliseconds since 1970 (digits)")
+            loc = ["query", "since_timestamp"]
+            raise ValidationError([error(loc, "Input should be milliseconds since 1970 (digits)", "int_parsing")])
         return int(raw)
 
     async def open(self) -> None:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
+import tornado.httpclient
 import tornado.httpserver
 import tornado.testing
 import tornado.web
@@ -217,6 +218,10 @@ async def test_each_new_tweet_reaches_the_socket_and_the_webhook_once_and_polls_
 async def test_one_socket_per_key_revocation_closes_it_and_a_reconnect_resumes(api, ctx, provider, base_url):
     user, key = await api.funded_key(1_000_000)
     k = key["key"]
+    for bad, query, status in (("sk_not-a-key", "", 401), (k, "?since_timestamp=yesterday", 422)):
+        with pytest.raises(tornado.httpclient.HTTPClientError) as refused:
+            await socket(base_url, bad, query)
+        assert refused.value.code == status
     ws = await socket(base_url, k)
     await ws.read_message()  # connected
     second = await socket(base_url, k, path="/social/tweet/websocket")
