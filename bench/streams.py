@@ -194,8 +194,9 @@ def run(args) -> dict:
         "MAX_KEYS_PER_ACCOUNT": str(args.sockets + 1),
         "STREAM_MAX_RULES": str(args.rules),
     }
-    stack = StreamStack(args.streams_workers, gateway_env=env).start()
+    stack = StreamStack(args.streams_workers, gateway_env=env)
     try:
+        stack.start()  # inside the try: a gateway that fails to start leaves no database or sandbox behind
         account_id, keys, rules, since = _setup(stack, args.rules, args.sockets)
         client = pymongo.MongoClient(stack.mongo.uri, tz_aware=True)
         db = client[stack.db_name]
