@@ -1,8 +1,9 @@
 """The OpenAPI operations and schemas of filter rules, monitors and the WebSocket (handlers/streams.py)."""
 
+from config.settings import fields
 from handlers import streams
 from handlers.openapi_operations import Operation
-from handlers.openapi_schema import TIME, I, N, S, array, body_schema, obj, path_param, query_param, ref
+from handlers.openapi_schema import TIME, I, N, S, array, body_schema, nullable, obj, path_param, query_param, ref
 
 _OK = {"status": {"const": "success"}, "msg": S}
 _ROW = obj(
@@ -24,14 +25,45 @@ _ROW = obj(
     polled_at={"anyOf": [TIME, {"type": "null"}]},
     created_at=TIME,
 )
+# What the validators check beyond the declarations' limits (handlers/streams.py): an interval between
+# STREAM_MIN_INTERVAL (its default here) and a day, an X handle, no control characters in a tag or a search.
+_LEAST = next(f.default for f in fields() if f.name == "stream_min_interval")
+_INTERVAL = {"type": "number", "minimum": _LEAST, "maximum": 86400}
+_HANDLE = {"type": "string", "pattern": r"^@?[A-Za-z0-9_]{1,15}$", "description": "An X handle, @ optional"}
+_TEXT = r"^[^\u0000-\u001f\u007f-\u009f]*$"
+
+
+def _schema(declared: list, **kinds) -> dict:
+    schema = body_schema(declared)
+    for name, prop in schema["properties"].items():
+        nullable_ = "anyOf" in prop
+        if name == "interval_seconds":
+            prop = nullable(_INTERVAL) if nullable_ else _INTERVAL
+        elif name == "x_user_name":
+            prop = _HANDLE
+        elif name in ("tag", "value"):
+            inner = prop["anyOf"][0] if nullable_ else prop
+            inner["pattern"] = _TEXT
+        schema["properties"][name] = prop
+    schema["properties"].update(kinds)
+    return schema
+
+
 STREAM_SCHEMAS = {
     "StreamRule": _ROW,
-    "AddRule": body_schema(streams.ADD_RULE),
-    "UpdateRule": body_schema(streams.UPDATE_RULE),
-    "DeleteRule": body_schema(streams.DELETE_RULE),
-    "Monitor": body_schema(streams.MONITOR),
-    "StreamCreate": body_schema(streams.PORTAL_ADD),
-    "StreamPatch": body_schema(streams.PORTAL_PATCH),
+    "AddRule": _schema(streams.ADD_RULE),
+    "UpdateRule": _schema(streams.UPDATE_RULE),
+    "DeleteRule": _schema(streams.DELETE_RULE),
+    "Monitor": _schema(streams.MONITOR),
+    "StreamCreate": {
+        "oneOf": [
+            _schema(streams.RULE_CREATE, kind={"const": "rule"}),
+            _schema(streams.MONITOR_CREATE, kind={"const": "monitor"}),
+        ],
+        "description": "A rule: tag, value (a search), interval_seconds (default 60); a monitor: x_user_name, "
+        "tag (default @handle), interval_seconds (default STREAM_MONITOR_INTERVAL). Active unless active is false",
+    },
+    "StreamPatch": _schema(streams.PORTAL_PATCH),
     "RuleAdded": obj(("status", "msg", "rule_id"), **_OK, rule_id=S),
     "MonitorAdded": obj(("status", "msg", "id_for_user"), **_OK, id_for_user=S),
     "ProviderOk": obj(("status", "msg"), **_OK),
@@ -112,7 +144,7 @@ STREAM_OPERATIONS = [
         ref("StreamRule"),
         params=(_RULE_ID,),
         body="StreamPatch",
-        errors=(401, 404, 413, 422),
+        errors=(401, 404, 409, 413, 422),
     ),
     Operation(
         "delete",
@@ -145,10 +177,20 @@ def socket_operations(prefix: str) -> dict:
         "security": [{"apiKey": []}],
         "parameters": [
             {"name": "since_event_id", "in": "query", "required": False, "schema": S},
-            {"name": "since_timestamp", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
+            {
+                "name": "since_timestamp",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "integer", "minimum": 0, "maximum": 10**15 - 1},
+            },
         ],
         "responses": {
             "101": {"description": "Switching protocols: the socket is open"},
+            "400": {"description": "Not a WebSocket upgrade request (Upgrade: websocket is required)"},
+            "422": {
+                "description": "since_timestamp is not milliseconds",
+                "content": {"application/json": {"schema": ref("ValidationError")}},
+            },
             "401": {
                 "description": "Missing, invalid, revoked or expired key",
                 "content": {"application/json": {"schema": ref("DataError")}},

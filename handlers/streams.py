@@ -35,17 +35,22 @@ ADD_RULE = [TAG, VALUE, INTERVAL]
 UPDATE_RULE = [RULE_ID, TAG, VALUE, INTERVAL, IS_EFFECT]  # the provider: "You must set all parameters"
 DELETE_RULE = [RULE_ID]
 MONITOR = [USER]
-PORTAL_ADD = [
-    Field("kind", str, check=lambda v, loc: _kind(v, loc), description="rule | monitor"),
-    Field("tag", str, required=False, min_length=1, max_length=255, check=_no_controls),
-    Field("value", str, required=False, min_length=1, max_length=512, check=_no_controls),
-    Field("x_user_name", str, required=False, min_length=1, max_length=16),
-    Field("interval_seconds", float, required=False),
-    Field("active", bool, required=False, description="Default true: polled from now"),
-]
+RULE_INTERVAL = 60.0  # a rule made in the portal without an interval
+KIND = Field("kind", str, check=lambda v, loc: _kind(v, loc), description="rule | monitor")
+ACTIVE = Field("active", bool, required=False, description="Default true: polled from now")
+OPTIONAL_INTERVAL = Field(
+    "interval_seconds",
+    float,
+    required=False,
+    description="Default: 60 s for a rule, STREAM_MONITOR_INTERVAL for a monitor",
+)
+# The portal's create: a rule has a tag and a search, a monitor an account (its tag defaults to @handle).
+RULE_CREATE = [KIND, TAG, VALUE, OPTIONAL_INTERVAL, ACTIVE]
+MONITOR_CREATE = [KIND, USER, Field("tag", str, required=False, min_length=1, max_length=255, check=_no_controls)]
+MONITOR_CREATE += [OPTIONAL_INTERVAL, ACTIVE]
 PORTAL_PATCH = [
     Field("tag", str, required=False, min_length=1, max_length=255, check=_no_controls),
-    Field("value", str, required=False, min_length=1, max_length=512, check=_no_controls),
+    Field("value", str, required=False, min_length=1, max_length=512, check=_no_controls, description="rules only"),
     Field("interval_seconds", float, required=False),
     Field("active", bool, required=False, description="true: polled from now; false: paused"),
 ]
@@ -236,6 +241,13 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
             self.held = False
             self.ctx.hub.spawn(self.ctx.stream_store.drop_socket(self.key_id, self.conn_id))
 
+    def write_error(self, status_code: int, **kwargs) -> None:
+        """Other methods (405, with the Allow header) and failures in the data plane's error shape."""
+        self.set_header("Content-Type", "application/json")
+        if status_code == 405:
+            self.set_header("Allow", "GET")
+        self.finish({"status": "error", "msg": self._reason})
+
     def check_origin(self, origin: str) -> bool:
         return True  # authenticated by the X-API-Key header, which a browser page cannot set on a WebSocket
 
@@ -249,19 +261,16 @@ class StreamsHandler(BaseHandler):
 
     @authenticated
     async def post(self) -> None:
-        body = validate_body(self.json_body(), PORTAL_ADD)
+        data = self.json_body()
+        monitor = isinstance(data, dict) and data.get("kind") == "monitor"
+        body = validate_body(data, MONITOR_CREATE if monitor else RULE_CREATE)
         kind, settings = body["kind"], self.ctx.settings
         if kind == "monitor":
-            if "x_user_name" not in body:
-                raise ValidationError([error(["body", "x_user_name"], "Field required", "missing")])
             value = user_name(body["x_user_name"], ["body", "x_user_name"])
             tag = body.get("tag") or "@" + value
             interval = body.get("interval_seconds", settings.stream_monitor_interval)
         else:
-            missing = [n for n in ("tag", "value") if n not in body]
-            if missing:
-                raise ValidationError([error(["body", n], "Field required", "missing") for n in missing])
-            tag, value, interval = body["tag"], body["value"], body.get("interval_seconds")
+            tag, value, interval = body["tag"], body["value"], body.get("interval_seconds", RULE_INTERVAL)
         interval = checked_interval(settings, interval, ["body", "interval_seconds"])
         try:
             doc = await self.ctx.streams.add(self.current_user, 0, kind, tag, value, interval, body.get("active", True))
@@ -281,7 +290,7 @@ class StreamHandler(BaseHandler):
             )
         current = await self.ctx.stream_store.rule(self.current_user, rule_id)
         if current is not None and current["kind"] == "monitor" and "value" in fields:
-            raise ValidationError([error(["body", "value"], "A monitor's account cannot change", "value_error")])
+            raise ApiError(409, "A monitor's account cannot change: add a monitor of the other account")
         done = await self.ctx.streams.change(self.current_user, rule_id, fields, body.get("active"))
         if done is None:
             raise ApiError(404, "Rule not found")
