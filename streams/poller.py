@@ -72,15 +72,15 @@ class Poller:
         if len(self._polling) >= CONCURRENT or time.monotonic() < self._skip_until:
             return
         now = now_utc()
-        claimed = await self.store.claim(self.owner, uuid.uuid4().hex, now, self.hold)
-        for rule in claimed:
+        due = await self.store.next_due()
+        if due is None or due > now:  # nothing due: wait for the next due poll, IDLE_SECONDS at most (1 read)
+            wait = IDLE_SECONDS if due is None else min(IDLE_SECONDS, (due - now).total_seconds())
+            self._skip_until = time.monotonic() + wait
+            return
+        for rule in await self.store.claim(self.owner, uuid.uuid4().hex, now, self.hold):
             task = asyncio.create_task(self.poll(rule))
             self._polling.add(task)
             task.add_done_callback(self._polled)
-        if not claimed:  # nothing due: sleep until the next due poll, IDLE_SECONDS at most (no rule: 2 reads/s)
-            due = await self.store.next_due()
-            wait = IDLE_SECONDS if due is None else min(IDLE_SECONDS, (due - now).total_seconds())
-            self._skip_until = time.monotonic() + wait
 
     def _polled(self, task: asyncio.Task) -> None:
         self._polling.discard(task)
