@@ -43,6 +43,7 @@ from handlers import (
     reset,
     sandbox,
     social,
+    streams,
     twofactor,
 )
 from handlers.base import NotFoundHandler
@@ -81,9 +82,11 @@ def with_dev_secrets(settings: config.Settings) -> config.Settings:
 def make_app(ctx: Context) -> tornado.web.Application:
     # Tornado tries the rules in order: the data plane's first, so a data call does not test every portal
     # pattern before its own (no pattern overlaps another).
-    routes = social.routes + (social.alias_routes if ctx.settings.twitter_alias else [])
+    # The WebSockets first: under the data prefixes, whose catch-all answers 404.
+    routes = streams.socket_routes if ctx.settings.twitter_alias else streams.socket_routes[:1]
+    routes = routes + social.routes + (social.alias_routes if ctx.settings.twitter_alias else [])
     routes += auth.routes + keys.routes + account.routes + billing.routes + admin.routes + ops.routes + sandbox.routes
-    routes += alerts.routes
+    routes += alerts.routes + streams.routes
     routes += audit.routes + twofactor.routes + reset.routes  # account security: the audit log, 2FA, reset
     routes += admin_accounts.routes  # the admin console's account actions (issue 26)
     routes += portal.routes  # the web portal at /, its files, and the interactive docs at /docs
@@ -136,6 +139,7 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
                 "final flush failed (%s), %d usage records pending; retrying", type(exc).__name__, len(ctx.meter.buffer)
             )
             await asyncio.sleep(0.2)
+    await ctx.poller.close()
     await ctx.outbox.close()
     ctx.upstream.close()
     ctx.executor.shutdown(wait=False)

@@ -281,12 +281,30 @@ class Meter:
         kept answer (Idempotency-Key) is a record of its own, `replay_of` the first call's request id.
         `upstream_seconds`: the provider's answer time as measured for the latency histogram (kept as `ms`,
         for the portal's per-endpoint percentiles); absent when nothing was forwarded."""
+        record = self._record(key.account_id, key.key_id, endpoint, status, credits, request_id)
+        if replay_of is not None:
+            record["replay_of"] = replay_of
+        if upstream_seconds is not None:
+            record["ms"] = round(upstream_seconds * 1000, 1)
+        self._add(record)
+        self.last_used.seen[key.key_id] = record["ts"]
+
+    def record_poll(
+        self, account_id: str, key_id: int, endpoint: str, status: int, credits: int, request_id: str, stream_id: str
+    ) -> None:
+        """The usage record of a filter rule's or monitor's poll (streams/): a data call made on the account's
+        behalf, carrying the rule or monitor it served (`stream_id`)."""
+        record = self._record(account_id, key_id, endpoint, status, credits, request_id)
+        record["stream_id"] = stream_id
+        self._add(record)
+
+    def _record(self, account_id: str, key_id: int, endpoint: str, status: int, credits: int, request_id: str):
         ts = datetime.now(UTC)
         # Unique across processes and restarts (the process id is a fresh uuid) without a syscall per call.
-        record = {
+        return {
             "_id": f"{self._id_prefix}-{next(self._record_ids):x}",
-            "account_id": key.account_id,
-            "key_id": key.key_id,
+            "account_id": account_id,
+            "key_id": key_id,
             "endpoint": endpoint,
             "ts": ts,
             "credits": credits,
@@ -294,12 +312,9 @@ class Meter:
             "lease": self.leases.process_id,
             "request_id": request_id,
         }
-        if replay_of is not None:
-            record["replay_of"] = replay_of
-        if upstream_seconds is not None:
-            record["ms"] = round(upstream_seconds * 1000, 1)
+
+    def _add(self, record: dict) -> None:
         self.buffer.add(record)
-        self.last_used.seen[key.key_id] = ts
         if self.buffer.waiting >= self.settings.flush_batch:  # a batch being written does not count
             self.batch_ready.set()
 

@@ -12,6 +12,9 @@ KINDS = ("balance_below", "key_budget", "daily_spend_above", "order_status")
 LEVELS = (50, 80, 100)
 # Order statuses an alert may follow; `credited` is the moment an order's credits reach the balance.
 ORDER_STATUSES = ("confirmed", "partially_paid", "finished", "credited", "expired", "failed")
+# Sent by streams/ without a rule to ask for them: an account's filter rules and monitors paused because the
+# balance cannot pay for their next hour of polls, and resumed after a top-up.
+STREAM_PAUSED, STREAM_RESUMED = "stream.paused", "stream.resumed"
 EVENT_TYPES = {
     "balance_below": "balance.low",
     "key_budget": "key_budget.reached",

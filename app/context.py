@@ -33,8 +33,12 @@ from storage.keys import KeyStore
 from storage.leases import LeaseStore
 from storage.sessions import SessionStore
 from storage.signin import SignInStore
+from storage.streams import StreamStore
 from storage.usage import UsageStore
 from storage.webhooks import WebhookStore
+from streams.hub import Hub
+from streams.manage import Manager
+from streams.poller import Poller
 from webhooks.outbox import Outbox
 
 
@@ -99,6 +103,11 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     outbox = Outbox(settings, webhook_store, accounts, vault, owner=leases.process_id)
     detector = Detector(settings, alert_store, outbox, meter, accounts, keys_)
     payments.crediting.listeners.append(detector.order_changed)
+    stream_store = StreamStore(db, settings.stream_event_retention)
+    await stream_store.ensure_indexes()
+    prices = Prices(settings.price_rules)
+    hub = Hub(stream_store, meter.key_cache, settings.stream_ping_seconds)
+    poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, owner=leases.process_id)
     return Context(
         settings=settings,
         client=client,
@@ -109,7 +118,7 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         key_cache=meter.key_cache,
         account_cache=meter.account_cache,
         limiter=RateLimiter(),
-        prices=Prices(settings.price_rules),
+        prices=prices,
         meter=meter,
         upstream=upstream,
         metrics=metrics,
@@ -143,4 +152,8 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         alerts=detector,
         signin=SignInStore(db),
         audit=audit,
+        stream_store=stream_store,
+        streams=Manager(settings, stream_store, prices, poller.nudge),
+        hub=hub,
+        poller=poller,
     )

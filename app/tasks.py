@@ -13,6 +13,7 @@ from handlers.accesslog import FLUSH_SECONDS
 from handlers.context import Context
 from storage.admin import REFRESH_SECONDS
 from storage.changes import ChangeFeed
+from streams.hub import WATCH_SECONDS
 
 log = logging.getLogger("gateway.tasks")
 LAG_INTERVAL = 0.05  # seconds between the lag probe's wake-ups
@@ -110,6 +111,11 @@ def start_background(ctx: Context) -> list[asyncio.Task]:
         "webhooks": when_told_or_every(
             ctx.outbox.wake, settings.webhook_poll_seconds, ctx.outbox.work, "webhook dispatch"
         ),
+        # Real time: due polls claimed, other processes' events tailed to this one's sockets, keys re-checked.
+        "stream-polls": every(settings.stream_tick_seconds, ctx.poller.tick, "stream poll"),
+        "stream-tail": every(settings.stream_tick_seconds, ctx.hub.tail, "stream tail"),
+        "stream-sockets": every(WATCH_SECONDS, ctx.hub.watch, "stream socket watch"),
+        "stream-balance": every(settings.stream_balance_check_seconds, ctx.poller.check_balances, "stream balance"),
         "coherence": Coherence(settings, ChangeFeed(ctx.client[settings.mongodb_db]), ctx.meter, ctx.sessions).run(),
     }
     if ctx.payments.provider is not None:  # a missed notification still credits within a few intervals

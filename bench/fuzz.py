@@ -100,6 +100,12 @@ include-operation-id = [
 ]
 checks.positive_data_acceptance.enabled = false
 
+# A WebSocket opens only with the handshake's headers (Upgrade, Sec-WebSocket-Key, -Version), which the
+# fuzzer does not send: without them the answer is 400, whatever the parameters (tests/test_streams.py opens it).
+[[operations]]
+include-operation-id = ["social_tweet_websocket", "twitter_tweet_websocket"]
+checks.positive_data_acceptance.enabled = false
+
 # Logging out would end the one session token the whole run uses: walked by hand in tests/test_isolation.py.
 [[operations]]
 include-operation-id = "post_auth_logout"

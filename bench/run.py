@@ -13,6 +13,8 @@ round trips per data call (the gateway's own PyMongo command-monitoring counter)
 provider answering in ~0.7 s, the gateway against nginx proxy_pass at 400-1,200 calls in flight, and a
 pool of provider keys (bench/latency.py). `./dev bench --clients [curl,h2] [--in-flight 100,400 ...]` measures the upstream
 HTTP client candidates in a bare proxy against the same slow provider (bench/clients.py).
+`./dev bench --streams [--rules 1000 --sockets 1000 --seconds 60] [--streams-workers 2]` measures filter rules
+and WebSockets, and with two workers checks exactly once (bench/streams.py).
 """
 
 import argparse
@@ -108,7 +110,24 @@ def main() -> None:
         action="store_true",
         help="--static: every key with an expiry, an endpoint scope, an address allowlist and a credit budget",
     )
+    parser.add_argument("--streams", action="store_true", help="filter rules and WebSockets (bench/streams.py)")
+    parser.add_argument("--rules", type=int, default=1000, help="--streams: active rules at 10 s")
+    parser.add_argument("--sockets", type=int, default=1000, help="--streams: WebSocket clients, one key each")
+    parser.add_argument(
+        "--streams-workers", type=int, default=1, help="--streams: gateway workers; 2 also checks exactly once"
+    )
     args = parser.parse_args()
+    if args.streams:
+        from bench import streams
+
+        if "--seconds" not in sys.argv:
+            args.seconds = 60
+        result = streams.run(args)
+        out = args.out or os.path.join(HERE, "results", f"streams-w{args.streams_workers}.json")
+        streams.save(result, out)
+        print(streams.report(result))
+        print(f"(figures: {out})")
+        return
     if args.latency:
         from bench import latency
 

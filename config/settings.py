@@ -360,6 +360,33 @@ class Settings:
         "Production: allow webhook endpoints on loopback, private and link-local addresses (on-premise receivers).",
         "WEBHOOK_ALLOW_PRIVATE",
     )
+    # Real-time: filter rules and account monitors (streams/)
+    stream_max_rules: int = _setting(
+        50, "Filter rules an account may have (deleted ones do not count).", "STREAM_MAX_RULES"
+    )
+    stream_max_monitors: int = _setting(100, "Account monitors an account may have.", "STREAM_MAX_MONITORS")
+    stream_min_interval: float = _setting(
+        10.0, "Shortest polling interval of a rule or monitor, in seconds.", "STREAM_MIN_INTERVAL"
+    )
+    stream_monitor_interval: float = _setting(
+        60.0,
+        "Polling interval of an account monitor added through the provider's API, in seconds.",
+        "STREAM_MONITOR_INTERVAL",
+    )
+    stream_event_retention: float = _setting(
+        86400.0,
+        "Seconds delivered events are kept for a reconnecting socket to ask for (at least an hour).",
+        "STREAM_EVENT_RETENTION",
+    )
+    stream_ping_seconds: float = _setting(20.0, "Seconds between pings on an idle WebSocket.", "STREAM_PING_SECONDS")
+    stream_tick_seconds: float = _setting(
+        0.1, "Seconds between the poll scheduler's and the event tail's looks at the database.", "STREAM_TICK_SECONDS"
+    )
+    stream_balance_check_seconds: float = _setting(
+        10.0,
+        "Seconds between checks that accounts can pay for the next hour of their rules' polls.",
+        "STREAM_BALANCE_CHECK_SECONDS",
+    )
     smtp_url: str = _setting(
         "",
         "smtp://user:pass@host:587 (STARTTLS when offered; ?starttls=require to insist), smtps://... (TLS); "
@@ -641,9 +668,18 @@ def problems(settings: Settings) -> list[str]:
         "webhook_poll_seconds",
         "webhook_retry_for",
         "webhook_disable_after",
+        "stream_min_interval",
+        "stream_monitor_interval",
+        "stream_ping_seconds",
+        "stream_tick_seconds",
+        "stream_balance_check_seconds",
     ):
         if getattr(settings, name) <= 0:
             found.append(f"{by_env(name)} must be positive")
+    if settings.stream_event_retention < 3600:
+        found.append("STREAM_EVENT_RETENTION must be at least 3600 (a reconnecting socket may ask for an hour)")
+    if settings.stream_monitor_interval < settings.stream_min_interval:
+        found.append("STREAM_MONITOR_INTERVAL must be at least STREAM_MIN_INTERVAL")
     return found
 
 

@@ -27,8 +27,12 @@ from storage.alerts import AlertStore
 from storage.audit import AuditStore
 from storage.keys import KeyStore
 from storage.signin import SignInStore
+from storage.streams import StreamStore
 from storage.usage import UsageStore
 from storage.webhooks import WebhookStore
+from streams.hub import Hub
+from streams.manage import Manager
+from streams.poller import Poller
 from webhooks.outbox import Outbox
 
 
@@ -68,6 +72,10 @@ class Context:
     second_factor: SlidingWindows = field(default_factory=lambda: SlidingWindows(5, 300.0, 100_000))
     # Password-reset emails per address, in this process (handlers/reset.py): 3 an hour.
     reset_requests: SlidingWindows = field(default_factory=lambda: SlidingWindows(3, 3600.0, 100_000))
+    stream_store: StreamStore  # filter rules, monitors and their events (storage/streams.py)
+    streams: Manager  # adding and changing rules and monitors (streams/manage.py)
+    hub: Hub  # this process's WebSockets (streams/hub.py)
+    poller: Poller  # the poll scheduler (streams/poller.py)
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
     scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

@@ -15,6 +15,7 @@ from handlers.openapi_components import SCHEMAS
 from handlers.openapi_operations import OPERATIONS
 from handlers.openapi_paths import data_operation, portal_operation
 from handlers.openapi_security import SECURITY_OPERATIONS, SECURITY_SCHEMAS
+from handlers.openapi_streams import STREAM_OPERATIONS, STREAM_SCHEMAS, socket_operations
 from social.endpoints import ENDPOINTS
 
 VERSION = "0.1.0"
@@ -23,13 +24,14 @@ VERSION = "0.1.0"
 def build(twitter_alias: bool, metrics_here: bool) -> dict:
     """The document for an application: aliases and /metrics appear only where the application serves them."""
     paths: dict = {}
-    for op in OPERATIONS + ALERT_OPERATIONS + SECURITY_OPERATIONS:
+    for op in OPERATIONS + ALERT_OPERATIONS + SECURITY_OPERATIONS + STREAM_OPERATIONS:
         if op.path != "/metrics" or metrics_here:
             paths.setdefault(op.path, {})[op.method] = portal_operation(op)
     prefixes = [("/social", "data")] + ([("/twitter", "data (provider-compatible paths)")] if twitter_alias else [])
     for prefix, tag in prefixes:
         for endpoint in ENDPOINTS:
             paths[prefix + endpoint.path] = {"get": data_operation(endpoint, prefix, tag)}
+        paths[prefix + "/tweet/websocket"] = {"get": socket_operations(prefix)}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -42,12 +44,24 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
         },
         "tags": [
             {"name": t}
-            for t in ("auth", "keys", "account", "billing", "alerts", "audit", "admin", "operations", "portal", "data")
+            for t in (
+                "auth",
+                "keys",
+                "account",
+                "billing",
+                "alerts",
+                "streams",
+                "audit",
+                "admin",
+                "operations",
+                "portal",
+                "data",
+            )
         ]
         + ([{"name": prefixes[1][1]}] if twitter_alias else []),
         "paths": paths,
         "components": {
-            "schemas": {**SCHEMAS, **ALERT_SCHEMAS, **SECURITY_SCHEMAS},
+            "schemas": {**SCHEMAS, **ALERT_SCHEMAS, **SECURITY_SCHEMAS, **STREAM_SCHEMAS},
             "securitySchemes": {
                 "bearerAuth": {
                     "type": "http",

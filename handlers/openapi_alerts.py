@@ -54,7 +54,16 @@ ALERT_SCHEMAS = {
     "AlertEvent": obj(
         ("event_id", "type", "data", "created_at"),
         event_id={"type": "string", "description": "Also the webhook-id header of its deliveries"},
-        type={"enum": [*kinds.EVENT_TYPES.values(), "webhook.test", "webhook.endpoint_disabled"]},
+        type={
+            "enum": [
+                *kinds.EVENT_TYPES.values(),
+                "webhook.test",
+                "webhook.endpoint_disabled",
+                kinds.STREAM_PAUSED,
+                kinds.STREAM_RESUMED,
+                "tweet",
+            ]
+        },
         data={"type": "object"},
         created_at=TIME,
     ),

@@ -49,7 +49,12 @@ _REPLAYED = {
     }
 }
 
-_SECURITY = {"bearer": [{"bearerAuth": []}], "metrics": [{"metricsToken": []}, {}], None: []}
+_SECURITY = {
+    "bearer": [{"bearerAuth": []}],
+    "apikey": [{"apiKey": []}],
+    "metrics": [{"metricsToken": []}, {}],
+    None: [],
+}
 
 
 # Any operation: the server's own limit on the request line and headers (app/server.py).
@@ -100,7 +105,9 @@ def portal_operation(op: Operation) -> dict:
             for name, (operation_id, field) in links.items()
         }
     errors = sorted({*op.errors, 409}) if op.idempotent else op.errors
-    responses.update({str(s): _error(s, "PortalError") for s in errors})
+    # The provider-compatible calls (X-API-Key) answer errors in the data plane's shape.
+    shape = "DataError" if op.security == "apikey" else "PortalError"
+    responses.update({str(s): _error(s, shape) for s in errors})
     responses.update(op.extra)
     responses.update(_HEADERS_TOO_LARGE)
     spec = {

@@ -131,6 +131,29 @@ def _canonical(value, raw: bytes) -> bytes:
     return raw  # a string: exactly as sent
 
 
+async def api_key(handler, path: str) -> KeyEntry:
+    """The X-API-Key of a request, checked as for a data call to `path` (the endpoint its scope must allow):
+    401 missing, unknown, revoked or expired; 403 from an address or for an endpoint the key does not allow.
+    Also used by the real-time API (handlers/streams.py), whose polls call `path`."""
+    secret = handler.request.headers.get("X-API-Key", "").strip()
+    if not secret:
+        raise ApiError(401, "Missing API key: send it in the X-API-Key header")
+    key = await handler.ctx.meter.authenticate(secret)
+    if key is None:
+        raise ApiError(401, "Invalid API key")
+    if key.revoked:
+        raise ApiError(401, "This API key has been revoked")
+    handler.account_id = key.account_id
+    handler.log_fields["key_id"] = key.key_id
+    if key.expires_at is not None and time.time() >= key.expires_at:
+        raise ApiError(401, "This API key has expired")
+    if key.networks is not None and not key.allows(handler.client_ip(), parse_address):
+        raise ApiError(403, "This API key is not allowed from this address")
+    if key.scope is not None and path not in key.scope:
+        raise ApiError(403, "This API key may not call this endpoint")
+    return key
+
+
 class DataHandler(BaseHandler):
     """A data endpoint: authenticate, limit, validate, reserve, forward, settle, record."""
 
@@ -228,23 +251,7 @@ class DataHandler(BaseHandler):
             ctx.in_flight.leave(key.account_id)
 
     async def authenticate(self) -> KeyEntry:
-        secret = self.request.headers.get("X-API-Key", "").strip()
-        if not secret:
-            raise ApiError(401, "Missing API key: send it in the X-API-Key header")
-        key = await self.ctx.meter.authenticate(secret)
-        if key is None:
-            raise ApiError(401, "Invalid API key")
-        if key.revoked:
-            raise ApiError(401, "This API key has been revoked")
-        self.account_id = key.account_id
-        self.log_fields["key_id"] = key.key_id
-        if key.expires_at is not None and time.time() >= key.expires_at:
-            raise ApiError(401, "This API key has expired")
-        if key.networks is not None and not key.allows(self.client_ip(), parse_address):
-            raise ApiError(403, "This API key is not allowed from this address")
-        if key.scope is not None and self.endpoint.path not in key.scope:
-            raise ApiError(403, "This API key may not call this endpoint")
-        return key
+        return await api_key(self, self.endpoint.path)
 
     def rate_limit(self, key: KeyEntry, plan: Plan) -> None:
         key_rate, account_rate = _rates(plan, self.ctx.settings.qps_divisor)

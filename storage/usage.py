@@ -6,7 +6,7 @@ per account per batch instead of per call (about 25x less database CPU on the
 embedded server). A bucket carries its records and their totals:
 
     {_id: "<process>-<batch>:<account>:<day>", account_id, lease, day, ts, ts_max,
-     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?, ms?}]}
+     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?, ms?, stream_id?}]}
 
 `ms` is the provider's answer time of a forwarded call (absent when nothing was forwarded, and in
 records from before it was kept).
@@ -87,6 +87,8 @@ def _stored(r: dict) -> dict:
         stored["replay_of"] = r["replay_of"]
     if "ms" in r:  # only forwarded calls carry it
         stored["ms"] = r["ms"]
+    if "stream_id" in r:  # only the polls of filter rules and monitors carry it (streams/)
+        stored["stream_id"] = r["stream_id"]
     return stored
 
 
@@ -129,6 +131,7 @@ def flatten(bucket: dict) -> list[dict]:
             **{f: r[f] for f in _RECORD_FIELDS},
             **({"replay_of": r["replay_of"]} if "replay_of" in r else {}),
             **({"ms": r["ms"]} if "ms" in r else {}),
+            **({"stream_id": r["stream_id"]} if "stream_id" in r else {}),
         }
         for r in bucket["records"]
     ]

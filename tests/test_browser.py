@@ -1001,3 +1001,33 @@ def test_admin_console_search_detail_credit_and_suspend(watched, stack, sandbox_
         no_overflow(page, f"admin at {width}px")
         shot(page, tmp_path, f"admin-console-{width}")
     w.check(allowed_errors=r"status of 422")
+
+
+# --- real time: filter rules and monitors (docs/streams.md) ----------------------------------------------------
+def test_real_time_view_adds_pauses_and_deletes_rules_with_their_cost(watched, stack, tmp_path):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.get_by_role("link", name="Real time").click()
+    page.get_by_test_id("stream-interval").fill("86.4")
+    expect(page.get_by_test_id("stream-cost")).to_contain_text("15,000 credits a day (1,000 polls)")
+    page.get_by_test_id("stream-tag").fill("eth")
+    page.get_by_test_id("stream-value").fill("ethereum lang:en")
+    page.get_by_test_id("create-stream").click()
+    row = page.get_by_test_id("stream-row").first
+    expect(row).to_contain_text("eth: ethereum lang:en")
+    expect(row).to_contain_text("15,000 credits")
+    # Too short an interval is refused with the API's reason, next to the form.
+    page.get_by_test_id("stream-kind").select_option("monitor")
+    page.get_by_test_id("stream-value").fill("@somebody")
+    page.get_by_test_id("stream-interval").fill("1")
+    page.get_by_test_id("create-stream").click()
+    expect(page.locator("#stream-form").get_by_test_id("error")).to_contain_text("Interval")
+    row.get_by_test_id("pause-stream").click()
+    expect(row).to_contain_text("inactive")
+    row.get_by_test_id("activate-stream").click()
+    expect(row).to_contain_text("active")
+    shot(page, tmp_path, "streams")
+    row.get_by_test_id("delete-stream").click()
+    expect(page.get_by_test_id("stream-row")).to_have_count(0)
+    w.check(allowed_errors="status of 422")  # the refused interval, caused on purpose

@@ -14,6 +14,7 @@ LAYERS = [
     ["gateway"],
     ["app"],
     ["handlers"],
+    ["streams"],
     ["alerts"],
     ["accounting"],
     ["payments"],

@@ -249,7 +249,12 @@ async def test_every_object_route_answers_404_to_another_account(api, app, catal
     hook = (await api.call("POST", "/webhooks", {"url": "http://127.0.0.1:9/h"}, token=owner["token"]))[1][
         "endpoint_id"
     ]
+    stream = (await api.call("POST", "/streams", {"kind": "rule", "tag": "t", "value": "x"}, token=owner["token"]))[1][
+        "rule_id"
+    ]
     by_id = {
+        r"/streams/([A-Za-z0-9_]{1,64})$": ("PATCH", f"/streams/{stream}", {"active": False}, "Rule not found"),
+        r"/streams/([A-Za-z0-9_]{1,64})/events$": ("GET", f"/streams/{stream}/events", None, "Rule not found"),
         r"/keys/([^/]+)/reveal$": ("GET", f"/keys/{key['key_id']}/reveal", None, "Key not found"),
         r"/keys/([^/]+)/revoke$": ("POST", f"/keys/{key['key_id']}/revoke", None, "Key not found"),
         r"/keys/([^/]+)/topup$": ("POST", f"/keys/{key['key_id']}/topup", {"credits": 5}, "Key not found"),

@@ -8,12 +8,13 @@
   const XSRF = $('meta[name="xsrf-token"]').content;
   const FEATURES = new Set((document.body.dataset.features || "").split(" ").filter(Boolean));
   const FINAL = new Set(["finished", "failed", "refunded", "expired"]);
-  const VIEWS = ["overview", "keys", "usage", "billing", "alerts", "admin"];
+  const VIEWS = ["overview", "keys", "usage", "billing", "alerts", "streams", "admin"];
   const FIELD_LABELS = {
     email: "Email", password: "Password", name: "Name", amount_usd: "Amount (USD)", currency: "Currency",
     current_password: "Current password", new_password: "New password", body: "Request",
     expires_at: "Expires", allowed_endpoints: "Allowed endpoints", allowed_ips: "Allowed addresses",
     credit_limit: "Credit budget", credit_limit_period: "Budget period", grace_seconds: "Grace period",
+    tag: "Tag", value: "Search", x_user_name: "Account", interval_seconds: "Interval", active: "Active",
     url: "URL", kind: "Rule", credits: "Amount", usd: "Amount", percent: "Amount", levels: "Levels",
   };
   const WHERE = new Set(["body", "query", "path", "header"]);
@@ -214,6 +215,7 @@
     usage: loadUsage,
     billing: loadBilling,
     alerts: loadAlerts,
+    streams: () => loadStreams(),
     admin: loadAdmin,
   };
 
@@ -1592,6 +1594,85 @@
   $("#audit-more").addEventListener("click", () => loadAudit(true));
   LOADERS.security = loadSecurity;
   LOADERS.activity = () => loadAudit(false);
+  // --- real time: filter rules and monitors (docs/streams.md); self-contained -----------------------
+  const streamForm = $("#stream-form");
+  const LEAST_PER_POLL = 15; // the search's per-call minimum (metering/pricing.py); rows carry the server's figure
+  function streamFields() {
+    const monitor = $("#stream-kind").value === "monitor";
+    $$('[data-for="rule"]', streamForm).forEach((n) => (n.hidden = monitor));
+    $("#stream-value-label").textContent = monitor ? "Account (@handle)" : "Search";
+    $("#stream-value").name = monitor ? "x_user_name" : "value";
+    $("#stream-value").placeholder = monitor ? "@handle" : "bitcoin lang:en";
+    const every = Number($("#stream-interval").value);
+    const polls = every > 0 ? Math.ceil(86400 / every) : 0;
+    $("#stream-cost").textContent = polls
+      ? "At least " + (polls * LEAST_PER_POLL).toLocaleString() + " credits a day (" + polls.toLocaleString() +
+        " polls), plus each new post's price."
+      : "";
+  }
+  ["change", "input"].forEach((e) => streamForm.addEventListener(e, streamFields));
+
+  async function loadStreams() {
+    clearError(streamForm);
+    streamFields();
+    await act(streamForm, null, async () => drawStreams(await api("GET", "/streams")));
+  }
+
+  function drawStreams(rows) {
+    fillTable("#streams-table", "#streams-empty", rows, "stream-row", (row, r) => {
+      cell(row, (r.kind === "monitor" ? "Monitor " : r.tag + ": ") + r.value);
+      cell(row, r.interval_seconds + " s");
+      const word = r.status === "paused_balance" ? "paused: balance" : r.status;
+      cell(row, "").append(el("span", word, r.status === "active" ? "badge" : "badge off"));
+      cell(row, r.cost_per_day_credits.toLocaleString() + " credits", "num");
+      cell(row, when(r.polled_at));
+      const actions = cell(row, "", "actions");
+      const on = r.status === "inactive";
+      const toggle = button(on ? "Activate" : "Pause", "secondary small", on ? "activate-stream" : "pause-stream");
+      toggle.addEventListener("click", async () => {
+        const path = "/streams/" + r.rule_id;
+        if (await act(streamForm, toggle, () => api("PATCH", path, { active: on }))) loadStreams();
+      });
+      const log = button("Deliveries", "secondary small", "stream-deliveries");
+      log.addEventListener("click", () => showStreamEvents(r));
+      const remove = button("Delete", "danger small", "delete-stream");
+      remove.setAttribute("aria-label", "Delete " + r.tag);
+      remove.addEventListener("click", async () => {
+        if (await act(streamForm, remove, () => api("DELETE", "/streams/" + r.rule_id))) loadStreams();
+      });
+      actions.append(toggle, log, remove);
+    });
+  }
+
+  streamForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const kind = $("#stream-kind").value;
+    const raw = $("#stream-interval").value.trim();
+    const body = { kind, interval_seconds: raw === "" ? null : Number(raw) };
+    const value = $("#stream-value").value.trim();
+    if (kind === "monitor") body.x_user_name = value;
+    else Object.assign(body, { tag: $("#stream-tag").value.trim() || null, value: value || null });
+    if (await act(streamForm, $("#create-stream"), () => api("POST", "/streams", body))) {
+      $("#stream-value").value = "";
+      $("#stream-tag").value = "";
+      loadStreams();
+    }
+  });
+
+  async function showStreamEvents(r) {
+    const box = $("#stream-events-box");
+    box.hidden = false;
+    $("#stream-events-title").textContent = "Recent deliveries of " + r.tag;
+    const rows = await act(box, null, () => api("GET", "/streams/" + r.rule_id + "/events?limit=50"));
+    if (!rows) return;
+    fillTable("#stream-events-table", "#stream-events-empty", rows, "stream-event-row", (row, e) => {
+      cell(row, e.event_id);
+      cell(row, String(e.tweets.length), "num");
+      cell(row, e.tweets.length ? (e.tweets[0].text || "").slice(0, 80) : "—");
+      cell(row, when(e.created_at));
+    });
+    box.scrollIntoView({ block: "nearest" });
+  }
 
   window.addEventListener("hashchange", route);
   start();

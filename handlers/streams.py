@@ -1,0 +1,329 @@
+"""Real time (docs/streams.md): the provider's filter-rule and monitor calls, its WebSocket, and the portal's view.
+
+Provider-compatible, with X-API-Key (checked as a data call to tweet/advanced_search, which every poll makes:
+scopes, address lists, expiry and revocation apply): POST /oapi/tweet_filter/add_rule, update_rule,
+delete_rule, GET /oapi/tweet_filter/get_rules, POST /oapi/x_user_stream/add_user_to_monitor_tweet and
+remove_user_to_monitor_tweet; answers {"status", "msg", ...} as the provider's. The WebSocket at
+/twitter/tweet/websocket and /social/tweet/websocket. The portal (session token): GET/POST /streams,
+PATCH/DELETE /streams/{rule_id}, GET /streams/{rule_id}/events. Another account's rule is 404.
+"""
+
+import secrets
+from datetime import UTC, datetime, timedelta
+
+import orjson
+import tornado.websocket
+
+from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.errors import ValidationError, error
+from handlers.keys import _no_controls
+from handlers.social import api_key
+from handlers.validation import Field, validate_body
+from streams import rules as polls
+from streams.hub import HOLD_STALE
+from streams.manage import LimitReached
+
+SCOPE = polls.SEARCH.path
+EVENTS_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500)
+TAG = Field("tag", str, min_length=1, max_length=255, check=_no_controls, description="Your label for the rule")
+VALUE = Field("value", str, min_length=1, max_length=512, check=_no_controls, description="An advanced_search query")
+INTERVAL = Field("interval_seconds", float, description="Seconds between polls (STREAM_MIN_INTERVAL to 86400)")
+RULE_ID = Field("rule_id", str, min_length=1, max_length=64)
+IS_EFFECT = Field("is_effect", int, minimum=0, maximum=1, description="1: active (polled), 0: inactive")
+USER = Field("x_user_name", str, min_length=1, max_length=16, description="The account's handle (@ optional)")
+ADD_RULE = [TAG, VALUE, INTERVAL]
+UPDATE_RULE = [RULE_ID, TAG, VALUE, INTERVAL, IS_EFFECT]  # the provider: "You must set all parameters"
+DELETE_RULE = [RULE_ID]
+MONITOR = [USER]
+RULE_INTERVAL = 60.0  # a rule made in the portal without an interval
+KIND = Field("kind", str, check=lambda v, loc: _kind(v, loc), description="rule | monitor")
+ACTIVE = Field("active", bool, required=False, description="Default true: polled from now")
+OPTIONAL_INTERVAL = Field(
+    "interval_seconds",
+    float,
+    required=False,
+    description="Default: 60 s for a rule, STREAM_MONITOR_INTERVAL for a monitor",
+)
+# The portal's create: a rule has a tag and a search, a monitor an account (its tag defaults to @handle).
+RULE_CREATE = [KIND, TAG, VALUE, OPTIONAL_INTERVAL, ACTIVE]
+MONITOR_CREATE = [KIND, USER, Field("tag", str, required=False, min_length=1, max_length=255, check=_no_controls)]
+MONITOR_CREATE += [OPTIONAL_INTERVAL, ACTIVE]
+PORTAL_PATCH = [
+    Field("tag", str, required=False, min_length=1, max_length=255, check=_no_controls),
+    Field("value", str, required=False, min_length=1, max_length=512, check=_no_controls, description="rules only"),
+    Field("interval_seconds", float, required=False),
+    Field("active", bool, required=False, description="true: polled from now; false: paused"),
+]
+
+
+def _kind(value: str, loc: list) -> None:
+    if value not in ("rule", "monitor"):
+        raise ValidationError([error(loc, "Input should be one of rule, monitor", "enum")])
+
+
+def checked_interval(settings, value: float | None, loc: list) -> float:
+    low = settings.stream_min_interval
+    if value is None or not low <= value <= 86400:
+        message = f"Input should be between {low:g} and 86400 seconds (STREAM_MIN_INTERVAL)"
+        raise ValidationError([error(loc, message, "value_error")])
+    return value
+
+
+def user_name(value: str, loc: list) -> str:
+    found = polls.USER_NAME.fullmatch(value.strip())
+    if not found:
+        raise ValidationError([error(loc, "Input should be an X handle: 1-15 letters, digits or _", "value_error")])
+    return found.group(1)
+
+
+class ProviderApi(BaseHandler):
+    """The provider's answers: {"status": "success"|"error", "msg"} (errors too, through write_error)."""
+
+    def error_body(self, status: int, message: str) -> dict:
+        return {"status": "error", "msg": message}
+
+    async def key(self):
+        return await api_key(self, SCOPE)
+
+    def ok(self, **extra) -> None:
+        self.send_json({"status": "success", "msg": "success", **extra})
+
+
+class AddRuleHandler(ProviderApi):
+    async def post(self) -> None:
+        key = await self.key()
+        body = validate_body(self.json_body(), ADD_RULE)
+        interval = checked_interval(self.ctx.settings, body["interval_seconds"], ["body", "interval_seconds"])
+        try:
+            doc = await self.ctx.streams.add(
+                key.account_id, key.key_id, "rule", body["tag"], body["value"], interval, active=False
+            )
+        except LimitReached as exc:
+            raise ApiError(409, str(exc)) from None
+        self.ok(rule_id=doc["_id"])
+
+
+class UpdateRuleHandler(ProviderApi):
+    async def post(self) -> None:
+        key = await self.key()
+        body = validate_body(self.json_body(), UPDATE_RULE)
+        interval = checked_interval(self.ctx.settings, body["interval_seconds"], ["body", "interval_seconds"])
+        fields = {"tag": body["tag"], "value": body["value"], "interval_seconds": interval}
+        done = await self.ctx.streams.change(key.account_id, body["rule_id"], fields, bool(body["is_effect"]))
+        if done is None or done["kind"] != "rule":
+            raise ApiError(404, "Rule not found")
+        self.ok()
+
+
+class DeleteRuleHandler(ProviderApi):
+    async def post(self) -> None:
+        key = await self.key()
+        body = validate_body(self.json_body(), DELETE_RULE)
+        if not await self.ctx.stream_store.delete(key.account_id, body["rule_id"]):
+            raise ApiError(404, "Rule not found")
+        self.ok()
+
+
+class GetRulesHandler(ProviderApi):
+    async def get(self) -> None:
+        key = await self.key()
+        rows = [self.ctx.streams.row(r) for r in await self.ctx.stream_store.account_rules(key.account_id, "rule")]
+        self.ok(rules=rows)
+
+
+class AddMonitorHandler(ProviderApi):
+    async def post(self) -> None:
+        key = await self.key()
+        name = user_name(validate_body(self.json_body(), MONITOR)["x_user_name"], ["body", "x_user_name"])
+        store = self.ctx.stream_store
+        found = await store.monitor_of(key.account_id, name)
+        if found is not None:  # added twice: the same monitor, switched on
+            await self.ctx.streams.change(key.account_id, found["_id"], {}, True)
+            return self.ok(id_for_user=found["_id"])
+        interval = self.ctx.settings.stream_monitor_interval
+        try:
+            doc = await self.ctx.streams.add(key.account_id, key.key_id, "monitor", "@" + name, name, interval, True)
+        except LimitReached as exc:
+            raise ApiError(409, str(exc)) from None
+        self.ok(id_for_user=doc["_id"])
+
+
+class RemoveMonitorHandler(ProviderApi):
+    async def post(self) -> None:
+        key = await self.key()
+        name = user_name(validate_body(self.json_body(), MONITOR)["x_user_name"], ["body", "x_user_name"])
+        found = await self.ctx.stream_store.monitor_of(key.account_id, name)
+        if found is None or not await self.ctx.stream_store.delete(key.account_id, found["_id"]):
+            raise ApiError(404, "This account is not monitored")
+        self.ok()
+
+
+class TweetSocket(tornado.websocket.WebSocketHandler):
+    """The provider's WebSocket: `connected`, then `tweet` events of the key's account and `ping`s. One socket
+    per key (a second is closed with 1008); beyond the provider, `?since_event_id=` or `?since_timestamp=` (ms)
+    first sends what the socket missed (events are kept STREAM_EVENT_RETENTION)."""
+
+    def initialize(self, ctx) -> None:
+        self.ctx = ctx
+        self.account_id, self.log_fields, self.key_entry, self.held = None, {}, None, False
+        self.conn_id = secrets.token_hex(12)
+        self.replaying: list[str] | None = []  # live events while the missed ones are sent
+
+    client_ip = BaseHandler.client_ip
+
+    async def get(self, *args, **kwargs) -> None:
+        try:
+            key = await api_key(self, SCOPE)
+            after_id = self.get_query_argument("since_event_id", None)
+            after_ms = self._since_ms()
+        except ApiError as exc:  # refused before the upgrade: an HTTP answer in the usual shapes
+            self.set_status(exc.status_code)
+            self.set_header("Content-Type", "application/json")
+            for name, value in exc.extra_headers.items():
+                self.set_header(name, value)
+            if isinstance(exc, ValidationError):
+                return self.finish({"detail": exc.errors})
+            return self.finish({"status": "error", "msg": exc.message})
+        self.key_entry, self.account_id = key, key.account_id
+        self.key_id = key.key_id
+        self.digest = self.ctx.vault.digest(self.request.headers["X-API-Key"].strip())  # Hub.watch re-checks it
+        self.after = (after_id, after_ms)
+        await super().get(*args, **kwargs)
+
+    def _since_ms(self) -> int | None:
+        raw = self.get_query_argument("since_timestamp", None)
+        if raw is None:
+            return None
+        if not raw.isascii() or not raw.isdigit() or len(raw) > 15:
+            loc = ["query", "since_timestamp"]
+            raise ValidationError([error(loc, "Input should be milliseconds since 1970 (digits)", "int_parsing")])
+        return int(raw)
+
+    async def open(self) -> None:
+        ctx = self.ctx
+        stale = datetime.now(UTC) - timedelta(seconds=HOLD_STALE)
+        if not await ctx.stream_store.take_socket(self.key_id, self.conn_id, stale):
+            self.close(1008, "Only one connection per API key")
+            return
+        self.held = True
+        ctx.hub.add(self)
+        self._write(orjson.dumps({"event_type": "connected", "timestamp": polls.millis(datetime.now(UTC))}).decode())
+        missed = await ctx.hub.missed(self.account_id, *self.after)
+        for text in missed:
+            self._write(text)
+        # Live events that came during the replay, unless the replay had them already.
+        waiting, self.replaying = self.replaying or [], None
+        sent = set(missed)
+        for text in waiting:
+            if text not in sent:
+                self._write(text)
+
+    def send_text(self, text: str) -> None:
+        if self.replaying is not None:
+            self.replaying.append(text)
+        else:
+            self._write(text)
+
+    def _write(self, text: str) -> None:
+        if self.ws_connection is None or self.ws_connection.is_closing():
+            return
+        self.write_message(text)  # queued by Tornado; a slow client's buffer is its own
+
+    def close_with(self, code: int, reason: str) -> None:
+        self.close(code, reason)
+
+    def on_message(self, message) -> None:
+        pass  # the provider's clients send nothing that needs an answer
+
+    def on_close(self) -> None:
+        self.ctx.hub.remove(self)
+        if self.held:
+            self.held = False
+            self.ctx.hub.spawn(self.ctx.stream_store.drop_socket(self.key_id, self.conn_id))
+
+    def write_error(self, status_code: int, **kwargs) -> None:
+        """Other methods (405, with the Allow header) and failures in the data plane's error shape."""
+        self.set_header("Content-Type", "application/json")
+        if status_code == 405:
+            self.set_header("Allow", "GET")
+        self.finish({"status": "error", "msg": self._reason})
+
+    def check_origin(self, origin: str) -> bool:
+        return True  # authenticated by the X-API-Key header, which a browser page cannot set on a WebSocket
+
+
+# --- the portal --------------------------------------------------------------------------------------------
+class StreamsHandler(BaseHandler):
+    @authenticated
+    async def get(self) -> None:
+        rows = await self.ctx.stream_store.account_rules(self.current_user)
+        self.send_json([self.ctx.streams.row(r) for r in rows])
+
+    @authenticated
+    async def post(self) -> None:
+        data = self.json_body()
+        monitor = isinstance(data, dict) and data.get("kind") == "monitor"
+        body = validate_body(data, MONITOR_CREATE if monitor else RULE_CREATE)
+        kind, settings = body["kind"], self.ctx.settings
+        if kind == "monitor":
+            value = user_name(body["x_user_name"], ["body", "x_user_name"])
+            tag = body.get("tag") or "@" + value
+            interval = body.get("interval_seconds", settings.stream_monitor_interval)
+        else:
+            tag, value, interval = body["tag"], body["value"], body.get("interval_seconds", RULE_INTERVAL)
+        interval = checked_interval(settings, interval, ["body", "interval_seconds"])
+        try:
+            doc = await self.ctx.streams.add(self.current_user, 0, kind, tag, value, interval, body.get("active", True))
+        except LimitReached as exc:
+            raise ApiError(409, str(exc)) from None
+        self.send_json(self.ctx.streams.row(doc))
+
+
+class StreamHandler(BaseHandler):
+    @authenticated
+    async def patch(self, rule_id: str) -> None:
+        body = validate_body(self.json_body(), PORTAL_PATCH)
+        fields = {name: body[name] for name in ("tag", "value") if name in body}
+        if "interval_seconds" in body:
+            fields["interval_seconds"] = checked_interval(
+                self.ctx.settings, body["interval_seconds"], ["body", "interval_seconds"]
+            )
+        current = await self.ctx.stream_store.rule(self.current_user, rule_id)
+        if current is not None and current["kind"] == "monitor" and "value" in fields:
+            raise ApiError(409, "A monitor's account cannot change: add a monitor of the other account")
+        done = await self.ctx.streams.change(self.current_user, rule_id, fields, body.get("active"))
+        if done is None:
+            raise ApiError(404, "Rule not found")
+        self.send_json(self.ctx.streams.row(done))
+
+    @authenticated
+    async def delete(self, rule_id: str) -> None:
+        if not await self.ctx.stream_store.delete(self.current_user, rule_id):
+            raise ApiError(404, "Rule not found")
+        self.send_json({"ok": True})
+
+
+class StreamEventsHandler(BaseHandler):
+    @authenticated
+    async def get(self, rule_id: str) -> None:
+        if await self.ctx.stream_store.rule(self.current_user, rule_id) is None:
+            raise ApiError(404, "Rule not found")
+        limit = self.query_arg(EVENTS_LIMIT)
+        events = await self.ctx.stream_store.rule_events(rule_id, limit)
+        self.send_json([{**polls.message(e), "created_at": e["created_at"]} for e in events])
+
+
+_ID = r"([A-Za-z0-9_]{1,64})"
+routes = [
+    (r"/oapi/tweet_filter/add_rule", AddRuleHandler),
+    (r"/oapi/tweet_filter/update_rule", UpdateRuleHandler),
+    (r"/oapi/tweet_filter/delete_rule", DeleteRuleHandler),
+    (r"/oapi/tweet_filter/get_rules", GetRulesHandler),
+    (r"/oapi/x_user_stream/add_user_to_monitor_tweet", AddMonitorHandler),
+    (r"/oapi/x_user_stream/remove_user_to_monitor_tweet", RemoveMonitorHandler),
+    (r"/streams", StreamsHandler),
+    (rf"/streams/{_ID}", StreamHandler),
+    (rf"/streams/{_ID}/events", StreamEventsHandler),
+]
+# Before the data prefixes' catch-all 404 (gateway.make_app puts them first).
+socket_routes = [(r"/social/tweet/websocket", TweetSocket), (r"/twitter/tweet/websocket", TweetSocket)]

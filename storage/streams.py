@@ -1,0 +1,194 @@
+"""Filter rules, account monitors and the events their polls found: every query of streams/.
+
+A rule (or monitor) document carries its own poll lease and cursor:
+
+    {_id, account_id, key_id, kind: rule|monitor, tag, value, interval_seconds, status, deleted,
+     due_at, poll_seq, claims, since_id, recent_ids, lease_owner, lease_token, lease_until, ...}
+
+Exactly once, with any number of processes: a process claims due rules with one conditional update
+(`lease_until` passed), polls, writes the poll's event under the id `<rule>:<poll_seq>` (a second writer of
+the same poll finds the first one's event), then moves the cursor on with a compare-and-set on `poll_seq`
+and its own claim token. A process that dies mid-poll leaves the lease to run out; the next claimer redoes
+the same `poll_seq` and, finding its event written, delivers that one instead of polling again.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+from pymongo import ASCENDING, DESCENDING, IndexModel, ReturnDocument
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import DuplicateKeyError
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+ACTIVE, INACTIVE, PAUSED = "active", "inactive", "paused_balance"  # a rule's status
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+class StreamStore:
+    def __init__(self, db: AsyncDatabase, retention_seconds: float):
+        self.rules = db.stream_rules
+        self.events = db.stream_events
+        self.sockets = db.stream_sockets
+        self.retention = retention_seconds
+
+    async def ensure_indexes(self) -> None:
+        await self.rules.create_indexes(
+            [
+                IndexModel([("status", ASCENDING), ("due_at", ASCENDING)]),  # the claim
+                IndexModel([("account_id", ASCENDING), ("created_at", DESCENDING)]),
+                IndexModel([("lease_token", ASCENDING)], sparse=True),
+            ]
+        )
+        await self.events.create_indexes(
+            [
+                IndexModel([("created_at", ASCENDING)], expireAfterSeconds=int(self.retention)),
+                IndexModel([("account_id", ASCENDING), ("created_at", ASCENDING)]),
+                IndexModel([("rule_id", ASCENDING), ("created_at", DESCENDING)]),
+            ]
+        )
+
+    # --- rules, as the API and the portal see them ------------------------------------------------
+    async def add(self, doc: dict) -> None:
+        base = {"deleted": False, "poll_seq": 0, "claims": 0, "since_id": None, "recent_ids": []}
+        base |= {"lease_owner": None, "lease_token": None, "lease_until": EPOCH, "changed_at": now_utc()}
+        await self.rules.insert_one({**base, **doc})
+
+    async def account_rules(self, account_id: str, kind: str | None = None) -> list[dict]:
+        query: dict = {"account_id": account_id, "deleted": False}
+        if kind:
+            query["kind"] = kind
+        return await self.rules.find(query, {"recent_ids": 0}).sort("created_at", DESCENDING).to_list(None)
+
+    async def rule(self, account_id: str, rule_id: str) -> dict | None:
+        return await self.rules.find_one({"_id": rule_id, "account_id": account_id, "deleted": False})
+
+    async def monitor_of(self, account_id: str, user_name: str) -> dict | None:
+        return await self.rules.find_one(
+            {"account_id": account_id, "kind": "monitor", "user_lower": user_name.lower(), "deleted": False}
+        )
+
+    async def count(self, account_id: str, kind: str) -> int:
+        return await self.rules.count_documents({"account_id": account_id, "kind": kind, "deleted": False})
+
+    async def update(self, account_id: str, rule_id: str, fields: dict) -> dict | None:
+        return await self.rules.find_one_and_update(
+            {"_id": rule_id, "account_id": account_id, "deleted": False},
+            {"$set": {**fields, "changed_at": now_utc()}},
+            return_document=ReturnDocument.AFTER,
+        )
+
+    async def delete(self, account_id: str, rule_id: str) -> bool:
+        done = await self.rules.update_one(
+            {"_id": rule_id, "account_id": account_id, "deleted": False},
+            {"$set": {"deleted": True, "status": INACTIVE, "changed_at": now_utc()}},
+        )
+        return bool(done.modified_count)
+
+    # --- the poll lease -------------------------------------------------------------------------------
+    async def claim(self, owner: str, token: str, now: datetime, hold: float) -> list[dict]:
+        """Takes every due rule whose lease has run out (two round trips, however many): each document is
+        updated atomically, so processes claiming at once share them out and never take the same one."""
+        await self.rules.update_many(
+            {"status": ACTIVE, "due_at": {"$lte": now}, "lease_until": {"$lte": now}},
+            {
+                "$set": {"lease_owner": owner, "lease_token": token, "lease_until": now + timedelta(seconds=hold)},
+                "$inc": {"claims": 1},
+            },
+        )
+        return await self.rules.find({"lease_token": token}).to_list(None)
+
+    async def next_due(self) -> datetime | None:
+        found = await self.rules.find_one({"status": ACTIVE}, {"due_at": 1}, sort=[("due_at", ASCENDING)])
+        return found["due_at"] if found else None
+
+    async def advance(self, rule: dict, fields: dict) -> bool:
+        """The poll `poll_seq` is done (its event written): the cursor moves on and the lease is let go. False
+        when this process no longer held it (its lease ran out and another process took the rule)."""
+        done = await self.rules.update_one(
+            {"_id": rule["_id"], "poll_seq": rule["poll_seq"], "lease_token": rule["lease_token"]},
+            {
+                "$set": {**fields, "lease_owner": None, "lease_token": None, "lease_until": EPOCH},
+                "$inc": {"poll_seq": 1},
+            },
+        )
+        return bool(done.modified_count)
+
+    async def release(self, rule: dict, due_at: datetime) -> None:
+        """A poll that could not run (upstream failure, no credits): tried again at `due_at`, same poll_seq."""
+        await self.rules.update_one(
+            {"_id": rule["_id"], "lease_token": rule["lease_token"]},
+            {"$set": {"lease_owner": None, "lease_token": None, "lease_until": EPOCH, "due_at": due_at}},
+        )
+
+    # --- paused for the balance -------------------------------------------------------------------------
+    async def set_status(self, account_id: str, before: str, after: str, due_at: datetime | None = None) -> int:
+        fields: dict = {"status": after, "changed_at": now_utc()}
+        if due_at is not None:
+            fields["due_at"] = due_at
+        done = await self.rules.update_many(
+            {"account_id": account_id, "status": before, "deleted": False}, {"$set": fields}
+        )
+        return done.modified_count
+
+    async def accounts_with(self, status: str) -> list[str]:
+        return await self.rules.distinct("account_id", {"status": status, "deleted": False})
+
+    async def live_rules(self, account_id: str) -> list[dict]:
+        """Rules that poll, or would poll after a top-up: what the next hour costs."""
+        return await self.rules.find(
+            {"account_id": account_id, "status": {"$in": [ACTIVE, PAUSED]}, "deleted": False},
+            {"interval_seconds": 1, "kind": 1, "status": 1},
+        ).to_list(None)
+
+    # --- events -----------------------------------------------------------------------------------------
+    async def write_event(self, doc: dict) -> tuple[dict, bool]:
+        """The poll's event, once: (the stored event, True if this call wrote it)."""
+        try:
+            await self.events.insert_one(doc)
+            return doc, True
+        except DuplicateKeyError:
+            return await self.events.find_one({"_id": doc["_id"]}), False
+
+    async def event(self, event_id: str) -> dict | None:
+        return await self.events.find_one({"_id": event_id})
+
+    async def events_after(self, account_id: str, after: datetime, after_id: str | None, limit: int) -> list[dict]:
+        """An account's events after a point (a reconnecting socket's resume), oldest first."""
+        query: dict = {"account_id": account_id, "created_at": {"$gte": after}}
+        found = await self.events.find(query).sort([("created_at", ASCENDING), ("_id", ASCENDING)]).to_list(limit)
+        if after_id is None:
+            return found
+        return [e for e in found if (e["created_at"], e["_id"]) > (after, after_id)]
+
+    async def recent(self, since: datetime) -> list[dict]:
+        """Every event written since `since` (the tail that feeds this process's sockets)."""
+        return await self.events.find({"created_at": {"$gte": since}}).sort("created_at", ASCENDING).to_list(None)
+
+    async def rule_events(self, rule_id: str, limit: int) -> list[dict]:
+        return await self.events.find({"rule_id": rule_id}).sort("created_at", DESCENDING).to_list(limit)
+
+    # --- one socket per key, across processes -------------------------------------------------------------
+    async def take_socket(self, key_id: int, conn_id: str, stale: datetime) -> bool:
+        """Registers the key's socket unless another live one holds it (heartbeat after `stale`)."""
+        try:
+            done = await self.sockets.find_one_and_update(
+                {"_id": key_id, "heartbeat_at": {"$lt": stale}},
+                {"$set": {"conn_id": conn_id, "heartbeat_at": now_utc()}},
+                upsert=True,
+                return_document=ReturnDocument.AFTER,
+            )
+        except DuplicateKeyError:  # a live holder: the filter did not match and the upsert collided
+            return False
+        return done is not None and done["conn_id"] == conn_id
+
+    async def beat_sockets(self, held: list[tuple[int, str]]) -> None:
+        """Renews the holds of this process's sockets, one write for all of them (conn ids are unique)."""
+        await self.sockets.update_many(
+            {"_id": {"$in": [k for k, _ in held]}, "conn_id": {"$in": [c for _, c in held]}},
+            {"$set": {"heartbeat_at": now_utc()}},
+        )
+
+    async def drop_socket(self, key_id: int, conn_id: str) -> None:
+        await self.sockets.delete_one({"_id": key_id, "conn_id": conn_id})

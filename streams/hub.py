@@ -1,0 +1,128 @@
+"""WebSocket fan-out: the sockets of this process, by account, and what reaches them.
+
+An event reaches a socket once: from this process's poller at once (`publish`), from other processes' through
+the tail (`tail`, every STREAM_TICK_SECONDS while this process has sockets, reading the events written since
+its last look, with an overlap for writers' clocks); a memory of recent event ids drops the second sighting.
+Each event is serialised once for all its sockets. `watch` sends pings, renews each key's hold on its one
+socket (storage/streams.py) and closes, within a second, the sockets of keys revoked, expired or deleted.
+"""
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict, deque
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+import orjson
+
+from accounting.cache import LoadingCache
+from storage.streams import StreamStore
+from streams.rules import message, millis
+
+log = logging.getLogger("gateway.streams")
+SEEN_MEMORY = 50_000  # event ids this process knows its sockets have had
+TAIL_OVERLAP = timedelta(seconds=2)  # writers stamp with their own clocks (as storage/alerts.py polls)
+RESUME_LIMIT = 5_000  # events a reconnecting socket may be sent at once
+WATCH_SECONDS = 0.5  # how often key revocations and pings are looked at
+HOLD_BEAT = 5.0  # seconds between renewals of this process's sockets' holds on their keys
+HOLD_STALE = 15.0  # a hold not renewed this long belongs to a process that died: a new socket may take it
+
+
+class Socket(Protocol):
+    account_id: str
+    key_id: int
+    digest: str
+    conn_id: str
+
+    def send_text(self, text: str) -> None: ...
+
+    def close_with(self, code: int, reason: str) -> None: ...
+
+
+class Hub:
+    def __init__(self, store: StreamStore, key_cache: LoadingCache, ping_seconds: float):
+        self.store, self.key_cache, self.ping_seconds = store, key_cache, ping_seconds
+        self.sockets: dict[str, set[Socket]] = {}  # account id -> its sockets here
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._tail_since: datetime | None = None
+        self._last_ping = self._last_beat = time.monotonic()
+        # Seconds from an event's write to its last socket's send (bench/streams.py); bounded.
+        self.fanout_seconds: deque[float] = deque(maxlen=100_000)
+        self._background: set[asyncio.Task] = set()
+
+    def spawn(self, work) -> None:
+        """Runs `work` (a socket's release) in the background, kept referenced until it ends."""
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def count(self) -> int:
+        return sum(len(s) for s in self.sockets.values())
+
+    def add(self, socket: Socket) -> None:
+        self.sockets.setdefault(socket.account_id, set()).add(socket)
+
+    def remove(self, socket: Socket) -> None:
+        mine = self.sockets.get(socket.account_id)
+        if mine is not None:
+            mine.discard(socket)
+            if not mine:
+                del self.sockets[socket.account_id]
+
+    # --- events in -----------------------------------------------------------------------------------
+    def publish(self, event: dict) -> None:
+        if event["_id"] in self._seen:
+            return
+        self._seen[event["_id"]] = None
+        if len(self._seen) > SEEN_MEMORY:
+            self._seen.popitem(last=False)
+        targets = self.sockets.get(event["account_id"])
+        if not targets:
+            return
+        text = orjson.dumps(message(event)).decode()
+        for socket in list(targets):
+            socket.send_text(text)
+        self.fanout_seconds.append(time.time() - event["created_at"].timestamp())
+
+    async def tail(self) -> None:
+        """Events written by other processes since the last look (only while this process has sockets)."""
+        now = datetime.now(UTC)
+        if not self.sockets:
+            self._tail_since = None
+            return
+        since = self._tail_since or now
+        self._tail_since = now
+        for event in await self.store.recent(since - TAIL_OVERLAP):
+            self.publish(event)
+
+    async def missed(self, account_id: str, after_id: str | None, after_ms: int | None) -> list[str]:
+        """What a reconnecting socket asks for: the account's events after an event id or a time (ms)."""
+        after, mark = None, None
+        if after_id is not None:
+            found = await self.store.event(after_id)
+            if found is None or found["account_id"] != account_id:
+                return []
+            after, mark = found["created_at"], found["_id"]
+        elif after_ms is not None:
+            after = datetime.fromtimestamp(after_ms / 1000, UTC) + timedelta(milliseconds=1)
+        if after is None:
+            return []
+        events = await self.store.events_after(account_id, after, mark, RESUME_LIMIT)
+        return [orjson.dumps(message(e)).decode() for e in events]
+
+    # --- upkeep ----------------------------------------------------------------------------------------
+    async def watch(self) -> None:
+        """Every WATCH_SECONDS: revoked or expired keys' sockets closed; pings and socket holds renewed."""
+        ping = time.monotonic() - self._last_ping >= self.ping_seconds
+        if ping:
+            self._last_ping = self._last_beat = time.monotonic()
+            text = orjson.dumps({"event_type": "ping", "timestamp": millis(datetime.now(UTC))}).decode()
+        for socket in [s for group in self.sockets.values() for s in group]:
+            entry = await self.key_cache.get(socket.digest)
+            if entry is None or entry.revoked or (entry.expires_at is not None and time.time() >= entry.expires_at):
+                socket.close_with(1008, "API key revoked or expired")
+                continue
+            if ping:
+                socket.send_text(text)
+                await self.store.beat_socket(socket.key_id, socket.conn_id)

@@ -1,0 +1,95 @@
+"""Creating, changing and removing rules and monitors, shared by the provider-compatible API and the portal
+(handlers/streams.py): the account's limits, what switching on means (polls from now, never the past), and
+each rule's row with its cost per day."""
+
+import secrets
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from config.settings import Settings
+from metering.pricing import Prices
+from storage.streams import ACTIVE, INACTIVE, PAUSED, StreamStore
+from streams import rules as polls
+
+
+class LimitReached(Exception):
+    """The account has as many rules (or monitors) as STREAM_MAX_RULES (STREAM_MAX_MONITORS) allows."""
+
+
+class Manager:
+    def __init__(self, settings: Settings, store: StreamStore, prices: Prices, switched_on: Callable[[], None]):
+        # switched_on: the poller looks for due polls at once (Poller.nudge)
+        self.settings, self.store, self.prices, self.switched_on = settings, store, prices, switched_on
+
+    async def add(
+        self, account_id: str, key_id: int, kind: str, tag: str, value: str, interval: float, active: bool
+    ) -> dict:
+        limit = self.settings.stream_max_rules if kind == "rule" else self.settings.stream_max_monitors
+        if await self.store.count(account_id, kind) >= limit:
+            noun = "filter rules" if kind == "rule" else "monitored accounts"
+            raise LimitReached(f"An account may have {limit} {noun}; delete one first")
+        now = datetime.now(UTC)
+        doc = {
+            "_id": ("fr_" if kind == "rule" else "mo_") + secrets.token_hex(8),
+            "account_id": account_id,
+            "key_id": key_id,  # whose usage records its polls carry (0: made in the portal)
+            "kind": kind,
+            "tag": tag,
+            "value": value,
+            "interval_seconds": interval,
+            "status": INACTIVE,
+            "created_at": now,
+            "due_at": now,
+            "since_time": int(time.time()),
+        }
+        if kind == "monitor":
+            doc["user_name"], doc["user_lower"] = value, value.lower()
+        if active:
+            doc |= _switched_on()
+        await self.store.add(doc)
+        if active:
+            self.switched_on()
+        return doc
+
+    async def change(self, account_id: str, rule_id: str, fields: dict, active: bool | None) -> dict | None:
+        """Changes a rule; `active` True switches it on (polled from now: nothing from before is delivered,
+        whatever it delivered before it was switched off), False off, None leaves it as it is."""
+        current = await self.store.rule(account_id, rule_id)
+        if current is None:
+            return None
+        changed = dict(fields)
+        if "value" in changed and changed["value"] != current["value"]:
+            changed |= {"since_id": None, "recent_ids": [], "since_time": int(time.time())}  # a new search
+        if active is True and current["status"] == INACTIVE:
+            changed |= _switched_on()
+        elif active is False:
+            changed["status"] = INACTIVE
+        done = await self.store.update(account_id, rule_id, changed)
+        self.switched_on()
+        return done
+
+    def row(self, rule: dict) -> dict:
+        """A rule or monitor as the portal shows it: its state and what it costs a day at its interval."""
+        per_day = polls.polls_per_day(rule["interval_seconds"])
+        least = polls.least_cost(self.prices)
+        return {
+            "rule_id": rule["_id"],
+            "kind": rule["kind"],
+            "tag": rule["tag"],
+            "value": rule["value"],
+            "interval_seconds": rule["interval_seconds"],
+            "is_effect": 1 if rule["status"] in (ACTIVE, PAUSED) else 0,
+            "status": rule["status"],
+            "polls_per_day": per_day,
+            "cost_per_day_credits": per_day * least,
+            "cost_per_day_usd": round(per_day * least / self.settings.credits_per_usd, 4),
+            "cost_note": "the least a day costs (every poll finding nothing); each new tweet adds its price",
+            "polled_at": rule.get("polled_at"),
+            "created_at": rule["created_at"],
+        }
+
+
+def _switched_on() -> dict:
+    now = datetime.now(UTC)
+    return {"status": ACTIVE, "due_at": now, "since_id": None, "recent_ids": [], "since_time": int(time.time())}

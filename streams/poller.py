@@ -1,0 +1,239 @@
+"""The poll scheduler: claims due rules under their leases (storage/streams.py), polls, charges, writes the
+event, hands it to the sockets and the webhook outbox, and moves the rule's cursor on. One step of it
+(`tick`) runs every STREAM_TICK_SECONDS in every process (app/tasks.py); `check_balances` pauses the rules of
+accounts that cannot pay for their next hour and resumes them after a top-up.
+
+Order of one poll, each step safe to redo after a crash: reserve credits (the least a poll costs must be
+there) -> the provider's search -> the event `<rule>:<poll_seq>` written once -> the outbox event (its id from
+the stream event's) -> the cursor moved on (compare-and-set) -> charged only if the cursor moved: of two
+processes that ran the same poll (a lease that ran out mid-poll), one is charged.
+"""
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
+
+import orjson
+
+from accounting.meter import LeasesExpired, Meter
+from alerts import rules as alert_kinds
+from config.settings import Settings
+from metering.pricing import Prices
+from social.endpoints import read_answer
+from social.upstream import UpstreamClient, UpstreamError
+from storage.streams import ACTIVE, PAUSED, StreamStore
+from streams import rules as polls
+from streams.hub import Hub
+from webhooks.outbox import Outbox
+
+log = logging.getLogger("gateway.streams")
+RETRY_SECONDS = 5.0  # a poll the provider failed is tried again this soon (or at its interval, if shorter)
+CONCURRENT = 200  # polls under way per process
+MAX_PAGES = 5  # pages one poll may read (100 tweets): a rule matching more in one interval loses the oldest
+IDLE_SECONDS = 1.0  # the longest a process waits between looks for due polls when none is due
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+class Poller:
+    def __init__(
+        self,
+        settings: Settings,
+        store: StreamStore,
+        meter: Meter,
+        upstream: UpstreamClient,
+        prices: Prices,
+        outbox: Outbox,
+        hub: Hub,
+        owner: str,
+    ):
+        self.settings, self.store, self.meter, self.upstream = settings, store, meter, upstream
+        self.prices, self.outbox, self.hub, self.owner = prices, outbox, hub, owner
+        # A claim outlives the longest poll: the provider's time-out, the writes after it, and margin.
+        self.hold = settings.upstream_timeout + settings.upstream_connect_timeout + 10
+        self._polling: set[asyncio.Task] = set()
+        self.touched: set[str] = set()  # accounts polled since the last balance check
+        self.lateness: deque[float] = deque(maxlen=100_000)  # seconds each poll started after it was due
+        self._skip_until = 0.0  # no claim before this (monotonic): nothing was due
+        self.polls = 0  # polls answered (bench/streams.py divides the process's CPU by it)
+
+    # --- scheduling --------------------------------------------------------------------------------
+    def nudge(self) -> None:
+        """A rule was switched on here: look at once (other processes' within IDLE_SECONDS)."""
+        self._skip_until = 0.0
+
+    async def tick(self) -> None:
+        if len(self._polling) >= CONCURRENT or time.monotonic() < self._skip_until:
+            return
+        now = now_utc()
+        due = await self.store.next_due()
+        if due is None or due > now:  # nothing due: wait for the next due poll, IDLE_SECONDS at most (1 read)
+            wait = IDLE_SECONDS if due is None else min(IDLE_SECONDS, (due - now).total_seconds())
+            self._skip_until = time.monotonic() + wait
+            return
+        for rule in await self.store.claim(self.owner, uuid.uuid4().hex, now, self.hold):
+            task = asyncio.create_task(self.poll(rule))
+            self._polling.add(task)
+            task.add_done_callback(self._polled)
+
+    def _polled(self, task: asyncio.Task) -> None:
+        self._polling.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a stream poll failed (%s); retried after its lease", type(task.exception()).__name__)
+
+    # --- one poll ------------------------------------------------------------------------------------
+    async def poll(self, rule: dict) -> None:
+        start = now_utc()
+        self.lateness.append((start - rule["due_at"]).total_seconds())
+        seq, account_id = rule["poll_seq"], rule["account_id"]
+        event_id = f"{rule['_id']}:{seq}"
+        self.touched.add(account_id)
+        if rule["claims"] > seq + 1:  # taken over: the previous holder may have written this poll's event
+            found = await self.store.event(event_id)
+            if found is not None:
+                await self._deliver(found)
+                await self.store.advance(rule, self._next(rule, start, polls.cursor_after(rule, found["tweets"])))
+                return
+        pages = await self._fetch(rule, event_id, start)
+        if pages is None:
+            return
+        tweets = [t for _, _, _, page in pages for t in page]
+        new = polls.fresh(tweets, rule)
+        event = None
+        if new:
+            doc = {
+                "_id": event_id,
+                "account_id": account_id,
+                "rule_id": rule["_id"],
+                "rule_tag": rule["tag"],
+                "kind": rule["kind"],
+                "tweets": new,
+                "created_at": now_utc(),
+            }
+            event, _ = await self.store.write_event(doc)
+            await self._deliver(event)
+        delivered = event["tweets"] if event else []
+        moved = await self.store.advance(rule, self._next(rule, start, polls.cursor_after(rule, delivered)))
+        for reservation, cost, status, _ in pages:  # one data call per page: each charged (or not) on its own
+            charged = self.meter.settle(reservation, cost) if moved else 0
+            if not moved:
+                self.meter.release(reservation)
+            self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, status, charged, event_id, rule["_id"])
+        self.polls += 1
+
+    async def _fetch(self, rule: dict, event_id: str, start: datetime) -> list[tuple] | None:
+        """The poll's pages, newest first, each (reservation, cost, status, tweets): more pages while every tweet
+        of the last one was new and the provider has more (MAX_PAGES at most). None when a page could not be
+        reserved or the provider failed: nothing charged, the rule released to be polled again soon."""
+        account_id, pages, cursor = rule["account_id"], [], ""
+        base = "query=" + quote(polls.poll_query(rule)) + "&queryType=Latest"
+        for _ in range(MAX_PAGES):
+            try:
+                reservation = await self.meter.reserve(
+                    account_id, polls.most_cost(self.prices), polls.least_cost(self.prices)
+                )
+            except LeasesExpired:
+                reservation = None
+            if reservation is None:  # no credits (the balance check pauses the rule) or none can be checked
+                return await self._failed(rule, pages, start, None)
+            try:
+                answer = await self.upstream.get(polls.SEARCH.path, base + cursor, account_id)
+            except UpstreamError:
+                return await self._failed(rule, pages + [(reservation, 0, 0, [])], start, event_id)
+            except BaseException:
+                self.meter.release(reservation)
+                for held, *_ in pages:
+                    self.meter.release(held)
+                raise
+            tweets, counted, more = _page(answer.status, answer.body)
+            if tweets is None:  # the provider failed or refused
+                return await self._failed(rule, pages + [(reservation, 0, 0, [])], start, event_id)
+            cost = min(self.prices.cost(polls.SEARCH.price, counted, polls.SIZE), reservation.amount)
+            pages.append((reservation, cost, answer.status, tweets))
+            if not more or not tweets or len(polls.fresh(tweets, rule)) < len(tweets):
+                return pages
+            cursor = "&cursor=" + quote(more)
+        log.warning("a stream poll stopped after %d pages; older new tweets of this interval are skipped", MAX_PAGES)
+        return pages
+
+    async def _failed(self, rule: dict, pages: list[tuple], start: datetime, event_id: str | None) -> None:
+        for reservation, *_ in pages:
+            self.meter.release(reservation)
+        if event_id is not None:  # the provider failed: a usage record of the failure, not charged
+            self.meter.record_poll(rule["account_id"], rule["key_id"], polls.ROUTE, 502, 0, event_id, rule["_id"])
+        await self.store.release(rule, self._due(rule, start, RETRY_SECONDS))
+
+    async def _deliver(self, event: dict) -> None:
+        """Sockets first (this process's at once, the others' through their tail), then the webhooks' outbox."""
+        self.hub.publish(event)
+        await self.outbox.emit("stream|" + event["_id"], event["account_id"], "tweet", polls.message(event))
+
+    def _next(self, rule: dict, start: datetime, cursor: dict) -> dict:
+        late = (start - rule["due_at"]).total_seconds()  # kept on the rule for bench/streams.py
+        due = self._due(rule, start, rule["interval_seconds"])
+        return {**cursor, "due_at": due, "polled_at": start, "late_seconds": late, "polled_by": self.owner}
+
+    @staticmethod
+    def _due(rule: dict, start: datetime, wait: float) -> datetime:
+        """The next poll: one interval after this one was due (polls keep their cadence), never in the past."""
+        wait = min(wait, rule["interval_seconds"])
+        return max(rule["due_at"] + timedelta(seconds=wait), start)
+
+    # --- the balance ----------------------------------------------------------------------------------
+    async def check_balances(self) -> None:
+        """Pauses an account's rules once its balance cannot pay for their next hour of polls (each at the
+        per-call minimum), with an alert; resumes them once it can again (after a top-up)."""
+        accounts, self.touched = self.touched, set()
+        accounts |= set(await self.store.accounts_with(PAUSED))
+        for account_id in accounts:
+            rules = await self.store.live_rules(account_id)
+            if not rules:
+                continue
+            need = polls.hour_need(rules, self.prices)
+            balance = await self.meter.balance(account_id)
+            paused = [r for r in rules if r.get("status") == PAUSED]
+            if balance < need and len(paused) < len(rules):
+                if await self.store.set_status(account_id, ACTIVE, PAUSED):
+                    await self._alert(account_id, alert_kinds.STREAM_PAUSED, balance, need)
+            elif balance >= need and paused:
+                if await self.store.set_status(account_id, PAUSED, ACTIVE, due_at=now_utc()):
+                    await self._alert(account_id, alert_kinds.STREAM_RESUMED, balance, need)
+
+    async def _alert(self, account_id: str, type_: str, balance: int, need: int) -> None:
+        paused = type_ == alert_kinds.STREAM_PAUSED
+        summary = (
+            f"Filter rules and monitors paused: the balance ({balance:,} credits) cannot pay for their next hour "
+            f"of polls ({need:,} credits); they resume by themselves after a top-up"
+            if paused
+            else f"Filter rules and monitors resumed: the balance ({balance:,} credits) pays for their next hour"
+        )
+        data = {"balance_credits": balance, "hour_credits": need, "summary": summary}
+        await self.outbox.emit(f"{account_id}|{type_}|{time.time_ns()}", account_id, type_, data)
+
+    async def close(self) -> None:
+        for task in list(self._polling):
+            task.cancel()
+        await asyncio.gather(*self._polling, return_exceptions=True)
+
+
+def _page(status: int, body: bytes) -> tuple[list | None, int, str]:
+    """A page's tweets, the item count it is charged for, and the next page's cursor ("" for none);
+    (None, 0, "") for a failure (not charged)."""
+    if not 200 <= status < 300:
+        return None, 0, ""
+    counted = read_answer(polls.SEARCH, body)
+    if counted is None or counted[0]:
+        return None, 0, ""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, 0, ""
+    tweets = doc.get("tweets") or []
+    more = doc.get("next_cursor") if doc.get("has_next_page") else ""
+    return (tweets if isinstance(tweets, list) else []), counted[1], more if isinstance(more, str) else ""

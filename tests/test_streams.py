@@ -1,0 +1,451 @@
+"""Real time (docs/streams.md): the provider's rule and monitor calls, polls against a scripted provider (a real
+HTTP server answering what the test decides), each new tweet once to the socket and the webhook, what polls are
+charged, the balance pause, one socket per key, revocation, reconnect resume, and exactly once across processes."""
+
+import asyncio
+import time
+import urllib.parse
+from datetime import UTC, datetime, timedelta
+
+import orjson
+import pytest
+import tornado.httpclient
+import tornado.httpserver
+import tornado.testing
+import tornado.web
+import tornado.websocket
+from support import FAST, Gateway, Receiver, account_with_keys, use_upstream
+from tornado.httpclient import HTTPRequest
+
+from storage import db as database
+
+pytestmark = pytest.mark.gen_test(timeout=60)
+QUICK = dict(
+    stream_min_interval=0.3,
+    stream_tick_seconds=0.05,
+    stream_balance_check_seconds=0.2,
+    webhook_poll_seconds=0.2,
+    plan_rules=FAST,
+)
+LEAST = 15  # advanced_search: the per-call minimum (metering/pricing.py)
+
+
+class Provider:
+    """A scripted provider: advanced_search over the tweets the test adds, honouring since_id:, since_time: and
+    from: as the provider does (newest first, 20 at most); every query it answered is kept."""
+
+    def __init__(self):
+        self.tweets: list[dict] = []
+        self.queries: list[str] = []
+        self.fail = False
+        provider = self
+
+        class Search(tornado.web.RequestHandler):
+            def get(self):
+                query = self.get_query_argument("query")
+                provider.queries.append(query)
+                if provider.fail:
+                    self.set_status(500)
+                    return self.finish(b"{}")
+                self.finish(orjson.dumps(provider.answer(query, int(self.get_query_argument("cursor", "0")))))
+
+        sock, port = tornado.testing.bind_unused_port()
+        self.server = tornado.httpserver.HTTPServer(tornado.web.Application([(r".*/tweet/advanced_search", Search)]))
+        self.server.add_sockets([sock])
+        self.url = f"http://127.0.0.1:{port}"
+        self._next = 1_900_000_000_000_000_000
+
+    def post(self, author: str = "alice", text: str = "hello") -> str:
+        self._next += 1
+        self.tweets.append({"id": str(self._next), "text": text, "author": {"userName": author}, "t": time.time()})
+        return str(self._next)
+
+    def answer(self, query: str, offset: int = 0) -> dict:
+        words = dict(w.split(":", 1) for w in query.split() if ":" in w)
+        found = [
+            t
+            for t in self.tweets
+            if ("since_id" not in words or int(t["id"]) > int(words["since_id"]))
+            and ("since_time" not in words or t["t"] >= int(words["since_time"]))
+            and ("from" not in words or t["author"]["userName"].lower() == words["from"].lower())
+        ]
+        ordered = sorted(found, key=lambda t: int(t["id"]), reverse=True)
+        more = len(ordered) > offset + 20
+        return {"tweets": ordered[offset : offset + 20], "has_next_page": more, "next_cursor": str(offset + 20)}
+
+    def stop(self):
+        self.server.stop()
+
+
+@pytest.fixture
+def provider(ctx):
+    scripted = Provider()
+    use_upstream(ctx, scripted.url)
+    ctx.poller.upstream = ctx.upstream
+    yield scripted
+    scripted.stop()
+
+
+async def rule_on(api, key: str, value: str = "hello", interval: float = 0.3) -> str:
+    status, body, _ = await api.call(
+        "POST", "/oapi/tweet_filter/add_rule", {"tag": "t1", "value": value, "interval_seconds": interval}, key=key
+    )
+    assert status == 200 and body["status"] == "success", body
+    rule_id = body["rule_id"]
+    update = {"rule_id": rule_id, "tag": "t1", "value": value, "interval_seconds": interval, "is_effect": 1}
+    status, body, _ = await api.call("POST", "/oapi/tweet_filter/update_rule", update, key=key)
+    assert status == 200, body
+    return rule_id
+
+
+async def socket(base_url: str, key: str, query: str = "", path: str = "/twitter/tweet/websocket"):
+    url = base_url.replace("http", "ws", 1) + path + query
+    return await tornado.websocket.websocket_connect(HTTPRequest(url, headers={"X-API-Key": key}))
+
+
+async def next_tweet_event(ws, seconds: float = 10.0) -> dict:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        text = await asyncio.wait_for(ws.read_message(), deadline - time.monotonic())
+        assert text is not None, "the socket closed"
+        event = orjson.loads(text)
+        if event["event_type"] == "tweet":
+            return event
+    raise AssertionError("no tweet event")
+
+
+@pytest.mark.settings(**QUICK)
+async def test_the_provider_calls_keep_its_shapes_and_refuse_bad_input(api, provider):
+    user, key = await api.funded_key(1_000_000)
+    k = key["key"]
+    status, body, _ = await api.call(
+        "POST", "/oapi/tweet_filter/add_rule", {"tag": "btc", "value": "bitcoin lang:en", "interval_seconds": 60}, key=k
+    )
+    assert status == 200 and body["status"] == "success" and body["rule_id"].startswith("fr_")
+    rule_id = body["rule_id"]
+    _, rules, _ = await api.call("GET", "/oapi/tweet_filter/get_rules", key=k)
+    row = rules["rules"][0]
+    # Inactive until update_rule sets is_effect 1 (the provider's contract); the cost at 60 s: 1,440 polls.
+    assert (row["rule_id"], row["is_effect"], row["status"]) == (rule_id, 0, "inactive")
+    assert row["polls_per_day"] == 1440 and row["cost_per_day_credits"] == 1440 * LEAST
+    # update_rule needs every field; an interval under STREAM_MIN_INTERVAL is refused; both 422 in the usual shape.
+    status, body, _ = await api.call("POST", "/oapi/tweet_filter/update_rule", {"rule_id": rule_id}, key=k)
+    assert status == 422 and {tuple(e["loc"]) for e in body["detail"]} >= {("body", "is_effect"), ("body", "tag")}
+    bad = {"tag": "x", "value": "y", "interval_seconds": 0.1}
+    status, body, _ = await api.call("POST", "/oapi/tweet_filter/add_rule", bad, key=k)
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "interval_seconds"]
+    # No key, a bad key: 401 in the provider's error shape.
+    status, body, _ = await api.call("GET", "/oapi/tweet_filter/get_rules")
+    assert status == 401 and body["status"] == "error" and "X-API-Key" in body["msg"]
+    # Another account cannot see, change or delete the rule.
+    _, other = await api.funded_key(1000)
+    status, body, _ = await api.call("POST", "/oapi/tweet_filter/delete_rule", {"rule_id": rule_id}, key=other["key"])
+    assert status == 404 and body["status"] == "error"
+    assert (await api.call("GET", "/oapi/tweet_filter/get_rules", key=other["key"]))[1]["rules"] == []
+    # A key scoped to other endpoints may not run rules (their polls call advanced_search).
+    status, scoped, _ = await api.call(
+        "POST", "/keys", {"name": "scoped", "allowed_endpoints": ["/user/info"]}, token=user["token"]
+    )
+    status, body, _ = await api.call("GET", "/oapi/tweet_filter/get_rules", key=scoped["key"])
+    assert status == 403
+    # Monitors: added once (a repeat is the same monitor), removed by handle; an unknown one is 404.
+    monitor = {"x_user_name": "@Alice"}
+    first = (await api.call("POST", "/oapi/x_user_stream/add_user_to_monitor_tweet", monitor, key=k))[1]
+    again = (await api.call("POST", "/oapi/x_user_stream/add_user_to_monitor_tweet", {"x_user_name": "alice"}, key=k))[
+        1
+    ]
+    assert first["status"] == "success" and first["id_for_user"] == again["id_for_user"]
+    status, body, _ = await api.call(
+        "POST", "/oapi/x_user_stream/add_user_to_monitor_tweet", {"x_user_name": "not a handle!"}, key=k
+    )
+    assert status == 422
+    remove = "/oapi/x_user_stream/remove_user_to_monitor_tweet"
+    assert (await api.call("POST", remove, {"x_user_name": "alice"}, key=k))[0] == 200
+    assert (await api.call("POST", remove, {"x_user_name": "alice"}, key=k))[0] == 404
+    status, body, _ = await api.call("POST", "/oapi/tweet_filter/delete_rule", {"rule_id": rule_id}, key=k)
+    assert status == 200 and (await api.call("GET", "/oapi/tweet_filter/get_rules", key=k))[1]["rules"] == []
+
+
+@pytest.mark.settings(**QUICK)
+async def test_each_new_tweet_reaches_the_socket_and_the_webhook_once_and_polls_are_charged(
+    api, ctx, provider, base_url
+):
+    user, key = await api.funded_key(1_000_000)
+    receiver = Receiver()
+    _, endpoint, _ = await api.call("POST", "/webhooks", {"url": receiver.url}, token=user["token"])
+    receiver.secret = endpoint["secret"]
+    provider.post(text="before the rule")  # older than the rule: never delivered
+    await asyncio.sleep(1.1)  # since_time: has second resolution
+    ws = await socket(base_url, key["key"])
+    connected = orjson.loads(await ws.read_message())
+    assert connected["event_type"] == "connected" and isinstance(connected["timestamp"], int)
+    rule_id = await rule_on(api, key["key"])
+    first = provider.post(text="one")
+    event = await next_tweet_event(ws)
+    assert event["rule_id"] == rule_id and event["rule_tag"] == "t1" and event["event_id"]
+    assert [t["id"] for t in event["tweets"]] == [first]
+    second, third = provider.post(text="two"), provider.post(text="three")
+    event2 = await next_tweet_event(ws)
+    assert sorted(t["id"] for t in event2["tweets"]) == sorted([second, third])
+    await asyncio.sleep(1.0)  # quiet polls
+    hooks = await receiver.until(2)
+    assert [t["id"] for h in hooks for t in h["data"]["tweets"]] == [first, third, second]
+    assert all(h["type"] == "tweet" and h["data"]["rule_id"] == rule_id for h in hooks)
+    # The customer's API key never travels to the receiver.
+    assert not any(key["key"] in str(headers) for _, headers in receiver.raw)
+    # After the first delivery every poll asks only for what is new.
+    assert any(f"since_id:{third}" in q for q in provider.queries)
+    spent = ctx.meter.ledger.purses[user["account_id"]].spent
+    records: list = []
+    for _ in range(40):  # the usage flush runs in the background
+        await ctx.meter.flush()
+        records = [r for r in await ctx.usage.records({"account_id": user["account_id"]}) if r.get("stream_id")]
+        if sum(r["credits"] for r in records) >= spent:
+            break
+        await asyncio.sleep(0.05)
+    assert records and all(r["stream_id"] == rule_id for r in records)
+    assert all(r["endpoint"] == "/social/tweet/advanced_search" for r in records)
+    charged = sorted({r["credits"] for r in records})
+    assert charged[0] == LEAST  # a quiet poll: the per-call minimum
+    assert sum(r["credits"] for r in records) == spent  # every charge has its record
+    _, rows, _ = await api.call("GET", f"/streams/{rule_id}/events", token=user["token"])
+    assert [r["event_id"] for r in rows] == [event2["event_id"], event["event_id"]]
+    ws.close()
+    receiver.stop()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_one_socket_per_key_revocation_closes_it_and_a_reconnect_resumes(api, ctx, provider, base_url):
+    user, key = await api.funded_key(1_000_000)
+    k = key["key"]
+    for bad, query, status in (("sk_not-a-key", "", 401), (k, "?since_timestamp=yesterday", 422)):
+        with pytest.raises(tornado.httpclient.HTTPClientError) as refused:
+            await socket(base_url, bad, query)
+        assert refused.value.code == status
+    ws = await socket(base_url, k)
+    await ws.read_message()  # connected
+    second = await socket(base_url, k, path="/social/tweet/websocket")
+    assert await second.read_message() is None and second.close_code == 1008
+    await rule_on(api, k)
+    provider.post(text="a")
+    seen = await next_tweet_event(ws)
+    ws.close()
+    await asyncio.sleep(0.3)
+    missed = [provider.post(text="b")]
+    await asyncio.sleep(1.0)  # polled while nobody listened
+    missed.append(provider.post(text="c"))
+    again = await socket(base_url, k, "?since_event_id=" + urllib.parse.quote(seen["event_id"]))
+    assert orjson.loads(await again.read_message())["event_type"] == "connected"
+    got: list[str] = []
+    while len(got) < 2:
+        got += [t["id"] for t in (await next_tweet_event(again))["tweets"]]
+    assert sorted(got) == sorted(missed)  # each missed tweet once, nothing from before the id
+    started = time.monotonic()
+    assert (await api.call("POST", f"/keys/{key['key_id']}/revoke", token=user["token"]))[0] == 200
+    while await again.read_message() is not None:
+        pass
+    assert again.close_code == 1008 and time.monotonic() - started < 1.5
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_rule_pauses_when_the_balance_cannot_pay_its_next_hour_and_resumes_after_a_top_up(api, ctx, provider):
+    user, key = await api.funded_key(1_000_000)
+    receiver = Receiver()
+    _, endpoint, _ = await api.call("POST", "/webhooks", {"url": receiver.url}, token=user["token"])
+    receiver.secret = endpoint["secret"]
+    await rule_on(api, key["key"], interval=1.0)  # 3,600 polls an hour: 54,000 credits at the least
+    status, rows, _ = await api.call("GET", "/streams", token=user["token"])
+    assert rows[0]["status"] == "active"
+    await ctx.meter.add_credits(user["account_id"], -1_000_000 + 50_000)
+    ctx.poller.touched.add(user["account_id"])
+    await ctx.poller.check_balances()
+    _, rows, _ = await api.call("GET", "/streams", token=user["token"])
+    assert rows[0]["status"] == "paused_balance" and rows[0]["is_effect"] == 1
+    hooks = await receiver.until(1)
+    assert hooks[0]["type"] == "stream.paused" and "top-up" in hooks[0]["data"]["summary"]
+    polls = len(provider.queries)
+    await asyncio.sleep(0.6)
+    assert len(provider.queries) == polls  # paused: not polled
+    status, body, _ = await api.call("POST", f"/keys/{key['key_id']}/topup", {"credits": 100_000}, token=user["token"])
+    assert status == 200, body
+    await ctx.poller.check_balances()
+    _, rows, _ = await api.call("GET", "/streams", token=user["token"])
+    assert rows[0]["status"] == "active"
+    assert [h["type"] for h in await receiver.until(2)] == ["stream.paused", "stream.resumed"]
+    receiver.stop()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_the_portal_creates_pauses_and_deletes_rules_with_their_cost(api, provider):
+    user, _ = await api.funded_key(1_000_000)
+    token = user["token"]
+    status, row, _ = await api.call(
+        "POST", "/streams", {"kind": "rule", "tag": "eth", "value": "ethereum", "interval_seconds": 86.4}, token=token
+    )
+    assert status == 200 and row["status"] == "active" and row["cost_per_day_credits"] == 1000 * LEAST
+    status, body, _ = await api.call("POST", "/streams", {"kind": "monitor"}, token=token)
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "x_user_name"]
+    status, monitor, _ = await api.call(
+        "POST", "/streams", {"kind": "monitor", "x_user_name": "bob", "interval_seconds": 60}, token=token
+    )
+    assert status == 200 and monitor["tag"] == "@bob"
+    status, row, _ = await api.call("PATCH", f"/streams/{row['rule_id']}", {"active": False}, token=token)
+    assert status == 200 and row["status"] == "inactive" and row["is_effect"] == 0
+    assert (await api.call("DELETE", f"/streams/{row['rule_id']}", token=token))[0] == 200
+    assert (await api.call("DELETE", f"/streams/{row['rule_id']}", token=token))[0] == 404
+    other = await api.register()
+    assert (await api.call("PATCH", f"/streams/{monitor['rule_id']}", {"active": False}, token=other["token"]))[
+        0
+    ] == 404
+    _, rows, _ = await api.call("GET", "/streams", token=token)
+    assert [r["rule_id"] for r in rows] == [monitor["rule_id"]]
+
+
+async def test_two_workers_deliver_every_tweet_exactly_once_and_never_poll_a_rule_twice(mongo):
+    """`--workers 2` for a few seconds: several rules polled every 0.3 s by whichever worker claims them,
+    tweets arriving all along; every tweet is in exactly one event per rule, and each rule's polls ask for
+    strictly newer tweets each time (no poll of a rule repeated)."""
+    provider = Provider()
+    db_name = f"t_streams_{time.time_ns()}"
+    gw = await Gateway(
+        mongo.uri,
+        provider.url,
+        db_name,
+        workers=2,
+        STREAM_MIN_INTERVAL="0.3",
+        STREAM_TICK_SECONDS="0.05",
+    ).launch()
+    try:
+        _, secrets, _ = await account_with_keys(gw, 10_000_000, 1)
+        rules = []
+        for n in range(4):
+            response = await gw.call(
+                "POST",
+                "/oapi/tweet_filter/add_rule",
+                {"tag": f"r{n}", "value": f"x{n}", "interval_seconds": 0.3},
+                **{"X-API-Key": secrets[0]},
+            )
+            rule_id = orjson.loads(response.body)["rule_id"]
+            update = {"rule_id": rule_id, "tag": f"r{n}", "value": f"x{n}", "interval_seconds": 0.3, "is_effect": 1}
+            await gw.call("POST", "/oapi/tweet_filter/update_rule", update, **{"X-API-Key": secrets[0]})
+            rules.append(rule_id)
+        await asyncio.sleep(1.2)
+        posted = []
+        for _ in range(30):  # 3 s of tweets
+            posted.append(provider.post())
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.5)  # the last polls
+    finally:
+        gw.stop()
+        provider.stop()
+    client = database.connect(mongo.uri)
+    events = await client[db_name].stream_events.find({}).to_list(None)
+    seqs = {r["_id"]: r["poll_seq"] for r in await client[db_name].stream_rules.find({}).to_list(None)}
+    await client.drop_database(db_name)
+    await client.close()
+    for rule_id in rules:
+        delivered = [t["id"] for e in events if e["rule_id"] == rule_id for t in e["tweets"]]
+        assert sorted(delivered) == sorted(posted), f"{rule_id}: missing or doubled tweets"
+    for n, rule_id in enumerate(rules):
+        # One provider call per poll: a poll done twice (two workers, one interval) would be a call more than
+        # the rule's poll count; at most one more may have been under way when the gateway stopped.
+        calls = sum(1 for q in provider.queries if q.split()[0] == f"x{n}")
+        assert seqs[rule_id] >= 8 and calls - seqs[rule_id] in (0, 1), (rule_id, calls, seqs[rule_id])
+
+
+@pytest.mark.settings(**QUICK)
+async def test_on_the_moving_sandbox_a_rule_and_a_monitor_deliver_live_posts(api, catalog, base_url):
+    """End to end on the sandbox (no scripted provider): a `lang:en` rule and a monitor of a catalog user who
+    posts every few seconds each receive new posts, newer than when they were switched on, none twice."""
+    user, key = await api.funded_key(1_000_000)
+    k = key["key"]
+    ws = await socket(base_url, k)
+    await ws.read_message()  # connected
+    switched_on = time.time()
+    rule_id = await rule_on(api, k, value="lang:en", interval=0.5)
+    handle = catalog["users"][0]["userName"]
+    status, added, _ = await api.call(
+        "POST", "/streams", {"kind": "monitor", "x_user_name": handle, "interval_seconds": 0.5}, token=user["token"]
+    )
+    assert status == 200, added
+    by_rule: dict[str, list[dict]] = {}
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not (by_rule.get(rule_id) and by_rule.get(added["rule_id"])):
+        event = await next_tweet_event(ws, deadline - time.monotonic())
+        by_rule.setdefault(event["rule_id"], []).extend(event["tweets"])
+    ws.close()
+    assert by_rule.get(rule_id) and by_rule.get(added["rule_id"]), by_rule.keys()
+    for tweets in by_rule.values():
+        ids = [t["id"] for t in tweets]
+        assert len(ids) == len(set(ids))
+    assert all(t["author"]["userName"].lower() == handle.lower() for t in by_rule[added["rule_id"]])
+    assert all(t.get("lang") in (None, "en") for t in by_rule[rule_id])
+    for tweets in by_rule.values():  # nothing from before the rule was switched on (since_time: has seconds)
+        created = [datetime.strptime(t["createdAt"], "%a %b %d %H:%M:%S %z %Y").timestamp() for t in tweets]
+        assert min(created) >= int(switched_on) - 1
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_poll_left_half_done_by_a_dead_process_is_finished_once_by_another(api, ctx, provider, base_url):
+    """A process claimed a poll, wrote its event, and died before moving the cursor on: once its lease runs out,
+    another process delivers that event (same id) without asking the provider again, and goes on from it."""
+    user, key = await api.funded_key(1_000_000)
+    ws = await socket(base_url, key["key"])
+    await ws.read_message()
+    first = provider.post(text="seen by the dead process")
+    now = datetime.now(UTC)
+    rule_id = "fr_deadbeef00000000"
+    await ctx.stream_store.add(
+        {
+            "_id": rule_id,
+            "account_id": user["account_id"],
+            "key_id": key["key_id"],
+            "kind": "rule",
+            "tag": "t",
+            "value": "hello",
+            "interval_seconds": 0.3,
+            "status": "active",
+            "created_at": now,
+            "due_at": now,
+            "since_time": int(time.time()) - 5,
+            "lease_owner": "dead",
+            "lease_token": "dead-token",
+            "lease_until": now + timedelta(seconds=0.5),
+            "claims": 1,
+        }
+    )
+    tweets = provider.answer("hello")["tweets"]
+    event = {"_id": f"{rule_id}:0", "account_id": user["account_id"], "rule_id": rule_id, "rule_tag": "t"}
+    await ctx.stream_store.write_event({**event, "kind": "rule", "tweets": tweets, "created_at": now})
+    got = await next_tweet_event(ws)
+    assert got["event_id"] == f"{rule_id}:0" and [t["id"] for t in got["tweets"]] == [first]
+    later = provider.post(text="after the takeover")
+    got = await next_tweet_event(ws)
+    assert [t["id"] for t in got["tweets"]] == [later] and got["event_id"] == f"{rule_id}:1"
+    # The dead process's poll was not asked again: every query after the takeover names its cursor.
+    assert provider.queries and all(f"since_id:{first}" in q or f"since_id:{later}" in q for q in provider.queries)
+    ws.close()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_busy_interval_is_read_page_by_page_each_page_charged(api, ctx, provider, base_url):
+    """45 new tweets between two polls: the poll reads three pages (20, 20, 5), delivers all 45 in one event,
+    and records three charged data calls (per tweet, the last one at least the minimum)."""
+    user, key = await api.funded_key(1_000_000)
+    ws = await socket(base_url, key["key"])
+    await ws.read_message()
+    rule_id = await rule_on(api, key["key"], interval=1.0)
+    await asyncio.sleep(1.5)  # a first, quiet poll sets nothing but its due time; the next finds all 45
+    posted = {provider.post(text=f"n{i}") for i in range(45)}
+    event = await next_tweet_event(ws)
+    assert {t["id"] for t in event["tweets"]} == posted and len(event["tweets"]) == 45
+    records: list = []
+    for _ in range(40):  # the usage flush runs in the background
+        await ctx.meter.flush()
+        found = await ctx.usage.records({"account_id": user["account_id"]})
+        records = [r for r in found if r["request_id"] == event["event_id"]]
+        if len(records) >= 3:
+            break
+        await asyncio.sleep(0.05)
+    assert len(records) == 3 and all(r["stream_id"] == rule_id and r["credits"] >= LEAST for r in records)
+    ws.close()
