@@ -62,8 +62,9 @@ async def test_docs_list_each_data_endpoint_once_with_described_parameters_and_s
     """/docs reads the default document: /social only (the /twitter alias behind ?aliases=true), and every data
     parameter says what it is and carries an example the sandbox answers."""
     _, doc, _ = await api.call("GET", "/openapi.json")
-    data = [p for p in doc["paths"] if p.startswith(("/social/", "/twitter/"))]
+    data = [p for p in doc["paths"] if p.startswith(("/social/", "/twitter/")) and not p.endswith("/websocket")]
     assert sorted(data) == sorted("/social" + e.path for e in ENDPOINTS)  # each once
+    assert [p for p in doc["paths"] if p.endswith("/websocket")] == ["/social/tweet/websocket"]  # the socket too
     assert "/twitter" in doc["info"]["description"]  # where the alias went is said
     examples = {}
     for path in data:
