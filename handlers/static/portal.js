@@ -1276,7 +1276,7 @@
     const notice = $("#webhook-notice");
     notice.textContent = disabled.map((e) => "Endpoint " + e.url + " was disabled: " + (e.disabled_reason || "")).join(" ");
     notice.hidden = disabled.length === 0;
-    fillTable("#webhooks-table", "#endpoints-empty", endpoints, "endpoint-row", (row, endpoint) => {
+    fillTable("#webhooks-table", "#webhooks-empty", endpoints, "endpoint-row", (row, endpoint) => {
       cell(row, endpoint.url, "url");
       const word = endpoint.enabled ? (endpoint.failing_since ? "failing" : "enabled") : "disabled";
       cell(row, "").append(el("span", word, word === "enabled" ? "badge" : "badge off"));
