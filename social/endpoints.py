@@ -536,6 +536,11 @@ def _read_fully(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
+    return read_parsed(endpoint, parsed)
+
+
+def read_parsed(endpoint: Endpoint, parsed) -> tuple[bool, int] | None:
+    """read_answer's facts of an answer already parsed with orjson (for a caller that needs the page itself)."""
     if not isinstance(parsed, dict):
         return None
     return parsed.get("status") in _ERROR_STATUSES, count_items(endpoint, parsed)

@@ -23,7 +23,7 @@ from accounting.meter import LeasesExpired, Meter
 from alerts import rules as alert_kinds
 from config.settings import Settings
 from metering.pricing import Prices
-from social.endpoints import read_answer
+from social.endpoints import read_parsed
 from social.upstream import UpstreamClient, UpstreamError
 from storage.streams import ACTIVE, PAUSED, StreamStore
 from streams import rules as polls
@@ -227,12 +227,12 @@ def _page(status: int, body: bytes) -> tuple[list | None, int, str]:
     (None, 0, "") for a failure (not charged)."""
     if not 200 <= status < 300:
         return None, 0, ""
-    counted = read_answer(polls.SEARCH, body)
-    if counted is None or counted[0]:
-        return None, 0, ""
     try:
-        doc = orjson.loads(body)
+        doc = orjson.loads(body)  # the page itself is needed: read once, counted from the parsed page
     except orjson.JSONDecodeError:
+        return None, 0, ""
+    counted = read_parsed(polls.SEARCH, doc)
+    if counted is None or counted[0]:
         return None, 0, ""
     tweets = doc.get("tweets") or []
     more = doc.get("next_cursor") if doc.get("has_next_page") else ""
