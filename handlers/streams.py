@@ -207,8 +207,11 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
             return
         self.held = True
         ctx.hub.add(self)
-        self._write(orjson.dumps({"event_type": "connected", "timestamp": polls.millis(datetime.now(UTC))}).decode())
-        missed = await ctx.hub.missed(self.account_id, *self.after)
+        connected = {"event_type": "connected", "timestamp": polls.millis(datetime.now(UTC))}
+        missed: list[str] = []
+        if self.after != (None, None):
+            missed, connected["replay"] = await ctx.hub.missed(self.account_id, *self.after)
+        self._write(orjson.dumps(connected).decode())
         for text in missed:
             self._write(text)
         # Live events that came during the replay, unless the replay had them already.
