@@ -35,7 +35,7 @@ class Socket(Protocol):
     digest: str
     conn_id: str
 
-    def send_text(self, text: str) -> None: ...
+    def send(self, frame: bytes) -> None: ...
 
     def close_with(self, code: int, reason: str) -> None: ...
 
@@ -80,9 +80,9 @@ class Hub:
         targets = self.sockets.get(event["account_id"])
         if not targets:
             return
-        text = orjson.dumps(message(event)).decode()
+        frame = orjson.dumps(message(event))  # encoded once for all the account's sockets
         for socket in list(targets):
-            socket.send_text(text)
+            socket.send(frame)
         self.fanout_seconds.append(time.time() - event["created_at"].timestamp())
 
     async def tail(self) -> None:
@@ -96,7 +96,7 @@ class Hub:
         for event in await self.store.recent(since - TAIL_OVERLAP):
             self.publish(event)
 
-    async def missed(self, account_id: str, after_id: str | None, after_ms: int | None) -> tuple[list[str], dict]:
+    async def missed(self, account_id: str, after_id: str | None, after_ms: int | None) -> tuple[list[bytes], dict]:
         """What a reconnecting socket asks for: the account's events after an event id or a time (ms), and what
         its `connected` event says of them (`replay`: how many, and whether that is all it missed)."""
         kept_since = datetime.now(UTC) - timedelta(seconds=self.store.retention)
@@ -117,7 +117,7 @@ class Hub:
         elif after < kept_since:
             when = kept_since.strftime("%Y-%m-%d %H:%M:%S UTC")
             replay |= {"complete": False, "msg": f"Events before {when} are no longer kept"}
-        return [orjson.dumps(message(e)).decode() for e in events], replay
+        return [orjson.dumps(message(e)) for e in events], replay
 
     # --- upkeep ----------------------------------------------------------------------------------------
     async def watch(self) -> None:
@@ -127,7 +127,7 @@ class Hub:
         ping, beat = now - self._last_ping >= self.ping_seconds, now - self._last_beat >= HOLD_BEAT
         if ping:
             self._last_ping = now
-            text = orjson.dumps({"event_type": "ping", "timestamp": millis(datetime.now(UTC))}).decode()
+            ping_frame = orjson.dumps({"event_type": "ping", "timestamp": millis(datetime.now(UTC))})
         live = []
         for socket in [s for group in self.sockets.values() for s in group]:
             entry = await self.key_cache.get(socket.digest)
@@ -136,7 +136,7 @@ class Hub:
                 continue
             live.append(socket)
             if ping:
-                socket.send_text(text)
+                socket.send(ping_frame)
         if beat:
             self._last_beat = now
             if live:

@@ -3,6 +3,8 @@ HTTP server answering what the test decides), each new tweet once to the socket 
 charged, the balance pause, one socket per key, revocation, reconnect resume, and exactly once across processes."""
 
 import asyncio
+import contextlib
+import socket as pysocket
 import time
 import urllib.parse
 from datetime import UTC, datetime, timedelta
@@ -570,3 +572,54 @@ async def test_a_resume_says_whether_it_replays_everything_missed(api, provider,
     replay, replayed = await connected(f"?since_timestamp={two_days_ago}")
     assert replay["events"] == 1 and not replay["complete"] and "no longer kept" in replay["msg"]
     assert replayed == [tweet]
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_client_that_stops_reading_is_dropped_and_the_others_keep_receiving(
+    api, ctx, provider, base_url, monkeypatch
+):
+    """A socket whose client reads nothing: once more than the limit of events waits for it, the gateway closes
+    it (and drops the connection when the close goes unanswered), so its backlog does not grow in memory; the
+    account's other socket gets every event meanwhile."""
+    monkeypatch.setattr("handlers.streams.UNSENT_LIMIT", 8 << 20)
+    user, key = await api.funded_key(100_000_000)
+    reader = await socket(base_url, (await api.new_key(user["token"]))["key"])
+    await reader.read_message()
+    stalled = pysocket.socket()
+    stalled.setsockopt(pysocket.SOL_SOCKET, pysocket.SO_RCVBUF, 4096)
+    stalled.connect(("127.0.0.1", int(base_url.rsplit(":", 1)[1])))
+    stalled.sendall(
+        b"GET /twitter/tweet/websocket HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        b"X-API-Key: " + key["key"].encode() + b"\r\n\r\n"
+    )
+    while ctx.hub.count() < 2:
+        await asyncio.sleep(0.05)
+    got: set = set()
+
+    async def read_all() -> None:  # a client that keeps reading (Tornado's client reads only when asked)
+        while True:
+            got.update(t["id"] for t in (await next_tweet_event(reader, 30))["tweets"])
+
+    reading = asyncio.create_task(read_all())
+    await rule_on(api, key["key"])
+    posted = set()
+    for _ in range(10):  # 20 MB of events: more than the kernel's buffers hold for a client that reads nothing
+        posted |= {provider.post(text="x" * 100_000) for _ in range(20)}
+        await asyncio.sleep(0.35)
+    while got != posted and not reading.done():
+        await asyncio.sleep(0.1)
+    reading.cancel()
+    assert got == posted, reader.close_reason
+    deadline = time.monotonic() + 8  # Tornado waits 5 s for the client's answer to the close
+    while ctx.hub.count() > 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert ctx.hub.count() == 1  # the stalled socket is gone, the reader's stays
+    stalled.setblocking(False)
+    received = 0
+    with contextlib.suppress(BlockingIOError):
+        while chunk := stalled.recv(1 << 20):
+            received += len(chunk)
+    assert received < 16_000_000  # not everything was queued for it
+    stalled.close()
+    reader.close()
