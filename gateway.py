@@ -124,12 +124,14 @@ def reload(ctx: Context, environ=None) -> bool:
 async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
     """Waits for calls in flight, then persists every usage record and returns every lease."""
     ctx.draining = True
+    ctx.poller.stopped = True  # no new polls; those under way finish with the calls
     deadline = asyncio.get_running_loop().time() + ctx.settings.drain_seconds
     await asyncio.sleep(0.05)  # calls between authentication and reservation reach the ledger
     while ctx.meter.ledger.in_flight() and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.05)
     for task in tasks:
         task.cancel()
+    await ctx.poller.close()  # before the final flush: a poll cut short releases its reservations
     for _attempt in range(50):
         try:
             await ctx.meter.close()
@@ -139,7 +141,6 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
                 "final flush failed (%s), %d usage records pending; retrying", type(exc).__name__, len(ctx.meter.buffer)
             )
             await asyncio.sleep(0.2)
-    await ctx.poller.close()
     await ctx.outbox.close()
     ctx.upstream.close()
     ctx.executor.shutdown(wait=False)

@@ -128,6 +128,12 @@ class StreamStore:
             {"$set": {"lease_owner": None, "lease_token": None, "lease_until": EPOCH, "due_at": due_at}},
         )
 
+    async def let_go(self, owner: str) -> None:
+        """A process shutting down: the rules it still holds are free to claim (same poll_seq, same due time)."""
+        await self.rules.update_many(
+            {"lease_owner": owner}, {"$set": {"lease_owner": None, "lease_token": None, "lease_until": EPOCH}}
+        )
+
     # --- paused for the balance -------------------------------------------------------------------------
     async def set_status(self, account_id: str, before: str, after: str, due_at: datetime | None = None) -> int:
         fields: dict = {"status": after, "changed_at": now_utc()}

@@ -63,6 +63,7 @@ class Poller:
         self.lateness: deque[float] = deque(maxlen=100_000)  # seconds each poll started after it was due
         self._skip_until = 0.0  # no claim before this (monotonic): nothing was due
         self.polls = 0  # polls answered (bench/streams.py divides the process's CPU by it)
+        self.stopped = False  # shutting down: no more claims; the polls under way finish while calls drain
 
     # --- scheduling --------------------------------------------------------------------------------
     def nudge(self) -> None:
@@ -70,7 +71,7 @@ class Poller:
         self._skip_until = 0.0
 
     async def tick(self) -> None:
-        if len(self._polling) >= CONCURRENT or time.monotonic() < self._skip_until:
+        if self.stopped or len(self._polling) >= CONCURRENT or time.monotonic() < self._skip_until:
             return
         now = now_utc()
         due = await self.store.next_due()
@@ -106,11 +107,27 @@ class Poller:
         if fetched is None:
             return
         pages, new, gaps = fetched
+        try:
+            moved = await self._finish(rule, start, event_id, new, gaps)
+        except BaseException:  # cancelled (shutdown) or failed: nothing charged; the next claimer redoes it
+            for reservation, *_ in pages:
+                self.meter.release(reservation)
+            raise
+        for reservation, cost, status in pages:  # one data call per page: each charged (or not) on its own
+            charged = self.meter.settle(reservation, cost) if moved else 0
+            if not moved:
+                self.meter.release(reservation)
+            self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, status, charged, event_id, rule["_id"])
+        self.polls += 1
+
+    async def _finish(self, rule: dict, start: datetime, event_id: str, new: list, gaps: list) -> bool:
+        """The poll's event written and delivered, then the cursor moved on: False if this process no longer
+        held the rule (its lease ran out, or a change superseded the poll)."""
         event = None
         if new:
             doc = {
                 "_id": event_id,
-                "account_id": account_id,
+                "account_id": rule["account_id"],
                 "rule_id": rule["_id"],
                 "rule_tag": rule["tag"],
                 "kind": rule["kind"],
@@ -122,13 +139,7 @@ class Poller:
             await self._deliver(event)
         delivered = event["tweets"] if event else []
         after = polls.cursor_after(rule, delivered) | {"gaps": event.get("gaps", gaps) if event else gaps}
-        moved = await self.store.advance(rule, self._next(rule, start, after))
-        for reservation, cost, status in pages:  # one data call per page: each charged (or not) on its own
-            charged = self.meter.settle(reservation, cost) if moved else 0
-            if not moved:
-                self.meter.release(reservation)
-            self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, status, charged, event_id, rule["_id"])
-        self.polls += 1
+        return await self.store.advance(rule, self._next(rule, start, after))
 
     async def _fetch(self, rule: dict, event_id: str, start: datetime) -> tuple[list, list, list] | None:
         """The poll's data calls, MAX_PAGES at most: what is new, then the gaps older polls left, each read page
@@ -246,9 +257,13 @@ class Poller:
         await self.outbox.emit(f"{account_id}|{type_}|{time.time_ns()}", account_id, type_, data)
 
     async def close(self) -> None:
+        """The polls still under way after the drain are cancelled (nothing charged) and their rules let go at
+        once, so another process (or this one restarted) polls them on time rather than after the lease."""
+        self.stopped = True
         for task in list(self._polling):
             task.cancel()
         await asyncio.gather(*self._polling, return_exceptions=True)
+        await self.store.let_go(self.owner)
 
 
 def _read_page(status: int, body: bytes) -> tuple[list | None, int, str]:

@@ -16,7 +16,7 @@ import tornado.httpserver
 import tornado.testing
 import tornado.web
 import tornado.websocket
-from support import FAST, Gateway, Receiver, account_with_keys, use_upstream
+from support import FAST, Gateway, Receiver, account_with_keys, ledger_of, use_upstream
 from tornado.httpclient import HTTPRequest
 
 from storage import db as database
@@ -623,3 +623,34 @@ async def test_a_client_that_stops_reading_is_dropped_and_the_others_keep_receiv
     assert received < 16_000_000  # not everything was queued for it
     stalled.close()
     reader.close()
+
+
+async def test_a_gateway_stopped_mid_poll_lets_its_rule_go_at_once_and_charges_nothing(mongo):
+    """SIGTERM while a poll waits on a slow provider, longer than the drain: the poll is cut short, not charged,
+    and its rule is free to claim at once (not after the lease's 27 s), so a restarted gateway polls it on time."""
+    provider = Provider()
+    provider.delay = 30.0
+    db_name = f"t_streams_{time.time_ns()}"
+    env = dict(STREAM_MIN_INTERVAL="0.3", STREAM_TICK_SECONDS="0.05", DRAIN_SECONDS="1")
+    gw = await Gateway(mongo.uri, provider.url, db_name, **env).launch()
+    try:
+        user, secrets, _ = await account_with_keys(gw, 10_000_000, 1)
+        body = {"tag": "t", "value": "slow", "interval_seconds": 0.3}
+        rule_id = orjson.loads(
+            (await gw.call("POST", "/oapi/tweet_filter/add_rule", body, **{"X-API-Key": secrets[0]})).body
+        )["rule_id"]
+        update = {**body, "rule_id": rule_id, "is_effect": 1}
+        await gw.call("POST", "/oapi/tweet_filter/update_rule", update, **{"X-API-Key": secrets[0]})
+        while not provider.queries:
+            await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(gw.stop) == 0
+    finally:
+        gw.stop()
+        provider.stop()
+    account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
+    client = database.connect(mongo.uri)
+    rule = await client[db_name].stream_rules.find_one({"_id": rule_id})
+    await client.drop_database(db_name)
+    await client.close()
+    assert rule["lease_owner"] is None and rule["lease_until"].year == 1970
+    assert account["credits"] == 10_000_000 and sum(r["credits"] for r in records) == 0
