@@ -86,15 +86,18 @@ class Hub:
         self.fanout_seconds.append(time.time() - event["created_at"].timestamp())
 
     async def tail(self) -> None:
-        """Events written by other processes since the last look (only while this process has sockets)."""
+        """Events written by other processes since the last look, for the accounts with sockets here."""
         now = datetime.now(UTC)
         if not self.sockets:
             self._tail_since = None
             return
         since = self._tail_since or now
         self._tail_since = now
-        for event in await self.store.recent(since - TAIL_OVERLAP):
-            self.publish(event)
+        written = await self.store.recent_ids(since - TAIL_OVERLAP, list(self.sockets))
+        unseen = [i for i in written if i not in self._seen]
+        if unseen:
+            for event in await self.store.events_by_id(unseen):
+                self.publish(event)
 
     async def missed(self, account_id: str, after_id: str | None, after_ms: int | None) -> tuple[list[bytes], dict]:
         """What a reconnecting socket asks for: the account's events after an event id or a time (ms), and what

@@ -324,8 +324,19 @@ async def test_two_workers_deliver_every_tweet_exactly_once_and_never_poll_a_rul
         STREAM_MIN_INTERVAL="0.3",
         STREAM_TICK_SECONDS="0.05",
     ).launch()
+    received: list[list[tuple[str, str]]] = [[], [], []]  # per socket: (rule id, tweet id), as they came
+
+    async def listen(ws, into: list) -> None:
+        while (text := await ws.read_message()) is not None:
+            event = orjson.loads(text)
+            if event["event_type"] == "tweet":
+                into += [(event["rule_id"], t["id"]) for t in event["tweets"]]
+
     try:
-        _, secrets, _ = await account_with_keys(gw, 10_000_000, 1)
+        _, secrets, _ = await account_with_keys(gw, 10_000_000, 4)
+        # Three sockets (one per key): whichever worker each lands on, it gets what both workers poll.
+        sockets = [await socket(gw.url, k) for k in secrets[1:]]
+        listening = [asyncio.create_task(listen(ws, got)) for ws, got in zip(sockets, received, strict=True)]
         rules = []
         for n in range(4):
             response = await gw.call(
@@ -344,6 +355,9 @@ async def test_two_workers_deliver_every_tweet_exactly_once_and_never_poll_a_rul
             posted.append(provider.post())
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.5)  # the last polls
+        for ws in sockets:
+            ws.close()
+        await asyncio.gather(*listening)
     finally:
         gw.stop()
         provider.stop()
@@ -355,6 +369,8 @@ async def test_two_workers_deliver_every_tweet_exactly_once_and_never_poll_a_rul
     for rule_id in rules:
         delivered = [t["id"] for e in events if e["rule_id"] == rule_id for t in e["tweets"]]
         assert sorted(delivered) == sorted(posted), f"{rule_id}: missing or doubled tweets"
+    for got in received:  # each socket: every (rule, tweet) once
+        assert sorted(got) == sorted((r, t) for r in rules for t in posted)
     for n, rule_id in enumerate(rules):
         # One provider call per poll: a poll done twice (two workers, one interval) would be a call more than
         # the rule's poll count; at most one more may have been under way when the gateway stopped.
