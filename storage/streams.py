@@ -93,21 +93,26 @@ class StreamStore:
         return bool(done.modified_count)
 
     # --- the poll lease -------------------------------------------------------------------------------
-    async def claim(self, owner: str, token: str, now: datetime, hold: float) -> list[dict]:
-        """Takes every due rule whose lease has run out (two round trips, however many): each document is
+    async def due(self, now: datetime) -> list[str]:
+        """Active rules due and not leased: a range on the claim index, never a sort (the embedded server
+        answers a sort by reading every rule)."""
+        found = await self.rules.find({"status": ACTIVE, "due_at": {"$lte": now}}, {"lease_until": 1}).to_list(None)
+        return [r["_id"] for r in found if r["lease_until"] <= now]
+
+    async def any_due_by(self, until: datetime) -> bool:
+        return await self.rules.find_one({"status": ACTIVE, "due_at": {"$lte": until}}, {"_id": 1}) is not None
+
+    async def claim(self, ids: list[str], owner: str, token: str, now: datetime, hold: float) -> list[dict]:
+        """Takes those of `ids` still due and unleased (two round trips, however many): each document is
         updated atomically, so processes claiming at once share them out and never take the same one."""
         await self.rules.update_many(
-            {"status": ACTIVE, "due_at": {"$lte": now}, "lease_until": {"$lte": now}},
+            {"_id": {"$in": ids}, "status": ACTIVE, "due_at": {"$lte": now}, "lease_until": {"$lte": now}},
             {
                 "$set": {"lease_owner": owner, "lease_token": token, "lease_until": now + timedelta(seconds=hold)},
                 "$inc": {"claims": 1},
             },
         )
         return await self.rules.find({"lease_token": token}).to_list(None)
-
-    async def next_due(self) -> datetime | None:
-        found = await self.rules.find_one({"status": ACTIVE}, {"due_at": 1}, sort=[("due_at", ASCENDING)])
-        return found["due_at"] if found else None
 
     async def advance(self, rule: dict, fields: dict) -> bool:
         """The poll `poll_seq` is done (its event written): the cursor moves on and the lease is let go. False

@@ -74,12 +74,13 @@ class Poller:
         if self.stopped or len(self._polling) >= CONCURRENT or time.monotonic() < self._skip_until:
             return
         now = now_utc()
-        due = await self.store.next_due()
-        if due is None or due > now:  # nothing due: wait for the next due poll, IDLE_SECONDS at most (1 read)
-            wait = IDLE_SECONDS if due is None else min(IDLE_SECONDS, (due - now).total_seconds())
-            self._skip_until = time.monotonic() + wait
+        due = await self.store.due(now)
+        if not due:  # nothing due: when nothing will be for IDLE_SECONDS either, look again only then
+            if not await self.store.any_due_by(now + timedelta(seconds=IDLE_SECONDS)):
+                self._skip_until = time.monotonic() + IDLE_SECONDS
             return
-        for rule in await self.store.claim(self.owner, uuid.uuid4().hex, now, self.hold):
+        room = CONCURRENT - len(self._polling)
+        for rule in await self.store.claim(due[:room], self.owner, uuid.uuid4().hex, now, self.hold):
             task = asyncio.create_task(self.poll(rule))
             self._polling.add(task)
             task.add_done_callback(self._polled)
