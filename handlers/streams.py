@@ -168,7 +168,8 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
         self.ctx = ctx
         self.account_id, self.log_fields, self.key_entry, self.held = None, {}, None, False
         self.conn_id = secrets.token_hex(12)
-        self.replaying: list[bytes] | None = []  # live events while the missed ones are sent
+        self.replaying: list[tuple] | None = []  # live events while the missed ones are sent
+        self.replayed: set[str] = set()  # ids of the events the resume sent (the tail may bring them again)
         self.unsent = 0  # bytes queued for this client and not yet written to its connection
 
     client_ip = BaseHandler.client_ip
@@ -210,23 +211,22 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
         self.held = True
         ctx.hub.add(self)
         connected = {"event_type": "connected", "timestamp": polls.millis(datetime.now(UTC))}
-        missed: list[bytes] = []
+        missed: list[tuple[str, bytes]] = []
         if self.after != (None, None):
             missed, connected["replay"] = await ctx.hub.missed(self.account_id, *self.after)
         self._write(orjson.dumps(connected))
-        for frame in missed:
+        for _, frame in missed:
             self._write(frame)
-        # Live events that came during the replay, unless the replay had them already.
+        # Live events that came during the replay, and later the tail's, unless the replay had them already.
+        self.replayed = {event_id for event_id, _ in missed}
         waiting, self.replaying = self.replaying or [], None
-        sent = set(missed)
-        for frame in waiting:
-            if frame not in sent:
-                self._write(frame)
+        for frame, event_id in waiting:
+            self.send(frame, event_id)
 
-    def send(self, frame: bytes) -> None:
+    def send(self, frame: bytes, event_id: str | None = None) -> None:
         if self.replaying is not None:
-            self.replaying.append(frame)
-        else:
+            self.replaying.append((frame, event_id))
+        elif event_id is None or event_id not in self.replayed:
             self._write(frame)
 
     def _write(self, frame: bytes) -> None:

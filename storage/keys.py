@@ -140,11 +140,9 @@ class KeyStore:
     async def count_active(self, account_id: str, up_to: int | None = None) -> int:
         """Unrevoked, unexpired keys of the account; with `up_to`, only those with an id up to it."""
         # An expired key (a rolled one past its grace included) no longer counts.
-        query: dict = {
-            "account_id": account_id,
-            "revoked": False,
-            "$or": [{"expires_at": None}, {"expires_at": {"$gt": now_utc()}}],
-        }
+        # `$not $lte` (no expiry, or a later one) rather than an `$or`, which the embedded server answers by
+        # reading every key of every account.
+        query: dict = {"account_id": account_id, "revoked": False, "expires_at": {"$not": {"$lte": now_utc()}}}
         if up_to is not None:
             query["_id"] = {"$lte": up_to}
         return await self.keys.count_documents(query)

@@ -25,8 +25,8 @@ SEEN_MEMORY = 50_000  # event ids this process knows its sockets have had
 TAIL_OVERLAP = timedelta(seconds=2)  # writers stamp with their own clocks (as storage/alerts.py polls)
 RESUME_LIMIT = 5_000  # events a reconnecting socket may be sent at once
 WATCH_SECONDS = 0.5  # how often key revocations and pings are looked at
-HOLD_BEAT = 5.0  # seconds between renewals of this process's sockets' holds on their keys
-HOLD_STALE = 15.0  # a hold not renewed this long belongs to a process that died: a new socket may take it
+HOLD_BEAT = 2.0  # seconds between renewals of this process's sockets' holds on their keys
+HOLD_STALE = 6.0  # a hold not renewed this long belongs to a process that died: a new socket may take it
 
 
 class Socket(Protocol):
@@ -35,7 +35,7 @@ class Socket(Protocol):
     digest: str
     conn_id: str
 
-    def send(self, frame: bytes) -> None: ...
+    def send(self, frame: bytes, event_id: str | None = None) -> None: ...
 
     def close_with(self, code: int, reason: str) -> None: ...
 
@@ -82,7 +82,7 @@ class Hub:
             return
         frame = orjson.dumps(message(event))  # encoded once for all the account's sockets
         for socket in list(targets):
-            socket.send(frame)
+            socket.send(frame, event["_id"])
         self.fanout_seconds.append(time.time() - event["created_at"].timestamp())
 
     async def tail(self) -> None:
@@ -99,7 +99,9 @@ class Hub:
             for event in await self.store.events_by_id(unseen):
                 self.publish(event)
 
-    async def missed(self, account_id: str, after_id: str | None, after_ms: int | None) -> tuple[list[bytes], dict]:
+    async def missed(
+        self, account_id: str, after_id: str | None, after_ms: int | None
+    ) -> tuple[list[tuple[str, bytes]], dict]:
         """What a reconnecting socket asks for: the account's events after an event id or a time (ms), and what
         its `connected` event says of them (`replay`: how many, and whether that is all it missed)."""
         kept_since = datetime.now(UTC) - timedelta(seconds=self.store.retention)
@@ -120,7 +122,7 @@ class Hub:
         elif after < kept_since:
             when = kept_since.strftime("%Y-%m-%d %H:%M:%S UTC")
             replay |= {"complete": False, "msg": f"Events before {when} are no longer kept"}
-        return [orjson.dumps(message(e)) for e in events], replay
+        return [(e["_id"], orjson.dumps(message(e))) for e in events], replay
 
     # --- upkeep ----------------------------------------------------------------------------------------
     async def watch(self) -> None:

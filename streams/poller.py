@@ -11,6 +11,7 @@ processes that ran the same poll (a lease that ran out mid-poll), one is charged
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections import deque
@@ -64,6 +65,7 @@ class Poller:
         self._skip_until = 0.0  # no claim before this (monotonic): nothing was due
         self.polls = 0  # polls answered (bench/streams.py divides the process's CPU by it)
         self.stopped = False  # shutting down: no more claims; the polls under way finish while calls drain
+        self._in_order = asyncio.Lock()
 
     # --- scheduling --------------------------------------------------------------------------------
     def nudge(self) -> None:
@@ -134,10 +136,14 @@ class Poller:
                 "kind": rule["kind"],
                 "tweets": new,
                 "gaps": gaps,  # what a process taking this poll over goes on from
-                "created_at": now_utc(),
             }
-            event, _ = await self.store.write_event(doc)
-            await self._deliver(event)
+            # One event at a time from stamp to sockets: this process's events reach them in `timestamp`
+            # order, which a resume (from an event id) relies on.
+            async with self._in_order:
+                doc["created_at"] = now_utc()
+                event, _ = await self.store.write_event(doc)
+                self.hub.publish(event)
+            await self._emit(event)
         delivered = event["tweets"] if event else []
         after = polls.cursor_after(rule, delivered) | {"gaps": event.get("gaps", gaps) if event else gaps}
         return await self.store.advance(rule, self._next(rule, start, after))
@@ -213,6 +219,9 @@ class Poller:
     async def _deliver(self, event: dict) -> None:
         """Sockets first (this process's at once, the others' through their tail), then the webhooks' outbox."""
         self.hub.publish(event)
+        await self._emit(event)
+
+    async def _emit(self, event: dict) -> None:
         await self.outbox.emit("stream|" + event["_id"], event["account_id"], "tweet", polls.message(event))
 
     def _next(self, rule: dict, start: datetime, cursor: dict) -> dict:
@@ -222,9 +231,13 @@ class Poller:
 
     @staticmethod
     def _due(rule: dict, start: datetime, wait: float) -> datetime:
-        """The next poll: one interval after this one was due (polls keep their cadence), never in the past."""
-        wait = min(wait, rule["interval_seconds"])
-        return max(rule["due_at"] + timedelta(seconds=wait), start)
+        """The next poll: one interval after this one was due (polls keep their cadence); a poll that started
+        later than that skips the slots it missed rather than being due again at once (one poll per interval)."""
+        step = timedelta(seconds=min(wait, rule["interval_seconds"]))
+        due = rule["due_at"] + step
+        if due <= start:
+            due += step * (math.floor((start - due) / step) + 1)
+        return due
 
     # --- the balance ----------------------------------------------------------------------------------
     async def check_balances(self) -> None:
