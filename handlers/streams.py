@@ -24,6 +24,7 @@ from streams.hub import HOLD_STALE
 from streams.manage import LimitReached
 
 SCOPE = polls.SEARCH.path
+UNSENT_LIMIT = 16 * 1024 * 1024  # bytes of events waiting for one client before it is closed as too slow
 EVENTS_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500)
 TAG = Field("tag", str, min_length=1, max_length=255, check=_no_controls, description="Your label for the rule")
 VALUE = Field("value", str, min_length=1, max_length=512, check=_no_controls, description="An advanced_search query")
@@ -167,7 +168,8 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
         self.ctx = ctx
         self.account_id, self.log_fields, self.key_entry, self.held = None, {}, None, False
         self.conn_id = secrets.token_hex(12)
-        self.replaying: list[str] | None = []  # live events while the missed ones are sent
+        self.replaying: list[bytes] | None = []  # live events while the missed ones are sent
+        self.unsent = 0  # bytes queued for this client and not yet written to its connection
 
     client_ip = BaseHandler.client_ip
 
@@ -207,27 +209,41 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
             return
         self.held = True
         ctx.hub.add(self)
-        self._write(orjson.dumps({"event_type": "connected", "timestamp": polls.millis(datetime.now(UTC))}).decode())
-        missed = await ctx.hub.missed(self.account_id, *self.after)
-        for text in missed:
-            self._write(text)
+        connected = {"event_type": "connected", "timestamp": polls.millis(datetime.now(UTC))}
+        missed: list[bytes] = []
+        if self.after != (None, None):
+            missed, connected["replay"] = await ctx.hub.missed(self.account_id, *self.after)
+        self._write(orjson.dumps(connected))
+        for frame in missed:
+            self._write(frame)
         # Live events that came during the replay, unless the replay had them already.
         waiting, self.replaying = self.replaying or [], None
         sent = set(missed)
-        for text in waiting:
-            if text not in sent:
-                self._write(text)
+        for frame in waiting:
+            if frame not in sent:
+                self._write(frame)
 
-    def send_text(self, text: str) -> None:
+    def send(self, frame: bytes) -> None:
         if self.replaying is not None:
-            self.replaying.append(text)
+            self.replaying.append(frame)
         else:
-            self._write(text)
+            self._write(frame)
 
-    def _write(self, text: str) -> None:
+    def _write(self, frame: bytes) -> None:
+        """Queues a text frame (bytes: encoded once for every socket). A client that stops reading is closed
+        once UNSENT_LIMIT bytes wait for it: its backlog would otherwise grow in this process's memory."""
         if self.ws_connection is None or self.ws_connection.is_closing():
             return
-        self.write_message(text)  # queued by Tornado; a slow client's buffer is its own
+        if self.unsent and self.unsent + len(frame) > UNSENT_LIMIT:  # a backlog it will never catch up
+            self.close(1013, "Too slow: events were not read; reconnect with since_event_id")
+            return
+        self.unsent += len(frame)
+        self.write_message(frame).add_done_callback(lambda done, n=len(frame): self._written(done, n))
+
+    def _written(self, done, size: int) -> None:
+        self.unsent -= size
+        if not done.cancelled():
+            done.exception()  # a connection closed under a write: nothing to do, and nothing to log
 
     def close_with(self, code: int, reason: str) -> None:
         self.close(code, reason)

@@ -3,7 +3,7 @@
 A rule (or monitor) document carries its own poll lease and cursor:
 
     {_id, account_id, key_id, kind: rule|monitor, tag, value, interval_seconds, status, deleted,
-     due_at, poll_seq, claims, since_id, recent_ids, lease_owner, lease_token, lease_until, ...}
+     due_at, poll_seq, claims, since_id, recent_ids, gaps, lease_owner, lease_token, lease_until, ...}
 
 Exactly once, with any number of processes: a process claims due rules with one conditional update
 (`lease_until` passed), polls, writes the poll's event under the id `<rule>:<poll_seq>` (a second writer of
@@ -51,7 +51,7 @@ class StreamStore:
 
     # --- rules, as the API and the portal see them ------------------------------------------------
     async def add(self, doc: dict) -> None:
-        base = {"deleted": False, "poll_seq": 0, "claims": 0, "since_id": None, "recent_ids": []}
+        base = {"deleted": False, "poll_seq": 0, "claims": 0, "since_id": None, "recent_ids": [], "gaps": []}
         base |= {"lease_owner": None, "lease_token": None, "lease_until": EPOCH, "changed_at": now_utc()}
         await self.rules.insert_one({**base, **doc})
 
@@ -72,11 +72,17 @@ class StreamStore:
     async def count(self, account_id: str, kind: str) -> int:
         return await self.rules.count_documents({"account_id": account_id, "kind": kind, "deleted": False})
 
-    async def update(self, account_id: str, rule_id: str, fields: dict) -> dict | None:
+    async def update(self, account_id: str, rule_id: str, fields: dict, supersede: bool = False) -> dict | None:
+        """`supersede`: the change starts a new cursor, so a poll in flight must not move it. The next poll gets
+        a new `poll_seq` (the one in flight then fails its compare-and-set in `advance`: not charged) and the
+        lease is let go, so the new search is polled at its due time. `claims` moves with `poll_seq`: a claim
+        left unfinished is still told from one that was superseded."""
+        change: dict = {"$set": {**fields, "changed_at": now_utc()}}
+        if supersede:
+            change["$set"] |= {"lease_owner": None, "lease_token": None, "lease_until": EPOCH}
+            change["$inc"] = {"poll_seq": 1, "claims": 1}
         return await self.rules.find_one_and_update(
-            {"_id": rule_id, "account_id": account_id, "deleted": False},
-            {"$set": {**fields, "changed_at": now_utc()}},
-            return_document=ReturnDocument.AFTER,
+            {"_id": rule_id, "account_id": account_id, "deleted": False}, change, return_document=ReturnDocument.AFTER
         )
 
     async def delete(self, account_id: str, rule_id: str) -> bool:

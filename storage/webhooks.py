@@ -99,8 +99,10 @@ class WebhookStore:
         return True
 
     async def account_events(self, account_id: str, limit: int) -> list[dict]:
+        """What fired for the account; not the filter rules' tweets (listed per rule, and in the delivery log),
+        which would bury an alert under a busy rule's deliveries."""
         return (
-            await self.events.find({"account_id": account_id}, {"fan_out": 0})
+            await self.events.find({"account_id": account_id, "type": {"$ne": "tweet"}}, {"fan_out": 0})
             .sort("created_at", -1)
             .limit(limit)
             .to_list(None)

@@ -35,7 +35,7 @@ class Socket(Protocol):
     digest: str
     conn_id: str
 
-    def send_text(self, text: str) -> None: ...
+    def send(self, frame: bytes) -> None: ...
 
     def close_with(self, code: int, reason: str) -> None: ...
 
@@ -80,9 +80,9 @@ class Hub:
         targets = self.sockets.get(event["account_id"])
         if not targets:
             return
-        text = orjson.dumps(message(event)).decode()
+        frame = orjson.dumps(message(event))  # encoded once for all the account's sockets
         for socket in list(targets):
-            socket.send_text(text)
+            socket.send(frame)
         self.fanout_seconds.append(time.time() - event["created_at"].timestamp())
 
     async def tail(self) -> None:
@@ -96,33 +96,48 @@ class Hub:
         for event in await self.store.recent(since - TAIL_OVERLAP):
             self.publish(event)
 
-    async def missed(self, account_id: str, after_id: str | None, after_ms: int | None) -> list[str]:
-        """What a reconnecting socket asks for: the account's events after an event id or a time (ms)."""
+    async def missed(self, account_id: str, after_id: str | None, after_ms: int | None) -> tuple[list[bytes], dict]:
+        """What a reconnecting socket asks for: the account's events after an event id or a time (ms), and what
+        its `connected` event says of them (`replay`: how many, and whether that is all it missed)."""
+        kept_since = datetime.now(UTC) - timedelta(seconds=self.store.retention)
         after, mark = None, None
         if after_id is not None:
             found = await self.store.event(after_id)
             if found is None or found["account_id"] != account_id:
-                return []
+                msg = "Unknown event_id, or older than events are kept: nothing replayed; resume with since_timestamp"
+                return [], {"events": 0, "complete": False, "msg": msg}
             after, mark = found["created_at"], found["_id"]
-        elif after_ms is not None:
+        else:
             after = datetime.fromtimestamp(after_ms / 1000, UTC) + timedelta(milliseconds=1)
-        if after is None:
-            return []
-        events = await self.store.events_after(account_id, after, mark, RESUME_LIMIT)
-        return [orjson.dumps(message(e)).decode() for e in events]
+        events = await self.store.events_after(account_id, after, mark, RESUME_LIMIT + 1)
+        replay = {"events": min(len(events), RESUME_LIMIT), "complete": True}
+        if len(events) > RESUME_LIMIT:
+            events = events[:RESUME_LIMIT]
+            replay |= {"complete": False, "msg": f"More than {RESUME_LIMIT:,} events: resume again from the last one"}
+        elif after < kept_since:
+            when = kept_since.strftime("%Y-%m-%d %H:%M:%S UTC")
+            replay |= {"complete": False, "msg": f"Events before {when} are no longer kept"}
+        return [orjson.dumps(message(e)) for e in events], replay
 
     # --- upkeep ----------------------------------------------------------------------------------------
     async def watch(self) -> None:
-        """Every WATCH_SECONDS: revoked or expired keys' sockets closed; pings and socket holds renewed."""
-        ping = time.monotonic() - self._last_ping >= self.ping_seconds
+        """Every WATCH_SECONDS: revoked or expired keys' sockets closed; pings every `ping_seconds`; the holds
+        of this process's sockets on their keys renewed every HOLD_BEAT (one write for all of them)."""
+        now = time.monotonic()
+        ping, beat = now - self._last_ping >= self.ping_seconds, now - self._last_beat >= HOLD_BEAT
         if ping:
-            self._last_ping = self._last_beat = time.monotonic()
-            text = orjson.dumps({"event_type": "ping", "timestamp": millis(datetime.now(UTC))}).decode()
+            self._last_ping = now
+            ping_frame = orjson.dumps({"event_type": "ping", "timestamp": millis(datetime.now(UTC))})
+        live = []
         for socket in [s for group in self.sockets.values() for s in group]:
             entry = await self.key_cache.get(socket.digest)
             if entry is None or entry.revoked or (entry.expires_at is not None and time.time() >= entry.expires_at):
                 socket.close_with(1008, "API key revoked or expired")
                 continue
+            live.append(socket)
             if ping:
-                socket.send_text(text)
-                await self.store.beat_socket(socket.key_id, socket.conn_id)
+                socket.send(ping_frame)
+        if beat:
+            self._last_beat = now
+            if live:
+                await self.store.beat_sockets([(s.key_id, s.conn_id) for s in live])

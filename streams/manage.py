@@ -60,12 +60,13 @@ class Manager:
             return None
         changed = dict(fields)
         if "value" in changed and changed["value"] != current["value"]:
-            changed |= {"since_id": None, "recent_ids": [], "since_time": int(time.time())}  # a new search
+            changed |= {"since_id": None, "recent_ids": [], "gaps": [], "since_time": int(time.time())}  # a new search
         if active is True and current["status"] == INACTIVE:
             changed |= _switched_on()
         elif active is False:
             changed["status"] = INACTIVE
-        done = await self.store.update(account_id, rule_id, changed)
+        # A new cursor supersedes a poll in flight: its end must not write the old search's cursor back.
+        done = await self.store.update(account_id, rule_id, changed, supersede="since_time" in changed)
         self.switched_on()
         return done
 
@@ -92,4 +93,11 @@ class Manager:
 
 def _switched_on() -> dict:
     now = datetime.now(UTC)
-    return {"status": ACTIVE, "due_at": now, "since_id": None, "recent_ids": [], "since_time": int(time.time())}
+    return {
+        "status": ACTIVE,
+        "due_at": now,
+        "since_id": None,
+        "recent_ids": [],
+        "gaps": [],
+        "since_time": int(time.time()),
+    }

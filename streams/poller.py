@@ -33,7 +33,8 @@ from webhooks.outbox import Outbox
 log = logging.getLogger("gateway.streams")
 RETRY_SECONDS = 5.0  # a poll the provider failed is tried again this soon (or at its interval, if shorter)
 CONCURRENT = 200  # polls under way per process
-MAX_PAGES = 5  # pages one poll may read (100 tweets): a rule matching more in one interval loses the oldest
+MAX_PAGES = 5  # pages one poll may read (100 tweets); a busier interval's older part is a gap the next polls read
+MAX_GAPS = 20  # gaps a rule may have waiting (a rule always busier than MAX_PAGES a poll loses the oldest)
 IDLE_SECONDS = 1.0  # the longest a process waits between looks for due polls when none is due
 
 
@@ -98,13 +99,13 @@ class Poller:
             found = await self.store.event(event_id)
             if found is not None:
                 await self._deliver(found)
-                await self.store.advance(rule, self._next(rule, start, polls.cursor_after(rule, found["tweets"])))
+                after = polls.cursor_after(rule, found["tweets"]) | {"gaps": found.get("gaps", rule.get("gaps"))}
+                await self.store.advance(rule, self._next(rule, start, after))
                 return
-        pages = await self._fetch(rule, event_id, start)
-        if pages is None:
+        fetched = await self._fetch(rule, event_id, start)
+        if fetched is None:
             return
-        tweets = [t for _, _, _, page in pages for t in page]
-        new = polls.fresh(tweets, rule)
+        pages, new, gaps = fetched
         event = None
         if new:
             doc = {
@@ -114,53 +115,81 @@ class Poller:
                 "rule_tag": rule["tag"],
                 "kind": rule["kind"],
                 "tweets": new,
+                "gaps": gaps,  # what a process taking this poll over goes on from
                 "created_at": now_utc(),
             }
             event, _ = await self.store.write_event(doc)
             await self._deliver(event)
         delivered = event["tweets"] if event else []
-        moved = await self.store.advance(rule, self._next(rule, start, polls.cursor_after(rule, delivered)))
-        for reservation, cost, status, _ in pages:  # one data call per page: each charged (or not) on its own
+        after = polls.cursor_after(rule, delivered) | {"gaps": event.get("gaps", gaps) if event else gaps}
+        moved = await self.store.advance(rule, self._next(rule, start, after))
+        for reservation, cost, status in pages:  # one data call per page: each charged (or not) on its own
             charged = self.meter.settle(reservation, cost) if moved else 0
             if not moved:
                 self.meter.release(reservation)
             self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, status, charged, event_id, rule["_id"])
         self.polls += 1
 
-    async def _fetch(self, rule: dict, event_id: str, start: datetime) -> list[tuple] | None:
-        """The poll's pages, newest first, each (reservation, cost, status, tweets): more pages while every tweet
-        of the last one was new and the provider has more (MAX_PAGES at most). None when a page could not be
-        reserved or the provider failed: nothing charged, the rule released to be polled again soon."""
-        account_id, pages, cursor = rule["account_id"], [], ""
-        base = "query=" + quote(polls.poll_query(rule)) + "&queryType=Latest"
-        for _ in range(MAX_PAGES):
-            try:
-                reservation = await self.meter.reserve(
-                    account_id, polls.most_cost(self.prices), polls.least_cost(self.prices)
-                )
-            except LeasesExpired:
-                reservation = None
-            if reservation is None:  # no credits (the balance check pauses the rule) or none can be checked
-                return await self._failed(rule, pages, start, None)
-            try:
-                answer = await self.upstream.get(polls.SEARCH.path, base + cursor, account_id)
-            except UpstreamError:
-                return await self._failed(rule, pages + [(reservation, 0, 0, [])], start, event_id)
-            except BaseException:
-                self.meter.release(reservation)
-                for held, *_ in pages:
-                    self.meter.release(held)
-                raise
-            tweets, counted, more = _page(answer.status, answer.body)
-            if tweets is None:  # the provider failed or refused
-                return await self._failed(rule, pages + [(reservation, 0, 0, [])], start, event_id)
-            cost = min(self.prices.cost(polls.SEARCH.price, counted, polls.SIZE), reservation.amount)
-            pages.append((reservation, cost, answer.status, tweets))
-            if not more or not tweets or len(polls.fresh(tweets, rule)) < len(tweets):
-                return pages
-            cursor = "&cursor=" + quote(more)
-        log.warning("a stream poll stopped after %d pages; older new tweets of this interval are skipped", MAX_PAGES)
-        return pages
+    async def _fetch(self, rule: dict, event_id: str, start: datetime) -> tuple[list, list, list] | None:
+        """The poll's data calls, MAX_PAGES at most: what is new, then the gaps older polls left, each read page
+        by page while every tweet of a page is new and the provider has more. Returns the pages (reservation,
+        cost, status), the new tweets (newest first) and the gaps left; None when a page could not be reserved
+        or the provider failed: nothing charged, the rule released to be polled again soon."""
+        pages: list[tuple] = []
+        new: list[dict] = []
+        gaps: list[dict] = []
+        seen = set(rule.get("recent_ids") or ())
+        for gap in polls.regions(rule):
+            if len(pages) == MAX_PAGES:  # not read in this poll: left as it is
+                gaps.append(gap)
+                continue
+            base = "query=" + quote(polls.poll_query(rule, gap)) + "&queryType=Latest"
+            above = gap["above"] if gap else rule.get("since_id")
+            cursor, oldest = "", None
+            while True:
+                read = await self._page(rule, event_id, start, pages, base + cursor)
+                if read is None:
+                    return None
+                tweets, more = read
+                found = polls.fresh(tweets, seen, above)
+                seen.update(str(t["id"]) for t in found)
+                new += found
+                oldest = str(found[-1]["id"]) if found else oldest
+                if not more or not tweets or len(found) < len(tweets):
+                    break  # the region is read to its end
+                if len(pages) == MAX_PAGES:  # the rest of the region waits for the next poll
+                    gaps.append(polls.gap_below(rule, gap, oldest))
+                    break
+                cursor = "&cursor=" + quote(more)
+        if len(gaps) > MAX_GAPS:
+            log.warning("a stream rule has more than %d gaps; the oldest are dropped", MAX_GAPS)
+        return pages, new, gaps[:MAX_GAPS]
+
+    async def _page(self, rule: dict, event_id: str, start: datetime, pages: list, query: str) -> tuple | None:
+        """One data call of a poll, reserved first and appended to `pages`: (its tweets, the next page's cursor);
+        None when it could not be reserved or the provider failed (the poll's pages released: `_failed`)."""
+        try:
+            reservation = await self.meter.reserve(
+                rule["account_id"], polls.most_cost(self.prices), polls.least_cost(self.prices)
+            )
+        except LeasesExpired:
+            reservation = None
+        if reservation is None:  # no credits (the balance check pauses the rule) or none can be checked
+            return await self._failed(rule, pages, start, None)
+        try:
+            answer = await self.upstream.get(polls.SEARCH.path, query, rule["account_id"])
+        except UpstreamError:
+            return await self._failed(rule, [*pages, (reservation, 0, 0)], start, event_id)
+        except BaseException:
+            for held, *_ in [*pages, (reservation,)]:
+                self.meter.release(held)
+            raise
+        tweets, counted, more = _read_page(answer.status, answer.body)
+        if tweets is None:  # the provider failed or refused
+            return await self._failed(rule, [*pages, (reservation, 0, 0)], start, event_id)
+        cost = min(self.prices.cost(polls.SEARCH.price, counted, polls.SIZE), reservation.amount)
+        pages.append((reservation, cost, answer.status))
+        return tweets, more
 
     async def _failed(self, rule: dict, pages: list[tuple], start: datetime, event_id: str | None) -> None:
         for reservation, *_ in pages:
@@ -222,7 +251,7 @@ class Poller:
         await asyncio.gather(*self._polling, return_exceptions=True)
 
 
-def _page(status: int, body: bytes) -> tuple[list | None, int, str]:
+def _read_page(status: int, body: bytes) -> tuple[list | None, int, str]:
     """A page's tweets, the item count it is charged for, and the next page's cursor ("" for none);
     (None, 0, "") for a failure (not charged)."""
     if not 200 <= status < 300:

@@ -4,6 +4,8 @@ A filter rule polls `tweet/advanced_search` (queryType=Latest, newest first) wit
 monitor polls the same search with `from:<user>` (its latest posts, replies, quotes and retweets). Either asks
 only for what is new: `since_id:<newest delivered>` once something was delivered, before that
 `since_time:<when it was switched on>`. So a quiet rule's poll finds nothing and costs the per-call minimum.
+A burst larger than one poll reads (MAX_PAGES) is not lost: its older part is a gap the next polls read
+(`max_id:`) after what is new, until nothing is left of it.
 """
 
 import math
@@ -20,16 +22,27 @@ RECENT_IDS = 200  # delivered ids remembered per rule, against a provider answer
 USER_NAME = re.compile(r"@?([A-Za-z0-9_]{1,15})")
 
 
-def poll_query(rule: dict) -> str:
-    """The search of the next poll (the provider's operators: reference.md)."""
+def poll_query(rule: dict, gap: dict | None = None) -> str:
+    """The search of the next poll (the provider's operators: reference.md): what is new since the rule's
+    cursor, or, for a gap an earlier poll left (`regions`), what lies between its bounds."""
     base = f"from:{rule['user_name']}" if rule["kind"] == "monitor" else rule["value"]
-    if rule.get("since_id"):
-        return f"{base} since_id:{rule['since_id']}"
-    return f"{base} since_time:{rule['since_time']}"
+    region = gap if gap is not None else {"above": rule.get("since_id"), "since_time": rule["since_time"]}
+    since = f"since_id:{region['above']}" if region["above"] else f"since_time:{region['since_time']}"
+    upto = f" max_id:{int(region['below']) - 1}" if region.get("below") else ""
+    return f"{base} {since}{upto}"
 
 
-def poll_args(rule: dict) -> dict:
-    return {"query": poll_query(rule), "queryType": "Latest"}
+def regions(rule: dict) -> list[dict | None]:
+    """What a poll reads, newest first: what is new (None), then the gaps older polls left. A gap is the
+    older part of a poll that reached MAX_PAGES: `{above, since_time, below}`, the tweets after the cursor
+    it had (an id, else a time) and before the oldest tweet it delivered."""
+    return [None, *(rule.get("gaps") or [])]
+
+
+def gap_below(rule: dict, gap: dict | None, oldest: str) -> dict:
+    """What is left of a region once its tweets down to `oldest` are delivered."""
+    bounds = gap or {"above": rule.get("since_id"), "since_time": rule["since_time"]}
+    return {"above": bounds["above"], "since_time": bounds["since_time"], "below": oldest}
 
 
 def least_cost(prices: Prices) -> int:
@@ -58,13 +71,13 @@ def newer(tweet_id: str, than: str | None) -> bool:
     return (len(tweet_id), tweet_id) > (len(than), than)
 
 
-def fresh(tweets: list, rule: dict) -> list[dict]:
-    """The tweets of an answer this rule has not delivered: newer than its cursor, not among its recent ids."""
-    seen = set(rule.get("recent_ids") or ())
+def fresh(tweets: list, seen: set[str], above: str | None) -> list[dict]:
+    """The tweets of an answer not delivered yet: newer than `above` (the region's lower bound), not among the
+    `seen` ids (the rule's recent ids and this poll's), each once."""
     out, ids = [], set()
     for tweet in tweets:
         tid = str(tweet.get("id", "")) if isinstance(tweet, dict) else ""
-        if tid and tid not in seen and tid not in ids and newer(tid, rule.get("since_id")):
+        if tid and tid not in seen and tid not in ids and newer(tid, above):
             ids.add(tid)
             out.append(tweet)
     return out

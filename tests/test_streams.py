@@ -3,6 +3,8 @@ HTTP server answering what the test decides), each new tweet once to the socket 
 charged, the balance pause, one socket per key, revocation, reconnect resume, and exactly once across processes."""
 
 import asyncio
+import contextlib
+import socket as pysocket
 import time
 import urllib.parse
 from datetime import UTC, datetime, timedelta
@@ -31,19 +33,22 @@ LEAST = 15  # advanced_search: the per-call minimum (metering/pricing.py)
 
 
 class Provider:
-    """A scripted provider: advanced_search over the tweets the test adds, honouring since_id:, since_time: and
-    from: as the provider does (newest first, 20 at most); every query it answered is kept."""
+    """A scripted provider: advanced_search over the tweets the test adds, honouring since_id:, max_id:,
+    since_time: and from: as the provider does (newest first, 20 at most), after `delay` seconds; every query
+    it was asked is kept."""
 
     def __init__(self):
         self.tweets: list[dict] = []
         self.queries: list[str] = []
         self.fail = False
+        self.delay = 0.0
         provider = self
 
         class Search(tornado.web.RequestHandler):
-            def get(self):
+            async def get(self):
                 query = self.get_query_argument("query")
                 provider.queries.append(query)
+                await asyncio.sleep(provider.delay)
                 if provider.fail:
                     self.set_status(500)
                     return self.finish(b"{}")
@@ -66,6 +71,7 @@ class Provider:
             t
             for t in self.tweets
             if ("since_id" not in words or int(t["id"]) > int(words["since_id"]))
+            and ("max_id" not in words or int(t["id"]) <= int(words["max_id"]))
             and ("since_time" not in words or t["t"] >= int(words["since_time"]))
             and ("from" not in words or t["author"]["userName"].lower() == words["from"].lower())
         ]
@@ -210,6 +216,9 @@ async def test_each_new_tweet_reaches_the_socket_and_the_webhook_once_and_polls_
     assert sum(r["credits"] for r in records) == spent  # every charge has its record
     _, rows, _ = await api.call("GET", f"/streams/{rule_id}/events", token=user["token"])
     assert [r["event_id"] for r in rows] == [event2["event_id"], event["event_id"]]
+    # Alerts stay readable: the tweets are listed per rule, not among what fired.
+    _, fired, _ = await api.call("GET", "/alerts/events", token=user["token"])
+    assert not [e for e in fired if e["type"] == "tweet"]
     ws.close()
     receiver.stop()
 
@@ -349,8 +358,9 @@ async def test_two_workers_deliver_every_tweet_exactly_once_and_never_poll_a_rul
     for n, rule_id in enumerate(rules):
         # One provider call per poll: a poll done twice (two workers, one interval) would be a call more than
         # the rule's poll count; at most one more may have been under way when the gateway stopped.
-        calls = sum(1 for q in provider.queries if q.split()[0] == f"x{n}")
-        assert seqs[rule_id] >= 8 and calls - seqs[rule_id] in (0, 1), (rule_id, calls, seqs[rule_id])
+        # Switching the rule on started its cursor over, which takes one poll_seq of its own.
+        calls, polls = sum(1 for q in provider.queries if q.split()[0] == f"x{n}"), seqs[rule_id] - 1
+        assert polls >= 8 and calls - polls in (0, 1), (rule_id, calls, polls)
 
 
 @pytest.mark.settings(**QUICK)
@@ -449,3 +459,167 @@ async def test_a_busy_interval_is_read_page_by_page_each_page_charged(api, ctx, 
         await asyncio.sleep(0.05)
     assert len(records) == 3 and all(r["stream_id"] == rule_id and r["credits"] >= LEAST for r in records)
     ws.close()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_burst_larger_than_one_poll_reads_is_delivered_whole_by_the_next_polls(api, ctx, provider, base_url):
+    """130 new tweets between two polls, one poll reading 100 at most: the newest 100 come at once, the older
+    30 with the next poll (a gap it reads with max_id:), each tweet once."""
+    user, key = await api.funded_key(1_000_000)
+    ws = await socket(base_url, key["key"])
+    await ws.read_message()
+    await rule_on(api, key["key"], interval=1.0)
+    await asyncio.sleep(1.5)
+    posted = [provider.post(text=f"n{i}") for i in range(130)]
+    first = await next_tweet_event(ws)
+    assert [t["id"] for t in first["tweets"]] == posted[:-101:-1]  # the newest 100, newest first
+    second = await next_tweet_event(ws)
+    assert [t["id"] for t in second["tweets"]] == posted[29::-1]
+    assert any(f"max_id:{int(posted[30]) - 1}" in q for q in provider.queries)
+    later = provider.post(text="after the burst")
+    third = await next_tweet_event(ws)
+    assert [t["id"] for t in third["tweets"]] == [later]
+    ws.close()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_rule_changed_mid_poll_starts_its_new_search_and_the_poll_in_flight_is_not_charged(
+    api, ctx, provider, base_url
+):
+    """A poll of the old search is slow; the rule's value changes meanwhile. The old poll's tweet is delivered
+    once, but its end neither moves the new search's cursor (which starts from the change) nor is charged."""
+    user, key = await api.funded_key(1_000_000)
+    ws = await socket(base_url, key["key"])
+    await ws.read_message()
+    rule_id = await rule_on(api, key["key"], value="old")
+    first = provider.post(text="one")
+    await next_tweet_event(ws)
+    provider.delay = 3.0
+    slow = provider.post(text="two")
+    while not any(q.startswith("old") and f"since_id:{first}" in q for q in provider.queries):
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(1.1)  # since_time: has second resolution
+    change = {"rule_id": rule_id, "tag": "t1", "value": "new", "interval_seconds": 0.3, "is_effect": 1}
+    assert (await api.call("POST", "/oapi/tweet_filter/update_rule", change, key=key["key"]))[0] == 200
+    provider.delay = 0.0
+    old = await next_tweet_event(ws)
+    assert [t["id"] for t in old["tweets"]] == [slow]
+    await asyncio.sleep(0.8)  # polls of the new search after the old one ended
+    new_queries = [q for q in provider.queries if q.startswith("new")]
+    assert new_queries and all("since_time:" in q for q in new_queries), new_queries  # not the old cursor
+    fresh = provider.post(text="three")
+    got = await next_tweet_event(ws)
+    assert [t["id"] for t in got["tweets"]] == [fresh]  # "two" is older than the new search: not again
+    spent = ctx.meter.ledger.purses[user["account_id"]].spent
+    for _ in range(40):  # the usage flush runs in the background
+        await ctx.meter.flush()
+        records = await ctx.usage.records({"account_id": user["account_id"]})
+        if sum(r["credits"] for r in records) >= spent:
+            break
+        await asyncio.sleep(0.05)
+    assert [r["credits"] for r in records if r["request_id"] == old["event_id"]] == [0]
+    assert sum(r["credits"] for r in records) == spent
+    ws.close()
+
+
+@pytest.mark.settings(**QUICK, stream_ping_seconds=0.3)
+async def test_a_socket_is_pinged_and_keeps_its_key_for_as_long_as_it_lives(api, provider, base_url, monkeypatch):
+    """Pings keep coming, and the socket's hold on its key is renewed: long after a hold would have gone stale,
+    a second socket of the key is still refused (1008)."""
+    monkeypatch.setattr("streams.hub.HOLD_BEAT", 0.2)
+    monkeypatch.setattr("handlers.streams.HOLD_STALE", 0.8)
+    _, key = await api.funded_key(1_000_000)
+    ws = await socket(base_url, key["key"])
+    kinds: list[str] = []
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        kinds.append(orjson.loads(await asyncio.wait_for(ws.read_message(), 1.0))["event_type"])
+    assert kinds[0] == "connected" and kinds.count("ping") >= 4
+    second = await socket(base_url, key["key"])
+    assert await second.read_message() is None and second.close_code == 1008
+    ws.close()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_resume_says_whether_it_replays_everything_missed(api, provider, base_url):
+    _, key = await api.funded_key(1_000_000)
+    k = key["key"]
+    ws = await socket(base_url, k)
+    assert "replay" not in orjson.loads(await ws.read_message())  # no resume asked
+    await rule_on(api, k)
+    tweet = provider.post()
+    event = await next_tweet_event(ws)
+    ws.close()
+    await asyncio.sleep(0.3)
+
+    async def connected(query: str) -> tuple[dict, list[str]]:
+        again = await socket(base_url, k, query)
+        first = orjson.loads(await again.read_message())
+        replayed = []
+        if first["replay"]["events"]:
+            replayed = [t["id"] for t in (await next_tweet_event(again))["tweets"]]
+        again.close()
+        await asyncio.sleep(0.3)  # the key's socket let go
+        return first["replay"], replayed
+
+    assert await connected("?since_event_id=" + urllib.parse.quote(event["event_id"])) == (
+        {"events": 0, "complete": True},
+        [],
+    )
+    replay, _ = await connected("?since_event_id=fr_0000000000000000:7")
+    assert replay["events"] == 0 and not replay["complete"] and "since_timestamp" in replay["msg"]
+    two_days_ago = int((time.time() - 2 * 86400) * 1000)
+    replay, replayed = await connected(f"?since_timestamp={two_days_ago}")
+    assert replay["events"] == 1 and not replay["complete"] and "no longer kept" in replay["msg"]
+    assert replayed == [tweet]
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_client_that_stops_reading_is_dropped_and_the_others_keep_receiving(
+    api, ctx, provider, base_url, monkeypatch
+):
+    """A socket whose client reads nothing: once more than the limit of events waits for it, the gateway closes
+    it (and drops the connection when the close goes unanswered), so its backlog does not grow in memory; the
+    account's other socket gets every event meanwhile."""
+    monkeypatch.setattr("handlers.streams.UNSENT_LIMIT", 8 << 20)
+    user, key = await api.funded_key(100_000_000)
+    reader = await socket(base_url, (await api.new_key(user["token"]))["key"])
+    await reader.read_message()
+    stalled = pysocket.socket()
+    stalled.setsockopt(pysocket.SOL_SOCKET, pysocket.SO_RCVBUF, 4096)
+    stalled.connect(("127.0.0.1", int(base_url.rsplit(":", 1)[1])))
+    stalled.sendall(
+        b"GET /twitter/tweet/websocket HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        b"X-API-Key: " + key["key"].encode() + b"\r\n\r\n"
+    )
+    while ctx.hub.count() < 2:
+        await asyncio.sleep(0.05)
+    got: set = set()
+
+    async def read_all() -> None:  # a client that keeps reading (Tornado's client reads only when asked)
+        while True:
+            got.update(t["id"] for t in (await next_tweet_event(reader, 30))["tweets"])
+
+    reading = asyncio.create_task(read_all())
+    await rule_on(api, key["key"])
+    posted = set()
+    for _ in range(10):  # 20 MB of events: more than the kernel's buffers hold for a client that reads nothing
+        posted |= {provider.post(text="x" * 100_000) for _ in range(20)}
+        await asyncio.sleep(0.35)
+    while got != posted and not reading.done():
+        await asyncio.sleep(0.1)
+    reading.cancel()
+    assert got == posted, reader.close_reason
+    deadline = time.monotonic() + 8  # Tornado waits 5 s for the client's answer to the close
+    while ctx.hub.count() > 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert ctx.hub.count() == 1  # the stalled socket is gone, the reader's stays
+    stalled.setblocking(False)
+    received = 0
+    with contextlib.suppress(BlockingIOError):
+        while chunk := stalled.recv(1 << 20):
+            received += len(chunk)
+    assert received < 16_000_000  # not everything was queued for it
+    stalled.close()
+    reader.close()
