@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--rules", type=int, default=1000, help="--streams: active rules at 10 s")
     parser.add_argument("--sockets", type=int, default=1000, help="--streams: WebSocket clients, one key each")
     parser.add_argument(
-        "--streams-workers", type=int, default=1, help="--streams: gateway workers; 2 kills one half way (a restart)"
+        "--streams-workers", type=int, default=1, help="--streams: gateway workers; 2 also kills one (a restart)"
     )
     parser.add_argument("--interval", type=float, default=10, help="--streams: the rules' interval, seconds")
     parser.add_argument("--data-rate", type=float, default=50, help="--streams: data calls/s (open loop) per phase")

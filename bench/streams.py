@@ -11,12 +11,14 @@ spread. Then, in order:
    `--data-seconds` after a short warm-up, no rule active: their p50 / p99;
 2. the rules switched on (one interval);
 3. `--seconds` of measure: how late polls start against their due time (p50 / p99 / max; goal p99 <= 1 s);
-   from an event's write (its `timestamp`) to its receipt by the last of the clients (goal p99 <= 100 ms;
-   the clients share this process's CPU: an upper bound); the gateway's CPU per poll (its processes' CPU over
-   the window / polls made). With `--streams-workers 2`, one worker is killed (SIGKILL) half way: `serve
-   --workers N` starts it again, its clients reconnect and resume;
+   from an event's write (its `timestamp`) to its receipt by the first and the last of the clients (goal p99
+   <= 100 ms; the clients share this process's CPU: an upper bound); the gateway's CPU per poll (its
+   processes' CPU over the window / polls made);
 4. the same data calls with the rules active: p50 / p99 and what the rules add;
-5. exactly once, as users see it (bench/streams_clients.py): per client, events and tweets received twice and
+5. with `--streams-workers 2` (unless `--no-restart`), one worker killed (SIGKILL): `serve --workers N` starts
+   it again, its clients reconnect with `since_event_id` once the dead connections' holds on their keys run
+   out (15 s), and the run goes on max(`--seconds` / 2, 25 s), polls' lateness then reported apart;
+6. exactly once, as users see it (bench/streams_clients.py): per client, events and tweets received twice and
    events missed; at the webhook receiver, tweets twice and missed (after `--drain` seconds for deliveries in
    retry); and in the database: no tweet twice in a rule's events, no poll made twice (two usage records of
    one poll from two processes), no two polls of a rule within half an interval, nothing the sandbox returned
@@ -52,6 +54,7 @@ BUSY = 10  # rules on `lang:en`: about one event a second between them
 CALLS_AT_ONCE = 16  # concurrent portal and rule calls during the setup
 DATA_CONNECTIONS = 8
 WARMUP = 3.0  # seconds of data calls before the first measured phase
+AFTER_RESTART = 25.0  # seconds the run goes on after a worker is killed: the keys' holds run out (15 s), resumes
 
 
 class StreamStack(Stack):
@@ -254,23 +257,29 @@ async def _phases(stack: Stack, db, setup: dict, args, hook_port: int, work: str
 
     gateway, restart = Gateway(stack), None
     polls_before, cpu_before = await asyncio.to_thread(_polls, db), gateway.sample()
-    window_start_ms, window_end = time.time() * 1000, time.monotonic() + args.seconds
-    if args.restart:
-        await asyncio.sleep(args.seconds / 2)
-        restart = await _restart_one(gateway)
-    await asyncio.sleep(max(0.0, window_end - time.monotonic()))
+    window_start_ms = time.time() * 1000
+    await asyncio.sleep(args.seconds)
     window_end_ms = time.time() * 1000
     cpu = gateway.sample() - cpu_before
     polls = await asyncio.to_thread(_polls, db) - polls_before
 
     busy = await _data_load(setup["data_plan"], port, rate, args.data_seconds, work)
+    measured = len(late)  # the polls before any restart
+    if args.restart:  # after the measures: a restart's aftermath (resumes, a cold worker) is not in them
+        restart = await _restart_one(gateway)
+        # Its clients get their keys back once the dead connections' holds run out (15 s), then resume.
+        await asyncio.sleep(max(args.seconds / 2, AFTER_RESTART))
+        after = late[measured:]
+        restart |= {"polls_after": len(after), "poll_late_after_p99_s": round(_pct(after, 0.99), 3)}
+        restart["poll_late_after_max_s"] = round(max(after, default=float("nan")), 3)
     cutoff = datetime.now(UTC)
     stop.set()
     await sampler
+    late = late[:measured]
     written = await asyncio.to_thread(_written, db, cutoff)
     deadline = time.monotonic() + args.drain
     while time.monotonic() < deadline and (
-        set(written) - receiver.events or any(set(written) - c.events for c in clients)
+        set(written) - receiver.events or any(set(written) - c.events.keys() for c in clients)
     ):
         await asyncio.sleep(0.5)
     for client in clients:
@@ -329,7 +338,7 @@ def _written(db, cutoff: datetime) -> dict:
 
 def _exactly_once(stack: Stack, db, account_id: str, rules: list[str], since: dict, interval: float) -> dict:
     """In the database: doubles, double polls, close polls and misses across the whole run."""
-    doubles, double_polls, close_polls, missed = 0, 0, 0, 0
+    doubles, double_polls, missed = 0, 0, 0
     by_rule = defaultdict(list)
     for event in db.stream_events.find({}):
         by_rule[event["rule_id"]].extend(t["id"] for t in event["tweets"])
@@ -344,9 +353,13 @@ def _exactly_once(stack: Stack, db, account_id: str, rules: list[str], since: di
                 times[r["stream_id"]].setdefault(r["request_id"], r["ts"])
     for rule_polls in polls.values():
         double_polls += sum(1 for leases in rule_polls.values() if len(leases) > 1)
-    for stamps in times.values():
-        ordered = sorted(stamps.values())
-        close_polls += sum(1 for a, b in zip(ordered, ordered[1:]) if (b - a).total_seconds() < interval / 2)
+    close = []  # evidence: (rule, poll, its time, the next poll, its time)
+    for rule_id, stamps in times.items():
+        ordered = sorted((ts, request) for request, ts in stamps.items())
+        close += [
+            (rule_id, *a, *b) for a, b in zip(ordered, ordered[1:]) if (b[0] - a[0]).total_seconds() < interval / 2
+        ]
+    close_polls = len(close)
     # What the sandbox returns for the busy rules' search, from the first switch-on to 30 s before the end.
     until = int(time.time()) - 30
     busy = [r for r in rules[:BUSY] if r in since]
@@ -372,7 +385,15 @@ def _exactly_once(stack: Stack, db, account_id: str, rules: list[str], since: di
         "db_polls_within_half_an_interval": close_polls,
         "db_tweets_missed": missed,
         "db_tweets_checked": len(found),
-    }
+    } | (
+        {
+            "db_close_polls_sample": [
+                [rule, r1, t1.isoformat(), r2, t2.isoformat()] for rule, t1, r1, t2, r2 in close[:5]
+            ]
+        }
+        if close
+        else {}
+    )
 
 
 def _created(tweet: dict) -> float:
@@ -433,7 +454,7 @@ ROWS = [  # (label, key path in the result)
     ("data calls at {rate}/s, no rule active: p50 / p99 (ms)", None),
     ("data calls at {rate}/s, rules active: p50 / p99 (ms)", None),
     ("data plane added p50 / p99 (ms)", None),
-    ("worker restart (SIGKILL half way)", None),
+    ("worker restart (SIGKILL after the measures)", None),
 ]
 
 
@@ -451,7 +472,9 @@ def report(result: dict) -> str:
         ROWS[9][0]: _latency(data["rules_active"]),
         ROWS[10][0]: f"{data['added_p50_ms']:+} / {data['added_p99_ms']:+}",
         ROWS[11][0]: (
-            f"worker {restart['killed_pid']} killed, restarted in {restart['respawned_after_s']} s"
+            f"worker {restart['killed_pid']} killed, restarted in {restart['respawned_after_s']} s; then "
+            f"{restart['polls_after']} polls, late p99 / max {restart['poll_late_after_p99_s']} / "
+            f"{restart['poll_late_after_max_s']} s"
             if restart
             else "none"
         ),
@@ -460,6 +483,8 @@ def report(result: dict) -> str:
     for label, key in ROWS:
         lines.append(f"| {label.format(rate=data['rate'])} | {cells[label] if key is None else r[key]} |")
     for name, value in result["exactly_once"].items():
+        if name.endswith("_sample"):  # evidence for the JSON, not the table
+            continue
         lines.append(f"| exactly once: {name.replace('_', ' ')} | {value} |")
     log = result["gateway_log"]
     lines.append(f"| gateway log: warnings and errors | {log['warnings_and_errors']} ({log['path']}) |")

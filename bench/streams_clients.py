@@ -46,13 +46,17 @@ class Client:
         self.ws = None
         self.connected_ms: int | None = None  # the first connection's time (resume point before any event)
         self.last_event: str | None = None
-        self.events: set[str] = set()
+        self.events: dict[str, int] = {}  # event id -> the connection (1, 2, ...) that brought it first
+        self.doubles: list[list] = []
+        self.newest = 0  # the newest event's timestamp (ms) received
+        self.out_of_order = 0
         self.events_twice = 0
         self.tweets: dict[str, set[str]] = defaultdict(set)  # rule_id -> tweet ids received
         self.tweets_twice = 0
         self.latencies: list[tuple[str, float]] = []  # (event id, ms from its write to its receipt)
         self.connections = 0  # accepted (1 unless dropped and resumed)
         self.refused = 0  # connection attempts closed at once (the key still held by a dead connection)
+        self.incomplete_resumes = 0  # resumes whose `connected` said not everything missed is replayed
         self.stopping = False
 
     async def run(self) -> None:
@@ -82,8 +86,11 @@ class Client:
             ws.close()
             self.ws = None
             return
+        connected = orjson.loads(first)
         if self.connected_ms is None:
-            self.connected_ms = orjson.loads(first)["timestamp"]
+            self.connected_ms = connected["timestamp"]
+        if not connected.get("replay", {"complete": True})["complete"]:  # the gateway could not replay it all
+            self.incomplete_resumes += 1
         self.ws = ws
 
     async def _read(self) -> None:
@@ -100,7 +107,13 @@ class Client:
         event_id = event["event_id"]
         if event_id in self.events:
             self.events_twice += 1
-        self.events.add(event_id)
+            if len(self.doubles) < 5:  # evidence: which event, on which connections, behind what newest event
+                self.doubles.append([event_id, self.events[event_id], self.connections, event["timestamp"]])
+        else:
+            self.events[event_id] = self.connections
+        if event["timestamp"] < self.newest:
+            self.out_of_order += 1  # an event written before one this client already had
+        self.newest = max(self.newest, event["timestamp"])
         self.last_event = event_id
         seen = self.tweets[event["rule_id"]]
         for tweet in event["tweets"]:
@@ -167,15 +180,20 @@ def tally(clients: list[Client], written: dict[str, list[str]], receiver: Receiv
     ({event id: [(rule_id, tweet id), ...]}), which every client (all connected before any rule was switched on)
     and the receiver must have had."""
     expected = set(written)
+    doubles = [[i, *d] for i, c in enumerate(clients) for d in c.doubles][:10]
     figures = {
         "events_written": len(expected),
         "socket_events_twice": sum(c.events_twice for c in clients),
         "socket_tweets_twice": sum(c.tweets_twice for c in clients),
-        "socket_events_missed": sum(len(expected - c.events) for c in clients),
-        "clients_missing_an_event": sum(1 for c in clients if expected - c.events),
+        "socket_events_missed": sum(len(expected - set(c.events)) for c in clients),
+        "clients_missing_an_event": sum(1 for c in clients if expected - set(c.events)),
         "clients_reconnected": sum(1 for c in clients if c.connections > 1),
         "reconnections_refused_while_held": sum(c.refused for c in clients),
+        "resumes_incomplete": sum(c.incomplete_resumes for c in clients),
+        "socket_events_out_of_order": sum(c.out_of_order for c in clients),
     }
+    if doubles:  # [client, event id, connection first had it, connection had it again, event ms]
+        figures["socket_doubles_sample"] = doubles
     if receiver is not None:
         tweets = {mark for marks in written.values() for mark in marks}
         figures |= {
