@@ -52,6 +52,9 @@ from storage.usage import flatten
 
 BUSY = 10  # rules on `lang:en`: about one event a second between them
 CALLS_AT_ONCE = 16  # concurrent portal and rule calls during the setup
+SLOW_CALL = (
+    180.0  # seconds a setup call may take: at 1,000 rules on SecantusDB one took over 30 s (a figure, not a failure)
+)
 DATA_CONNECTIONS = 8
 WARMUP = 3.0  # seconds of data calls before the first measured phase
 AFTER_RESTART = 25.0  # seconds the run goes on after a worker is killed: the keys' holds run out (15 s), resumes
@@ -90,7 +93,9 @@ def _setup(stack: Stack, args, hook_url: str) -> dict:
     user = _ok(stack.call("POST", "/auth/register", {"email": "streams@example.com", "password": "bench pass 1"}))
     token = user["token"]
     names = [f"k{i}" for i in range(max(1, args.sockets))]
-    keys = list(pool.map(lambda name: _ok(stack.call("POST", "/keys", {"name": name}, token=token)), names))
+    keys = list(
+        pool.map(lambda name: _ok(stack.call("POST", "/keys", {"name": name}, token=token, timeout=SLOW_CALL)), names)
+    )
     _ok(stack.call("POST", f"/keys/{keys[0]['key_id']}/topup", {"credits": 10**12}, token=token))
     timings["keys_s"] = round(time.monotonic() - started, 1)
     hook = _ok(stack.call("POST", "/webhooks", {"url": hook_url, "description": "bench"}, token=token))
@@ -106,7 +111,9 @@ def _setup(stack: Stack, args, hook_url: str) -> dict:
         for n in range(args.rules)
     ]
     started = time.monotonic()
-    added = pool.map(lambda b: _ok(stack.call("POST", "/oapi/tweet_filter/add_rule", b, key=secret)), bodies)
+    added = pool.map(
+        lambda b: _ok(stack.call("POST", "/oapi/tweet_filter/add_rule", b, key=secret, timeout=SLOW_CALL)), bodies
+    )
     rules = [{**body, "rule_id": reply["rule_id"]} for body, reply in zip(bodies, added)]
     timings["rules_s"] = round(time.monotonic() - started, 1)
     pool.shutdown()
@@ -140,7 +147,8 @@ def _switch_on(stack: Stack, secret: str, rules: list[dict], interval: float) ->
             time.sleep(pause)
         rule = rules[n]
         since[rule["rule_id"]] = int(time.time())
-        _ok(stack.call("POST", "/oapi/tweet_filter/update_rule", {**rule, "is_effect": 1}, key=secret))
+        body = {**rule, "is_effect": 1}
+        _ok(stack.call("POST", "/oapi/tweet_filter/update_rule", body, key=secret, timeout=SLOW_CALL))
 
     with ThreadPoolExecutor(CALLS_AT_ONCE * 2) as pool:
         list(pool.map(one, range(len(rules))))
