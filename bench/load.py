@@ -8,6 +8,8 @@ server cannot hide its queueing (no coordinated omission).
 
 import asyncio
 import itertools
+import json
+import sys
 import time
 
 
@@ -70,3 +72,18 @@ async def run(host: str, port: int, requests: list[bytes], seconds: float, conne
 def request_bytes(host: str, path: str, headers: dict[str, str]) -> bytes:
     lines = [f"GET {path} HTTP/1.1", f"Host: {host}"] + [f"{k}: {v}" for k, v in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def main(argv: list[str]) -> None:
+    """`python bench/load.py PORT RATE SECONDS CONNECTIONS PLAN.json` (PLAN: [[path, api key], ...]): the open loop
+    in a process of its own, away from the caller's event loop (bench/streams.py runs its WebSocket clients on
+    that); prints the figures as JSON."""
+    port, rate, seconds, connections, plan = argv
+    with open(plan) as fh:
+        raw = [request_bytes("127.0.0.1", path, {"X-API-Key": key}) for path, key in json.load(fh)]
+    figures = asyncio.run(run("127.0.0.1", int(port), raw, float(seconds), int(connections), rate=float(rate)))
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

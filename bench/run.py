@@ -13,8 +13,9 @@ round trips per data call (the gateway's own PyMongo command-monitoring counter)
 provider answering in ~0.7 s, the gateway against nginx proxy_pass at 400-1,200 calls in flight, and a
 pool of provider keys (bench/latency.py). `./dev bench --clients [curl,h2] [--in-flight 100,400 ...]` measures the upstream
 HTTP client candidates in a bare proxy against the same slow provider (bench/clients.py).
-`./dev bench --streams [--rules 1000 --sockets 1000 --seconds 60] [--streams-workers 2]` measures filter rules
-and WebSockets, and with two workers checks exactly once (bench/streams.py).
+`./dev bench --streams [--rules 1000 --sockets 1000 --seconds 60] [--streams-workers 2]` measures filter rules,
+WebSockets and webhooks, the data calls' p99 with and without the rules, and exactly once (with two workers
+across a killed worker) (bench/streams.py).
 """
 
 import argparse
@@ -114,7 +115,14 @@ def main() -> None:
     parser.add_argument("--rules", type=int, default=1000, help="--streams: active rules at 10 s")
     parser.add_argument("--sockets", type=int, default=1000, help="--streams: WebSocket clients, one key each")
     parser.add_argument(
-        "--streams-workers", type=int, default=1, help="--streams: gateway workers; 2 also checks exactly once"
+        "--streams-workers", type=int, default=1, help="--streams: gateway workers; 2 also kills one (a restart)"
+    )
+    parser.add_argument("--interval", type=float, default=10, help="--streams: the rules' interval, seconds")
+    parser.add_argument("--data-rate", type=float, default=50, help="--streams: data calls/s (open loop) per phase")
+    parser.add_argument("--data-seconds", type=float, default=15, help="--streams: each data phase, seconds")
+    parser.add_argument("--drain", type=float, default=15, help="--streams: seconds for deliveries still in retry")
+    parser.add_argument(
+        "--no-restart", dest="restart", action="store_false", help="--streams: with 2 workers, kill none"
     )
     args = parser.parse_args()
     if args.streams:
@@ -122,8 +130,10 @@ def main() -> None:
 
         if "--seconds" not in sys.argv:
             args.seconds = 60
-        result = streams.run(args)
+        args.restart = args.restart and args.streams_workers > 1
         out = args.out or os.path.join(HERE, "results", f"streams-w{args.streams_workers}.json")
+        args.out_dir = os.path.dirname(out)
+        result = streams.run(args)
         streams.save(result, out)
         print(streams.report(result))
         print(f"(figures: {out})")
