@@ -14,7 +14,7 @@ the same `poll_seq` and, finding its event written, delivers that one instead of
 
 from datetime import UTC, datetime, timedelta
 
-from pymongo import ASCENDING, DESCENDING, IndexModel, ReturnDocument
+from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
@@ -81,9 +81,11 @@ class StreamStore:
         if supersede:
             change["$set"] |= {"lease_owner": None, "lease_token": None, "lease_until": EPOCH}
             change["$inc"] = {"poll_seq": 1, "claims": 1}
-        return await self.rules.find_one_and_update(
-            {"_id": rule_id, "account_id": account_id, "deleted": False}, change, return_document=ReturnDocument.AFTER
-        )
+        # An update and a read rather than find_one_and_update, which the embedded server makes ten times dearer.
+        mine = {"_id": rule_id, "account_id": account_id, "deleted": False}
+        if not (await self.rules.update_one(mine, change)).matched_count:
+            return None
+        return await self.rules.find_one({"_id": rule_id})
 
     async def delete(self, account_id: str, rule_id: str) -> bool:
         done = await self.rules.update_one(
@@ -196,15 +198,14 @@ class StreamStore:
     async def take_socket(self, key_id: int, conn_id: str, stale: datetime) -> bool:
         """Registers the key's socket unless another live one holds it (heartbeat after `stale`)."""
         try:
-            done = await self.sockets.find_one_and_update(
+            await self.sockets.update_one(
                 {"_id": key_id, "heartbeat_at": {"$lt": stale}},
                 {"$set": {"conn_id": conn_id, "heartbeat_at": now_utc()}},
                 upsert=True,
-                return_document=ReturnDocument.AFTER,
             )
         except DuplicateKeyError:  # a live holder: the filter did not match and the upsert collided
             return False
-        return done is not None and done["conn_id"] == conn_id
+        return True  # matched a stale hold (taken over) or inserted a new one: this socket's
 
     async def beat_sockets(self, held: list[tuple[int, str]]) -> None:
         """Renews the holds of this process's sockets, one write for all of them (conn ids are unique)."""
