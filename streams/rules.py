@@ -18,7 +18,8 @@ from social.endpoints import ENDPOINTS, Endpoint, page_size
 SEARCH: Endpoint = next(e for e in ENDPOINTS if e.path == "/tweet/advanced_search")
 SIZE = page_size(SEARCH, {})  # a poll asks for one page
 ROUTE = "/social" + SEARCH.path  # the usage record's endpoint: a poll is that data call
-RECENT_IDS = 200  # delivered ids remembered per rule, against a provider answering one twice
+RECENT_IDS = 20  # delivered ids remembered per rule, against a provider answering one twice (kept small: every
+# poll rewrites the rule's document)
 USER_NAME = re.compile(r"@?([A-Za-z0-9_]{1,15})")
 
 
