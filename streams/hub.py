@@ -145,4 +145,4 @@ class Hub:
         if beat:
             self._last_beat = now
             if live:
-                await self.store.beat_sockets([(s.key_id, s.conn_id) for s in live])
+                await self.store.beat_sockets([s.key_id for s in live])
