@@ -132,6 +132,7 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
     for task in tasks:
         task.cancel()
     await ctx.poller.close()  # before the final flush: a poll cut short releases its reservations
+    await ctx.hub.close()  # this process's sockets' holds on their keys end now, not when they go stale
     for _attempt in range(50):
         try:
             await ctx.meter.close()

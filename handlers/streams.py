@@ -9,7 +9,7 @@ PATCH/DELETE /streams/{rule_id}, GET /streams/{rule_id}/events. Another account'
 """
 
 import secrets
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import orjson
 import tornado.websocket
@@ -20,7 +20,6 @@ from handlers.keys import _no_controls
 from handlers.social import api_key
 from handlers.validation import Field, validate_body
 from streams import rules as polls
-from streams.hub import HOLD_STALE
 from streams.manage import LimitReached
 
 SCOPE = polls.SEARCH.path
@@ -204,8 +203,7 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
 
     async def open(self) -> None:
         ctx = self.ctx
-        stale = datetime.now(UTC) - timedelta(seconds=HOLD_STALE)
-        if not await ctx.stream_store.take_socket(self.key_id, self.conn_id, stale):
+        if not await ctx.hub.hold(self.key_id, self.conn_id):
             self.close(1008, "Only one connection per API key")
             return
         self.held = True

@@ -34,6 +34,7 @@ class StreamStore:
         self.rules = db.stream_rules
         self.events = db.stream_events
         self.sockets = db.stream_sockets
+        self.holders = db.stream_holders
         self.retention = retention_seconds
 
     async def ensure_indexes(self) -> None:
@@ -202,24 +203,30 @@ class StreamStore:
         return await self.events.find({"rule_id": rule_id}).sort("created_at", DESCENDING).to_list(limit)
 
     # --- one socket per key, across processes -------------------------------------------------------------
-    async def take_socket(self, key_id: int, conn_id: str, stale: datetime) -> bool:
-        """Registers the key's socket unless another live one holds it (heartbeat after `stale`)."""
-        try:
-            await self.sockets.update_one(
-                {"_id": key_id, "heartbeat_at": {"$lt": stale}},
-                {"$set": {"conn_id": conn_id, "heartbeat_at": now_utc()}},
-                upsert=True,
-            )
-        except DuplicateKeyError:  # a live holder: the filter did not match and the upsert collided
-            return False
-        return True  # matched a stale hold (taken over) or inserted a new one: this socket's
+    # A key's hold names its socket and the process serving it; a process renews one document of its own
+    # (`stream_holders`) for all its sockets, so a thousand sockets cost one write per beat, not a thousand.
+    async def beat(self, holder: str) -> None:
+        await self.holders.update_one({"_id": holder}, {"$set": {"beat_at": now_utc()}}, upsert=True)
 
-    async def beat_sockets(self, key_ids: list[int]) -> None:
-        """Renews the holds of this process's sockets, one write for all of them. By `_id` alone: the embedded
-        server answers that by key, and any other condition by reading every hold (with 1,000 sockets, most of
-        its time). A hold another socket took meanwhile (ours had gone stale) is renewed too, harmlessly: its
-        `conn_id` is the other socket's."""
-        await self.sockets.update_many({"_id": {"$in": key_ids}}, {"$set": {"heartbeat_at": now_utc()}})
+    async def forget(self, holder: str) -> None:
+        """A process stopping: its holds are free at once."""
+        await self.holders.delete_one({"_id": holder})
+
+    async def take_socket(self, key_id: int, conn_id: str, holder: str, stale: datetime) -> bool:
+        """Registers the key's socket unless a live one holds it (its process renewed since `stale`)."""
+        held = await self.sockets.find_one({"_id": key_id})
+        if held is None:
+            try:
+                await self.sockets.insert_one({"_id": key_id, "conn_id": conn_id, "holder": holder})
+            except DuplicateKeyError:  # another socket of the key, just now
+                return False
+            return True
+        if await self.holders.find_one({"_id": held.get("holder"), "beat_at": {"$gte": stale}}):
+            return False
+        taken = await self.sockets.update_one(  # the dead process's hold, unless another socket took it first
+            {"_id": key_id, "conn_id": held["conn_id"]}, {"$set": {"conn_id": conn_id, "holder": holder}}
+        )
+        return bool(taken.modified_count)
 
     async def drop_socket(self, key_id: int, conn_id: str) -> None:
         await self.sockets.delete_one({"_id": key_id, "conn_id": conn_id})

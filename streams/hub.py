@@ -41,12 +41,13 @@ class Socket(Protocol):
 
 
 class Hub:
-    def __init__(self, store: StreamStore, key_cache: LoadingCache, ping_seconds: float):
+    def __init__(self, store: StreamStore, key_cache: LoadingCache, ping_seconds: float, owner: str):
         self.store, self.key_cache, self.ping_seconds = store, key_cache, ping_seconds
+        self.owner = owner  # this process, as its sockets' holds name it
         self.sockets: dict[str, set[Socket]] = {}  # account id -> its sockets here
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._tail_since: datetime | None = None
-        self._last_ping = self._last_beat = time.monotonic()
+        self._last_ping, self._last_beat = time.monotonic(), 0.0
         # Seconds from an event's write to its last socket's send (bench/streams.py); bounded.
         self.fanout_seconds: deque[float] = deque(maxlen=100_000)
         self._background: set[asyncio.Task] = set()
@@ -142,7 +143,21 @@ class Hub:
             live.append(socket)
             if ping:
                 socket.send(ping_frame)
-        if beat:
-            self._last_beat = now
-            if live:
-                await self.store.beat_sockets([s.key_id for s in live])
+        if beat and live:
+            await self.renew()
+
+    async def renew(self) -> None:
+        """This process's holds renewed (one write for all its sockets): before a socket takes a hold, and
+        every HOLD_BEAT while it has sockets."""
+        self._last_beat = time.monotonic()
+        await self.store.beat(self.owner)
+
+    async def close(self) -> None:
+        await self.store.forget(self.owner)
+
+    async def hold(self, key_id: int, conn_id: str) -> bool:
+        """The key's one socket, this one, unless a live socket holds it (here or in another process)."""
+        if time.monotonic() - self._last_beat > HOLD_BEAT / 2:
+            await self.renew()
+        stale = datetime.now(UTC) - timedelta(seconds=HOLD_STALE)
+        return await self.store.take_socket(key_id, conn_id, self.owner, stale)

@@ -543,7 +543,7 @@ async def test_a_socket_is_pinged_and_keeps_its_key_for_as_long_as_it_lives(api,
     """Pings keep coming, and the socket's hold on its key is renewed: long after a hold would have gone stale,
     a second socket of the key is still refused (1008)."""
     monkeypatch.setattr("streams.hub.HOLD_BEAT", 0.2)
-    monkeypatch.setattr("handlers.streams.HOLD_STALE", 0.8)
+    monkeypatch.setattr("streams.hub.HOLD_STALE", 0.8)
     _, key = await api.funded_key(1_000_000)
     ws = await socket(base_url, key["key"])
     kinds: list[str] = []
