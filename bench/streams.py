@@ -17,7 +17,7 @@ spread. Then, in order:
 4. the same data calls with the rules active: p50 / p99 and what the rules add;
 5. with `--streams-workers 2` (unless `--no-restart`), one worker killed (SIGKILL): `serve --workers N` starts
    it again, its clients reconnect with `since_event_id` once the dead connections' holds on their keys run
-   out (15 s), and the run goes on max(`--seconds` / 2, 25 s), polls' lateness then reported apart;
+   out (6 s), and the run goes on max(`--seconds` / 2, 25 s), polls' lateness then reported apart;
 6. exactly once, as users see it (bench/streams_clients.py): per client, events and tweets received twice and
    events missed; at the webhook receiver, tweets twice and missed (after `--drain` seconds for deliveries in
    retry); and in the database: no tweet twice in a rule's events, no poll made twice (two usage records of
@@ -57,7 +57,7 @@ SLOW_CALL = (
 )
 DATA_CONNECTIONS = 8
 WARMUP = 3.0  # seconds of data calls before the first measured phase
-AFTER_RESTART = 25.0  # seconds the run goes on after a worker is killed: the keys' holds run out (15 s), resumes
+AFTER_RESTART = 25.0  # seconds the run goes on after a worker is killed: the keys' holds run out (6 s), resumes
 
 
 class StreamStack(Stack):
@@ -275,7 +275,7 @@ async def _phases(stack: Stack, db, setup: dict, args, hook_port: int, work: str
     measured = len(late)  # the polls before any restart
     if args.restart:  # after the measures: a restart's aftermath (resumes, a cold worker) is not in them
         restart = await _restart_one(gateway)
-        # Its clients get their keys back once the dead connections' holds run out (15 s), then resume.
+        # Its clients get their keys back once the dead connections' holds run out (6 s), then resume.
         await asyncio.sleep(max(args.seconds / 2, AFTER_RESTART))
         after = late[measured:]
         restart |= {"polls_after": len(after), "poll_late_after_p99_s": round(_pct(after, 0.99), 3)}

@@ -5,7 +5,7 @@ A `Client` is one key's socket. It counts, per client, tweets received twice for
 rule_id) and events received twice (event_id), and the time from each event's write (its `timestamp`) to its
 receipt. Dropped (a worker killed), it reconnects with `?since_event_id=` (the last event it had) or
 `?since_timestamp=` (its first connection, when it had none yet), retrying while the gateway still holds its
-key for the dead connection (1008 for up to 15 s: docs/streams.md).
+key for the dead connection (1008 for up to 6 s: docs/streams.md).
 
 `Receiver` is the account's webhook endpoint: each delivery is verified with the `standardwebhooks` package;
 it counts tweets delivered twice (one rule's tweet id under two webhook ids: a real double) apart from
