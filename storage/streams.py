@@ -19,9 +19,6 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# Writes that name their documents by _id, with conditions beside it, say which index to use: the embedded server
-# otherwise scans the whole collection for each (at 100 polls a second, seconds per write).
-BY_ID = [("_id", ASCENDING)]
 ACTIVE, INACTIVE, PAUSED = "active", "inactive", "paused_balance"  # a rule's status
 
 
@@ -87,7 +84,7 @@ class StreamStore:
             change["$inc"] = {"poll_seq": 1, "claims": 1}
         # An update and a read rather than find_one_and_update, which the embedded server makes ten times dearer.
         mine = {"_id": rule_id, "account_id": account_id, "deleted": False}
-        if not (await self.rules.update_one(mine, change, hint=BY_ID)).matched_count:
+        if not (await self.rules.update_one(mine, change)).matched_count:
             return None
         return await self.rules.find_one({"_id": rule_id})
 
@@ -95,7 +92,6 @@ class StreamStore:
         done = await self.rules.update_one(
             {"_id": rule_id, "account_id": account_id, "deleted": False},
             {"$set": {"deleted": True, "status": INACTIVE, "changed_at": now_utc()}},
-            hint=BY_ID,
         )
         return bool(done.modified_count)
 
@@ -118,9 +114,8 @@ class StreamStore:
                 "$set": {"lease_owner": owner, "lease_token": token, "lease_until": now + timedelta(seconds=hold)},
                 "$inc": {"claims": 1},
             },
-            hint=BY_ID,
         )
-        return await self.rules.find({"_id": {"$in": ids}, "lease_token": token}).hint(BY_ID).to_list(None)
+        return await self.rules.find({"_id": {"$in": ids}, "lease_token": token}).to_list(None)
 
     async def advance(self, rule: dict, fields: dict) -> bool:
         """The poll `poll_seq` is done (its event written): the cursor moves on and the lease is let go. False
@@ -131,7 +126,6 @@ class StreamStore:
                 "$set": {**fields, "lease_owner": None, "lease_token": None, "lease_until": EPOCH},
                 "$inc": {"poll_seq": 1},
             },
-            hint=BY_ID,
         )
         return bool(done.modified_count)
 
@@ -140,7 +134,6 @@ class StreamStore:
         await self.rules.update_one(
             {"_id": rule["_id"], "lease_token": rule["lease_token"]},
             {"$set": {"lease_owner": None, "lease_token": None, "lease_until": EPOCH, "due_at": due_at}},
-            hint=BY_ID,
         )
 
     async def let_go(self, owner: str) -> None:
