@@ -32,6 +32,9 @@ def _no_controls(value: str, loc: list) -> None:
         raise ValidationError([error(loc, "Input should not contain control characters", "string_pattern_mismatch")])
 
 
+_no_controls.pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"  # the same rule, for OpenAPI (openapi_schema.py)
+
+
 NAME = Field(
     "name",
     str,

@@ -50,6 +50,8 @@ def field_schema(f: Field) -> dict:
     if f.enum:
         schema["enum"] = list(f.enum)
     schema.update({keyword: getattr(f, name) for name, keyword in _KEYWORDS if getattr(f, name) is not None})
+    if getattr(f.check, "pattern", None):  # a check that is a pattern says so (no control characters)
+        schema["pattern"] = f.check.pattern
     return schema
 
 
