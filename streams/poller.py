@@ -157,26 +157,25 @@ class Poller:
         new: list[dict] = []
         gaps: list[dict] = []
         seen = set(rule.get("recent_ids") or ())
-        for gap in polls.regions(rule):
-            if len(pages) == MAX_PAGES:  # not read in this poll: left as it is
-                gaps.append(gap)
+        for region in polls.regions(rule):
+            if len(pages) == MAX_PAGES:  # a gap not read in this poll: left as it is
+                gaps.append(region)
                 continue
-            base = "query=" + quote(polls.poll_query(rule, gap)) + "&queryType=Latest"
-            above = gap["above"] if gap else rule.get("since_id")
+            base = "query=" + quote(polls.poll_query(rule, region)) + "&queryType=Latest"
             cursor, oldest = "", None
             while True:
                 read = await self._page(rule, event_id, start, pages, base + cursor)
                 if read is None:
                     return None
                 tweets, more = read
-                found = polls.fresh(tweets, seen, above)
+                found = polls.fresh(tweets, seen, region["above"])
                 seen.update(str(t["id"]) for t in found)
                 new += found
                 oldest = str(found[-1]["id"]) if found else oldest
                 if not more or not tweets or len(found) < len(tweets):
                     break  # the region is read to its end
                 if len(pages) == MAX_PAGES:  # the rest of the region waits for the next poll
-                    gaps.append(polls.gap_below(rule, gap, oldest))
+                    gaps.append(polls.gap_below(region, oldest))
                     break
                 cursor = "&cursor=" + quote(more)
         if len(gaps) > MAX_GAPS:

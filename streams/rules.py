@@ -23,27 +23,26 @@ RECENT_IDS = 20  # delivered ids remembered per rule, against a provider answeri
 USER_NAME = re.compile(r"@?([A-Za-z0-9_]{1,15})")
 
 
-def poll_query(rule: dict, gap: dict | None = None) -> str:
-    """The search of the next poll (the provider's operators: reference.md): what is new since the rule's
-    cursor, or, for a gap an earlier poll left (`regions`), what lies between its bounds."""
+def poll_query(rule: dict, region: dict) -> str:
+    """The search of one of a poll's regions (`regions`), with the provider's operators (reference.md): what
+    lies after its lower bound (an id, else a time) and, for a gap, before its upper one."""
     base = f"from:{rule['user_name']}" if rule["kind"] == "monitor" else rule["value"]
-    region = gap if gap is not None else {"above": rule.get("since_id"), "since_time": rule["since_time"]}
     since = f"since_id:{region['above']}" if region["above"] else f"since_time:{region['since_time']}"
     upto = f" max_id:{int(region['below']) - 1}" if region.get("below") else ""
     return f"{base} {since}{upto}"
 
 
-def regions(rule: dict) -> list[dict | None]:
-    """What a poll reads, newest first: what is new (None), then the gaps older polls left. A gap is the
-    older part of a poll that reached MAX_PAGES: `{above, since_time, below}`, the tweets after the cursor
-    it had (an id, else a time) and before the oldest tweet it delivered."""
-    return [None, *(rule.get("gaps") or [])]
+def regions(rule: dict) -> list[dict]:
+    """What a poll reads, newest first: what is new since the rule's cursor, then the gaps older polls left.
+    Each is `{above, since_time, below}`: after the cursor it had (an id, else a time) and, for a gap (the
+    older part of a poll that reached MAX_PAGES), before the oldest tweet that poll delivered."""
+    new = {"above": rule.get("since_id"), "since_time": rule["since_time"], "below": None}
+    return [new, *(rule.get("gaps") or [])]
 
 
-def gap_below(rule: dict, gap: dict | None, oldest: str) -> dict:
+def gap_below(region: dict, oldest: str) -> dict:
     """What is left of a region once its tweets down to `oldest` are delivered."""
-    bounds = gap or {"above": rule.get("since_id"), "since_time": rule["since_time"]}
-    return {"above": bounds["above"], "since_time": bounds["since_time"], "below": oldest}
+    return {**region, "below": oldest}
 
 
 def least_cost(prices: Prices) -> int:
