@@ -76,6 +76,14 @@ def user_name(value: str, loc: list) -> str:
     return found.group(1)
 
 
+async def added(ctx, *args) -> dict:
+    """A new rule or monitor (streams.Manager.add's arguments); 409 past the account's limit."""
+    try:
+        return await ctx.streams.add(*args)
+    except LimitReached as exc:
+        raise ApiError(409, str(exc)) from None
+
+
 class ProviderApi(BaseHandler):
     """The provider's answers: {"status": "success"|"error", "msg"} (errors too, through write_error)."""
 
@@ -94,12 +102,7 @@ class AddRuleHandler(ProviderApi):
         key = await self.key()
         body = validate_body(self.json_body(), ADD_RULE)
         interval = checked_interval(self.ctx.settings, body["interval_seconds"], ["body", "interval_seconds"])
-        try:
-            doc = await self.ctx.streams.add(
-                key.account_id, key.key_id, "rule", body["tag"], body["value"], interval, active=False
-            )
-        except LimitReached as exc:
-            raise ApiError(409, str(exc)) from None
+        doc = await added(self.ctx, key.account_id, key.key_id, "rule", body["tag"], body["value"], interval, False)
         self.ok(rule_id=doc["_id"])
 
 
@@ -141,10 +144,7 @@ class AddMonitorHandler(ProviderApi):
             await self.ctx.streams.change(key.account_id, found["_id"], {}, True)
             return self.ok(id_for_user=found["_id"])
         interval = self.ctx.settings.stream_monitor_interval
-        try:
-            doc = await self.ctx.streams.add(key.account_id, key.key_id, "monitor", "@" + name, name, interval, True)
-        except LimitReached as exc:
-            raise ApiError(409, str(exc)) from None
+        doc = await added(self.ctx, key.account_id, key.key_id, "monitor", "@" + name, name, interval, True)
         self.ok(id_for_user=doc["_id"])
 
 
@@ -286,10 +286,7 @@ class StreamsHandler(BaseHandler):
         else:
             tag, value, interval = body["tag"], body["value"], body.get("interval_seconds", RULE_INTERVAL)
         interval = checked_interval(settings, interval, ["body", "interval_seconds"])
-        try:
-            doc = await self.ctx.streams.add(self.current_user, 0, kind, tag, value, interval, body.get("active", True))
-        except LimitReached as exc:
-            raise ApiError(409, str(exc)) from None
+        doc = await added(self.ctx, self.current_user, 0, kind, tag, value, interval, body.get("active", True))
         self.send_json(self.ctx.streams.row(doc))
 
 
