@@ -172,8 +172,11 @@ class Poller:
                 seen.update(str(t["id"]) for t in found)
                 new += found
                 oldest = str(found[-1]["id"]) if found else oldest
-                if not more or not tweets or len(found) < len(tweets):
-                    break  # the region is read to its end
+                # Seen tweets on a page do not end the region: tweets posted since the first page shift a
+                # positional cursor, so the next page repeats some. It ends where the provider has no more, or
+                # where it answers below the region (a provider ignoring since_id:).
+                if not more or not tweets or polls.reached(tweets, region["above"]):
+                    break
                 if len(pages) == MAX_PAGES:  # the rest of the region waits for the next poll
                     gaps.append(polls.gap_below(region, oldest))
                     break

@@ -42,6 +42,7 @@ class Provider:
         self.queries: list[str] = []
         self.fail = False
         self.delay = 0.0
+        self.between_pages: list[dict] = []  # posted right after the next first page is answered
         provider = self
 
         class Search(tornado.web.RequestHandler):
@@ -52,7 +53,11 @@ class Provider:
                 if provider.fail:
                     self.set_status(500)
                     return self.finish(b"{}")
-                self.finish(orjson.dumps(provider.answer(query, int(self.get_query_argument("cursor", "0")))))
+                offset = int(self.get_query_argument("cursor", "0"))
+                self.finish(orjson.dumps(provider.answer(query, offset)))
+                if offset == 0:  # tweets posted while the poll reads its pages
+                    provider.tweets += provider.between_pages
+                    provider.between_pages = []
 
         sock, port = tornado.testing.bind_unused_port()
         self.server = tornado.httpserver.HTTPServer(tornado.web.Application([(r".*/tweet/advanced_search", Search)]))
@@ -60,9 +65,11 @@ class Provider:
         self.url = f"http://127.0.0.1:{port}"
         self._next = 1_900_000_000_000_000_000
 
-    def post(self, author: str = "alice", text: str = "hello") -> str:
+    def post(self, author: str = "alice", text: str = "hello", later: bool = False) -> str:
+        """A new tweet; `later`: posted only once the next first page is answered."""
         self._next += 1
-        self.tweets.append({"id": str(self._next), "text": text, "author": {"userName": author}, "t": time.time()})
+        tweet = {"id": str(self._next), "text": text, "author": {"userName": author}, "t": time.time()}
+        (self.between_pages if later else self.tweets).append(tweet)
         return str(self._next)
 
     def answer(self, query: str, offset: int = 0) -> dict:
@@ -495,6 +502,24 @@ async def test_a_burst_larger_than_one_poll_reads_is_delivered_whole_by_the_next
     later = provider.post(text="after the burst")
     third = await next_tweet_event(ws)
     assert [t["id"] for t in third["tweets"]] == [later]
+    ws.close()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_tweets_posted_while_a_poll_reads_its_pages_lose_none_of_the_older_ones(api, ctx, provider, base_url):
+    """The provider's page cursor is a position: tweets posted after the first page shift the next pages, which
+    then repeat some tweets already read. The poll goes on past them: every tweet is delivered, each once."""
+    user, key = await api.funded_key(1_000_000)
+    ws = await socket(base_url, key["key"])
+    await ws.read_message()
+    await rule_on(api, key["key"], interval=1.0)
+    await asyncio.sleep(1.5)
+    posted = [provider.post(text=f"n{i}") for i in range(50)]
+    posted += [provider.post(text=f"late{i}", later=True) for i in range(10)]
+    got: list[str] = []
+    while len(set(got)) < len(posted):
+        got += [t["id"] for t in (await next_tweet_event(ws, 10))["tweets"]]
+    assert sorted(got) == sorted(posted)
     ws.close()
 
 
