@@ -85,9 +85,7 @@ def fresh(tweets: list, seen: set[str], above: str | None) -> list[dict]:
 
 def reached(tweets: list, above: str | None) -> bool:
     """Whether an answer goes down to the region's lower bound (the id its search asked to be above)."""
-    return above is not None and any(
-        isinstance(t, dict) and not newer(str(t.get("id", "")), above) for t in tweets
-    )
+    return above is not None and any(isinstance(t, dict) and not newer(str(t.get("id", "")), above) for t in tweets)
 
 
 def cursor_after(rule: dict, delivered: list[dict]) -> dict:
