@@ -4,6 +4,7 @@ What the tests share besides fixtures is in tests/support.py."""
 
 import asyncio
 import dataclasses
+import sys
 import urllib.request
 import uuid
 
@@ -76,13 +77,18 @@ def ctx(io_loop, settings, mongo, upstream_url):
     async def teardown():
         for task in tasks:
             task.cancel()
-        await asyncio.wait(tasks)  # a change-stream read in flight must end before the loop does
+        # A change-stream read in flight must end before the loop does. A task that outlives its cancellation
+        # is a bug: name it and show where it waits, rather than hang the run.
+        _, stuck = await asyncio.wait(tasks, timeout=20)
+        for task in stuck:
+            task.print_stack(file=sys.stderr)
+        assert not stuck, f"background tasks ignored their cancellation: {[t.get_name() for t in stuck]}"
         await ctx.client.drop_database(settings.mongodb_db)
         await ctx.client.close()
         ctx.upstream.close()  # idempotent, also after gateway.shutdown
         ctx.executor.shutdown(wait=False)
 
-    io_loop.run_sync(teardown)
+    io_loop.run_sync(teardown, timeout=60)
 
 
 def _start_tasks(ctx):
