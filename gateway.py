@@ -131,8 +131,7 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
         await asyncio.sleep(0.05)
     for task in tasks:
         task.cancel()
-    await ctx.poller.close()  # before the final flush: a poll cut short releases its reservations
-    await ctx.hub.close()  # this process's sockets' holds on their keys end now, not when they go stale
+    await ctx.poller.stop()  # before the final flush: a poll cut short releases its reservations
     for _attempt in range(50):
         try:
             await ctx.meter.close()
@@ -142,10 +141,23 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
                 "final flush failed (%s), %d usage records pending; retrying", type(exc).__name__, len(ctx.meter.buffer)
             )
             await asyncio.sleep(0.2)
+    await let_go(ctx)
     await ctx.outbox.close()
     ctx.upstream.close()
     ctx.executor.shutdown(wait=False)
     await ctx.client.close()
+
+
+async def let_go(ctx: Context) -> None:
+    """After the final flush (a failure here must not cost a usage record): the rules this process polled and
+    its sockets' holds on their keys are free at once, not when their leases run out."""
+    for step, what in ((ctx.poller.close, "stream rules"), (ctx.hub.close, "socket holds")):
+        try:
+            await step()
+        except Exception as exc:
+            log.warning(
+                "could not let go of this process's %s (%s); they free when they expire", what, type(exc).__name__
+            )
 
 
 # --- 3. serve --------------------------------------------------------------------------------------

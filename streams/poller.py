@@ -272,13 +272,17 @@ class Poller:
         data = {"balance_credits": balance, "hour_credits": need, "summary": summary}
         await self.outbox.emit(f"{account_id}|{type_}|{time.time_ns()}", account_id, type_, data)
 
-    async def close(self) -> None:
-        """The polls still under way after the drain are cancelled (nothing charged) and their rules let go at
-        once, so another process (or this one restarted) polls them on time rather than after the lease."""
+    async def stop(self) -> None:
+        """The polls still under way after the drain are cancelled: their reservations released, nothing
+        charged (before the final usage flush, which then has every poll's record)."""
         self.stopped = True
         for task in list(self._polling):
             task.cancel()
         await asyncio.gather(*self._polling, return_exceptions=True)
+
+    async def close(self) -> None:
+        """The rules this process held are let go at once, so another process (or this one restarted) polls
+        them on time rather than after the lease."""
         await self.store.let_go(self.owner)
 
 
