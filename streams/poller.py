@@ -234,12 +234,14 @@ class Poller:
     @staticmethod
     def _due(rule: dict, start: datetime, wait: float) -> datetime:
         """The next poll: one interval after this one was due (polls keep their cadence); a poll that started
-        later than that skips the slots it missed rather than being due again at once (one poll per interval)."""
+        later than that skips the slots it missed rather than being due again at once (one poll per interval),
+        and a late one is followed no sooner than half a step after it began (two polls so close find the same
+        tweets, and each is charged)."""
         step = timedelta(seconds=min(wait, rule["interval_seconds"]))
         due = rule["due_at"] + step
         if due <= start:
             due += step * (math.floor((start - due) / step) + 1)
-        return due
+        return max(due, start + step / 2)
 
     # --- the balance ----------------------------------------------------------------------------------
     async def check_balances(self) -> None:

@@ -20,6 +20,7 @@ from support import FAST, Gateway, Receiver, account_with_keys, ledger_of, use_u
 from tornado.httpclient import HTTPRequest
 
 from storage import db as database
+from streams.poller import Poller
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 QUICK = dict(
@@ -695,3 +696,19 @@ async def test_a_gateway_stopped_mid_poll_lets_its_rule_go_at_once_and_charges_n
     await client.close()
     assert rule["lease_owner"] is None and rule["lease_until"].year == 1970
     assert account["credits"] == 10_000_000 and sum(r["credits"] for r in records) == 0
+
+
+@pytest.mark.parametrize(
+    ("late", "next_after_start"),
+    [
+        (0.2, 9.8),  # on time: one interval after it was due
+        (4.0, 6.0),  # late within its slot: still on its cadence
+        (9.9, 5.0),  # late nearly a whole interval: its slot's end is 0.1 s away, yet the next waits half an interval
+        (23.0, 7.0),  # late past two slots: the missed ones are skipped (one poll per interval window)
+    ],
+)
+def test_a_late_poll_keeps_the_cadence_but_the_next_waits_at_least_half_an_interval(late, next_after_start):
+    due = datetime(2026, 11, 26, tzinfo=UTC)
+    start = due + timedelta(seconds=late)
+    following = Poller._due({"due_at": due, "interval_seconds": 10}, start, 10)
+    assert (following - start).total_seconds() == pytest.approx(next_after_start)
