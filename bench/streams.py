@@ -191,20 +191,25 @@ async def _data_load(plan: list[tuple[str, str]], port: int, rate: float, second
     return figures
 
 
-async def _lateness(db, late: list[float], stop: asyncio.Event) -> None:
-    """Each rule's `late_seconds` of its last poll, sampled every second (read in a thread: the clients' loop)."""
-    seen = set()
+async def _lateness(db, late: list[float], stop: asyncio.Event, timeline: list | None = None) -> None:
+    """Each rule's `late_seconds` of its last poll, sampled every second (read in a thread: the clients' loop);
+    `timeline` gets, per sample, [seconds since the first, polls new in it, the latest of them]."""
+    seen, first = set(), time.monotonic()
 
     def read() -> list[dict]:
         query = {"polled_at": {"$ne": None}}
         return list(db.stream_rules.find(query, {"polled_at": 1, "late_seconds": 1}))
 
     while not stop.is_set():
+        new = []
         for rule in await asyncio.to_thread(read):
             mark = (rule["_id"], rule["polled_at"])
             if mark not in seen and "late_seconds" in rule:
                 seen.add(mark)
-                late.append(rule["late_seconds"])
+                new.append(rule["late_seconds"])
+        late += new
+        if timeline is not None:
+            timeline.append([round(time.monotonic() - first), len(new), round(max(new, default=0), 1)])
         await asyncio.sleep(1.0)
 
 
@@ -261,7 +266,8 @@ async def _phases(stack: Stack, db, setup: dict, args, hook_port: int, work: str
     since = await asyncio.to_thread(_switch_on, stack, setup["keys"][0], setup["rules"], args.interval)
     result["setup"]["switch_on_s"] = round(time.monotonic() - started, 1)
     late, stop = [], asyncio.Event()
-    sampler = asyncio.create_task(_lateness(db, late, stop))
+    timeline: list = []
+    sampler = asyncio.create_task(_lateness(db, late, stop, timeline))
 
     gateway, restart = Gateway(stack), None
     polls_before, cpu_before = await asyncio.to_thread(_polls, db), gateway.sample()
@@ -313,6 +319,7 @@ async def _phases(stack: Stack, db, setup: dict, args, hook_port: int, work: str
         "poll_late_p99_s": round(_pct(late, 0.99), 3),
         "poll_late_max_s": round(max(late, default=float("nan")), 3),
         "polls_late_over_1s": sum(1 for x in late if x > 1),
+        "poll_late_timeline": timeline,
         "events_in_window": len(in_window),
         "events_reaching_every_client": len(full),
         "fanout_first_client_p50_ms": round(_pct(first, 0.5), 1),
@@ -368,15 +375,16 @@ def _exactly_once(stack: Stack, db, account_id: str, rules: list[str], since: di
             (rule_id, *a, *b) for a, b in zip(ordered, ordered[1:]) if (b[0] - a[0]).total_seconds() < interval / 2
         ]
     close_polls = len(close)
-    # What the sandbox returns for the busy rules' search, from the first switch-on to 30 s before the end.
-    until = int(time.time()) - 30
+    # What the sandbox returns for the busy rules' search, from the second the gateway switched each on (its
+    # `since_time`: a loaded gateway answers later than the bench asked) to the second before its last poll
+    # began (a poll sees every second before its own).
     busy = [r for r in rules[:BUSY] if r in since]
-    # Each rule searches from the second the gateway switched it on (its `since_time`), which a loaded gateway
-    # answers later than the bench asked: the bench's own clock would count the seconds between as missed.
-    started = {r["_id"]: r["since_time"] for r in db.stream_rules.find({"_id": {"$in": busy}}, {"since_time": 1})}
+    seen = {r["_id"]: r for r in db.stream_rules.find({"_id": {"$in": busy}}, {"since_time": 1, "polled_at": 1})}
+    started = {r: seen[r]["since_time"] for r in busy}
+    upto = {r: int(seen[r]["polled_at"].timestamp()) - 1 for r in busy}
     found, cursor, missing = [], "", []
     while busy:
-        query = quote(f"lang:en since_time:{min(started.values())} until_time:{until}")
+        query = quote(f"lang:en since_time:{min(started.values())} until_time:{max(upto.values())}")
         request = urllib.request.Request(
             f"{stack.upstream}/twitter/tweet/advanced_search?query={query}&queryType=Latest&cursor={cursor}",
             headers={"X-API-Key": UPSTREAM_KEY},
@@ -388,7 +396,7 @@ def _exactly_once(stack: Stack, db, account_id: str, rules: list[str], since: di
             break
     for rule_id in busy:
         delivered = set(by_rule[rule_id])
-        expected = {t["id"] for t in found if _created(t) >= started[rule_id]}
+        expected = {t["id"] for t in found if started[rule_id] <= _created(t) < upto[rule_id]}
         missed += len(expected - delivered)
         missing += sorted(expected - delivered)[:5]
     return (
@@ -398,6 +406,7 @@ def _exactly_once(stack: Stack, db, account_id: str, rules: list[str], since: di
             "db_polls_within_half_an_interval": close_polls,
             "db_tweets_missed": missed,
             "db_tweets_checked": len(found),
+            "db_busy_rules_last_poll_age_s": round(time.time() - min(upto.values(), default=time.time()), 1),
         }
         | ({"db_tweets_missed_sample": missing[:10]} if missing else {})
         | (
