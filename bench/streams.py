@@ -378,8 +378,9 @@ def _exactly_once(stack: Stack, db, account_id: str, rules: list[str], since: di
     # What the sandbox returns for the busy rules' search, from the second the gateway switched each on (its
     # `since_time`: a loaded gateway answers later than the bench asked) to the second before its last poll
     # began (a poll sees every second before its own).
-    busy = [r for r in rules[:BUSY] if r in since]
-    seen = {r["_id"]: r for r in db.stream_rules.find({"_id": {"$in": busy}}, {"since_time": 1, "polled_at": 1})}
+    polled = {"_id": {"$in": rules[:BUSY]}, "polled_at": {"$ne": None}}
+    seen = {r["_id"]: r for r in db.stream_rules.find(polled, {"since_time": 1, "polled_at": 1})}
+    busy = [r for r in rules[:BUSY] if r in since and r in seen]
     started = {r: seen[r]["since_time"] for r in busy}
     upto = {r: int(seen[r]["polled_at"].timestamp()) - 1 for r in busy}
     found, cursor, missing = [], "", []
