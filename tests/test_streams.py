@@ -117,6 +117,16 @@ async def socket(base_url: str, key: str, query: str = "", path: str = "/twitter
     return await tornado.websocket.websocket_connect(HTTPRequest(url, headers={"X-API-Key": key}))
 
 
+async def quiet_rule_and_socket(api, base_url: str):
+    """A funded account's socket (past its `connected`) and a rule at 1 s that has polled once, finding nothing."""
+    _, key = await api.funded_key(1_000_000)
+    ws = await socket(base_url, key["key"])
+    await ws.read_message()
+    await rule_on(api, key["key"], interval=1.0)
+    await asyncio.sleep(1.5)
+    return ws
+
+
 async def next_tweet_event(ws, seconds: float = 10.0) -> dict:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -489,11 +499,7 @@ async def test_a_busy_interval_is_read_page_by_page_each_page_charged(api, ctx, 
 async def test_a_burst_larger_than_one_poll_reads_is_delivered_whole_by_the_next_polls(api, ctx, provider, base_url):
     """130 new tweets between two polls, one poll reading 100 at most: the newest 100 come at once, the older
     30 with the next poll (a gap it reads with max_id:), each tweet once."""
-    user, key = await api.funded_key(1_000_000)
-    ws = await socket(base_url, key["key"])
-    await ws.read_message()
-    await rule_on(api, key["key"], interval=1.0)
-    await asyncio.sleep(1.5)
+    ws = await quiet_rule_and_socket(api, base_url)
     posted = [provider.post(text=f"n{i}") for i in range(130)]
     first = await next_tweet_event(ws)
     assert [t["id"] for t in first["tweets"]] == posted[:-101:-1]  # the newest 100, newest first
@@ -510,11 +516,7 @@ async def test_a_burst_larger_than_one_poll_reads_is_delivered_whole_by_the_next
 async def test_tweets_posted_while_a_poll_reads_its_pages_lose_none_of_the_older_ones(api, ctx, provider, base_url):
     """The provider's page cursor is a position: tweets posted after the first page shift the next pages, which
     then repeat some tweets already read. The poll goes on past them: every tweet is delivered, each once."""
-    user, key = await api.funded_key(1_000_000)
-    ws = await socket(base_url, key["key"])
-    await ws.read_message()
-    await rule_on(api, key["key"], interval=1.0)
-    await asyncio.sleep(1.5)
+    ws = await quiet_rule_and_socket(api, base_url)
     posted = [provider.post(text=f"n{i}") for i in range(50)]
     posted += [provider.post(text=f"late{i}", later=True) for i in range(10)]
     got: list[str] = []
