@@ -28,6 +28,7 @@ from storage.admin import AdminStore
 from storage.alerts import AlertStore
 from storage.audit import SYSTEM, AuditStore
 from storage.budgets import BudgetStore
+from storage.expiry import Expiry
 from storage.idempotency import IdempotencyStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
@@ -64,7 +65,9 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     metrics = Metrics()
     client = database.connect(settings.mongodb_uri, event_listeners=[RoundTrips(metrics)])
     db = client[settings.mongodb_db]
-    await database.ensure_indexes(db)
+    expiry = Expiry(db, settings.db_expiry_seconds)
+    await expiry.start()
+    await database.ensure_indexes(db, expiry)
     accounts, keys_, usage = AccountStore(db), KeyStore(db), UsageStore(db)
     # A process restarted on the same node reclaims its predecessor's leases at once (Meter.start).
     node = f"{socket.gethostname()}:{settings.port}" + (f":{worker}" if worker is not None else "")
@@ -85,7 +88,7 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hash")
     decoy = await asyncio.get_running_loop().run_in_executor(executor, passwords.decoy_hash, settings.password_scrypt_n)
     audit = AuditStore(db, settings.audit_retention_days)
-    await audit.ensure_indexes()
+    await audit.ensure_indexes(expiry)
 
     async def credit(account_id: str, credit_id: str, credits: int, usd: float):
         # A payment's credits, then its audit entry by the system: once per credit id, however often settled.
@@ -104,7 +107,7 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     detector = Detector(settings, alert_store, outbox, meter, accounts, keys_)
     payments.crediting.listeners.append(detector.order_changed)
     stream_store = StreamStore(db, settings.stream_event_retention)
-    await stream_store.ensure_indexes()
+    await stream_store.ensure_indexes(expiry)
     prices = Prices(settings.price_rules)
     hub = Hub(stream_store, meter.key_cache, settings.stream_ping_seconds, owner=leases.process_id)
     poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, owner=leases.process_id)
@@ -156,4 +159,5 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         streams=Manager(settings, stream_store, prices, poller.nudge),
         hub=hub,
         poller=poller,
+        expiry=expiry,
     )

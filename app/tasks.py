@@ -1,6 +1,6 @@
 """Every loop of background work this process runs, in one place: stores and services expose single
 steps (Meter.flush, Meter.heartbeat, Meter.upkeep, Payments.reconcile_once, AdminStore.refresh, RateLimiter.forget_idle,
-Detector.check_once, Outbox.work);
+Detector.check_once, Outbox.work, Expiry.once);
 this module decides when they run."""
 
 import asyncio
@@ -118,6 +118,8 @@ def start_background(ctx: Context) -> list[asyncio.Task]:
         "stream-balance": every(settings.stream_balance_check_seconds, ctx.poller.check_balances, "stream balance"),
         "coherence": Coherence(settings, ChangeFeed(ctx.client[settings.mongodb_db]), ctx.meter, ctx.sessions).run(),
     }
+    if ctx.expiry.passes:  # on SecantusDB: expired documents deleted here, not by its sweeper (storage/expiry.py)
+        tasks["expiry"] = every(settings.db_expiry_seconds, ctx.expiry.once, "expiry pass")
     if ctx.payments.provider is not None:  # a missed notification still credits within a few intervals
         tasks["reconcile"] = every(settings.reconcile_interval, ctx.payments.reconcile_once, "reconciliation")
     return [asyncio.create_task(work, name=name) for name, work in tasks.items()]

@@ -193,13 +193,15 @@ async def _data_load(plan: list[tuple[str, str]], port: int, rate: float, second
 
 async def _lateness(db, late: list[float], stop: asyncio.Event, timeline: list | None = None) -> None:
     """Each rule's `late_seconds` of its last poll, sampled every second (read in a thread: the clients' loop);
-    `timeline` gets, per sample, [seconds since the first, polls new in it, the latest of them]."""
-    seen, first = set(), time.monotonic()
+    `timeline` gets, per sample, [seconds since the first, polls new in it, the latest of them]. The polls
+    already made at the first sample (while the rules were switched on) are not in the window."""
+    first = time.monotonic()
 
     def read() -> list[dict]:
         query = {"polled_at": {"$ne": None}}
         return list(db.stream_rules.find(query, {"polled_at": 1, "late_seconds": 1}))
 
+    seen = {(rule["_id"], rule["polled_at"]) for rule in await asyncio.to_thread(read)}
     while not stop.is_set():
         new = []
         for rule in await asyncio.to_thread(read):

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from app.embedded import EmbeddedMongo  # noqa: E402
 from storage import db as database  # noqa: E402
+from storage.expiry import Expiry  # noqa: E402
 from storage.usage import UsageStore  # noqa: E402
 
 ACCOUNT = "bench-account"
@@ -84,7 +85,7 @@ async def main(calls: int, flush_batch: int, export: bool) -> None:
         try:
             client = database.connect(mongo.uri)
             db = client["usage_bench"]
-            await database.ensure_indexes(db)
+            await database.ensure_indexes(db, Expiry(db, 0))  # a short run: nothing expires
             usage = UsageStore(db)
             batches = calls // flush_batch
             today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)

@@ -85,6 +85,13 @@ class Settings:
         "Niceness of the embedded database process (0-19): its write bursts yield the cores to the request path.",
         "EMBEDDED_DB_NICE",
     )
+    db_expiry_seconds: float = _setting(
+        60.0,
+        "On SecantusDB (the embedded default): seconds between this process's passes deleting documents past "
+        "their TTL index's expiry, made without one there (storage/expiry.py); 0 leaves expiry to the server's "
+        "own sweeper, which stalls it under load. MongoDB expires documents itself either way.",
+        "DB_EXPIRY_SECONDS",
+    )
     # Secrets
     jwt_secret: str = _setting(
         "", "HS256 key for session tokens. Required in production; generated in development.", "JWT_SECRET"
@@ -584,6 +591,8 @@ def problems(settings: Settings) -> list[str]:
         found.append("GATEWAY_PORT must be a TCP port")
     if not 0 <= settings.embedded_db_nice <= 19:
         found.append("EMBEDDED_DB_NICE must be between 0 and 19")
+    if settings.db_expiry_seconds < 0:
+        found.append("DB_EXPIRY_SECONDS must be 0 (no passes) or a positive number of seconds")
     if not 0 <= settings.metrics_port <= 65535 or (settings.metrics_port and settings.metrics_port == settings.port):
         found.append("METRICS_PORT must be 0 or a TCP port other than GATEWAY_PORT")
     if not settings.upstream_path_prefix.startswith("/"):

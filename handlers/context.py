@@ -25,6 +25,7 @@ from storage.accounts import AccountStore
 from storage.admin import AdminStore
 from storage.alerts import AlertStore
 from storage.audit import AuditStore
+from storage.expiry import Expiry
 from storage.keys import KeyStore
 from storage.signin import SignInStore
 from storage.streams import StreamStore
@@ -72,6 +73,7 @@ class Context:
     streams: Manager  # adding and changing rules and monitors (streams/manage.py)
     hub: Hub  # this process's WebSockets (streams/hub.py)
     poller: Poller  # the poll scheduler (streams/poller.py)
+    expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
     # Wrong second-factor codes per account, in this process (handlers/twofactor.py): 5 per 5 minutes.
     second_factor: SlidingWindows = field(default_factory=lambda: SlidingWindows(5, 300.0, 100_000))
     # Password-reset emails per address, in this process (handlers/reset.py): 3 an hour.

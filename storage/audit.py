@@ -34,6 +34,8 @@ from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
+from storage.expiry import Expiry
+
 log = logging.getLogger("gateway.audit")
 
 ACTIONS = (
@@ -102,8 +104,8 @@ class AuditStore:
         self.entries = db.audit_log
         self.retention = timedelta(days=retention_days)
 
-    async def ensure_indexes(self) -> None:
-        await self.entries.create_indexes(INDEXES)
+    async def ensure_indexes(self, expiry: Expiry) -> None:
+        await expiry.create_indexes(self.entries, INDEXES)
 
     async def record(
         self,

@@ -4,6 +4,8 @@ from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
+from storage.expiry import Expiry
+
 DUPLICATE_KEY = 11000
 
 INDEXES = {
@@ -67,7 +69,7 @@ def connect(uri: str, **kwargs) -> AsyncMongoClient:
     return AsyncMongoClient(uri, tz_aware=True, serverSelectionTimeoutMS=5000, journal=True, **kwargs)
 
 
-async def ensure_indexes(db: AsyncDatabase) -> None:
-    """Idempotent: create_indexes is a no-op for indexes that already exist."""
+async def ensure_indexes(db: AsyncDatabase, expiry: Expiry) -> None:
+    """Idempotent: create_indexes is a no-op for indexes that already exist (TTL ones: storage/expiry.py)."""
     for name, indexes in INDEXES.items():
-        await db[name].create_indexes(indexes)
+        await expiry.create_indexes(db[name], indexes)

@@ -18,6 +18,8 @@ from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
+from storage.expiry import Expiry
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ACTIVE, INACTIVE, PAUSED = "active", "inactive", "paused_balance"  # a rule's status
 
@@ -34,7 +36,7 @@ class StreamStore:
         self.holders = db.stream_holders
         self.retention = retention_seconds
 
-    async def ensure_indexes(self) -> None:
+    async def ensure_indexes(self, expiry: Expiry) -> None:
         await self.rules.create_indexes(
             [
                 IndexModel([("status", ASCENDING), ("due_at", ASCENDING)]),  # the claim
@@ -42,12 +44,13 @@ class StreamStore:
                 IndexModel([("lease_token", ASCENDING)], sparse=True),
             ]
         )
-        await self.events.create_indexes(
+        await expiry.create_indexes(
+            self.events,
             [
                 IndexModel([("created_at", ASCENDING)], expireAfterSeconds=int(self.retention)),
                 IndexModel([("account_id", ASCENDING), ("created_at", ASCENDING)]),
                 IndexModel([("rule_id", ASCENDING), ("created_at", DESCENDING)]),
-            ]
+            ],
         )
 
     # --- rules, as the API and the portal see them ------------------------------------------------

@@ -45,6 +45,7 @@ def test_a_bad_config_file_is_refused_with_a_reason(tmp_path, content, message):
         ({"UPSTREAM_PATH_PREFIX": "twitter"}, "UPSTREAM_PATH_PREFIX"),
         ({"EVENT_LOOP": "trio"}, "EVENT_LOOP must be asyncio or uvloop"),
         ({"EMBEDDED_DB_NICE": "20"}, "EMBEDDED_DB_NICE must be between 0 and 19"),
+        ({"DB_EXPIRY_SECONDS": "-1"}, "DB_EXPIRY_SECONDS must be 0"),
         ({"IDEMPOTENCY_TTL": "0"}, "IDEMPOTENCY_TTL must be at least 1"),
         ({"IDEMPOTENCY_MAX_BODY_BYTES": "0"}, "IDEMPOTENCY_MAX_BODY_BYTES must be at least 1"),
     ],
