@@ -57,6 +57,7 @@ SLOW_CALL = (
 )
 DATA_CONNECTIONS = 8
 WARMUP = 3.0  # seconds of data calls before the first measured phase
+DRAIN_SECONDS = 0.25  # between reads of what the clients received (their receipt times are stamped on arrival)
 AFTER_RESTART = 25.0  # seconds the run goes on after a worker is killed: the keys' holds run out (6 s), resumes
 
 
@@ -240,6 +241,14 @@ def _sockets_open(pid: int) -> int:
         return 0
 
 
+async def _drain(clients: list[Client]) -> None:
+    """The clients' received frames read every DRAIN_SECONDS (Client.drain), until cancelled."""
+    while True:
+        await asyncio.sleep(DRAIN_SECONDS)
+        for client in clients:
+            client.drain()
+
+
 def _polls(db) -> int:
     return sum(r["poll_seq"] for r in db.stream_rules.find({}, {"poll_seq": 1}))
 
@@ -253,6 +262,7 @@ async def _phases(stack: Stack, db, setup: dict, args, hook_port: int, work: str
     clients = [Client(url, key) for key in setup["keys"][: args.sockets]]
     started = time.monotonic()
     tasks = [asyncio.create_task(c.run()) for c in clients]
+    tasks.append(asyncio.create_task(_drain(clients)))
     while any(c.connections == 0 for c in clients) and time.monotonic() - started < 120:
         await asyncio.sleep(0.1)
     result["sockets_connected"] = sum(1 for c in clients if c.connections)
@@ -356,6 +366,10 @@ def _written(db, cutoff: datetime) -> dict:
 def _exactly_once(stack: Stack, db, account_id: str, rules: list[str], since: dict, interval: float) -> dict:
     """In the database: doubles, double polls, close polls and misses across the whole run."""
     doubles, double_polls, missed = 0, 0, 0
+    # The busy rules' last polls first, their events after: a poll writes its event before it moves the rule
+    # on, so every poll seen here has its event below (the gateway still polls while this reads).
+    polled = {"_id": {"$in": rules[:BUSY]}, "polled_at": {"$ne": None}}
+    seen = {r["_id"]: r for r in db.stream_rules.find(polled, {"since_time": 1, "polled_at": 1})}
     by_rule = defaultdict(list)
     for event in db.stream_events.find({}):
         by_rule[event["rule_id"]].extend(t["id"] for t in event["tweets"])
@@ -380,8 +394,6 @@ def _exactly_once(stack: Stack, db, account_id: str, rules: list[str], since: di
     # What the sandbox returns for the busy rules' search, from the second the gateway switched each on (its
     # `since_time`: a loaded gateway answers later than the bench asked) to the second before its last poll
     # began (a poll sees every second before its own).
-    polled = {"_id": {"$in": rules[:BUSY]}, "polled_at": {"$ne": None}}
-    seen = {r["_id"]: r for r in db.stream_rules.find(polled, {"since_time": 1, "polled_at": 1})}
     busy = [r for r in rules[:BUSY] if r in since and r in seen]
     started = {r: seen[r]["since_time"] for r in busy}
     upto = {r: int(seen[r]["polled_at"].timestamp()) - 1 for r in busy}

@@ -15,22 +15,23 @@ redeliveries of one webhook id (allowed by Standard Webhooks: receivers dedupe o
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
 import time
 from collections import defaultdict
+from urllib.parse import urlsplit
 
 import orjson
 import tornado.web
-import tornado.websocket
 from standardwebhooks import Webhook
-from tornado.httpclient import HTTPClientError, HTTPRequest
 
 RETRY_SECONDS = 0.5  # between reconnection attempts of a dropped client
 
 
-_PARSED: dict[str, dict] = {}  # an event's text -> the event: every client gets the same text (parsed once)
+_PARSED: dict[bytes, dict] = {}  # an event's text -> the event: every client gets the same text (parsed once)
 
 
-def parsed(text: str) -> dict:
+def parsed(text: bytes) -> dict:
     """The event of a message, parsed once for all clients: the bench's own CPU stays off the figures."""
     event = _PARSED.get(text)
     if event is None:
@@ -41,9 +42,15 @@ def parsed(text: str) -> dict:
 
 
 class Client:
+    """One key's socket, on a bare asyncio protocol: receiving only stamps and keeps the bytes (`_Wire`), and
+    `drain` reads the frames later, so a thousand clients in this process add little to the receipt times
+    they measure (each frame's time is when its last byte arrived)."""
+
     def __init__(self, url: str, key: str):
-        self.url, self.key = url, key
-        self.ws = None
+        parts = urlsplit(url)
+        self.host, self.port, self.target = parts.hostname, parts.port or 80, parts.path
+        self.key = key
+        self.wire: _Wire | None = None
         self.connected_ms: int | None = None  # the first connection's time (resume point before any event)
         self.last_event: str | None = None
         self.events: dict[str, int] = {}  # event id -> the connection (1, 2, ...) that brought it first
@@ -62,45 +69,44 @@ class Client:
     async def run(self) -> None:
         while not self.stopping:
             try:
-                await self._connect()
-            except (OSError, HTTPClientError, tornado.websocket.WebSocketClosedError):
-                self.refused += 1
-                await asyncio.sleep(RETRY_SECONDS)
-                continue
-            if self.ws is None:  # closed before `connected` (1008: one socket per key)
+                wire = await self._connect()
+            except OSError:
+                wire = None
+            if wire is None:  # refused, or closed before `connected` (1008: one socket per key)
                 self.refused += 1
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
             self.connections += 1
-            await self._read()
+            self.wire = wire
+            await wire.lost
+            self.drain()  # what it had, before a reconnect resumes after its last event
+            self.wire = None
 
-    async def _connect(self) -> None:
-        url = self.url
+    async def _connect(self) -> _Wire | None:
+        query = ""
         if self.last_event is not None:
-            url += "?since_event_id=" + self.last_event
+            query = "?since_event_id=" + self.last_event
         elif self.connected_ms is not None:
-            url += f"?since_timestamp={self.connected_ms}"
-        ws = await tornado.websocket.websocket_connect(HTTPRequest(url, headers={"X-API-Key": self.key}))
-        first = await ws.read_message()
-        if first is None or '"connected"' not in first:
-            ws.close()
-            self.ws = None
-            return
-        connected = orjson.loads(first)
+            query = f"?since_timestamp={self.connected_ms}"
+        loop = asyncio.get_running_loop()
+        _, wire = await loop.create_connection(_Wire, self.host, self.port)
+        wire.handshake(self.host, self.port, self.target + query, self.key)
+        connected = await wire.connected
+        if connected is None:
+            wire.close()
+            return None
         if self.connected_ms is None:
             self.connected_ms = connected["timestamp"]
         if not connected.get("replay", {"complete": True})["complete"]:  # the gateway could not replay it all
             self.incomplete_resumes += 1
-        self.ws = ws
+        return wire
 
-    async def _read(self) -> None:
-        while True:
-            text = await self.ws.read_message()
-            if text is None:  # dropped: reconnect and resume (unless the bench is ending)
-                self.ws = None
-                return
-            if '"tweet"' in text[:40]:
-                self.take(parsed(text), time.time() * 1000)
+    def drain(self) -> None:
+        """The tweet events received since the last drain, counted with their receipt times."""
+        if self.wire is not None:
+            for payload, ms in self.wire.frames():
+                if b'"tweet"' in payload[:40]:
+                    self.take(parsed(payload), ms)
 
     def take(self, event: dict, now_ms: float) -> None:
         """One tweet event received: counted, and its doubles."""
@@ -124,8 +130,98 @@ class Client:
 
     def close(self) -> None:
         self.stopping = True
-        if self.ws is not None:
-            self.ws.close()
+        self.drain()
+        if self.wire is not None:
+            self.wire.close()
+
+
+class _Wire(asyncio.Protocol):
+    """A WebSocket client connection read as bytes: `data_received` only stamps and keeps each chunk; the
+    frames (unmasked from a server, whole: the gateway does not fragment) are read from them by `frames`."""
+
+    def __init__(self):
+        loop = asyncio.get_running_loop()
+        self.connected: asyncio.Future = loop.create_future()  # the `connected` event, or None if refused
+        self.lost: asyncio.Future = loop.create_future()
+        self.transport: asyncio.Transport | None = None
+        self.chunks: list[tuple[bytes, float]] = []
+        self.early: list[tuple[bytes, float]] = []  # text frames read with the `connected` event
+        self.buffer = bytearray()
+        self.upgraded = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def handshake(self, host: str, port: int, target: str, key: str) -> None:
+        nonce = base64.b64encode(os.urandom(16)).decode()
+        self.transport.write(
+            f"GET {target} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {nonce}\r\nSec-WebSocket-Version: 13\r\nX-API-Key: {key}\r\n\r\n".encode()
+        )
+
+    def data_received(self, data: bytes) -> None:
+        if self.connected.done():  # the hot path: one stamp per chunk, nothing parsed
+            self.chunks.append((data, time.time() * 1000))
+            return
+        self.buffer += data  # the upgrade and the `connected` event, read at once
+        if not self.upgraded:
+            head, found, rest = bytes(self.buffer).partition(b"\r\n\r\n")
+            if not found:
+                return
+            if b" 101 " not in head.split(b"\r\n", 1)[0]:
+                self._refused()
+                return
+            self.upgraded, self.buffer = True, bytearray(rest)
+        now = time.time() * 1000
+        for opcode, payload in self._parse():
+            if opcode == 1 and not self.connected.done():
+                self.connected.set_result(orjson.loads(payload))
+            elif opcode == 1:  # what came with it (a resume's replay): kept as if received after it
+                self.early.append((payload, now))
+            elif opcode == 8:
+                self._refused()
+
+    def frames(self) -> list[tuple[bytes, float]]:
+        """The text frames received since the last call, each with the time its last byte arrived."""
+        out, self.early = self.early, []
+        chunks, self.chunks = self.chunks, []
+        for data, ms in chunks:
+            self.buffer += data
+            out += [(payload, ms) for opcode, payload in self._parse() if opcode == 1]
+        return out
+
+    def _parse(self) -> list[tuple[int, bytes]]:
+        done, buf = [], self.buffer
+        while len(buf) >= 2:
+            size, at = buf[1] & 0x7F, 2
+            if size == 126:
+                if len(buf) < 4:
+                    break
+                size, at = int.from_bytes(buf[2:4], "big"), 4
+            elif size == 127:
+                if len(buf) < 10:
+                    break
+                size, at = int.from_bytes(buf[2:10], "big"), 10
+            if len(buf) < at + size:
+                break
+            done.append((buf[0] & 0x0F, bytes(buf[at : at + size])))
+            del buf[: at + size]
+        return done
+
+    def _refused(self) -> None:
+        if not self.connected.done():
+            self.connected.set_result(None)
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        if not self.connected.done():
+            self.connected.set_result(None)
+        if not self.lost.done():
+            self.lost.set_result(None)
 
 
 class Receiver:

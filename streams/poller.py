@@ -10,6 +10,7 @@ processes that ran the same poll (a lease that ran out mid-poll), one is charged
 """
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -90,10 +91,21 @@ class Poller:
     def _polled(self, task: asyncio.Task) -> None:
         self._polling.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.warning("a stream poll failed (%s); retried after its lease", type(task.exception()).__name__)
+            log.warning("a stream poll failed (%s); polled again soon", type(task.exception()).__name__)
 
     # --- one poll ------------------------------------------------------------------------------------
     async def poll(self, rule: dict) -> None:
+        try:
+            await self._poll(rule)
+        except Exception:
+            # A database error mid-poll (a dropped connection): the rule is let go to be polled again within
+            # RETRY_SECONDS, not after its lease; the next poll finds what this one wrote (same poll_seq). If
+            # letting go fails too, the lease runs out.
+            with contextlib.suppress(Exception):
+                await self.store.release(rule, self._due(rule, now_utc(), RETRY_SECONDS))
+            raise
+
+    async def _poll(self, rule: dict) -> None:
         start = now_utc()
         self.lateness.append((start - rule["due_at"]).total_seconds())
         seq, account_id = rule["poll_seq"], rule["account_id"]
@@ -194,6 +206,10 @@ class Poller:
             )
         except LeasesExpired:
             reservation = None
+        except BaseException:  # the database failed under a lease refill (or shutdown): earlier pages let go
+            for held, *_ in pages:
+                self.meter.release(held)
+            raise
         if reservation is None:  # no credits (the balance check pauses the rule) or none can be checked
             return await self._failed(rule, pages, start, None)
         try:

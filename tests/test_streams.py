@@ -16,6 +16,7 @@ import tornado.httpserver
 import tornado.testing
 import tornado.web
 import tornado.websocket
+from pymongo.errors import AutoReconnect
 from support import FAST, Gateway, Receiver, account_with_keys, ledger_of, use_upstream
 from tornado.httpclient import HTTPRequest
 
@@ -492,6 +493,41 @@ async def test_a_busy_interval_is_read_page_by_page_each_page_charged(api, ctx, 
             break
         await asyncio.sleep(0.05)
     assert len(records) == 3 and all(r["stream_id"] == rule_id and r["credits"] >= LEAST for r in records)
+    ws.close()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_poll_whose_next_page_cannot_be_reserved_lets_its_earlier_pages_go(
+    api, ctx, provider, base_url, monkeypatch
+):
+    """The database fails while a poll reserves its second page (a lease refill): the first page's
+    reservation is released, not held for ever (it would keep the process's credit lease from closing),
+    and a later poll delivers the tweets."""
+    user, key = await api.funded_key(1_000_000)
+    ws = await socket(base_url, key["key"])
+    await ws.read_message()
+    held, calls, reserve = [], [], ctx.meter.reserve
+
+    async def failing_second_page(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise AutoReconnect("the database went away")
+        reservation = await reserve(*args, **kwargs)
+        held.append(reservation)
+        return reservation
+
+    await rule_on(api, key["key"], interval=1.0)
+    await asyncio.sleep(1.5)  # a first, quiet poll; then 45 tweets: three pages
+    monkeypatch.setattr(ctx.meter, "reserve", failing_second_page)
+    posted = {provider.post(text=f"r{i}") for i in range(45)}
+    event = await next_tweet_event(ws)
+    assert {t["id"] for t in event["tweets"]} == posted  # delivered by the poll after the failed one
+    purse = held[0].purse
+    for _ in range(100):  # the delivering poll settles its pages just after its event; then nothing is held
+        if purse.reserved == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert len(calls) > 3 and purse.reserved == 0, (len(calls), purse)  # a leaked page would stay reserved
     ws.close()
 
 
