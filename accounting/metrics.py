@@ -13,10 +13,12 @@ class LatencyHistogram:
     """A latency by route, as a Prometheus histogram built at scrape time. An observation is one
     bisect and two additions (prometheus_client's Histogram takes a lock and walks every bucket)."""
 
-    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...] = LATENCY_BUCKETS):
-        self.name, self.documentation = name, documentation
+    def __init__(
+        self, name: str, documentation: str, buckets: tuple[float, ...] = LATENCY_BUCKETS, label: str = "route"
+    ):
+        self.name, self.documentation, self.label = name, documentation, label
         self.buckets = buckets
-        self.routes: dict[str, list] = {}  # route -> [count per bucket (+Inf last)..., sum of seconds]
+        self.routes: dict[str, list] = {}  # route (the label's value) -> [count per bucket (+Inf last)..., sum]
 
     def observe(self, route: str, seconds: float) -> None:
         counts = self.routes.get(route)
@@ -26,7 +28,7 @@ class LatencyHistogram:
         counts[-1] += seconds
 
     def collect(self):
-        family = HistogramMetricFamily(self.name, self.documentation, labels=["route"])
+        family = HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
         bounds = [str(b) for b in self.buckets] + ["+Inf"]
         for route, counts in sorted(self.routes.items()):
             cumulative, running = [], 0
@@ -61,5 +63,17 @@ class Metrics:
     upstream_latency: LatencyHistogram = field(  # observed in handlers/social.py for each provider answer
         default_factory=lambda: LatencyHistogram(
             "gateway_upstream_latency_seconds", "Time the provider took to answer a data call, by route."
+        )
+    )
+    poll_late: LatencyHistogram = field(  # observed in streams/poller.py as each poll starts
+        default_factory=lambda: LatencyHistogram(
+            "gateway_stream_poll_late_seconds", "How late each poll of a rule or monitor started.", label="kind"
+        )
+    )
+    fanout: LatencyHistogram = field(  # observed in streams/hub.py for each event published to sockets here
+        default_factory=lambda: LatencyHistogram(
+            "gateway_stream_fanout_seconds",
+            "From an event's write to its frame handed to every socket of its account in this process.",
+            label="kind",
         )
     )

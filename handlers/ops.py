@@ -96,6 +96,8 @@ class GatewayCollector:
             m.idempotent_replays,
         )
         yield from m.upstream_latency.collect()
+        yield from m.poll_late.collect()
+        yield from m.fanout.collect()
         yield _counter("gateway_upstream_errors", "Data calls the provider failed (502/503/504).", m.upstream_errors)
         yield _gauge(
             "gateway_upstream_breaker_state",

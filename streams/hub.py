@@ -10,13 +10,14 @@ socket (storage/streams.py) and closes, within a second, the sockets of keys rev
 import asyncio
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import orjson
 
 from accounting.cache import LoadingCache
+from accounting.metrics import Metrics
 from storage.streams import StreamStore
 from streams.rules import message, millis
 
@@ -41,15 +42,13 @@ class Socket(Protocol):
 
 
 class Hub:
-    def __init__(self, store: StreamStore, key_cache: LoadingCache, ping_seconds: float, owner: str):
-        self.store, self.key_cache, self.ping_seconds = store, key_cache, ping_seconds
+    def __init__(self, store: StreamStore, key_cache: LoadingCache, metrics: Metrics, ping_seconds: float, owner: str):
+        self.store, self.key_cache, self.metrics, self.ping_seconds = store, key_cache, metrics, ping_seconds
         self.owner = owner  # this process, as its sockets' holds name it
         self.sockets: dict[str, set[Socket]] = {}  # account id -> its sockets here
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._tail_since: datetime | None = None
         self._last_ping, self._last_beat = time.monotonic(), 0.0
-        # Seconds from an event's write to its last socket's send (bench/streams.py); bounded.
-        self.fanout_seconds: deque[float] = deque(maxlen=100_000)
         self._background: set[asyncio.Task] = set()
 
     def spawn(self, work) -> None:
@@ -84,7 +83,7 @@ class Hub:
         frame = orjson.dumps(message(event))  # encoded once for all the account's sockets
         for socket in list(targets):
             socket.send(frame, event["_id"])
-        self.fanout_seconds.append(time.time() - event["created_at"].timestamp())
+        self.metrics.fanout.observe(event["kind"], time.time() - event["created_at"].timestamp())
 
     async def tail(self) -> None:
         """Events written by other processes since the last look, for the accounts with sockets here."""

@@ -15,7 +15,6 @@ import logging
 import math
 import time
 import uuid
-from collections import deque
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
@@ -62,7 +61,6 @@ class Poller:
         self.hold = settings.upstream_timeout + settings.upstream_connect_timeout + 10
         self._polling: set[asyncio.Task] = set()
         self.touched: set[str] = set()  # accounts polled since the last balance check
-        self.lateness: deque[float] = deque(maxlen=100_000)  # seconds each poll started after it was due
         self._skip_until = 0.0  # no claim before this (monotonic): nothing was due
         self.polls = 0  # polls answered (bench/streams.py divides the process's CPU by it)
         self.stopped = False  # shutting down: no more claims; the polls under way finish while calls drain
@@ -107,7 +105,7 @@ class Poller:
 
     async def _poll(self, rule: dict) -> None:
         start = now_utc()
-        self.lateness.append((start - rule["due_at"]).total_seconds())
+        self.meter.metrics.poll_late.observe(rule["kind"], max(0.0, (start - rule["due_at"]).total_seconds()))
         seq, account_id = rule["poll_seq"], rule["account_id"]
         event_id = f"{rule['_id']}:{seq}"
         self.touched.add(account_id)

@@ -4,6 +4,7 @@ charged, the balance pause, one socket per key, revocation, reconnect resume, an
 
 import asyncio
 import contextlib
+import re
 import socket as pysocket
 import time
 import urllib.parse
@@ -238,6 +239,11 @@ async def test_each_new_tweet_reaches_the_socket_and_the_webhook_once_and_polls_
     # Alerts stay readable: the tweets are listed per rule, not among what fired.
     _, fired, _ = await api.call("GET", "/alerts/events", token=user["token"])
     assert not [e for e in fired if e["type"] == "tweet"]
+    # Operators see how late polls start and how long an event takes to reach this process's sockets.
+    metrics = (await tornado.httpclient.AsyncHTTPClient().fetch(base_url + "/metrics")).body.decode()
+    count = lambda name: float(re.search(name + r'_count\{[^}]*kind="rule"[^}]*\} (\S+)', metrics)[1])
+    assert count("gateway_stream_poll_late_seconds") >= len({r["request_id"] for r in records}), metrics
+    assert count("gateway_stream_fanout_seconds") == 2, metrics  # two events, each to the one socket
     ws.close()
     receiver.stop()
 
