@@ -4,8 +4,9 @@ each rule's row with its cost per day."""
 
 import secrets
 import time
+import zlib
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from config.settings import Settings
 from metering.pricing import Prices
@@ -46,7 +47,7 @@ class Manager:
         if kind == "monitor":
             doc["user_name"], doc["user_lower"] = value, value.lower()
         if active:
-            doc |= _switched_on()
+            doc |= _switched_on(doc["_id"], interval)
         await self.store.add(doc)
         if active:
             self.switched_on()
@@ -62,7 +63,7 @@ class Manager:
         if "value" in changed and changed["value"] != current["value"]:
             changed |= {"since_id": None, "recent_ids": [], "gaps": [], "since_time": int(time.time())}  # a new search
         if active is True and current["status"] == INACTIVE:
-            changed |= _switched_on()
+            changed |= _switched_on(rule_id, changed.get("interval_seconds", current["interval_seconds"]))
         elif active is False:
             changed["status"] = INACTIVE
         # A new cursor supersedes a poll in flight: its end must not write the old search's cursor back.
@@ -91,11 +92,15 @@ class Manager:
         }
 
 
-def _switched_on() -> dict:
+def _switched_on(rule_id: str, interval: float) -> dict:
+    """A rule switched on delivers from now on. Its first poll is due at a point of its first interval fixed
+    by its id: rules switched on together (a client looping over its rules) would otherwise poll in the same
+    second at every interval, and each of those seconds is late for all of them. A poll at once would find
+    nothing anyway (nothing from before is delivered): the first tweets come no later than with it."""
     now = datetime.now(UTC)
     return {
         "status": ACTIVE,
-        "due_at": now,
+        "due_at": now + timedelta(seconds=interval * zlib.crc32(rule_id.encode()) / 2**32),
         "since_id": None,
         "recent_ids": [],
         "gaps": [],
