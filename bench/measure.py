@@ -31,16 +31,23 @@ def spawn(args: list[str], env: dict | None = None) -> subprocess.Popen:
     )
 
 
-def db_commands(gateway_url: str) -> dict[str, float]:
-    """The gateway's MongoDB commands so far, by name (PyMongo command monitoring, via /metrics)."""
+def metric_totals(gateway_url: str, series: str, label: str) -> dict[str, float]:
+    """One series of the gateway's /metrics by the value of `label`, summed over its other labels (the
+    workers among them); {} when /metrics cannot be read."""
     try:
         text = urllib.request.urlopen(gateway_url + "/metrics", timeout=5).read().decode()
     except OSError:
         return {}
-    commands: dict[str, float] = {}
-    for m in re.finditer(r'^gateway_db_commands_total\{command="([^"]+)",worker="\d+"\}\s+([0-9.e+]+)$', text, re.M):
-        commands[m.group(1)] = commands.get(m.group(1), 0.0) + float(m.group(2))  # summed over the workers
-    return commands
+    totals: dict[str, float] = {}
+    for m in re.finditer(rf"^{series}\{{([^}}]*)\}}\s+(\S+)$", text, re.M):
+        if found := re.search(rf'\b{label}="([^"]*)"', m.group(1)):
+            totals[found.group(1)] = totals.get(found.group(1), 0.0) + float(m.group(2))
+    return totals
+
+
+def db_commands(gateway_url: str) -> dict[str, float]:
+    """The gateway's MongoDB commands so far, by name (PyMongo command monitoring, via /metrics)."""
+    return metric_totals(gateway_url, "gateway_db_commands_total", "command")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -45,7 +45,7 @@ import pymongo
 import tornado.httpserver
 
 from app.embedded import free_port
-from bench.measure import HERE, children, cpu_seconds
+from bench.measure import HERE, children, cpu_seconds, metric_totals
 from bench.stack import UPSTREAM_KEY, GatewayProcess, Stack
 from bench.streams_clients import Client, Receiver, tally
 from storage.usage import flatten
@@ -179,12 +179,7 @@ class Gateway:
 def _fanout_buckets(url: str) -> dict[float, float]:
     """The gateway's own fan-out histogram (gateway_stream_fanout_seconds: an event's write to its frame handed
     to every socket of its account, in every worker): {upper bound: cumulative count}."""
-    buckets: dict[float, float] = defaultdict(float)
-    for line in urllib.request.urlopen(url + "/metrics", timeout=10).read().decode().splitlines():
-        if line.startswith("gateway_stream_fanout_seconds_bucket{"):
-            labels, value = line.rsplit(" ", 1)
-            buckets[float(re.search(r'le="([^"]+)"', labels)[1])] += float(value)
-    return buckets
+    return {float(le): n for le, n in metric_totals(url, "gateway_stream_fanout_seconds_bucket", "le").items()}
 
 
 def _fanout_in(before: dict[float, float], after: dict[float, float]) -> dict:

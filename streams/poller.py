@@ -123,8 +123,7 @@ class Poller:
         try:
             moved = await self._finish(rule, start, event_id, new, gaps)
         except BaseException:  # cancelled (shutdown) or failed: nothing charged; the next claimer redoes it
-            for reservation, *_ in pages:
-                self.meter.release(reservation)
+            self._let_go(pages)
             raise
         for reservation, cost, status in pages:  # one data call per page: each charged (or not) on its own
             charged = self.meter.settle(reservation, cost) if moved else 0
@@ -205,8 +204,7 @@ class Poller:
         except LeasesExpired:
             reservation = None
         except BaseException:  # the database failed under a lease refill (or shutdown): earlier pages let go
-            for held, *_ in pages:
-                self.meter.release(held)
+            self._let_go(pages)
             raise
         if reservation is None:  # no credits (the balance check pauses the rule) or none can be checked
             return await self._failed(rule, pages, start, None)
@@ -215,8 +213,7 @@ class Poller:
         except UpstreamError:
             return await self._failed(rule, [*pages, (reservation, 0, 0)], start, event_id)
         except BaseException:
-            for held, *_ in [*pages, (reservation,)]:
-                self.meter.release(held)
+            self._let_go([*pages, (reservation,)])
             raise
         tweets, counted, more = _read_page(answer.status, answer.body)
         if tweets is None:  # the provider failed or refused
@@ -225,9 +222,13 @@ class Poller:
         pages.append((reservation, cost, answer.status))
         return tweets, more
 
-    async def _failed(self, rule: dict, pages: list[tuple], start: datetime, event_id: str | None) -> None:
+    def _let_go(self, pages: list[tuple]) -> None:
+        """The reservations of a poll's pages released: nothing of them charged."""
         for reservation, *_ in pages:
             self.meter.release(reservation)
+
+    async def _failed(self, rule: dict, pages: list[tuple], start: datetime, event_id: str | None) -> None:
+        self._let_go(pages)
         if event_id is not None:  # the provider failed: a usage record of the failure, not charged
             self.meter.record_poll(rule["account_id"], rule["key_id"], polls.ROUTE, 502, 0, event_id, rule["_id"])
         await self.store.release(rule, self._due(rule, start, RETRY_SECONDS))
