@@ -2,7 +2,11 @@
 
 In production (`GATEWAY_ENV=production`) an endpoint must be https, and every address its host resolves
 to must be public: loopback, private, link-local (169.254.169.254, the cloud metadata service, included),
-unique local, multicast, reserved, unspecified, shared (100.64/10) and IPv4-mapped forms of them are refused.
+unique local, site-local, multicast, reserved, unspecified, shared (100.64/10) and documentation addresses are
+refused. An IPv6 address that carries an IPv4 one (`IPV6_FORMS`: mapped, NAT64, 6to4) is judged by the IPv4
+address it leads to; the forms that tunnel or translate to an address nobody can check here (Teredo, local-use
+NAT64, IPv4-compatible and -translated) are refused whole. The table is explicit rather than left to
+`ipaddress`'s flags, which differ between Python versions (3.11 calls fec0::1 and 2002:7f00:1::1 global).
 The check runs at registration and again at every connection (`GuardedResolver`: the HTTP client connects
 to the very addresses checked, so DNS rebinding between the two gets nowhere), with the original Host and
 SNI. `WEBHOOK_ALLOW_PRIVATE=true` lifts the address check for on-premise receivers. Development allows
@@ -11,11 +15,42 @@ http and loopback so that local receivers work.
 
 import ipaddress
 import socket
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from tornado.netutil import DefaultLoopResolver, Resolver
 
 MAX_URL = 2000
+IPv4 = ipaddress.IPv4Address
+IPv6 = ipaddress.IPv6Address
+
+
+def _low32(address: IPv6) -> IPv4:
+    return IPv4(int(address) & 0xFFFFFFFF)
+
+
+def _sixtofour(address: IPv6) -> IPv4:
+    return IPv4((int(address) >> 80) & 0xFFFFFFFF)  # 2002:AABB:CCDD::/48 leads to AA.BB.CC.DD
+
+
+# (IPv6 network, what it is, the IPv4 address it leads to; None: refused whole), first match decides.
+IPV6_FORMS: tuple[tuple[ipaddress.IPv6Network, str, Callable[[IPv6], IPv4] | None], ...] = tuple(
+    (ipaddress.IPv6Network(network), name, embedded)
+    for network, name, embedded in (
+        ("::/128", "not a unicast address", None),
+        ("::1/128", "a loopback address", None),
+        ("::ffff:0:0/96", "IPv4-mapped", _low32),
+        ("::ffff:0:0:0/96", "an IPv4-translated address", None),
+        ("::/96", "an IPv4-compatible address (deprecated)", None),
+        ("64:ff9b::/96", "NAT64", _low32),
+        ("64:ff9b:1::/48", "a local-use NAT64 address", None),
+        ("2002::/16", "6to4", _sixtofour),
+        ("2001::/32", "a Teredo tunnel address", None),
+        ("fec0::/10", "a site-local address", None),
+        ("2001:db8::/32", "a documentation address", None),
+        ("3fff::/20", "a documentation address", None),
+    )
+)
 
 
 class Refused(Exception):
@@ -28,10 +63,17 @@ def refused_address(text: str) -> str | None:
         address = ipaddress.ip_address(text.split("%", 1)[0])
     except ValueError:
         return "not an IP address"
-    if address.version == 6 and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if address.version == 6 and address in ipaddress.ip_network("64:ff9b::/96"):  # NAT64 of an IPv4 address
-        address = ipaddress.ip_address(int(address) & 0xFFFFFFFF)
+    if address.version == 6:
+        for network, name, embedded in IPV6_FORMS:
+            if address in network:
+                if embedded is None:
+                    return name
+                reason = _refused(embedded(address))
+                return f"{reason} in {name} form" if reason else None
+    return _refused(address)
+
+
+def _refused(address: ipaddress.IPv4Address | IPv6) -> str | None:
     if address.is_loopback:
         return "a loopback address"
     if address.is_link_local:
