@@ -32,6 +32,7 @@ from storage.expiry import Expiry
 from storage.idempotency import IdempotencyStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
+from storage.limits import Limits
 from storage.sessions import SessionStore
 from storage.signin import SignInStore
 from storage.streams import StreamStore
@@ -154,6 +155,7 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         outbox=outbox,
         alerts=detector,
         signin=SignInStore(db),
+        limits=Limits(db),
         audit=audit,
         stream_store=stream_store,
         streams=Manager(settings, stream_store, prices, poller.nudge),

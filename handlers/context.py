@@ -27,6 +27,7 @@ from storage.alerts import AlertStore
 from storage.audit import AuditStore
 from storage.expiry import Expiry
 from storage.keys import KeyStore
+from storage.limits import Limits
 from storage.signin import SignInStore
 from storage.streams import StreamStore
 from storage.usage import UsageStore
@@ -68,6 +69,7 @@ class Context:
     outbox: Outbox  # events in, signed deliveries out (webhooks/outbox.py)
     alerts: Detector  # the crossing detector (alerts/detector.py)
     signin: SignInStore  # two-factor state and the reset's conditional password write (storage/signin.py)
+    limits: Limits  # rate limits across processes: reset emails, webhook test events (storage/limits.py)
     audit: AuditStore  # the append-only audit log (storage/audit.py; handlers write through BaseHandler.audit)
     stream_store: StreamStore  # filter rules, monitors and their events (storage/streams.py)
     streams: Manager  # adding and changing rules and monitors (streams/manage.py)
@@ -76,8 +78,6 @@ class Context:
     expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
     # Wrong second-factor codes per account, in this process (handlers/twofactor.py): 5 per 5 minutes.
     second_factor: SlidingWindows = field(default_factory=lambda: SlidingWindows(5, 300.0, 100_000))
-    # Password-reset emails per address, in this process (handlers/reset.py): 3 an hour.
-    reset_requests: SlidingWindows = field(default_factory=lambda: SlidingWindows(3, 3600.0, 100_000))
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
     scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)

@@ -3,9 +3,11 @@
 
 The forgot answer is the same 202 whether or not the address has an account, and is sent before anything
 is looked up: the lookup and the email happen after the answer, so neither the body nor the time says
-whether the account exists. At most RESETS_PER_EMAIL emails per address per hour are sent (more requests
-get the same 202, nothing else: nobody can flood an inbox, nor block someone's reset with 429s); the
-per-address login throttle answers 429 to one client asking too often.
+whether the account exists. At most RESETS_PER_EMAIL emails per address per hour are sent, counted in
+MongoDB (storage/limits.py) so that the limit holds across processes: the inbox is someone else's, and
+`--workers N` must not give N times the emails. More requests get the same 202, nothing else: nobody can flood
+an inbox, nor block someone's reset with 429s. The per-address login throttle (per process) answers 429 to
+one client asking too often.
 
 The link carries a signed token (security/tokens.py, purpose "reset"), valid PASSWORD_RESET_TTL_SECONDS, bound
 to the account's session version and to a keyed fingerprint of its current password hash: it works once
@@ -18,7 +20,6 @@ import asyncio
 import hashlib
 import hmac
 import logging
-import time
 
 from handlers.auth import CREDENTIALS, AuthHandler
 from handlers.errors import ValidationError, error
@@ -28,7 +29,7 @@ from storage.audit import ANONYMOUS
 
 log = logging.getLogger("gateway.reset")
 
-RESETS_PER_EMAIL = 3  # emails per address per hour
+RESETS_PER_EMAIL, RESET_WINDOW = 3, 3600.0  # emails per address per hour, across processes
 FORGOT = [Field("email", str, min_length=1, max_length=254, description="The account's email address")]
 RESET = [
     Field("token", str, min_length=1, max_length=1024, description="The token of the emailed link"),
@@ -42,6 +43,11 @@ _pending: set[asyncio.Task] = set()  # sends under way (a task nobody holds may 
 def fingerprint(secret: str, password_hash: str) -> str:
     """A keyed digest of the password hash: the token names the password it may replace, revealing nothing."""
     return hmac.new(secret.encode(), password_hash.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def limit_key(secret: str, email: str) -> str:
+    """The address's key in the limits collection: a keyed digest (addresses nobody registered are not stored)."""
+    return "reset:" + hmac.new(secret.encode(), email.encode(), hashlib.sha256).hexdigest()[:32]
 
 
 class ForgotHandler(AuthHandler):
@@ -61,10 +67,8 @@ class ForgotHandler(AuthHandler):
     async def send_link(self, email: str, base: str, address: str) -> None:
         ctx = self.ctx
         try:
-            limit = ctx.reset_requests
-            if limit.retry_after(email, time.monotonic()):
+            if await ctx.limits.take(limit_key(ctx.settings.jwt_secret, email), RESETS_PER_EMAIL, RESET_WINDOW):
                 return
-            limit.add(email, time.monotonic())
             account = await ctx.accounts.by_email(email)
             if account is None:
                 return
