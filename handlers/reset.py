@@ -116,7 +116,7 @@ class ResetHandler(AuthHandler):
         invalid = ValidationError([error(["body", "token"], _INVALID, "value_error")])
         if claims is None:
             raise invalid
-        account_id, version, bound = claims
+        account_id, version, bound = claims.account_id, claims.version, claims.bound
         account = await self.ctx.signin.for_reset(account_id)
         if (
             account is None

@@ -5,12 +5,14 @@ Enrolment: POST /auth/2fa/setup {password} answers the secret, its otpauth:// UR
 /auth/2fa/enable {code} confirms it with a first code and answers the ten recovery codes (shown this once;
 kept as keyed digests). Login of an enrolled account: POST /auth/login answers {"two_factor_required": true,
 "challenge"} (no session yet); POST /auth/login/2fa {challenge, code} with a current code or a recovery code
-answers the session. A login may also carry the code at once ({email, password, code}). Sessions and bearer
+answers the session; a challenge opens one session (spent in MongoDB by its first use, in every process:
+a second use is 401). A login may also carry the code at once ({email, password, code}). Sessions and bearer
 tokens are unchanged: the second factor is asked when one is issued, never on each request.
 
 Wrong codes are throttled per account and process (5 per 5 minutes, then 429: ctx.second_factor)."""
 
 import asyncio
+from datetime import UTC, datetime
 
 from handlers.auth import AuthHandler, verified_password
 from handlers.base import ApiError, authenticated
@@ -31,6 +33,7 @@ SECOND_STEP = [
     Field("challenge", str, min_length=1, max_length=1024, description="The challenge POST /auth/login answered"),
     CODE,
 ]
+_USED = "This sign-in was already completed; enter your email and password again"
 
 
 class StatusHandler(AuthHandler):
@@ -149,11 +152,16 @@ class SecondStepHandler(AuthHandler):
         claims = tokens.purpose_of(self.ctx.settings.jwt_secret, tokens.CHALLENGE, body["challenge"])
         if claims is None:
             raise ApiError(401, "This sign-in expired; enter your email and password again")
-        account_id, version, _ = claims
-        state = await self.ctx.signin.state(account_id)
-        if state is None or state.get("session_version", 0) != version:
+        account_id, version, signin = claims.account_id, claims.version, self.ctx.signin
+        state = await signin.state(account_id)
+        if state is None or state.get("session_version", 0) != version or claims.token_id is None:
             raise ApiError(401, "This sign-in expired; enter your email and password again")
+        if await signin.challenge_spent(claims.token_id):  # before the code: a refused reuse spends none
+            raise ApiError(401, _USED)
         method = await check_code(self, account_id, body["code"])
+        expires = datetime.fromtimestamp(claims.expires, UTC)
+        if not await signin.spend_challenge(claims.token_id, account_id, expires):  # used at once elsewhere
+            raise ApiError(401, _USED)
         self.account_id = account_id
         await self.audit("login", account_id, {"second_factor": method})
         self.issue_session(account_id, version)

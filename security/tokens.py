@@ -68,23 +68,40 @@ def session_of(secret: str, token: str) -> Session | None:
 CHALLENGE, RESET = "2fa", "reset"
 
 
+@dataclass(frozen=True)
+class Purpose:
+    account_id: str
+    version: int  # the account's session version when it was issued
+    bound: str  # the fingerprint it must still match ("" when none)
+    token_id: str | None  # its random id: a challenge is spent under it (storage/signin.py); None before ids
+    expires: int  # unix seconds
+
+
 def issue_purpose(secret: str, purpose: str, account_id: str, ttl_seconds: int, version: int, bound: str = "") -> str:
     """A short-lived token for one purpose. `version`: the account's session version (a password change or a
-    reset voids it); `bound`: a fingerprint it must still match when used (a reset: the password hash's)."""
+    reset voids it); `bound`: a fingerprint it must still match when used (a reset: the password hash's);
+    `jti`: a random id, under which a single-use token is spent."""
     now = int(time.time())
     claims = {"sub": account_id, "iat": now, "exp": now + ttl_seconds, "typ": purpose, "sv": version, "b": bound}
+    claims["jti"] = secrets.token_urlsafe(16)
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
-def purpose_of(secret: str, purpose: str, token: str) -> tuple[str, int, str] | None:
-    """(account id, session version, fingerprint) of a valid token of this purpose, else None."""
+def purpose_of(secret: str, purpose: str, token: str) -> Purpose | None:
+    """The claims of a valid token of this purpose, else None."""
     try:
         claims = jwt.decode(
             token, secret, algorithms=[ALGORITHM], options={"require": ["sub", "iat", "exp", "typ", "sv"]}
         )
     except jwt.PyJWTError:
         return None
-    bound = claims.get("b", "")
-    if claims["typ"] != purpose or not _text(claims["sub"]) or type(claims["sv"]) is not int or type(bound) is not str:
+    bound, token_id = claims.get("b", ""), claims.get("jti")
+    if (
+        claims["typ"] != purpose
+        or not _text(claims["sub"])
+        or type(claims["sv"]) is not int
+        or type(bound) is not str
+        or not (token_id is None or _text(token_id))
+    ):
         return None
-    return claims["sub"], claims["sv"], bound
+    return Purpose(claims["sub"], claims["sv"], bound, token_id, int(claims["exp"]))

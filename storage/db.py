@@ -50,6 +50,8 @@ INDEXES = {
     # the (account, key) pair is the _id: unique.
     "idempotency_keys": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
     "events": [IndexModel([("anonymous_id", ASCENDING)])],
+    # Login challenges used once (storage/signin.py), kept until they would have expired anyway.
+    "spent_challenges": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
     # Rate limits across processes (storage/limits.py): a key's document goes once its window is over.
     "limit_windows": [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0)],
 }

@@ -5,13 +5,18 @@
                                                                last_step: the last time step used (no replay);
                                                                recovery: keyed digests of unused recovery codes
 
+    spent_challenges: {_id: the challenge's jti, account_id, expires_at}   a login challenge used once (TTL:
+                                                                          storage/db.py, gone when it expires)
+
 Every write that decides something is conditional, so two processes (or two requests) racing cannot both
-win: a time step is used once, a recovery code is spent once, a reset link changes the password once."""
+win: a time step is used once, a recovery code is spent once, a login challenge opens one session, a reset
+link changes the password once."""
 
 from datetime import UTC, datetime
 
 from pymongo import ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import DuplicateKeyError
 
 
 def now_utc() -> datetime:
@@ -21,6 +26,7 @@ def now_utc() -> datetime:
 class SignInStore:
     def __init__(self, db: AsyncDatabase):
         self.accounts = db.accounts
+        self.spent = db.spent_challenges
 
     async def state(self, account_id: str) -> dict | None:
         return await self.accounts.find_one(
@@ -89,6 +95,17 @@ class SignInStore:
             {"$unset": {"totp": "", "totp_pending": ""}, "$set": {"changed_at": now_utc()}},
         )
         return done.modified_count == 1
+
+    async def challenge_spent(self, token_id: str) -> bool:
+        return await self.spent.find_one({"_id": token_id}, {"_id": 1}) is not None
+
+    async def spend_challenge(self, token_id: str, account_id: str, expires_at: datetime) -> bool:
+        """True once per challenge, in every process (a unique insert); False when it was spent already."""
+        try:
+            await self.spent.insert_one({"_id": token_id, "account_id": account_id, "expires_at": expires_at})
+        except DuplicateKeyError:
+            return False
+        return True
 
     async def reset_password(self, account_id: str, old_hash: str, new_hash: str) -> int | None:
         """The new hash, only if the password is still `old_hash` (a reset link works once), and the next

@@ -104,10 +104,9 @@ async def test_wrong_codes_are_throttled_and_concurrent_use_of_one_code_wins_onc
     statuses = sorted(r[0] for r in await asyncio.gather(*tries))
     assert statuses == [200, 401, 401, 401]  # one time step, one sign-in
     # Five wrong codes in 5 minutes (the racing losers above may be some of them, or came before the winner
-    # cleared the count), then 429 for every attempt.
-    answers = [
-        await api.call("POST", "/auth/login/2fa", {"challenge": challenges[0], "code": "111111"}) for _ in range(6)
-    ]
+    # cleared the count), then 429 for every attempt. (On a fresh challenge: a spent one is 401 before any code.)
+    fresh = (await login(api, user))[1]["challenge"]
+    answers = [await api.call("POST", "/auth/login/2fa", {"challenge": fresh, "code": "111111"}) for _ in range(6)]
     statuses = [a[0] for a in answers]
     first = statuses.index(429)
     assert 2 <= first <= 5 and set(statuses[:first]) == {401} and set(statuses[first:]) == {429}, statuses
