@@ -362,6 +362,12 @@ class Settings:
         "Seconds between looks at the outbox for work another process left (retries due, crashed claims).",
         "WEBHOOK_POLL_SECONDS",
     )
+    webhook_concurrency: int = _setting(100, "Webhook attempts under way at once per process.", "WEBHOOK_CONCURRENCY")
+    webhook_account_concurrency: int = _setting(
+        10,
+        "Of those, at most this many of one account's (a receiver that hangs holds only its account's share).",
+        "WEBHOOK_ACCOUNT_CONCURRENCY",
+    )
     webhook_allow_private: bool = _setting(
         False,
         "Production: allow webhook endpoints on loopback, private and link-local addresses (on-premise receivers).",
@@ -653,6 +659,8 @@ def problems(settings: Settings) -> list[str]:
         not isinstance(s, (int, float)) or isinstance(s, bool) or s <= 0 for s in settings.webhook_retry_schedule
     ):
         found.append("WEBHOOK_RETRY_SCHEDULE must be a non-empty JSON list of positive seconds")
+    if not 1 <= settings.webhook_account_concurrency <= settings.webhook_concurrency:
+        found.append("WEBHOOK_ACCOUNT_CONCURRENCY must be at least 1 and at most WEBHOOK_CONCURRENCY")
     if settings.smtp_url and not settings.smtp_url.startswith(("smtp://", "smtps://")):
         found.append("SMTP_URL must start with smtp:// or smtps://")
     if settings.qps_divisor < 1:

@@ -3,7 +3,8 @@
 Rules: GET/POST /alerts, DELETE /alerts/{rule_id}, GET /alerts/events (what fired). Endpoints: GET/POST
 /webhooks (the secret shown once), PATCH /webhooks/{id} (url, description, enabled), DELETE, POST
 /webhooks/{id}/roll (a new secret, shown once; the previous one signs too for a day), POST
-/webhooks/{id}/test, GET /webhooks/{id}/deliveries, POST /webhooks/{id}/deliveries/{delivery_id}/redeliver.
+/webhooks/{id}/test (TESTS_PER_MINUTE per account, then 429), GET /webhooks/{id}/deliveries, POST
+/webhooks/{id}/deliveries/{delivery_id}/redeliver.
 Another account's rule, endpoint or delivery is 404.
 """
 
@@ -21,6 +22,7 @@ from webhooks.outbox import PREVIOUS_SECRET_SECONDS, secret_aad
 from webhooks.signing import new_secret
 
 MAX_RULES, MAX_ENDPOINTS = 50, 10
+TESTS_PER_MINUTE = 10  # test events per account, across processes (each is an attempt on a customer's receiver)
 MAX_CREDITS, MAX_USD = 10**15, 10**9
 
 
@@ -262,6 +264,13 @@ class WebhookTestHandler(AlertsBase):
     @authenticated
     async def post(self, endpoint_id: str) -> None:
         endpoint = await self.owned_endpoint(endpoint_id)
+        wait = await self.ctx.limits.take(f"webhook-test:{self.current_user}", TESTS_PER_MINUTE, 60.0)
+        if wait:
+            raise ApiError(
+                429,
+                f"At most {TESTS_PER_MINUTE} test events a minute; try again in {wait} s",
+                {"Retry-After": str(wait)},
+            )
         crossing = f"test|{endpoint_id}|{secrets.token_hex(8)}"
         data = {"endpoint_id": endpoint_id, "summary": "A test event from the portal"}
         await self.ctx.outbox.emit(crossing, endpoint["account_id"], "webhook.test", data, only=endpoint_id)

@@ -188,12 +188,12 @@ ALERT_OPERATIONS = [
     Operation(
         "post",
         _E + "/test",
-        "Send a test event (type webhook.test) to this endpoint",
+        "Send a test event (type webhook.test) to this endpoint; 10 a minute per account, then 429",
         "alerts",
         ref("Done"),
         params=(_ENDPOINT_ID,),
         body=None,
-        errors=(401, 404),
+        errors=(401, 404, 429),
     ),
     Operation(
         "get",

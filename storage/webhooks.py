@@ -125,11 +125,14 @@ class WebhookStore:
         return await self.events.find_one({"_id": event_id})
 
     # --- deliveries ------------------------------------------------------------------------------
-    async def claim(self, owner: str, now: datetime, hold: float) -> dict | None:
-        """One due delivery, claimed for `hold` seconds: no other process sends it meanwhile; a crashed
-        owner's claim simply runs out."""
+    async def claim(self, owner: str, now: datetime, hold: float, skip: list[str]) -> dict | None:
+        """The oldest due delivery of an account not in `skip`, claimed for `hold` seconds: no other process
+        sends it meanwhile; a crashed owner's claim simply runs out."""
+        due: dict = {"state": "pending", "next_attempt_at": {"$lte": now}, "claim_until": {"$lt": now}}
+        if skip:
+            due["account_id"] = {"$nin": skip}
         return await self.deliveries.find_one_and_update(
-            {"state": "pending", "next_attempt_at": {"$lte": now}, "claim_until": {"$lt": now}},
+            due,
             {"$set": {"claim_owner": owner, "claim_until": now + timedelta(seconds=hold)}},
             sort=[("next_attempt_at", ASCENDING)],
             return_document=ReturnDocument.AFTER,

@@ -4,7 +4,10 @@ emit() writes an event once (its id is the crossing's: a second writer changes n
 (work, a step app/tasks.py runs in every process) fans each new event out into deliveries, one per enabled
 endpoint of the account (and one email when SMTP_URL is set), claims due deliveries under a lease
 (storage/webhooks.py), sends, and records the attempt: a 2xx ends it; anything else is tried again after
-WEBHOOK_RETRY_SCHEDULE (the last step repeats) until WEBHOOK_RETRY_FOR has passed since the event. An
+WEBHOOK_RETRY_SCHEDULE (the last step repeats) until WEBHOOK_RETRY_FOR has passed since the event. Claims are
+fair between accounts: one account has at most WEBHOOK_ACCOUNT_CONCURRENCY of this process's
+WEBHOOK_CONCURRENCY attempts under way, and a free place goes first to an account with none under way here, so a
+receiver that never answers holds only its own account's share. An
 endpoint failing without a success for WEBHOOK_DISABLE_AFTER is disabled, with a notice to the account.
 Nothing here runs on a request's path: a process wakes its dispatcher when it writes an event, and polls
 every WEBHOOK_POLL_SECONDS for what other processes left (retries due, claims of crashed processes).
@@ -29,7 +32,6 @@ from webhooks.signing import signed_headers
 
 log = logging.getLogger("gateway.webhooks")
 EMAIL = "email"  # the endpoint id of an account's email channel
-CONCURRENT = 20  # attempts under way per process
 FAN_OUT_BATCH = 100
 PREVIOUS_SECRET_SECONDS = 86400
 BACKLOG_SECONDS = 10.0  # how often the queue depth and oldest age for /metrics are counted  # after a roll, the previous secret signs too for a day
@@ -61,12 +63,15 @@ def now_utc() -> datetime:
 class Outbox:
     def __init__(self, settings: Settings, store: WebhookStore, accounts: AccountStore, vault: KeyVault, owner: str):
         self.settings, self.store, self.accounts, self.vault, self.owner = settings, store, accounts, vault, owner
-        self.sender = Sender(settings.webhook_timeout, settings.production, settings.webhook_allow_private)
+        self.sender = Sender(
+            settings.webhook_timeout, settings.production, settings.webhook_allow_private, settings.webhook_concurrency
+        )
         self.mailer = Mailer(settings.smtp_url, settings.smtp_from) if settings.smtp_url else None
         self.wake = asyncio.Event()
         self.outcomes: Counter = Counter()  # delivered, retried, failed: for /metrics
         self.depth, self.oldest_age = 0, 0.0  # pending deliveries, age of the oldest (seconds), as last polled
-        self._sending: set[asyncio.Task] = set()
+        self._sending: dict[asyncio.Task, str] = {}  # attempts under way -> their account
+        self._accounts: Counter = Counter()  # attempts under way per account (only accounts with some)
         self.hold = settings.webhook_timeout * 2 + 5  # a claim outlives the longest attempt
         self._backlog_due = 0.0
 
@@ -86,12 +91,21 @@ class Outbox:
     # --- the dispatcher (one step; app/tasks.py runs it when woken, or every WEBHOOK_POLL_SECONDS) ------------
     async def work(self) -> None:
         await self.fan_out()
-        while len(self._sending) < CONCURRENT:
-            delivery = await self.store.claim(self.owner, now_utc(), self.hold)
+        idle_first = True
+        while len(self._sending) < self.settings.webhook_concurrency:
+            delivery = None
+            if idle_first and self._accounts:
+                delivery = await self.store.claim(self.owner, now_utc(), self.hold, skip=list(self._accounts))
+                idle_first = delivery is not None  # none waiting: not asked again this round
+            if delivery is None:
+                share = self.settings.webhook_account_concurrency
+                full = [account for account, count in self._accounts.items() if count >= share]
+                delivery = await self.store.claim(self.owner, now_utc(), self.hold, skip=full)
             if delivery is None:
                 break
             task = asyncio.create_task(self.deliver(delivery))
-            self._sending.add(task)
+            self._sending[task] = delivery["account_id"]
+            self._accounts[delivery["account_id"]] += 1
             task.add_done_callback(self._sent)
         if time.monotonic() >= self._backlog_due:  # two counting reads: at most every BACKLOG_SECONDS
             self._backlog_due = time.monotonic() + BACKLOG_SECONDS
@@ -99,7 +113,10 @@ class Outbox:
             self.depth, self.oldest_age = count, (now_utc() - oldest).total_seconds() if oldest else 0.0
 
     def _sent(self, task: asyncio.Task) -> None:
-        self._sending.discard(task)
+        account = self._sending.pop(task)
+        self._accounts[account] -= 1
+        if not self._accounts[account]:
+            del self._accounts[account]
         if not task.cancelled() and task.exception() is not None:
             log.warning("a webhook attempt failed to record (%s)", type(task.exception()).__name__)
         self.wake.set()  # room for the next claim
@@ -227,7 +244,8 @@ class Outbox:
                 )
 
     async def close(self) -> None:
-        for task in list(self._sending):
+        under_way = list(self._sending)
+        for task in under_way:
             task.cancel()
-        await asyncio.gather(*self._sending, return_exceptions=True)
+        await asyncio.gather(*under_way, return_exceptions=True)
         self.sender.close()

@@ -26,11 +26,13 @@ class Outcome:
 
 
 class Sender:
-    def __init__(self, timeout: float, guarded: bool, allow_private: bool):
+    def __init__(self, timeout: float, guarded: bool, allow_private: bool, concurrency: int):
         self.timeout = timeout
         resolver = GuardedResolver(allow_private=allow_private or not guarded)
+        # As many connections as attempts under way: none waits in the client's queue, whose wait would count
+        # against its timeout.
         self.client = SimpleAsyncHTTPClient(
-            force_instance=True, resolver=resolver, max_clients=50, max_body_size=MAX_ANSWER_BYTES
+            force_instance=True, resolver=resolver, max_clients=concurrency, max_body_size=MAX_ANSWER_BYTES
         )
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> Outcome:
