@@ -91,6 +91,8 @@ class Outbox:
     # --- the dispatcher (one step; app/tasks.py runs it when woken, or every WEBHOOK_POLL_SECONDS) ------------
     async def work(self) -> None:
         await self.fan_out()
+        # Oldest first alone handed every free place back to the longest backlog (an account's receivers that
+        # never answer held all of them): first an account with nothing under way here, then any below its share.
         idle_first = True
         while len(self._sending) < self.settings.webhook_concurrency:
             delivery = None
