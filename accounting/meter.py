@@ -89,7 +89,8 @@ class Meter:
         self.batch_ready = asyncio.Event()  # FLUSH_BATCH records wait: app/tasks.py flushes now
         self._flush_lock = asyncio.Lock()
         self.last_flush_ok = time.time()
-        # Told of every balance or payment change (here, or elsewhere through coherence): alerts/ looks again.
+        # Told of every balance or payment change (here, or elsewhere through coherence), and of every account
+        # whose usage a flush has just stored (_stored): alerts/ looks again.
         self.account_listeners: list[Callable[[str], None]] = []
 
     # --- views from memory -----------------------------------------------------------------
@@ -378,12 +379,22 @@ class Meter:
                     raise
                 self.buffer.done()
                 self.reads.written(batch)
+                self._stored(batch)
                 written += len(batch)
                 self.metrics.flushes += 1
                 self.metrics.flushed_records += len(batch)
             self.last_flush_ok = time.time()
         await self.last_used.store(final)
         return written
+
+    def _stored(self, batch: list[dict]) -> None:
+        """Each process sees a balance as the stored figures minus its own unflushed spend, so a crossing may
+        become visible only when a flush stores the last spend behind it, after every process last looked. The
+        process whose flush comes last sees every other's spend stored: it looks again, so one always does."""
+        if self.account_listeners:
+            for account_id in {record["account_id"] for record in batch}:
+                for listener in self.account_listeners:
+                    listener(account_id)
 
     async def start(self) -> None:
         await self.leases.register()
