@@ -11,11 +11,13 @@ usage reads (accounting/usage.py) and each key's last use (accounting/keys.py).
 import asyncio
 import itertools
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from accounting import unwritten
 from accounting.budgets import KeyBudgets
 from accounting.cache import LoadingCache
 from accounting.flight import single_flight
@@ -396,7 +398,36 @@ class Meter:
                 for listener in self.account_listeners:
                     listener(account_id)
 
+    async def keep_unwritten(self) -> int:
+        """Shutdown, the database away until the drain deadline: every buffered record to local disk, batched as
+        the flushes would have written them (accounting/unwritten.py); how many records."""
+        batches = []
+        while len(self.buffer):
+            seq, batch = self.buffer.take(self.settings.flush_batch)
+            batches.append((f"{self._id_prefix}-{seq}", batch))
+            self.buffer.done()
+        if batches:
+            settings = self.settings
+            await asyncio.to_thread(unwritten.save, settings.data_dir, settings.mongodb_db, self._id_prefix, batches)
+        return sum(len(batch) for _, batch in batches)
+
+    async def write_unwritten(self) -> None:
+        """At start, before any lease is reclaimed: the records an earlier process kept on disk, each written
+        once (a batch already written, in part or whole, is skipped by its bucket ids). Its leases then count
+        them: one still open is reclaimed counting them (start), one reclaimed meanwhile is charged them now."""
+        settings = self.settings
+        for path in await asyncio.to_thread(unwritten.found, settings.data_dir, settings.mongodb_db):
+            batches = await asyncio.to_thread(unwritten.load, path)
+            for batch_id, records in batches:
+                await self.usage.insert_batch(batch_id, records)
+            for lease, account_id in sorted({(r["lease"], r["account_id"]) for _, batch in batches for r in batch}):
+                await self.leases.settle_stored_late(lease, account_id)
+            await asyncio.to_thread(os.remove, path)
+            count = sum(len(batch) for _, batch in batches)
+            log.warning("wrote %d usage records a stopped process had kept on disk (%s)", count, path)
+
     async def start(self) -> None:
+        await self.write_unwritten()
         await self.leases.register()
         # Registering is the first heartbeat: spend only until others could consider this process dead
         # (without this, a process whose database went away before its first heartbeat spent forever).
