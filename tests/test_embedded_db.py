@@ -151,3 +151,41 @@ async def test_a_stop_while_the_database_cannot_answer_keeps_the_usage_and_the_n
     assert os.listdir(tmp_path / FOLDER) == []
     assert await asyncio.to_thread(again.stop) == 0
     await reconcile(str(tmp_path), user["account_id"], clients.served)
+
+
+async def test_usage_kept_on_disk_is_charged_once_when_another_process_reclaimed_its_lease_meanwhile(
+    upstream_url, catalog, tmp_path
+):
+    database = EmbeddedMongo(str(tmp_path / "db")).start()  # the test's own, to freeze under one gateway of two
+    try:
+        env = {"DATA_DIR": str(tmp_path / "first"), "DRAIN_SECONDS": "2"}
+        first = await Gateway(database.uri, upstream_url, DB, **env).launch()
+        user, (key,), _ = await account_with_keys(first, INITIAL, 1)
+        clients = Clients(first, key, f"/social/user/info?userName={catalog['users'][0]['userName']}")
+        await clients.until_served(60)
+        os.kill(database.process.pid, signal.SIGSTOP)
+        await clients.until_served(len(clients.served) + 20)
+        await clients.stop()
+        assert await asyncio.to_thread(first.stop) == 0
+        assert len(os.listdir(tmp_path / "first" / FOLDER)) == 1
+        os.kill(database.process.pid, signal.SIGCONT)
+        # Another gateway finds the stopped one silent and reclaims its lease, counting only the usage stored.
+        other = await Gateway(
+            database.uri, upstream_url, DB, DATA_DIR=str(tmp_path / "other"), LEASE_TIMEOUT="3"
+        ).launch()
+
+        async def reclaimed() -> bool:
+            return (await ledger_of(database.uri, DB, user["account_id"]))[0]["leases"] == {}
+
+        await eventually(reclaimed, "the stopped gateway's lease was reclaimed")
+        again = await Gateway(database.uri, upstream_url, DB, **env).launch()  # writes the kept usage
+        assert os.listdir(tmp_path / "first" / FOLDER) == []
+        for gw in (again, other):
+            assert await asyncio.to_thread(gw.stop) == 0
+        account, records = await ledger_of(database.uri, DB, user["account_id"])
+        charged = sum(int(a.headers["X-Credits-Charged"]) for a in clients.served)
+        assert len([r for r in records if r["status"] == 200]) == len(clients.served)
+        assert sum(r["credits"] for r in records) == charged
+        assert account["leases"] == {} and account["credits"] == INITIAL - charged
+    finally:
+        database.stop()
