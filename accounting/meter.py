@@ -9,6 +9,7 @@ usage reads (accounting/usage.py) and each key's last use (accounting/keys.py).
 """
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -417,12 +418,17 @@ class Meter:
         them: one still open is reclaimed counting them (start), one reclaimed meanwhile is charged them now."""
         settings = self.settings
         for path in await asyncio.to_thread(unwritten.found, settings.data_dir, settings.mongodb_db):
-            batches = await asyncio.to_thread(unwritten.load, path)
+            # The workers of serve --workers all start here: one may have written and removed a file meanwhile.
+            try:
+                batches = await asyncio.to_thread(unwritten.load, path)
+            except FileNotFoundError:
+                continue
             for batch_id, records in batches:
                 await self.usage.insert_batch(batch_id, records)
             for lease, account_id in sorted({(r["lease"], r["account_id"]) for _, batch in batches for r in batch}):
                 await self.leases.settle_stored_late(lease, account_id)
-            await asyncio.to_thread(os.remove, path)
+            with contextlib.suppress(FileNotFoundError):
+                await asyncio.to_thread(os.remove, path)
             count = sum(len(batch) for _, batch in batches)
             log.warning("wrote %d usage records a stopped process had kept on disk (%s)", count, path)
 
