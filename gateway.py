@@ -24,7 +24,7 @@ import tornado.web
 import config
 from app import commands, workers
 from app.context import build_context
-from app.embedded import DataDirBusy, Helpers, start_helpers
+from app.embedded import DataDirBusy, EmbeddedMongo, Helpers, start_helpers
 from app.preflight import database_problem
 from app.server import LISTEN_BACKLOG, make_server, port_problem, raise_open_file_limit
 from app.tasks import start_background
@@ -54,6 +54,7 @@ from metering.pricing import Prices
 log = logging.getLogger("gateway")
 GC_GEN0 = 20_000
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # drain and exit
+FINAL_WRITES_SECONDS = 2.0  # the final flush's time when calls in flight took all of DRAIN_SECONDS
 
 
 # --- 1. settings ---------------------------------------------------------------------------------
@@ -122,30 +123,72 @@ def reload(ctx: Context, environ=None) -> bool:
 
 
 async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
-    """Waits for calls in flight, then persists every usage record and returns every lease."""
+    """Waits for calls in flight, then persists every usage record and returns every lease; all of it within
+    DRAIN_SECONDS whatever the database does (or FINAL_WRITES_SECONDS after the calls in flight, when they took
+    all of it). Records the database has not taken by then are kept on local disk for the next start."""
     ctx.draining = True
     ctx.poller.stopped = True  # no new polls; those under way finish with the calls
-    deadline = asyncio.get_running_loop().time() + ctx.settings.drain_seconds
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ctx.settings.drain_seconds
     await asyncio.sleep(0.05)  # calls between authentication and reservation reach the ledger
-    while ctx.meter.ledger.in_flight() and asyncio.get_running_loop().time() < deadline:
+    while ctx.meter.ledger.in_flight() and loop.time() < deadline:
         await asyncio.sleep(0.05)
     for task in tasks:
         task.cancel()
-    await ctx.poller.stop()  # before the final flush: a poll cut short releases its reservations
-    for _attempt in range(50):
+    try:
+        async with asyncio.timeout_at(max(deadline, loop.time() + FINAL_WRITES_SECONDS)):
+            await ctx.poller.stop()  # before the final flush: a poll cut short releases its reservations
+            await final_flush(ctx)
+            await last_look(ctx)
+            await let_go(ctx)
+    except TimeoutError:
+        log.error("the database did not take the final writes by the drain deadline (DRAIN_SECONDS)")
+    await keep_unwritten(ctx)
+    await ctx.outbox.close()
+    ctx.upstream.close()
+    ctx.executor.shutdown(wait=False)
+    try:
+        async with asyncio.timeout(FINAL_WRITES_SECONDS):  # a client's close says goodbye to the server
+            await ctx.client.close()
+    except TimeoutError:
+        pass
+
+
+async def final_flush(ctx: Context) -> None:
+    """Every usage record written and every lease returned, tried again until it works (or the deadline)."""
+    while True:
         try:
             await ctx.meter.close()
-            break
+            return
         except Exception as exc:
             log.error(
                 "final flush failed (%s), %d usage records pending; retrying", type(exc).__name__, len(ctx.meter.buffer)
             )
             await asyncio.sleep(0.2)
-    await let_go(ctx)
-    await ctx.outbox.close()
-    ctx.upstream.close()
-    ctx.executor.shutdown(wait=False)
-    await ctx.client.close()
+
+
+async def keep_unwritten(ctx: Context) -> None:
+    """What the final flush could not write goes to DATA_DIR, for the next start (accounting/unwritten.py)."""
+    pending = len(ctx.meter.buffer)
+    if not pending:
+        return
+    try:
+        kept = await ctx.meter.keep_unwritten()
+    except OSError as exc:
+        log.error("could not keep %d unwritten usage records on disk (%s): they are lost", pending, exc)
+        return
+    log.error("kept %d unwritten usage records under DATA_DIR; the next start writes them", kept)
+
+
+async def last_look(ctx: Context) -> None:
+    """The alert check once more after the final flush: when this process's flush is the last to store the
+    spend behind a crossing, it is the one that sees the crossing (Meter._stored), and it is about to exit."""
+    try:
+        await ctx.alerts.check_once()
+    except Exception as exc:
+        log.warning(
+            "the last alert check failed (%s); a crossing is seen by the next check anywhere", type(exc).__name__
+        )
 
 
 async def let_go(ctx: Context) -> None:
@@ -167,10 +210,12 @@ async def serve(
     scrape: Scrape | None = None,
     peer_sockets: list | None = None,
     helpers: Helpers | None = None,
+    database: EmbeddedMongo | None = None,
 ) -> None:
     """One gateway process; with `sockets`, a worker of `serve --workers N` (app/workers.py), `scrape` telling
     which and where its siblings are, `peer_sockets` where it hands them its metrics. `settings` name the
-    database and upstream; `helpers` are what was started for them here."""
+    database and upstream; `helpers` are what was started for them here (this process supervises them);
+    `database` an embedded database the parent supervises, whose restarts this worker reports."""
     worker = scrape.index if scrape else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -189,6 +234,9 @@ async def serve(
     ctx = await build_context(settings, worker)
     if scrape:
         ctx.scrape = scrape
+    database = helpers.embedded if helpers is not None else database
+    if database is not None:
+        ctx.embedded_db_restarts = lambda: database.restarts
     # main() sent logging to stderr in LOG_FORMAT: access lines go there in batches, in the same format.
     ctx.access_log.stream = sys.stderr
     ctx.access_log.as_json = logs.json_wanted(settings.log_format, settings.env)
@@ -207,7 +255,10 @@ async def serve(
         metrics_server = tornado.httpserver.HTTPServer(ops.metrics_app(ctx))
         metrics_server.listen(settings.metrics_port + (worker or 0), settings.host)
     tasks = start_background(ctx)
+    supervisor = None
     if helpers is not None:
+        if helpers.embedded is not None:  # until the final writes are done: they need the database too
+            supervisor = asyncio.create_task(helpers.embedded.supervise(), name="embedded-database")
         announce(settings, helpers)
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)  # a stop asked for during start-up is still set
@@ -219,6 +270,8 @@ async def serve(
         if side_server:
             side_server.stop()
     await shutdown(ctx, tasks)
+    if supervisor is not None:
+        supervisor.cancel()
     await server.close_all_connections()
     ctx.access_log.flush()  # the lines of the last calls
     log.info("stopped cleanly")
@@ -282,11 +335,15 @@ def run_service(settings: config.Settings, count: int) -> int:
         if count == 1:
             asyncio.run(serve(helpers.settings, helpers=helpers))
             return 0
+        # Worker 0 alone reports the database's restarts: one series, however many workers.
         return workers.run(
             helpers.settings,
             count,
-            lambda s, sockets, scrape, peer_sockets: asyncio.run(serve(s, sockets, scrape, peer_sockets)),
+            lambda s, sockets, scrape, peers: asyncio.run(
+                serve(s, sockets, scrape, peers, database=helpers.embedded if scrape.index == 0 else None)
+            ),
             lambda s: announce(s, helpers, f"  workers:     {count} processes\n"),
+            helpers.revive,
         )
     finally:
         helpers.stop()

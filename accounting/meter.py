@@ -9,13 +9,16 @@ usage reads (accounting/usage.py) and each key's last use (accounting/keys.py).
 """
 
 import asyncio
+import contextlib
 import itertools
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from accounting import unwritten
 from accounting.budgets import KeyBudgets
 from accounting.cache import LoadingCache
 from accounting.flight import single_flight
@@ -89,7 +92,8 @@ class Meter:
         self.batch_ready = asyncio.Event()  # FLUSH_BATCH records wait: app/tasks.py flushes now
         self._flush_lock = asyncio.Lock()
         self.last_flush_ok = time.time()
-        # Told of every balance or payment change (here, or elsewhere through coherence): alerts/ looks again.
+        # Told of every balance or payment change (here, or elsewhere through coherence), and of every account
+        # whose usage a flush has just stored (_stored): alerts/ looks again.
         self.account_listeners: list[Callable[[str], None]] = []
 
     # --- views from memory -----------------------------------------------------------------
@@ -378,6 +382,7 @@ class Meter:
                     raise
                 self.buffer.done()
                 self.reads.written(batch)
+                self._stored(batch)
                 written += len(batch)
                 self.metrics.flushes += 1
                 self.metrics.flushed_records += len(batch)
@@ -385,7 +390,50 @@ class Meter:
         await self.last_used.store(final)
         return written
 
+    def _stored(self, batch: list[dict]) -> None:
+        """Each process sees a balance as the stored figures minus its own unflushed spend, so a crossing may
+        become visible only when a flush stores the last spend behind it, after every process last looked. The
+        process whose flush comes last sees every other's spend stored: it looks again, so one always does."""
+        if self.account_listeners:
+            for account_id in {record["account_id"] for record in batch}:
+                for listener in self.account_listeners:
+                    listener(account_id)
+
+    async def keep_unwritten(self) -> int:
+        """Shutdown, the database away until the drain deadline: every buffered record to local disk, batched as
+        the flushes would have written them (accounting/unwritten.py); how many records."""
+        batches = []
+        while len(self.buffer):
+            seq, batch = self.buffer.take(self.settings.flush_batch)
+            batches.append((f"{self._id_prefix}-{seq}", batch))
+            self.buffer.done()
+        if batches:
+            settings = self.settings
+            await asyncio.to_thread(unwritten.save, settings.data_dir, settings.mongodb_db, self._id_prefix, batches)
+        return sum(len(batch) for _, batch in batches)
+
+    async def write_unwritten(self) -> None:
+        """At start, before any lease is reclaimed: the records an earlier process kept on disk, each written
+        once (a batch already written, in part or whole, is skipped by its bucket ids). Its leases then count
+        them: one still open is reclaimed counting them (start), one reclaimed meanwhile is charged them now."""
+        settings = self.settings
+        for path in await asyncio.to_thread(unwritten.found, settings.data_dir, settings.mongodb_db):
+            # The workers of serve --workers all start here: one may have written and removed a file meanwhile.
+            try:
+                batches = await asyncio.to_thread(unwritten.load, path)
+            except FileNotFoundError:
+                continue
+            for batch_id, records in batches:
+                await self.usage.insert_batch(batch_id, records)
+            for lease, account_id in sorted({(r["lease"], r["account_id"]) for _, batch in batches for r in batch}):
+                await self.leases.settle_stored_late(lease, account_id)
+            with contextlib.suppress(FileNotFoundError):
+                await asyncio.to_thread(os.remove, path)
+            count = sum(len(batch) for _, batch in batches)
+            log.warning("wrote %d usage records a stopped process had kept on disk (%s)", count, path)
+
     async def start(self) -> None:
+        await self.write_unwritten()
         await self.leases.register()
         # Registering is the first heartbeat: spend only until others could consider this process dead
         # (without this, a process whose database went away before its first heartbeat spent forever).

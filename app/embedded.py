@@ -4,16 +4,23 @@ The database is SecantusDB (MongoDB wire protocol on WiredTiger); it is GPL-2.0,
 separate process and is never imported here. The sandbox upstream runs in its own process too, so
 that its work (a search over the seeded world) never lands on the gateway's event loop.
 `start_helpers` is the one entry point: serve, serve --workers, the admin commands and the tests.
+
+The process that started the database supervises it: one that exits is started again on the same port and
+data (`EmbeddedMongo.supervise` in `serve`, `Helpers.revive` in the parent of `serve --workers`); the driver
+reconnects by itself, and calls meanwhile follow the database-down mode (docs/security.md, Durability).
 """
 
+import asyncio
 import ctypes
 import dataclasses
 import errno
 import fcntl
 import logging
+import mmap
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -67,6 +74,10 @@ def child_setup(nice: int):
     return setup
 
 
+RESTART_TRIES = 5
+SUPERVISE_SECONDS = 0.5  # how often `serve` looks whether its database still runs
+
+
 class EmbeddedMongo:
     """Starts `python -m secantus` on a free loopback port; `uri` is ready once start() returns."""
 
@@ -77,6 +88,17 @@ class EmbeddedMongo:
         # (a usage flush, the minute's last_used_at) then wait for the cores instead of the calls in flight.
         self.nice = nice
         self.process: subprocess.Popen | None = None
+        # Restarts so far, in memory shared with the processes forked after this (serve --workers: the parent
+        # restarts, a worker reports gateway_embedded_db_restarts_total).
+        self._restarts = mmap.mmap(-1, 8)
+
+    @property
+    def restarts(self) -> int:
+        return struct.unpack_from("Q", self._restarts)[0]
+
+    def _restarted(self) -> None:
+        struct.pack_into("Q", self._restarts, 0, self.restarts + 1)
+        log.warning("embedded database restarted (pid %d, restart %d)", self.process.pid, self.restarts)
 
     @property
     def uri(self) -> str:
@@ -89,6 +111,20 @@ class EmbeddedMongo:
         return f"mongodb://127.0.0.1:{self.port}/?directConnection=true&retryWrites=false&maxIdleTimeMS=60000"
 
     def start(self, timeout: float = 30.0) -> "EmbeddedMongo":
+        self._launch()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"embedded database exited with code {self.process.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("embedded database did not answer in time")
+
+    def _launch(self) -> None:
         if self.storage_path != ":memory:":
             os.makedirs(self.storage_path, exist_ok=True)
         self.process = subprocess.Popen(
@@ -111,21 +147,58 @@ class EmbeddedMongo:
             preexec_fn=child_setup(self.nice),
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"embedded database exited with code {self.process.returncode}")
+
+    def restart(self, code: int) -> bool:
+        """The parent of serve --workers reaped the database (exit `code`): started again, blocking; False when
+        it would not start RESTART_TRIES times in a row (its workers stay in the database-down mode)."""
+        log.error("embedded database exited with code %d; restarting it on port %d", code, self.port)
+        for attempt in range(RESTART_TRIES):
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("embedded database did not answer in time")
+                self.start()
+            except RuntimeError as exc:
+                log.error("embedded database restart %d of %d failed: %s", attempt + 1, RESTART_TRIES, exc)
+                time.sleep(1.0)
+                continue
+            self._restarted()
+            return True
+        return False
+
+    async def supervise(self, timeout: float = 30.0) -> None:
+        """serve (one process): starts the database again whenever it has exited, until cancelled."""
+        while True:
+            await asyncio.sleep(SUPERVISE_SECONDS)
+            if self.process is None or self.process.poll() is None:  # poll: a waitpid that does not block
+                continue
+            log.error(
+                "embedded database exited with code %d; restarting it on port %d", self.process.returncode, self.port
+            )
+            # On the event loop's thread, not a worker thread: the child's PR_SET_PDEATHSIG fires when the
+            # thread that forked it ends, and a pool thread ends before the gateway does. A fork, once.
+            self._launch()
+            if await self._answers(timeout):
+                self._restarted()
+            else:
+                log.error("embedded database did not start again; trying again")
+                self.process.kill()
+                await asyncio.sleep(1.0)
+
+    async def _answers(self, timeout: float) -> bool:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline and self.process.poll() is None:
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", self.port), 0.2)
+            except (OSError, TimeoutError):
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            return True
+        return False
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.process and self.process.poll() is None:
             self.process.terminate()
+            # A database frozen (SIGSTOP) would keep the SIGTERM pending until the timeout: let it act on it.
+            self.process.send_signal(signal.SIGCONT)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -150,6 +223,19 @@ class Helpers:
     database: str = "MongoDB from MONGODB_URI"
     upstream: str = ""
     lock: int | None = None  # the DATA_DIR lock while the embedded database on it runs
+
+    @property
+    def embedded(self) -> EmbeddedMongo | None:
+        """The embedded database, when one was started here."""
+        return next((p for p in self.processes if isinstance(p, EmbeddedMongo)), None)
+
+    def revive(self, pid: int, code: int) -> None:
+        """serve --workers: the parent reaped helper `pid` (exit `code`); the embedded database is started again."""
+        database = self.embedded
+        if database is not None and database.process is not None and database.process.pid == pid:
+            database.restart(code)
+        else:  # the sandbox: only the development upstream, whose calls then fail as the provider's would
+            log.error("a helper process (pid %d) exited with code %d", pid, code)
 
     @property
     def sandbox(self) -> bool:

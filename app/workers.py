@@ -5,7 +5,8 @@ upstream) as child processes of its own, then forks the workers before any event
 client exists: each worker builds its own loop, context and background tasks. The parent only
 supervises: SIGTERM/SIGINT are passed on to every worker (each drains and returns its leases), a
 worker that dies abnormally is started again under the same index (so it reclaims its
-predecessor's leases at once, see build_context), and the parent exits when all workers have.
+predecessor's leases at once, see build_context), so is an embedded database that exits
+(app/embedded.py), and the parent exits when all workers have.
 
 For /metrics, the parent also binds one loopback port per worker and makes a state folder for the run
 (removed on exit): the worker answering a scrape gathers its siblings' series through those ports, and
@@ -46,8 +47,10 @@ def run(
     count: int,
     serve_one: Callable[[Settings, list, Scrape, list], None],
     announce: Callable[[Settings], None],
+    helper_exited: Callable[[int, int], None],
 ) -> int:
-    """Runs `count` workers, each `serve_one(settings, sockets, scrape, peer_sockets)`, until SIGTERM/SIGINT."""
+    """Runs `count` workers, each `serve_one(settings, sockets, scrape, peer_sockets)`, until SIGTERM/SIGINT;
+    `helper_exited(pid, code)` when a helper process (database, sandbox) was reaped instead."""
     sockets = bind_sockets(settings.port, settings.host, backlog=LISTEN_BACKLOG)
     peers = {index: bind_sockets(0, "127.0.0.1") for index in range(count)}
     ports = {index: bound[0].getsockname()[1] for index, bound in peers.items()}
@@ -104,8 +107,8 @@ def run(
             pid, status = os.wait()
         except ChildProcessError:
             break
-        if pid not in children:  # a helper (database, sandbox) died: workers fail closed without it
-            log.error("a helper process (pid %d) exited with status %d", pid, status)
+        if pid not in children:  # a helper (database, sandbox): the database is started again
+            helper_exited(pid, os.waitstatus_to_exitcode(status))
             continue
         index, started = children.pop(pid)
         code = os.waitstatus_to_exitcode(status)

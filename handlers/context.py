@@ -1,5 +1,6 @@
 """The one typed context every handler and background task works from (built by app/context.py)."""
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -81,3 +82,5 @@ class Context:
     draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
     scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)
+    # The embedded database's restarts by its supervisor (app/embedded.py), where this process reports them.
+    embedded_db_restarts: Callable[[], int] | None = None

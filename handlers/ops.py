@@ -129,6 +129,12 @@ class GatewayCollector:
             "Leases of dead processes returned to their accounts by this one (a gateway died without closing).",
             m.lease_reclaims,
         )
+        if ctx.embedded_db_restarts is not None:
+            yield _counter(
+                "gateway_embedded_db_restarts",
+                "Times the embedded database exited and was started again (serve --workers: worker 0 only).",
+                ctx.embedded_db_restarts(),
+            )
         yield _gauge(
             "gateway_usage_flush_batch_size_mean",
             "Mean usage records per flush since start.",

@@ -76,6 +76,17 @@ class LeaseStore:
         if await self.reclaims.find_one_and_delete({"_id": key}) is not None and spent > marker["counted"]:
             await self._debit(account_id, spent - marker["counted"])
 
+    async def settle_stored_late(self, lease: str, account_id: str) -> None:
+        """Usage of a dead process's lease was stored after the fact (accounting/unwritten.py). If the lease was
+        reclaimed meanwhile, the reclaim counted only what was stored then and gave the rest back: the calls
+        stored since are taken from the balance, once (the marker is consumed). A lease not reclaimed yet counts
+        them when it is."""
+        marker = await self.reclaims.find_one_and_delete({"_id": f"{lease}:{account_id}"})
+        if marker is not None:
+            owed = await self.usage.spent_by_lease(lease, account_id) - marker["counted"]
+            if owed > 0:
+                await self._debit(account_id, owed)
+
     async def _debit(self, account_id: str, owed: int) -> None:
         """Takes `owed` credits from the balance, or what is left of it: never below zero."""
         for _ in range(8):

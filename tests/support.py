@@ -114,7 +114,9 @@ class Gateway(GatewayProcess):
 
     def __init__(self, mongo_uri: str, upstream_url: str, db_name: str, port: int = 0, workers: int = 1, **env):
         super().__init__(
-            gateway_env(mongo_uri, db_name, upstream_url, UPSTREAM_KEY, FLUSH_INTERVAL="0.3", **env), port, workers
+            gateway_env(mongo_uri, db_name, upstream_url, UPSTREAM_KEY, **{"FLUSH_INTERVAL": "0.3", **env}),
+            port,
+            workers,
         )
 
     async def launch(self) -> "Gateway":

@@ -120,3 +120,59 @@ async def test_an_event_left_undelivered_at_shutdown_is_delivered_after_the_rest
     assert delivered[0]["type"] == "balance.low"
     assert await asyncio.to_thread(again.stop) == 0
     receiver.stop()
+
+
+async def spend(gw: Gateway, key: str, path: str, calls: int) -> None:
+    """`calls` charged calls through `gw`, 20 at a time; a 402 (the other process holds the credits and is asked
+    for half of them, README "Scale-out") is tried again once they are back."""
+    done = 0
+    for _ in range(200):
+        responses = await asyncio.gather(
+            *[gw.call("GET", path, **{"X-API-Key": key}) for _ in range(min(20, calls - done))]
+        )
+        assert {r.code for r in responses} <= {200, 402}, [r.body for r in responses]
+        assert all(r.headers["X-Credits-Charged"] == str(PRICE) for r in responses if r.code == 200)
+        done += sum(r.code == 200 for r in responses)
+        if done == calls:
+            return
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"only {done} of {calls} calls were served")
+
+
+async def stored_by(mongo_uri: str, db_name: str, account_id: str, processes: int) -> None:
+    """Waits until usage of the account is stored under `processes` leases (bounded wait on a hang)."""
+    for _ in range(300):
+        buckets = await stored(mongo_uri, db_name, "usage_buckets", {"account_id": account_id})
+        if len({b["lease"] for b in buckets}) >= processes:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("a flush did not store the usage")
+
+
+async def test_a_crossing_that_only_the_other_process_flush_reveals_still_makes_its_event(mongo, upstream_url, catalog):
+    # Two processes, each writing usage only once FLUSH_BATCH records wait: each sees the balance as the stored
+    # figures minus its own unflushed spend, so while both hold their spend neither sees the crossing.
+    db_name = f"a_{uuid.uuid4().hex[:10]}"
+    held = {**QUICK, "FLUSH_INTERVAL": "3600", "FLUSH_BATCH": "121"}
+    first = await Gateway(mongo.uri, upstream_url, db_name, **held).launch()
+    second = await Gateway(mongo.uri, upstream_url, db_name, **held).launch()
+    receiver = Receiver()
+    user, keys, _ = await armed_account(first, receiver, 300 * PRICE, 100 * PRICE)
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    await spend(first, keys[0], path, 120)  # 3,240 credits seen by each: over the 1,800 threshold
+    await spend(second, keys[1], path, 120)  # 1,080 left in truth
+    # One uncharged call each (a user the provider does not know) fills its batch: the first process stores
+    # its usage, then the second. Neither spent anything more, so neither would look again by itself.
+    unknown = "/social/user/info?userName=nobody_at_all_here"
+    for gw, key, count in ((first, keys[0], 1), (second, keys[1], 2)):
+        response = await gw.call("GET", unknown, **{"X-API-Key": key})
+        assert response.code == 200 and response.headers["X-Credits-Charged"] == "0", response.body
+        await stored_by(mongo.uri, db_name, user["account_id"], count)
+    delivered = await receiver.until(1)
+    assert len(delivered) == 1 and delivered[0]["type"] == "balance.low", delivered
+    assert delivered[0]["data"]["balance_credits"] == 300 * PRICE - 240 * PRICE
+    for gw in (first, second):
+        assert await asyncio.to_thread(gw.stop) == 0
+    events = await stored(mongo.uri, db_name, "webhook_events", {"account_id": user["account_id"]})
+    assert [e["type"] for e in events] == ["balance.low"]
+    receiver.stop()
