@@ -8,11 +8,15 @@ a deleted item's place is free again for exactly one more."""
 import asyncio
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 import pytest
 from support import Gateway, account_with_keys
+
+from storage import db as database
+from storage.caps import GRACE
 
 pytestmark = pytest.mark.gen_test(timeout=120)
 
@@ -145,3 +149,39 @@ async def test_concurrent_creates_make_exactly_the_cap(mongo, upstream_url, name
     assert (await create(case.attempts))[0] == 200
     assert await create(case.attempts + 1) == (409, case.refusal)
     assert await case.count(gw, auth, secret) == case.cap
+
+
+async def test_a_place_outliving_its_item_is_freed_and_items_from_before_the_places_count(mongo, upstream_url):
+    """The places' document (storage/caps.py) heals: made from the items there when it is missing (a database
+    from before it), and at the cap a place whose item never came (a process died between taking it and the
+    insert) is freed once GRACE has passed; a younger one may be a create under way, and is kept."""
+    db_name = f"c_{uuid.uuid4().hex[:10]}"
+    gw = await Gateway(mongo.uri, upstream_url, db_name).launch()
+    user, _, auth = await account_with_keys(gw, 0, 1)
+    case = CASES["webhook-endpoints"]
+
+    async def create(i: int) -> tuple[int, dict]:
+        path, body = case.create(i)
+        answer = await gw.call("POST", path, body, **auth)
+        return answer.code, orjson.loads(answer.body)
+
+    made = [(await create(i))[1]["endpoint_id"] for i in range(4)]
+    client = database.connect(mongo.uri)
+    places = client[db_name].cap_places
+    place = f"webhook_endpoints:{user['account_id']}"
+    try:
+        assert (await places.delete_one({"_id": place})).deleted_count == 1
+        assert [(await create(i))[0] for i in range(4, 11)] == [200] * 6 + [409]
+        # A place taken by a create that died before its insert, two minutes ago: freed for the next create.
+        assert (await gw.call("DELETE", f"/webhooks/{made[0]}", **auth)).code == 200
+        ghost = {"id": "we_ghost", "at": datetime.now(UTC) - GRACE - timedelta(seconds=60)}
+        await places.update_one({"_id": place}, {"$push": {"held": ghost}})
+        assert (await create(20))[0] == 200
+        assert await create(21) == (409, case.refusal)
+        # A place taken a moment ago, its insert perhaps still under way: kept, the cap holds.
+        assert (await gw.call("DELETE", f"/webhooks/{made[1]}", **auth)).code == 200
+        await places.update_one({"_id": place}, {"$push": {"held": {"id": "we_young", "at": datetime.now(UTC)}}})
+        assert await create(22) == (409, case.refusal)
+    finally:
+        await client.close()
+    assert await case.count(gw, auth, "") == case.cap - 1
