@@ -24,6 +24,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Longer than a create takes between taking its place and inserting its item: a younger place whose item is
 # not there yet may be a create under way, never freed.
 GRACE = timedelta(seconds=60)
+ATTEMPTS = 20
 
 
 class Caps:
@@ -37,25 +38,28 @@ class Caps:
         if cap < 1:
             return False
         entry = {"id": doc["_id"], "at": datetime.now(UTC)}
-        for attempt in range(3):  # taken; or made / freed, then taken; or freed, then taken
+        # A push refused while a place was free (the document missing, or freed meanwhile) is tried again; each
+        # retry means other creates took places or deletes gave some back, so this ends: the bound is a backstop.
+        for _ in range(ATTEMPTS):
             taken = await self.places.update_one(
                 {"_id": place, f"held.{cap - 1}": {"$exists": False}}, {"$push": {"held": entry}}
             )
             if taken.matched_count:
-                break
-            if attempt == 2 or not await self._free(place, collection, counted):
+                # A failed insert keeps its place (an insert that timed out may still have written the item):
+                # freed at the cap once GRACE has passed and no such item counts.
+                await collection.insert_one(doc)
+                return True
+            if not await self._room(place, cap, collection, counted):
                 return False
-        # A failed insert keeps its place (an insert that timed out may still have written the item): freed at the
-        # cap once GRACE has passed and no such item counts.
-        await collection.insert_one(doc)
-        return True
+        return False
 
     async def give_back(self, place: str, item_id: str) -> None:
         """The item was deleted (or no longer counts): its place is free."""
         await self.places.update_one({"_id": place}, {"$pull": {"held": {"id": item_id}}})
 
-    async def _free(self, place: str, collection: AsyncCollection, counted: dict) -> bool:
-        """At the cap, or without the document yet: True if places were freed or the document was made."""
+    async def _room(self, place: str, cap: int, collection: AsyncCollection, counted: dict) -> bool:
+        """After a refused push: True if a place may be free now (the document was missing and is made, a place
+        came free meanwhile, or places outliving their items were freed), False when all `cap` are held."""
         # The items first: an item inserted after this read has a place younger than GRACE, which is kept.
         items = {d["_id"] for d in await collection.find(counted, {"_id": 1}).to_list(None)}
         held = await self.places.find_one({"_id": place})
@@ -65,11 +69,12 @@ class Caps:
             except DuplicateKeyError:
                 pass  # another create made it first
             return True
+        if len(held["held"]) < cap:
+            return True
         cutoff = datetime.now(UTC) - GRACE
         gone = [e["id"] for e in held["held"] if e["id"] not in items and e["at"] < cutoff]
         if not gone:
             return False
-        freed = await self.places.update_one(
-            {"_id": place}, {"$pull": {"held": {"id": {"$in": gone}, "at": {"$lt": cutoff}}}}
-        )
-        return bool(freed.modified_count)
+        # Conditional on their age still: a create retried under the same id would have a new place.
+        await self.places.update_one({"_id": place}, {"$pull": {"held": {"id": {"$in": gone}, "at": {"$lt": cutoff}}}})
+        return True  # freed, here or by another create at the same moment

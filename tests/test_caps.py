@@ -151,6 +151,21 @@ async def test_concurrent_creates_make_exactly_the_cap(mongo, upstream_url, name
     assert await case.count(gw, auth, secret) == case.cap
 
 
+@pytest.mark.parametrize("name", list(CASES))
+async def test_as_many_creates_as_the_cap_at_once_all_succeed(mongo, upstream_url, name):
+    """No create is refused below the cap: a new account's first creates, as many as its cap and all at once
+    through `--workers 2`, all succeed (the places' document is made by one of them meanwhile)."""
+    case = CASES[name]
+    gw = await Gateway(
+        mongo.uri, upstream_url, f"c_{uuid.uuid4().hex[:10]}", workers=2, STREAM_MAX_MONITORS=str(MONITORS)
+    ).launch()
+    _, (secret,), auth = await account_with_keys(gw, 1_000_000, 1)
+    headers = {"X-API-Key": secret} if case.with_key else auth
+    answers = await asyncio.gather(*(gw.call("POST", *case.create(i), **headers) for i in range(case.cap)))
+    assert [a.code for a in answers] == [200] * case.cap, [a.body for a in answers if a.code != 200][:3]
+    assert await case.count(gw, auth, secret) == case.cap
+
+
 async def test_a_place_outliving_its_item_is_freed_and_items_from_before_the_places_count(mongo, upstream_url):
     """The places' document (storage/caps.py) heals: made from the items there when it is missing (a database
     from before it), and at the cap a place whose item never came (a process died between taking it and the
