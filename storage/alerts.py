@@ -32,7 +32,8 @@ class AlertStore:
         """False, nothing written, when the account has `cap` rules already."""
         account_id = doc["account_id"]
         doc = {**doc, "arm_seq": 0, "fired_seq": -1, "deleted": False, "changed_at": now_utc()}
-        return await self.caps.insert(_place(account_id), cap, self.rules, doc, _counted(account_id))
+        counted = {"account_id": account_id, "deleted": False}
+        return await self.caps.insert(_place(account_id), cap, self.rules, doc, counted)
 
     async def account_rules(self, account_id: str) -> list[dict]:
         return await self.rules.find({"account_id": account_id, "deleted": False}).sort("created_at", -1).to_list(None)
@@ -71,7 +72,3 @@ class AlertStore:
 def _place(account_id: str) -> str:
     """The account's places under its cap of alert rules (storage/caps.py)."""
     return f"alert_rules:{account_id}"
-
-
-def _counted(account_id: str) -> dict:
-    return {"account_id": account_id, "deleted": False}
