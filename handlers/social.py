@@ -37,6 +37,7 @@ from social.endpoints import (
     page_size,
     read_answer,
 )
+from social.query import normalized_query
 from social.upstream import UpstreamError
 
 
@@ -202,8 +203,9 @@ class DataHandler(BaseHandler):
         query = upstream_query(endpoint, self.request.query_arguments, args)
         if idempotency is None:
             return await self.call(key, plan, args, query, None)
-        # The endpoint and the query as forwarded: a repeat spelling them differently is the same request.
-        found = await start(self, key.account_id, idempotency, f"GET {endpoint.path}?{query}")
+        # The endpoint and the query as forwarded, in its normal form: a repeat spelling them differently (another
+        # order, encoding or prefix) is the same request.
+        found = await start(self, key.account_id, idempotency, f"GET {endpoint.path}?{normalized_query(query)}")
         if isinstance(found, Answer):
             return self.replay(key, found)
         try:

@@ -1,6 +1,7 @@
 """Retries attacked on served gateways (issue 22), with a provider that takes its time, as customers' clients meet
 it: a client that gives up and retries, fifty repeats at once through `--workers 2`, a repeat reaching another
-process, a restart, a process killed while it runs a keyed call, and a client hammering above its rate.
+process, a restart, a process killed while it runs a keyed call, a client hammering above its rate, and a retry
+spelling its query differently.
 
 The invariant in every test: a call repeated with one Idempotency-Key reaches the provider once and is charged
 once, and every repeat gets the first answer whole."""
@@ -241,3 +242,31 @@ async def test_a_client_hammering_above_its_rate_gets_its_rate(mongo, upstream_u
     assert all(int(a.headers["Retry-After"]) >= 1 for _, a in answers if a.code == 429)
     served = sum(a.code == 200 for _, a in answers)
     assert 10 * elapsed - 1 <= served <= 10 * elapsed + 10 + 1, (served, elapsed)
+
+
+async def test_a_repeat_with_its_query_spelled_differently_gets_the_first_answer(mongo, upstream_url):
+    """A retry that sends the same parameters in another order, percent-encoded otherwise, or with a repeat, is
+    the same request (docs/api.md): replayed, not 422 (issue 39, item 6: `?query=coffee&queryType=Latest`, then
+    `?queryType=Latest&query=coffee`, was `idempotency_key_reused`). Another value or another forwarded
+    parameter is another request: 422."""
+    gw = await Gateway(mongo.uri, upstream_url, f"i_{uuid.uuid4().hex[:10]}").launch()
+    _, (secret,), auth = await account_with_keys(gw, 1_000_000, 1)
+    headers = {"X-API-Key": secret, "Idempotency-Key": "search-1"}
+    first = await fetch(gw, headers, "/social/tweet/advanced_search?query=coffee&queryType=Latest")
+    assert first.code == 200 and int(first.headers["X-Credits-Charged"]) > 0, first.body
+    for spelling in (
+        "/social/tweet/advanced_search?queryType=Latest&query=coffee",
+        "/social/tweet/advanced_search?queryType=Latest&query=%63offee",
+        "/twitter/tweet/advanced_search?query=tea&queryType=Latest&query=coffee",  # a repeat: the last one counts
+    ):
+        again = await fetch(gw, headers, spelling)
+        assert again.code == 200 and again.headers.get("Idempotent-Replayed") == "true", (spelling, again.body)
+        assert again.body == first.body and again.headers["X-Credits-Charged"] == "0"
+        assert again.headers["X-Request-ID"] == first.headers["X-Request-ID"]
+    for other in ("query=coffee&queryType=Top", "queryType=Latest&query=coffee&lang=en"):
+        refused = await fetch(gw, headers, "/social/tweet/advanced_search?" + other)
+        detail = orjson.loads(refused.body)["detail"]
+        assert refused.code == 422 and detail[0]["type"] == "idempotency_key_reused", (other, refused.body)
+        assert detail[0]["loc"] == ["header", "Idempotency-Key"]
+    rows = await usage(gw, auth, 4)
+    assert [r["credits"] > 0 for r in rows if r["status"] == 200].count(True) == 1  # the provider's answer, once
