@@ -52,10 +52,42 @@ def lock_data_dir(data_dir: str) -> int:
     return fd
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_RESERVED: list[socket.socket] = []  # held until this process exits: see free_port
+
+
+def free_port(count: int = 1) -> int:
+    """A loopback port (the first of `count` consecutive ones: `serve --workers N`'s METRICS_PORT + index) that
+    is this process's for as long as it lives, for servers it starts to bind, as often as they restart.
+
+    A port found free and let go could be taken by another process before our server bound it (a test's SMTP
+    server took one once, and the harness read its greeting as the gateway's answer). So the socket that
+    found it is kept: bound without sharing (which fails on a port anyone holds), then marked SO_REUSEADDR and
+    SO_REUSEPORT, never listening. The kernel hands such a port to no other socket binding port 0, in any
+    process, nor to an outgoing connection, while our server (Tornado, asyncio, nginx, SecantusDB all bind
+    with SO_REUSEADDR) may bind and listen on it. Connections reach only a listening socket."""
+    while True:
+        held = [_reserve(0)]
+        first = held[0].getsockname()[1]
+        try:
+            held += [_reserve(first + n) for n in range(1, count)]
+        except (OSError, OverflowError):  # a neighbour is taken, or past 65535: another first port
+            for sock in held:
+                sock.close()
+            continue
+        _RESERVED.extend(held)
+        return first
+
+
+def _reserve(port: int) -> socket.socket:
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        sock.close()
+        raise
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    return sock
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child

@@ -28,7 +28,7 @@ _ROW = obj(
 # What the validators check beyond the declarations' limits (handlers/streams.py): an interval between
 # STREAM_MIN_INTERVAL (its default here) and a day, an X handle, no control characters in a tag or a search.
 _LEAST = next(f.default for f in fields() if f.name == "stream_min_interval")
-_INTERVAL = {"type": "number", "minimum": _LEAST, "maximum": 86400}
+_INTERVAL = {"type": "number", "minimum": _LEAST, "maximum": 86400, "description": "Seconds; answered as an integer"}
 _HANDLE = {"type": "string", "pattern": r"^@?[A-Za-z0-9_]{1,15}$", "description": "An X handle, @ optional"}
 _TEXT = r"^[^\u0000-\u001f\u007f-\u009f]*$"
 
@@ -55,6 +55,10 @@ STREAM_SCHEMAS = {
     "UpdateRule": _schema(streams.UPDATE_RULE),
     "DeleteRule": _schema(streams.DELETE_RULE),
     "Monitor": _schema(streams.MONITOR),
+    "RemoveMonitor": {
+        "oneOf": [_schema([streams.MONITOR_ID]), _schema(streams.MONITOR)],
+        "description": "The provider's body: id_for_user, as add_user_to_monitor_tweet answered; or the handle",
+    },
     "StreamCreate": {
         "oneOf": [
             _schema(streams.RULE_CREATE, kind={"const": "rule"}),
@@ -104,7 +108,10 @@ STREAM_OPERATIONS = [
         "UpdateRule",
         "ProviderOk",
     ),
-    _provider("post", "/oapi/tweet_filter/delete_rule", "Delete a rule", "DeleteRule", "ProviderOk"),
+    _provider(
+        "delete", "/oapi/tweet_filter/delete_rule", "Delete a rule (the provider's method)", "DeleteRule", "ProviderOk"
+    ),
+    _provider("post", "/oapi/tweet_filter/delete_rule", "Delete a rule (as DELETE)", "DeleteRule", "ProviderOk"),
     _provider("get", "/oapi/tweet_filter/get_rules", "The account's filter rules", None, "Rules"),
     _provider(
         "post",
@@ -117,7 +124,7 @@ STREAM_OPERATIONS = [
         "post",
         "/oapi/x_user_stream/remove_user_to_monitor_tweet",
         "Stop monitoring an account",
-        "Monitor",
+        "RemoveMonitor",
         "ProviderOk",
     ),
     Operation(

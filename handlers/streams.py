@@ -2,8 +2,9 @@
 
 Provider-compatible, with X-API-Key (checked as a data call to tweet/advanced_search, which every poll makes:
 scopes, address lists, expiry and revocation apply): POST /oapi/tweet_filter/add_rule, update_rule,
-delete_rule, GET /oapi/tweet_filter/get_rules, POST /oapi/x_user_stream/add_user_to_monitor_tweet and
-remove_user_to_monitor_tweet; answers {"status", "msg", ...} as the provider's. The WebSocket at
+DELETE (the provider's method) or POST /oapi/tweet_filter/delete_rule, GET /oapi/tweet_filter/get_rules,
+POST /oapi/x_user_stream/add_user_to_monitor_tweet and remove_user_to_monitor_tweet (by the provider's
+id_for_user, or by x_user_name); answers {"status", "msg", ...} as the provider's. The WebSocket at
 /twitter/tweet/websocket and /social/tweet/websocket. The portal (session token): GET/POST /streams,
 PATCH/DELETE /streams/{rule_id}, GET /streams/{rule_id}/events. Another account's rule is 404.
 """
@@ -31,6 +32,7 @@ INTERVAL = Field("interval_seconds", float, description="Seconds between polls (
 RULE_ID = Field("rule_id", str, min_length=1, max_length=64)
 IS_EFFECT = Field("is_effect", int, minimum=0, maximum=1, description="1: active (polled), 0: inactive")
 USER = Field("x_user_name", str, min_length=1, max_length=16, description="The account's handle (@ optional)")
+MONITOR_ID = Field("id_for_user", str, min_length=1, max_length=64, description="add_user_to_monitor_tweet's answer")
 ADD_RULE = [TAG, VALUE, INTERVAL]
 UPDATE_RULE = [RULE_ID, TAG, VALUE, INTERVAL, IS_EFFECT]  # the provider: "You must set all parameters"
 DELETE_RULE = [RULE_ID]
@@ -61,12 +63,17 @@ def _kind(value: str, loc: list) -> None:
         raise ValidationError([error(loc, "Input should be one of rule, monitor", "enum")])
 
 
-def checked_interval(settings, value: float | None, loc: list) -> float:
+def checked_interval(settings, value: float | None, loc: list) -> int | float:
     low = settings.stream_min_interval
     if value is None or not low <= value <= 86400:
         message = f"Input should be between {low:g} and 86400 seconds (STREAM_MIN_INTERVAL)"
         raise ValidationError([error(loc, message, "value_error")])
-    return value
+    return whole(value)
+
+
+def whole(seconds: float) -> int | float:
+    """An interval as the provider shows it, an integer (60, not 60.0); only a test's sub-second one stays a float."""
+    return int(seconds) if float(seconds).is_integer() else seconds
 
 
 def user_name(value: str, loc: list) -> str:
@@ -120,19 +127,21 @@ class UpdateRuleHandler(ProviderApi):
 
 
 class DeleteRuleHandler(ProviderApi):
-    async def post(self) -> None:
+    async def delete(self) -> None:  # the provider's method, with a JSON body
         key = await self.key()
         body = validate_body(self.json_body(), DELETE_RULE)
         if not await self.ctx.stream_store.delete(key.account_id, body["rule_id"], "rule"):  # a monitor's: 404
             raise ApiError(404, "Rule not found")
         self.ok()
 
+    post = delete  # what docs/streams.md offered first: kept for the clients written against it
+
 
 class GetRulesHandler(ProviderApi):
     async def get(self) -> None:
         key = await self.key()
         rows = [self.ctx.streams.row(r) for r in await self.ctx.stream_store.account_rules(key.account_id, "rule")]
-        self.ok(rules=rows)
+        self.ok(rules=[{**row, "interval_seconds": whole(row["interval_seconds"])} for row in rows])
 
 
 class AddMonitorHandler(ProviderApi):
@@ -144,17 +153,26 @@ class AddMonitorHandler(ProviderApi):
         if found is not None:  # added twice: the same monitor, switched on
             await self.ctx.streams.change(key.account_id, found["_id"], {}, True)
             return self.ok(id_for_user=found["_id"])
-        interval = self.ctx.settings.stream_monitor_interval
+        interval = whole(self.ctx.settings.stream_monitor_interval)
         doc = await added(self.ctx, key.account_id, key.key_id, "monitor", "@" + name, name, interval, True)
         self.ok(id_for_user=doc["_id"])
 
 
 class RemoveMonitorHandler(ProviderApi):
     async def post(self) -> None:
+        """The provider's body names the monitor by the id add_user_to_monitor_tweet answered; by handle too."""
         key = await self.key()
-        name = user_name(validate_body(self.json_body(), MONITOR)["x_user_name"], ["body", "x_user_name"])
-        found = await self.ctx.stream_store.monitor_of(key.account_id, name)
-        if found is None or not await self.ctx.stream_store.delete(key.account_id, found["_id"], "monitor"):
+        data, store = self.json_body(), self.ctx.stream_store
+        if isinstance(data, dict) and "x_user_name" not in data:
+            found = await store.rule(key.account_id, validate_body(data, [MONITOR_ID])["id_for_user"])
+        else:
+            name = user_name(validate_body(data, MONITOR)["x_user_name"], ["body", "x_user_name"])
+            found = await store.monitor_of(key.account_id, name)
+        if (
+            found is None
+            or found["kind"] != "monitor"
+            or not await store.delete(key.account_id, found["_id"], "monitor")
+        ):
             raise ApiError(404, "This account is not monitored")
         self.ok()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import logging
 import random
 import re
 import time
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 import tornado.web
+from tornado.log import access_log
 
 from . import faults as faultlib
 from .basis import N_BIG
@@ -185,6 +187,14 @@ class ProviderHandler(JsonHandler):
             self.hang.set_result(None)
 
 
+def log_request(handler: tornado.web.RequestHandler) -> None:
+    """Tornado's access line, with the path and never the query: run by `serve`, the sandbox writes to the
+    gateway's output, and a query carries the customer's search or ids, which never go to a log."""
+    status, request = handler.get_status(), handler.request
+    level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+    access_log.log(level, "%d %s %s %.2fms", status, request.method, request.path, 1000 * request.request_time())
+
+
 def normalize_prefix(prefix: str) -> str:
     """'/twitter', 'twitter/' and '/twitter/' all mean '/twitter'; '' or '/' mean the root."""
     prefix = prefix.strip("/")
@@ -207,5 +217,6 @@ def make_app(
         ],
         default_handler_class=NotFoundHandler,
         default_handler_args=args,
+        log_function=log_request,
         sandbox=sb,
     )

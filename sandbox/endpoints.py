@@ -40,6 +40,7 @@ __all__ = ["ENDPOINTS", "MOVING", "Args", "BadRequest", "respond"]
 
 def advanced_search(w: World, a: Args) -> dict:
     query, query_type = a.require("query"), a.choice("queryType", ("Latest", "Top"))
+    query = search.absolute(query, a.asof())  # within_time: from the time the list is cut at
     try:
         archived = search.search_tweets(w, query, query_type)
     except search.QueryError as e:

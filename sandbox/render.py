@@ -19,7 +19,12 @@ _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _IMAGE_SIZES = ((1200, 675), (1080, 1080), (1536, 2048), (4032, 3024), (1920, 1080), (900, 1200))
 _PHOTO_FEATURES = {size: {"faces": []} for size in ("large", "medium", "small", "orig")}
-_SOURCES = ("Twitter for iPhone", "Twitter for Android", "Twitter Web App", "Twitter for iPad", "TweetDeck Web App")
+SOURCES = ("Twitter for iPhone", "Twitter for Android", "Twitter Web App", "Twitter for iPad", "TweetDeck Web App")
+
+
+def source(w: World, i: int) -> str:
+    """The app tweet i was sent from (search's source: reads it too)."""
+    return SOURCES[h64(w.seed, 34, i) % len(SOURCES)]
 
 
 def created_at(seconds: int) -> str:
@@ -308,7 +313,7 @@ def tweet(w: World, i: int, nested: bool = False) -> dict:
         "id": t.id,
         "url": f"https://x.com/{handle}/status/{t.id}",
         "text": c.text,
-        "source": _SOURCES[h64(w.seed, 34, i) % len(_SOURCES)],
+        "source": source(w, i),
         "retweetCount": t.retweets,
         "replyCount": w.reply_count(i),
         "likeCount": t.likes,

@@ -15,10 +15,21 @@ Words and phrases match whole words, case-insensitively, in the text outside URL
     since_time:UNIX  until_time:UNIX     (seconds; until_time is exclusive)
     since_id:ID  max_id:ID               (ids above since_id; ids up to max_id)
     min_faves:N  min_retweets:N  min_replies:N
-    filter:X / has:X with X in replies, media, images, links, quote, verified,
-    hashtags, mentions
+    within_time:Nd|Nh|Nm|Ns              (the last N days, hours, minutes or seconds: see absolute)
+    filter:X / has:X, and exclude:X (= -filter:X), with X in replies, self_threads, media, images,
+    twimg, links, quote, retweets (quotes: the world has no "RT" posts), verified,
+    blue_verified, hashtags, mentions, has_engagement, safe (every post: none is sensitive),
+    nativeretweets, videos, native_video, consumer_video, pro_video, vine, periscope,
+    spaces, news (none: the world has no reposts, videos or news links)
+    quoted_tweet_id:ID  quoted_user_id:ID  list:ID  url:TEXT  source:CLIENT
+    card_name: card_domain: card_url: (none: no post carries a card)
+    +word (the word as it is)  "a phrase with * a wildcard" (one word)
 
-An unknown operator is matched as a plain word, which in practice finds nothing.
+The provider's other operators (github.com/igorbrigadir/twitter-advanced-search, which its docs
+link) are accepted and ignored, as if absent from the query, where they mean nothing in this
+world: include:nativeretweets (no reposts to include), filter:follows/social/trusted (there is no
+searcher), near:, within:, geocode:, place: (no post has a place). An unknown operator is matched
+as a plain word, which in practice finds nothing.
 queryType Latest sorts newest first; Top sorts by World.engagement, newest first on ties.
 
 The corpus is the archive plus the live posts listed at the request's time (sandbox.live).
@@ -30,11 +41,13 @@ from __future__ import annotations
 
 import calendar
 import functools
+import re
 import time
 from collections.abc import Callable
 
 from .basis import N_ACTIVE, N_TWEETS, TWEPOCH_MS, is_digits, words
 from .live import LIVE_START_S
+from .render import source
 from .tweets import Tweet
 from .world import World
 
@@ -93,6 +106,22 @@ MAX_DEPTH = 16  # nested parentheses
 MAX_TERMS = 64  # words, phrases and operators: each is checked against every candidate tweet
 
 
+IGNORED = None  # what atom() gives for an operator that means nothing in this world
+IGNORED_OPERATORS = frozenset(("include", "near", "within", "geocode", "place"))
+SEARCHER_FILTERS = frozenset(("follows", "social", "trusted"))  # about who searches: there is nobody
+NEVER = frozenset(
+    ("nativeretweets", "videos", "native_video", "consumer_video", "pro_video", "vine", "periscope", "spaces", "news")
+)
+_WITHIN = re.compile(r"(?<!\S)within_time:(\d{1,9})([dhms])(?!\S)", re.I)
+_UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def absolute(query: str, now_s: int) -> str:
+    """within_time:N<unit> as the since_time: it means at `now_s` (the request's time, or its first page's):
+    the parsed query then depends on the text alone and is cached as any other."""
+    return _WITHIN.sub(lambda m: f"since_time:{now_s - int(m.group(1)) * _UNIT_S[m.group(2).lower()]}", query)
+
+
 def _all(preds: list[Pred]) -> Pred:
     return preds[0] if len(preds) == 1 else (lambda t: all(p(t) for p in preds))
 
@@ -115,7 +144,10 @@ class _Frame:
         self.joins_or = False  # an OR was read: the next unary is one more alternative of the last group
         self.outer = (negations, joins_or)  # the parent's pending state, applied when this frame closes
 
-    def add(self, pred: Pred) -> None:
+    def add(self, pred: Pred | None) -> None:
+        if pred is IGNORED:  # as if the term were not there: a minus sign before it goes with it
+            self.negations = 0
+            return
         pred = _negated(pred, self.negations)
         if self.joins_or and self.groups:
             self.groups[-1].append(pred)
@@ -178,10 +210,15 @@ class _Parser:
         parent.add(_all(preds) if preds else (lambda t: True))
 
     def phrase(self, text: str) -> Pred:
+        norm, live = self.w.norm_text(), self.w.live_norm
+        if "*" in text.split():  # a wildcard stands for one word
+            parts = [r"\S+" if tok == "*" else re.escape(" ".join(words(tok))) for tok in text.split()]
+            pattern = re.compile(" " + " ".join(part for part in parts if part) + " ")
+            return lambda t: pattern.search(norm[t.idx] if t.idx < N_TWEETS else live(t.idx)) is not None
         ws = words(text)
         if not ws:
             return lambda t: True
-        needle, norm, live = f" {' '.join(ws)} ", self.w.norm_text(), self.w.live_norm
+        needle = f" {' '.join(ws)} "
         return lambda t: needle in (norm[t.idx] if t.idx < N_TWEETS else live(t.idx))
 
     def atom(self, word: str) -> Pred:
@@ -194,8 +231,12 @@ class _Parser:
         if word.startswith("@") and len(word) > 1:
             u = w.user_by_handle(word[1:])
             return lambda t: u is not None and u in (t.mention, w.addressee(t))
+        if word.startswith("+") and len(word) > 1:
+            return self.phrase(word[1:])
         if not sep or not value:
             return self.phrase(word)
+        if key in IGNORED_OPERATORS:
+            return IGNORED
         if key in ("from", "to"):
             u = w.user_by_handle(value)
             if u is None:
@@ -227,22 +268,50 @@ class _Parser:
         if key == "conversation_id":
             root = w.tweet_by_id(value)
             return lambda t: root is not None and t.root == root
-        if key in ("filter", "has"):
-            return self.feature(value.lower())
+        if key in ("filter", "has", "exclude"):
+            feature = self.feature(value.lower())
+            return feature if key != "exclude" or feature is IGNORED else (lambda t: not feature(t))
+        if key == "quoted_tweet_id":
+            quoted = w.tweet_by_id(value)
+            return lambda t: quoted is not None and t.quote == quoted
+        if key == "quoted_user_id":
+            u = w.user_by_id(value)
+            return lambda t: u is not None and t.quote >= 0 and w.tweet(t.quote).author == u
+        if key == "list":
+            k = w.list_by_id.get(value)
+            members = frozenset(w.lists[k].members) if k is not None else frozenset()
+            return lambda t: t.author in members
+        if key == "url":  # as on the platform, _ stands for - (and matches either)
+            needle = value.lower().replace("_", "-")
+            return lambda t: t.has_link and needle in w.content(t.idx).link[3].lower().replace("_", "-")
+        if key == "source":  # _ for the spaces of a client's name
+            client = value.lower().replace("_", " ")
+            return lambda t: source(w, t.idx).lower() == client
+        if key in ("card_name", "card_domain", "card_url"):
+            return lambda t: False
         return self.phrase(word)
 
-    def feature(self, name: str) -> Pred:
+    def feature(self, name: str) -> Pred | None:
         w = self.w
+        if name in SEARCHER_FILTERS:
+            return IGNORED
+        if name in NEVER:
+            return lambda t: False
         features: dict[str, Pred] = {
             "replies": lambda t: t.parent >= 0,
+            "self_threads": lambda t: t.parent >= 0 and w.tweet(t.parent).author == t.author,
             "media": lambda t: t.photos > 0,
             "images": lambda t: t.photos > 0,
+            "twimg": lambda t: t.photos > 0,
             "links": lambda t: t.has_link,
             "quote": lambda t: t.quote >= 0,
+            "retweets": lambda t: t.quote >= 0,
             "verified": lambda t: w.is_blue(t.author),
             "blue_verified": lambda t: w.is_blue(t.author),
             "hashtags": lambda t: bool(t.tags),
             "mentions": lambda t: t.mention >= 0 or w.addressee(t) >= 0,
+            "has_engagement": lambda t: t.likes > 0 or t.retweets > 0 or w.reply_count(t.idx) > 0,
+            "safe": lambda t: True,
         }
         return features.get(name, lambda t: False)
 

@@ -12,6 +12,7 @@ import tornado.web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 import config
+from app.embedded import free_port
 from bench.stack import GatewayProcess, gateway_env
 from social.upstream import Breaker, UpstreamClient
 from storage import db as database
@@ -238,8 +239,7 @@ class Inbox:
                 inbox.messages.append({"to": envelope.rcpt_tos, "data": envelope.content.decode()})
                 return "250 OK"
 
-        sock, self.port = tornado.testing.bind_unused_port()
-        sock.close()
+        self.port = free_port()  # held: no other test process can take it before the controller binds it
         self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
         self.controller.start()
 

@@ -98,7 +98,7 @@ async def test_compose_gateway_behind_its_nginx(mongo, upstream_url, catalog, tm
     port answers for both workers with every series the rules and the dashboard read."""
     command = COMPOSE["services"]["gateway"]["command"]
     assert command == ["serve", "--workers", "2"]  # what GatewayProcess runs with workers=2
-    metrics_port = free_port()
+    metrics_port = free_port(2)  # one port per worker
     env = {k: str(v) for k, v in COMPOSE["services"]["gateway"]["environment"].items()}
     del env["MONGODB_URI"], env["UPSTREAM_URL"], env["UPSTREAM_API_KEY"]  # this machine's database and provider
     env.update(METRICS_PORT=str(metrics_port), TRUSTED_PROXIES="127.0.0.1")  # nginx on loopback

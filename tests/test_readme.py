@@ -334,3 +334,23 @@ def test_every_documented_command_and_option_works(served, tmp_path):
     }
     assert missing == set(), f"documented or parsed but never run: {sorted(missing, key=str)}"
     assert len(documented()) > 10
+
+
+def test_a_customer_s_query_never_reaches_serve_s_output_not_even_from_its_sandbox(served):
+    """serve's own sandbox wrote its access lines (a 4xx one: the whole query) to serve's output."""
+    creds = {"email": f"q-{uuid.uuid4().hex[:6]}@example.com", "password": "a long passphrase"}
+    auth = {"Authorization": f"Bearer {http('POST', served.url + '/auth/register', creds)[1]['token']}"}
+    key = http("POST", served.url + "/keys", {"name": "q"}, auth)[1]
+    assert http("POST", f"{served.url}/keys/{key['key_id']}/topup", {"credits": 100_000}, auth)[0] == 200
+    secret = uuid.uuid4().hex  # the customer's text: an invalid date, which the provider answers with 400
+    status, _, _ = http(
+        "GET",
+        f"{served.url}/social/tweet/advanced_search?query=since:{secret}",
+        headers={"X-API-Key": key["key"]},
+    )
+    assert status == 400
+    deadline = time.monotonic() + 30  # the sandbox logs a call after answering it
+    while "/twitter/tweet/advanced_search" not in served.output:
+        assert time.monotonic() < deadline, served.output
+        time.sleep(0.1)
+    assert secret not in served.output

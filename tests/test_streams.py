@@ -192,6 +192,89 @@ async def test_the_provider_calls_keep_its_shapes_and_refuse_bad_input(api, prov
     assert status == 200 and (await api.call("GET", "/oapi/tweet_filter/get_rules", key=k))[1]["rules"] == []
 
 
+# The provider's request lines for its /oapi/ calls (its docs: docs/endpoints/*.md of the mirror), verbatim:
+# method, path, and the body exactly as its curl examples send it, the placeholders filled in by provider_call.
+PROVIDER_CALLS = {
+    "add_rule": (
+        "POST",
+        "/oapi/tweet_filter/add_rule",
+        '\n{\n  "tag": "<string>",\n  "value": "<string>",\n  "interval_seconds": 123\n}\n',
+    ),
+    "update_rule": (
+        "POST",
+        "/oapi/tweet_filter/update_rule",
+        '\n{\n  "rule_id": "<string>",\n  "tag": "<string>",\n  "value": "<string>",\n  "interval_seconds": 123,\n'
+        '  "is_effect": 0\n}\n',
+    ),
+    "get_rules": ("GET", "/oapi/tweet_filter/get_rules", None),
+    "delete_rule": ("DELETE", "/oapi/tweet_filter/delete_rule", '\n{\n  "rule_id": "<string>"\n}\n'),
+    "add_user": ("POST", "/oapi/x_user_stream/add_user_to_monitor_tweet", '\n{\n  "x_user_name": "<string>"\n}\n'),
+    "remove_user": (
+        "POST",
+        "/oapi/x_user_stream/remove_user_to_monitor_tweet",
+        '\n{\n  "id_for_user": "<string>"\n}\n',
+    ),
+}
+
+
+async def provider_call(base_url: str, key: str, name: str, **values) -> tuple[int, dict]:
+    """One of the provider's documented calls as its curl example makes it (a body on DELETE included); `values`
+    replace the example's placeholders field by field, the rest stay as documented."""
+    method, path, body = PROVIDER_CALLS[name]
+    headers = {"X-API-Key": key}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        for field, value in values.items():
+            body = re.sub(
+                rf'("{field}": )("<string>"|\d+)', lambda m, v=value: m.group(1) + orjson.dumps(v).decode(), body
+            )
+    request = HTTPRequest(base_url + path, method=method, headers=headers, body=body, allow_nonstandard_methods=True)
+    response = await tornado.httpclient.AsyncHTTPClient().fetch(request, raise_error=False)
+    return response.code, orjson.loads(response.body)
+
+
+@pytest.mark.settings(**QUICK)
+async def test_the_provider_documented_request_lines_work_as_documented(api, provider, base_url):
+    """Each /oapi/ call as the provider documents it: DELETE delete_rule removes the rule (it answered 405 and
+    the rule kept polling), get_rules shows interval_seconds as the integer it documents, and the monitor is
+    removed by the id_for_user its add answered."""
+    user, key = await api.funded_key(1_000_000)
+    k = key["key"]
+    status, added = await provider_call(base_url, k, "add_rule", tag="btc", value="bitcoin")
+    assert status == 200 and added["status"] == "success", added
+    rule_id = added["rule_id"]
+    status, body = await provider_call(
+        base_url, k, "update_rule", rule_id=rule_id, tag="btc", value="bitcoin", is_effect=1
+    )
+    assert status == 200 and body["status"] == "success", body
+    status, listed = await provider_call(base_url, k, "get_rules")
+    interval = listed["rules"][0]["interval_seconds"]
+    assert status == 200 and interval == 123 and type(interval) is int, listed
+    assert listed["rules"][0]["is_effect"] == 1
+    status, body = await provider_call(base_url, k, "delete_rule", rule_id=rule_id)
+    assert (status, body["status"]) == (200, "success"), body
+    assert (await provider_call(base_url, k, "get_rules"))[1]["rules"] == []
+    status, body = await provider_call(base_url, k, "delete_rule", rule_id=rule_id)
+    assert (status, body["status"]) == (404, "error")
+    # POST, which these docs offered first, still deletes.
+    rule_id = (await provider_call(base_url, k, "add_rule", tag="t", value="v"))[1]["rule_id"]
+    status, _, _ = await api.call("POST", "/oapi/tweet_filter/delete_rule", {"rule_id": rule_id}, key=k)
+    assert status == 200 and (await provider_call(base_url, k, "get_rules"))[1]["rules"] == []
+
+    status, monitor = await provider_call(base_url, k, "add_user", x_user_name="alice")
+    assert status == 200 and monitor["id_for_user"], monitor
+    remove = "/oapi/x_user_stream/remove_user_to_monitor_tweet"
+    # A rule's id is not a monitor's.
+    rule_id = (await provider_call(base_url, k, "add_rule", tag="t", value="v"))[1]["rule_id"]
+    assert (await api.call("POST", remove, {"id_for_user": rule_id}, key=k))[0] == 404
+    status, body = await provider_call(base_url, k, "remove_user", id_for_user=monitor["id_for_user"])
+    assert (status, body["status"]) == (200, "success"), body
+    rows = (await api.call("GET", "/streams", token=user["token"]))[1]
+    assert [r["kind"] for r in rows] == ["rule"]
+    status, body = await provider_call(base_url, k, "remove_user", id_for_user=monitor["id_for_user"])
+    assert (status, body["status"]) == (404, "error")
+
+
 @pytest.mark.settings(**QUICK)
 async def test_each_new_tweet_reaches_the_socket_and_the_webhook_once_and_polls_are_charged(
     api, ctx, provider, base_url
