@@ -151,6 +151,9 @@ class Detector:
             "summary": f"Spend on {day} reached {spend:,} credits, above {threshold:,}",
         }
         await self._emit(kinds.daily_crossing(rule, day), rule, data)
+        if rule.get("fired_day") != day:  # GET /alerts: fired_at, and not armed again until the next UTC day
+            await self.store.fired_day(rule["_id"], day)
+            rule["fired_day"], rule["fired_at"] = day, now
 
     async def _budgets(self, rules: list[dict], account_id: str, now: datetime) -> None:
         keys = [k for k in await self.keys.list(account_id) if k.get("credit_limit") and not k.get("revoked")]

@@ -51,6 +51,12 @@ def order_crossing(rule: dict, order_id: str, status: str, detail: str = "") -> 
     return f"{rule['_id']}|order|{order_id}|{status}|{detail}"
 
 
+def dollars(usd: float) -> str:
+    """$12.50, with as many more decimals as a smaller amount needs: $0.001 (100 credits) never reads $0.00."""
+    cents = f"{usd:,.2f}"
+    return "$" + (cents if round(usd, 2) == usd else f"{usd:,.8f}".rstrip("0"))
+
+
 def describe(rule: dict) -> str:
     """One line for emails and the portal."""
     kind = rule["kind"]
@@ -58,7 +64,7 @@ def describe(rule: dict) -> str:
         if rule.get("credits") is not None:
             amount = f"{rule['credits']:,} credits"
         elif rule.get("usd") is not None:
-            amount = f"${rule['usd']:,.2f}"
+            amount = dollars(rule["usd"])
         else:
             amount = f"{rule['percent']} % of the last top-up"
         return ("Balance below " if kind == "balance_below" else "Spend in a UTC day above ") + amount

@@ -11,6 +11,7 @@ Another account's rule, endpoint or delivery is 404.
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
 
 from alerts import rules as kinds
 from handlers.base import ApiError, BaseHandler, authenticated
@@ -92,12 +93,21 @@ def rule_of(body: dict) -> dict:
     return rule
 
 
+def armed(rule: dict) -> bool:
+    """False while a fired rule waits to re-arm: a balance rule until a top-up, a daily one until the next UTC day."""
+    if rule["kind"] == "balance_below":
+        return rule["fired_seq"] < rule["arm_seq"]
+    if rule["kind"] == "daily_spend_above":
+        return rule.get("fired_day") != datetime.now(UTC).date().isoformat()
+    return True
+
+
 def rule_row(rule: dict) -> dict:
     return {
         "rule_id": rule["_id"],
         **{name: rule.get(name) for name in ("kind", "credits", "usd", "percent", "levels", "key_id", "statuses")},
         "description": kinds.describe(rule),
-        "armed": rule["fired_seq"] < rule["arm_seq"] if rule["kind"] == "balance_below" else True,
+        "armed": armed(rule),
         "fired_at": rule.get("fired_at"),
         "created_at": rule["created_at"],
     }
@@ -210,6 +220,8 @@ class WebhooksHandler(AlertsBase):
         }
         if not await self.ctx.webhook_store.add_endpoint(doc, MAX_ENDPOINTS):  # under concurrency too (storage/caps.py)
             raise ApiError(409, f"An account may have {MAX_ENDPOINTS} webhook endpoints; delete one first")
+        # The host only: a receiver's URL may carry its own token in the path or query.
+        await self.audit("webhook.created", details={"endpoint_id": endpoint_id, "host": urlsplit(url).hostname})
         self.send_json({**endpoint_row(doc), "secret": secret})
 
 
@@ -238,6 +250,7 @@ class WebhookHandler(AlertsBase):
     async def delete(self, endpoint_id: str) -> None:
         if not await self.ctx.webhook_store.delete_endpoint(self.current_user, endpoint_id):
             raise ApiError(404, "Webhook endpoint not found")
+        await self.audit("webhook.deleted", details={"endpoint_id": endpoint_id})
         self.send_json({"ok": True})
 
 

@@ -129,6 +129,7 @@ class RegisterHandler(AuthHandler):
         except DuplicateEmail:
             raise ApiError(409, "An account with this email already exists") from None
         self.account_id = account["_id"]
+        await self.audit("account.created", details={"credits": credits})
         self.issue_session(account["_id"])
 
 

@@ -47,8 +47,12 @@ ALERT_SCHEMAS = {
         key_id=nullable(I),
         statuses=nullable(array(S)),
         description=S,
-        armed={"type": "boolean", "description": "balance_below: false after it fired, until a top-up re-arms it"},
-        fired_at=nullable(TIME),
+        armed={
+            "type": "boolean",
+            "description": "false after it fired until it re-arms: balance_below at a top-up, daily_spend_above the "
+            "next UTC day; the other kinds are always armed",
+        },
+        fired_at={**nullable(TIME), "description": "when a balance or daily-spend rule last fired; null: never"},
         created_at=TIME,
     ),
     "AlertEvent": obj(

@@ -122,7 +122,18 @@ SCHEMAS: dict = {
             "credit_limit_period so far; the current UTC month for a key without a budget",
         },
     ),
-    "NewKey": {"allOf": [ref("Key"), obj(("key",), key={"type": "string", "description": "The secret, shown once"})]},
+    "NewKey": {
+        "allOf": [
+            ref("Key"),
+            obj(
+                ("key",),
+                key={
+                    "type": "string",
+                    "description": "The secret; GET /keys/{key_id}/reveal shows it again while the key is not revoked",
+                },
+            ),
+        ]
+    },
     "Roll": obj(
         ("grace_seconds",),
         True,

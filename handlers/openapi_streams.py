@@ -183,12 +183,26 @@ def socket_operations(prefix: str) -> dict:
         "tags": ["streams"],
         "security": [{"apiKey": []}],
         "parameters": [
-            {"name": "since_event_id", "in": "query", "required": False, "schema": S},
+            {
+                "name": "since_event_id",
+                "in": "query",
+                "required": False,
+                "description": "Resume after a reconnect: the event_id of the last tweet event you had. After "
+                "`connected` (whose `replay` says how many follow and whether that is all), the account's events "
+                "written after it come first, oldest first (at most 5,000), then live ones. An unknown or expired "
+                "id replays nothing: resume with since_timestamp.",
+                "schema": S,
+                "example": "fr_0123456789abcdef:42",
+            },
             {
                 "name": "since_timestamp",
                 "in": "query",
                 "required": False,
+                "description": "Resume from a point in time, in milliseconds since 1970 (a tweet event's "
+                "`timestamp`): the account's events after it first, then live ones. With several workers, resume "
+                "from the last event's timestamp minus 2000 and drop the event_ids you already have.",
                 "schema": {"type": "integer", "minimum": 0, "maximum": 10**15 - 1},
+                "example": 1764100021000,
             },
         ],
         "responses": {

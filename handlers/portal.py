@@ -112,7 +112,12 @@ class PortalHandler(PageHandler):
         sandbox = not self.ctx.settings.production and self.ctx.payments.chain is not None
         if sandbox:
             features.append("sandbox")
-        self.render("portal.html", signed_in=signed_in, features=" ".join(features))
+        self.render(
+            "portal.html",
+            signed_in=signed_in,
+            features=" ".join(features),
+            stream_min_interval=f"{self.ctx.settings.stream_min_interval:g}",  # checked before a rule is sent
+        )
 
 
 class DocsHandler(PageHandler):

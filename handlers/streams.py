@@ -66,7 +66,8 @@ def _kind(value: str, loc: list) -> None:
 def checked_interval(settings, value: float | None, loc: list) -> int | float:
     low = settings.stream_min_interval
     if value is None or not low <= value <= 86400:
-        message = f"Input should be between {low:g} and 86400 seconds (STREAM_MIN_INTERVAL)"
+        # In a customer's words (the portal checks the same before sending): no setting's name.
+        message = f"Choose from {low:g} seconds to a day (86400): a rule is polled at most every {low:g} seconds"
         raise ValidationError([error(loc, message, "value_error")])
     return whole(value)
 

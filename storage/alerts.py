@@ -59,6 +59,14 @@ class AlertStore:
             {"$set": {"fired_seq": seq, "fired_at": now_utc(), "changed_at": now_utc()}},
         )
 
+    async def fired_day(self, rule_id: str, day: str) -> None:
+        """A daily rule's crossing of `day` (UTC) has its event; it re-arms by itself the next day. Idempotent:
+        of processes recording the same day, the first one's time stays."""
+        await self.rules.update_one(
+            {"_id": rule_id, "fired_day": {"$ne": day}},
+            {"$set": {"fired_day": day, "fired_at": now_utc(), "changed_at": now_utc()}},
+        )
+
     async def rearm(self, rule_id: str, seq: int) -> dict | None:
         """The value is back over the threshold after crossing `seq` fired: the next crossing may fire.
         Of processes re-arming at once, one moves the sequence on."""

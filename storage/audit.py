@@ -39,6 +39,7 @@ from storage.expiry import Expiry
 log = logging.getLogger("gateway.audit")
 
 ACTIONS = (
+    "account.created",
     "login",
     "login.failed",
     "logout",
@@ -58,6 +59,8 @@ ACTIONS = (
     "budget.changed",
     "checkout.created",
     "credit.applied",
+    "webhook.created",
+    "webhook.deleted",
     "admin.credit",
     "admin.debit",
     "admin.suspend",

@@ -26,12 +26,32 @@ async def test_key_actions_and_logins_are_logged_for_their_account_only(api):
     await api.call("POST", "/auth/login", {"email": user["email"], "password": "wrong password!"})
     body = await entries(api, user["token"])
     actions = [e["action"] for e in body["entries"]]
-    assert actions == ["login.failed", "key.revoked", "key.revealed", "key.created"]
-    created = body["entries"][-1]
+    assert actions == ["login.failed", "key.revoked", "key.revealed", "key.created", "account.created"]
+    created = body["entries"][-2]
     assert created["actor"] == {"kind": "account", "id": user["account_id"]}
     assert created["address"] == "127.0.0.1" and created["details"] == {"key_id": key["key_id"], "name": "reporting"}
     assert created["at"].endswith("Z") and body["next_cursor"] is None
-    assert (await entries(api, other["token"]))["entries"] == []  # tenants isolated
+    theirs = (await entries(api, other["token"]))["entries"]
+    assert [e["action"] for e in theirs] == ["account.created"]  # tenants isolated
+
+
+async def test_registering_and_adding_or_deleting_a_webhook_endpoint_are_in_the_activity(api):
+    """What a newcomer does first shows up: the account's creation, then its webhook endpoint, added and deleted
+    (by id and host: the receiver's URL may carry its own token, and it is not repeated here)."""
+    user = await api.register()
+    url = "http://127.0.0.1:9/hook?token=receiver-secret"
+    status, endpoint, _ = await api.call("POST", "/webhooks", {"url": url}, token=user["token"])
+    assert status == 200, endpoint
+    assert (await api.call("DELETE", f"/webhooks/{endpoint['endpoint_id']}", token=user["token"]))[0] == 200
+    body = await entries(api, user["token"])
+    assert [e["action"] for e in body["entries"]] == ["webhook.deleted", "webhook.created", "account.created"]
+    deleted, added, created = body["entries"]
+    assert created["actor"] == {"kind": "account", "id": user["account_id"]} and created["address"] == "127.0.0.1"
+    assert added["details"] == {"endpoint_id": endpoint["endpoint_id"], "host": "127.0.0.1"}
+    assert deleted["details"] == {"endpoint_id": endpoint["endpoint_id"]}
+    assert "receiver-secret" not in orjson.dumps(body).decode()
+    only = await entries(api, user["token"], "?action=account.created,webhook.created")
+    assert [e["action"] for e in only["entries"]] == ["webhook.created", "account.created"]
 
 
 async def test_filters_paging_and_bad_query(api):
@@ -45,7 +65,7 @@ async def test_filters_paging_and_bad_query(api):
     assert names == ["k4", "k3", "k2", "k1", "k0"] and rest["next_cursor"] is None
     assert (await entries(api, user["token"], "?action=login"))["entries"] == []
     assert (await entries(api, user["token"], "?since=2999-01-01T00:00:00Z"))["entries"] == []
-    assert len((await entries(api, user["token"], "?until=2999-01-01&since=0001-01-01"))["entries"]) == 5
+    assert len((await entries(api, user["token"], "?until=2999-01-01&since=0001-01-01"))["entries"]) == 6
     for query, loc in (
         ("?action=key.stolen", "action"),
         ("?since=yesterday", "since"),
@@ -63,10 +83,10 @@ async def test_export_csv_and_json(api):
     status, body, headers = await api.call("GET", "/audit/export?format=csv", token=user["token"])
     assert status == 200 and headers["Content-Type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(body.decode())))
-    assert [r["action"] for r in rows] == ["key.created"]
+    assert [r["action"] for r in rows] == ["key.created", "account.created"]
     assert orjson.loads(rows[0]["details"])["name"] == "=HYPERLINK(evil)"  # inside JSON: no leading '='
     status, body, headers = await api.call("GET", "/audit/export?format=json", token=user["token"])
-    assert status == 200 and [e["action"] for e in body] == ["key.created"]
+    assert status == 200 and [e["action"] for e in body] == ["key.created", "account.created"]
     assert (await api.call("GET", "/audit/export?format=xml", token=user["token"]))[0] == 422
 
 
@@ -76,7 +96,7 @@ async def test_admins_see_every_account(api, ctx):
     assert (await api.call("GET", "/admin/audit", token=user["token"]))[0] == 403
     assert await ctx.accounts.set_admin(admin["email"], True)
     status, body, _ = await api.call("GET", f"/admin/audit?account_id={user['account_id']}", token=admin["token"])
-    assert status == 200 and [e["action"] for e in body["entries"]] == ["key.created"]
+    assert status == 200 and [e["action"] for e in body["entries"]] == ["key.created", "account.created"]
     status, body, _ = await api.call("GET", "/admin/audit?actor=system&limit=200", token=admin["token"])
     assert status == 200 and all(e["actor"]["kind"] == "system" for e in body["entries"])
 

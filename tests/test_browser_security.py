@@ -71,6 +71,7 @@ def sign_in(page, stack, address: str, password: str = PASSWORD) -> None:
 def log_out(page) -> None:
     page.get_by_test_id("logout").click()
     expect(page.get_by_test_id("login")).to_be_visible()
+    expect(page.get_by_test_id("auth-notice")).to_have_text(re.compile("^You are signed out"))  # said, not guessed
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -95,7 +96,9 @@ def test_enrol_two_factor_then_sign_in_with_a_code(watched, stack, size, tmp_pat
     page.get_by_test_id("tfa-code").fill(totp.now())
     page.get_by_test_id("tfa-enable").click()
     expect(page.locator("#tfa-recovery-codes li")).to_have_count(10)
-    expect(page.get_by_test_id("tfa-status")).to_contain_text("10 recovery codes left")
+    expect(page.get_by_test_id("tfa-status")).to_have_text(
+        re.compile(r"^On since \d{4}-\d\d-\d\d \d\d:\d\d UTC\. 10 recovery codes left\.$")  # "UTC" once
+    )
     fits(page, size)
     shot(page, tmp_path, f"{size}-2fa-recovery-codes")
 
@@ -177,11 +180,12 @@ def test_the_activity_view_shows_filters_and_exports_who_did_what(watched, stack
     expect(page.get_by_test_id("logout")).to_be_visible()
     page.get_by_role("link", name="Activity").click()
     rows = page.get_by_test_id("audit-row")
-    expect(rows).to_have_count(4)
+    expect(rows).to_have_count(5)
     expect(rows.nth(0)).to_contain_text("Signed in")
     expect(rows.nth(1)).to_contain_text("Failed sign-in")
     expect(rows.nth(3)).to_contain_text("a-rather-long-key-name-for-reporting-pipelines")
     expect(rows.nth(3)).to_contain_text("you")
+    expect(rows.nth(4)).to_contain_text("Account created")  # registering is the first thing the log shows
     fits(page, size)
     shot(page, tmp_path, f"{size}-activity")
     page.get_by_test_id("audit-action").select_option("key.created")

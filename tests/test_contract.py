@@ -155,6 +155,19 @@ async def test_the_openapi_document_states_the_same_constraints(api):
     assert next(p for p in replies if p["name"] == "queryType")["schema"]["enum"] == ["Relevance", "Latest", "Likes"]
 
 
+async def test_the_websocket_resume_parameters_say_what_they_do_with_an_example(api):
+    """since_event_id and since_timestamp on the tweet WebSocket: a reader of /docs learns what to pass."""
+    _, doc, _ = await api.call("GET", "/openapi.json")
+    params = {p["name"]: p for p in doc["paths"]["/social/tweet/websocket"]["get"]["parameters"]}
+    assert set(params) == {"since_event_id", "since_timestamp"}
+    for name, param in params.items():
+        assert len(param.get("description", "")) > 40, (name, param)
+        assert "example" in param, (name, param)
+        jsonschema.validate(param["example"], param["schema"])
+    assert "event_id" in params["since_event_id"]["description"]
+    assert "milliseconds" in params["since_timestamp"]["description"]
+
+
 # Text values a client may send for a string parameter; each is accepted by both or refused by both.
 PROBES = [
     "a",

@@ -265,3 +265,14 @@ async def test_attribution_best_effort_and_not_json(api):
 async def test_unknown_path_is_json_404(api):
     status, body, headers = await api.call("GET", "/nope")
     assert status == 404 and body == {"detail": "Not found"} and headers["X-Request-ID"]
+
+
+async def test_an_interval_too_short_is_refused_in_a_customers_words(api):
+    """A real-time rule polled every 5 s on a server whose shortest interval is 10 s: the 422 says what to choose,
+    not which setting of the server's refuses it."""
+    user = await api.register()
+    rule = {"kind": "rule", "tag": "btc", "value": "bitcoin", "interval_seconds": 5}
+    status, body, _ = await api.call("POST", "/streams", rule, token=user["token"])
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "interval_seconds"], body
+    msg = body["detail"][0]["msg"]
+    assert msg == "Choose from 10 seconds to a day (86400): a rule is polled at most every 10 seconds", msg

@@ -113,6 +113,21 @@ def test_a_newcomer_finds_the_two_commands_on_the_first_screen_and_every_documen
         assert f"](docs/{name})" in "\n".join(lines), f"docs/{name} is not linked from the README"
 
 
+def test_the_readme_says_a_secret_can_be_revealed_again_and_how_to_roll_a_key():
+    """The portal offers Reveal, so the README does not say a key's secret is shown once; rolling a key (a new
+    secret, the old one working for a grace period) is found in the README, with the calls that do it."""
+    from handlers import openapi
+
+    text = open(os.path.join(ROOT, "README.md")).read()
+    assert "shown once" not in text
+    paths = openapi.build(twitter_alias=False, metrics_here=False)["paths"]
+    for method, path in (("get", "/keys/{key_id}/reveal"), ("post", "/keys/{key_id}/roll")):
+        assert f"`{method.upper()} {path}`" in text and method in paths[path], path
+    assert "**roll**" in text and "grace_seconds" in text and "grace period" in text
+    assert "](docs/api.md#key-properties)" in text
+    assert "\n### Key properties\n" in open(os.path.join(ROOT, "docs", "api.md")).read()
+
+
 def readme_block(heading: str = "### A first session") -> str:
     text = open(os.path.join(ROOT, "README.md")).read()
     section = text[text.index(heading) :]

@@ -401,3 +401,42 @@ async def test_a_redirect_is_a_failure_and_is_not_followed(api):
     assert target.raw == [] and len(receiver.raw) >= 2
     receiver.stop()
     target.stop()
+
+
+async def rules_until(api, token: str, ready) -> list[dict]:
+    """GET /alerts until `ready(rows)` (the detector records a crossing right after writing its event)."""
+    for _ in range(200):
+        status, rows, _ = await api.call("GET", "/alerts", token=token)
+        assert status == 200, rows
+        if ready(rows):
+            return rows
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"GET /alerts never showed it: {rows}")
+
+
+@pytest.mark.settings(**FAST_ALERTS)
+async def test_a_daily_spend_rule_that_fired_says_when_and_waits_for_the_next_day(api, catalog):
+    """The receiver has the event: GET /alerts says so too (fired_at, and not armed until the next UTC day)."""
+    receiver = Receiver()
+    user, key, _ = await hooked(api, 1000 * PRICE, receiver)
+    token = user["token"]
+    status, rule, _ = await api.call("POST", "/alerts", {"kind": "daily_spend_above", "credits": 100}, token=token)
+    assert status == 200 and rule["armed"] and rule["fired_at"] is None, rule
+    await spend(api, key, catalog, 10)  # 180 credits, above 100
+    (event,) = await receiver.until(1)
+    assert event["type"] == "spend.daily_above", event
+    (row,) = await rules_until(api, token, lambda rows: rows[0]["fired_at"] is not None)
+    assert row["armed"] is False, row
+    fired = datetime.fromisoformat(row["fired_at"].replace("Z", "+00:00"))
+    assert fired.date() == datetime.now(UTC).date(), row
+    receiver.stop()
+
+
+async def test_a_threshold_under_a_cent_reads_as_its_amount(api):
+    """$0.001 (100 credits) is not "$0.00"; whole cents keep two decimals."""
+    user = await api.register()
+    for usd, text in ((0.001, "$0.001"), (0.0125, "$0.0125"), (12.5, "$12.50"), (1234, "$1,234.00")):
+        status, rule, _ = await api.call(
+            "POST", "/alerts", {"kind": "daily_spend_above", "usd": usd}, token=user["token"]
+        )
+        assert status == 200 and rule["description"] == f"Spend in a UTC day above {text}", rule

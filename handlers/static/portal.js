@@ -36,6 +36,26 @@
     $("#busy").hidden = pending === 0;
   }
 
+  // The API's validation words (pydantic's: "String should have at least 8 characters") in a person's.
+  const PLAIN = [
+    [/^(String should have at least 1 characters?|Field required)$/, () => "this field is required"],
+    [/^String should have at (least|most) (\d+) characters$/, (m) => "use at " + m[1] + " " + m[2] + " characters"],
+    [/^List should have at (least|most) (\d+) items?(.*)$/, (m) => "give at " + m[1] + " " + m[2] + " items" + m[3]],
+    [/^Input should be greater than or equal to (\S+)(.*)$/, (m) => "use " + bare(m[1]) + " or more" + m[2]],
+    [/^Input should be less than or equal to (\S+)(.*)$/, (m) => "use " + bare(m[1]) + " or less" + m[2]],
+    [/^Input should be greater than (\S+)(.*)$/, (m) => "use more than " + bare(m[1]) + m[2]],
+    [/^Input should be a valid (number|integer|float)\b.*$/, () => "write a number"],
+    [/^(?:Input|String|List|Cursor) should (.*)$/, (m) => "must " + m[1]],
+  ];
+  const bare = (n) => n.replace(/\.0+$/, ""); // 10.0 -> 10
+  function plain(msg) {
+    for (const [pattern, say] of PLAIN) {
+      const m = pattern.exec(msg);
+      if (m) return say(m);
+    }
+    return msg;
+  }
+
   function readable(status, body) {
     // 422: {"detail": [{loc, msg, type}]}; other portal errors: {"detail": "..."}; data plane: {"msg": "..."}.
     if (body && Array.isArray(body.detail)) {
@@ -46,7 +66,7 @@
         .map((e, i) => {
           const index = e.loc.find((part) => typeof part === "number");
           const name = FIELD_LABELS[fields[i]] || fields[i] || "Input";
-          const msg = /^String should have at least 1 characters?$/.test(e.msg) ? "this field is required" : e.msg;
+          const msg = plain(e.msg);
           if (fields[i]) (byField[fields[i]] = byField[fields[i]] || []).push((index === undefined ? "" : "Item " + (index + 1) + ": ") + msg);
           return name + (index === undefined ? "" : " (item " + (index + 1) + ")") + ": " + msg;
         })
@@ -302,6 +322,7 @@
     }
     location.hash = "";
     signedOut("");
+    authPanel("#auth-form", "You are signed out. Sign in again below, or close this tab.");
   });
 
   // --- account ---------------------------------------------------------------------------------
@@ -671,8 +692,17 @@
     return node;
   }
 
+  // A chart is drawn again when its box changes width (a phone turned, a window narrowed, a view drawn while
+  // hidden): the picture is scaled to its box, and its axis text with it, to a few pixels on a phone.
+  const chartBoxes = new ResizeObserver((changed) => changed.forEach(({ target }) => {
+    const drawn = target.drawnChart;
+    if (drawn && target.clientWidth && target.clientWidth !== drawn.width) drawChart(target, ...drawn.args);
+  }));
+
   function drawChart(box, totalsLine, perDay, days) {
     box.textContent = "";
+    box.drawnChart = { width: box.clientWidth, args: [totalsLine, perDay, days] };
+    chartBoxes.observe(box);
     const entries = Array.from(perDay.entries());
     // Drawn at the box's own width (within 320..720) so the axis text stays legible on a phone.
     const W = Math.round(Math.min(720, Math.max(320, box.clientWidth || 720)));
@@ -874,7 +904,8 @@
         const select = $("#checkout-currency");
         select.textContent = "";
         currencies.forEach((c) => {
-          const option = el("option", c.name + " (" + c.code + ") — from " + usd.format(c.min_usd));
+          // Short enough to show whole in the picker on a phone: the name says the network, the hint the code.
+          const option = el("option", c.name + " — from " + usd.format(c.min_usd));
           option.value = c.code;
           select.append(option);
         });
@@ -1323,8 +1354,11 @@
 
   function showEndpointSecret(secret) {
     $("#endpoint-secret").textContent = secret;
+    $("#endpoint-copy-status").textContent = "";
     $("#endpoint-secret-box").hidden = false;
   }
+  $("#copy-endpoint-secret").addEventListener("click", () =>
+    copy($("#endpoint-secret").textContent, $("#endpoint-copy-status")));
 
   endpointForm.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -1453,7 +1487,7 @@
     if (!status) return;
     $("#tfa-required").hidden = !(status.required && !status.enabled);
     $("#tfa-status").textContent = status.enabled
-      ? "On since " + when(status.enrolled_at) + " UTC. " + status.recovery_codes_left + " recovery codes left."
+      ? "On since " + when(status.enrolled_at) + ". " + status.recovery_codes_left + " recovery codes left."
       : "Off: your password alone signs you in.";
     $("#tfa-setup-form").hidden = status.enabled || !$("#tfa-enable-form").hidden;
     $("#tfa-on").hidden = !status.enabled;
@@ -1518,13 +1552,14 @@
 
   // The audit log (Activity view): filters, pages of 50, CSV and JSON exports of what the filters select.
   const ACTION_LABELS = {
-    "login": "Signed in", "login.failed": "Failed sign-in", "logout": "Signed out",
+    "account.created": "Account created", "login": "Signed in", "login.failed": "Failed sign-in", "logout": "Signed out",
     "password.changed": "Password changed", "password.reset_requested": "Password reset asked",
     "password.reset": "Password reset", "2fa.enabled": "Two-factor turned on", "2fa.disabled": "Two-factor turned off",
     "2fa.failed": "Wrong two-factor code", "2fa.recovery_used": "Recovery code used",
     "2fa.recovery_regenerated": "New recovery codes", "key.created": "Key created", "key.revealed": "Key revealed",
     "key.rolled": "Key rolled", "key.revoked": "Key revoked", "key.edited": "Key edited",
     "budget.changed": "Budget changed", "checkout.created": "Order created", "credit.applied": "Credits added",
+    "webhook.created": "Webhook endpoint added", "webhook.deleted": "Webhook endpoint deleted",
     "admin.credit": "Credited by an admin", "admin.debit": "Debited by an admin",
     "admin.suspend": "Suspended by an admin", "admin.resume": "Resumed by an admin",
   };
@@ -1597,6 +1632,13 @@
   // --- real time: filter rules and monitors (docs/streams.md); self-contained -----------------------
   const streamForm = $("#stream-form");
   const LEAST_PER_POLL = 15; // the search's per-call minimum (metering/pricing.py); rows carry the server's figure
+  const MIN_INTERVAL = Number(document.body.dataset.streamMinInterval) || 10; // this server's STREAM_MIN_INTERVAL
+  // The server's own check (handlers/streams.py checked_interval), in its words: an interval it would refuse is
+  // neither priced nor sent.
+  function intervalProblem(every) {
+    return every >= MIN_INTERVAL && every <= 86400 ? "" : "Choose from " + MIN_INTERVAL +
+      " seconds to a day (86400): a rule is polled at most every " + MIN_INTERVAL + " seconds";
+  }
   function streamFields() {
     const monitor = $("#stream-kind").value === "monitor";
     $$('[data-for="rule"]', streamForm).forEach((n) => (n.hidden = monitor));
@@ -1604,11 +1646,10 @@
     $("#stream-value").name = monitor ? "x_user_name" : "value";
     $("#stream-value").placeholder = monitor ? "@handle" : "bitcoin lang:en";
     const every = Number($("#stream-interval").value);
-    const polls = every > 0 ? Math.ceil(86400 / every) : 0;
-    $("#stream-cost").textContent = polls
-      ? "At least " + (polls * LEAST_PER_POLL).toLocaleString() + " credits a day (" + polls.toLocaleString() +
-        " polls), plus each new post's price."
-      : "";
+    const problem = intervalProblem(every);
+    const polls = problem ? 0 : Math.ceil(86400 / every);
+    $("#stream-cost").textContent = problem ? problem + "." : "At least " + (polls * LEAST_PER_POLL).toLocaleString() + " credits a day (" + polls.toLocaleString() +
+        " polls), plus each new post's price.";
   }
   ["change", "input"].forEach((e) => streamForm.addEventListener(e, streamFields));
 
@@ -1649,6 +1690,13 @@
     const kind = $("#stream-kind").value;
     const raw = $("#stream-interval").value.trim();
     const body = { kind, interval_seconds: raw === "" ? null : Number(raw) };
+    const problem = intervalProblem(body.interval_seconds === null ? NaN : body.interval_seconds);
+    if (problem) {
+      clearError(streamForm);
+      showError(streamForm, new ApiFailure(422, "Interval: " + problem, ["interval_seconds"]));
+      $("#stream-interval").focus();
+      return;
+    }
     const value = $("#stream-value").value.trim();
     if (kind === "monitor") body.x_user_name = value;
     else Object.assign(body, { tag: $("#stream-tag").value.trim() || null, value: value || null });
