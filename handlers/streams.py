@@ -112,8 +112,9 @@ class UpdateRuleHandler(ProviderApi):
         body = validate_body(self.json_body(), UPDATE_RULE)
         interval = checked_interval(self.ctx.settings, body["interval_seconds"], ["body", "interval_seconds"])
         fields = {"tag": body["tag"], "value": body["value"], "interval_seconds": interval}
-        done = await self.ctx.streams.change(key.account_id, body["rule_id"], fields, bool(body["is_effect"]))
-        if done is None or done["kind"] != "rule":
+        # Of rules only: a monitor's id is not found, and nothing of it changes.
+        done = await self.ctx.streams.change(key.account_id, body["rule_id"], fields, bool(body["is_effect"]), "rule")
+        if done is None:
             raise ApiError(404, "Rule not found")
         self.ok()
 
@@ -122,7 +123,7 @@ class DeleteRuleHandler(ProviderApi):
     async def post(self) -> None:
         key = await self.key()
         body = validate_body(self.json_body(), DELETE_RULE)
-        if not await self.ctx.stream_store.delete(key.account_id, body["rule_id"]):
+        if not await self.ctx.stream_store.delete(key.account_id, body["rule_id"], "rule"):  # a monitor's: 404
             raise ApiError(404, "Rule not found")
         self.ok()
 
@@ -153,7 +154,7 @@ class RemoveMonitorHandler(ProviderApi):
         key = await self.key()
         name = user_name(validate_body(self.json_body(), MONITOR)["x_user_name"], ["body", "x_user_name"])
         found = await self.ctx.stream_store.monitor_of(key.account_id, name)
-        if found is None or not await self.ctx.stream_store.delete(key.account_id, found["_id"]):
+        if found is None or not await self.ctx.stream_store.delete(key.account_id, found["_id"], "monitor"):
             raise ApiError(404, "This account is not monitored")
         self.ok()
 
@@ -309,7 +310,9 @@ class StreamHandler(BaseHandler):
 
     @authenticated
     async def delete(self, rule_id: str) -> None:
-        if not await self.ctx.stream_store.delete(self.current_user, rule_id):
+        store = self.ctx.stream_store
+        current = await store.rule(self.current_user, rule_id)  # a rule or a monitor: its kind's place is freed
+        if current is None or not await store.delete(self.current_user, rule_id, current["kind"]):
             raise ApiError(404, "Rule not found")
         self.send_json({"ok": True})
 
