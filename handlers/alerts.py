@@ -162,9 +162,10 @@ class AlertRulesHandler(AlertsBase):
     async def post(self) -> None:
         rule = rule_of(validate_body(self.json_body(), RULE_FIELDS))
         account_id = self.current_user
-        doc = {"_id": "al_" + secrets.token_hex(8), "account_id": account_id, **rule, "created_at": datetime.now(UTC)}
-        if not await self.ctx.alert_store.add(doc, MAX_RULES):  # the cap holds under concurrency (storage/caps.py)
+        if await self.ctx.alert_store.count(account_id) >= MAX_RULES:
             raise ApiError(409, f"An account may have {MAX_RULES} alert rules; delete one first")
+        doc = {"_id": "al_" + secrets.token_hex(8), "account_id": account_id, **rule, "created_at": datetime.now(UTC)}
+        await self.ctx.alert_store.add(doc)
         self.ctx.alerts.touch(account_id)
         self.send_json(rule_row({**doc, "arm_seq": 0, "fired_seq": -1}))
 
@@ -195,6 +196,8 @@ class WebhooksHandler(AlertsBase):
         body = validate_body(self.json_body(), ENDPOINT_FIELDS)
         url = await self.checked_url(body["url"])
         account_id = self.current_user
+        if await self.ctx.webhook_store.count_endpoints(account_id) >= MAX_ENDPOINTS:
+            raise ApiError(409, f"An account may have {MAX_ENDPOINTS} webhook endpoints; delete one first")
         endpoint_id, secret = "we_" + secrets.token_hex(8), new_secret()
         doc = {
             "_id": endpoint_id,
@@ -206,8 +209,7 @@ class WebhooksHandler(AlertsBase):
             "failing_since": None,
             "created_at": datetime.now(UTC),
         }
-        if not await self.ctx.webhook_store.add_endpoint(doc, MAX_ENDPOINTS):  # under concurrency too (storage/caps.py)
-            raise ApiError(409, f"An account may have {MAX_ENDPOINTS} webhook endpoints; delete one first")
+        await self.ctx.webhook_store.add_endpoint(doc)
         self.send_json({**endpoint_row(doc), "secret": secret})
 
 

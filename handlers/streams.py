@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import orjson
 import tornado.websocket
 
-from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.base import Anonymous, ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error
 from handlers.keys import _no_controls
 from handlers.social import api_key
@@ -112,9 +112,8 @@ class UpdateRuleHandler(ProviderApi):
         body = validate_body(self.json_body(), UPDATE_RULE)
         interval = checked_interval(self.ctx.settings, body["interval_seconds"], ["body", "interval_seconds"])
         fields = {"tag": body["tag"], "value": body["value"], "interval_seconds": interval}
-        # Of rules only: a monitor's id is not found, and nothing of it changes.
-        done = await self.ctx.streams.change(key.account_id, body["rule_id"], fields, bool(body["is_effect"]), "rule")
-        if done is None:
+        done = await self.ctx.streams.change(key.account_id, body["rule_id"], fields, bool(body["is_effect"]))
+        if done is None or done["kind"] != "rule":
             raise ApiError(404, "Rule not found")
         self.ok()
 
@@ -123,7 +122,7 @@ class DeleteRuleHandler(ProviderApi):
     async def post(self) -> None:
         key = await self.key()
         body = validate_body(self.json_body(), DELETE_RULE)
-        if not await self.ctx.stream_store.delete(key.account_id, body["rule_id"], "rule"):  # a monitor's: 404
+        if not await self.ctx.stream_store.delete(key.account_id, body["rule_id"]):
             raise ApiError(404, "Rule not found")
         self.ok()
 
@@ -154,15 +153,16 @@ class RemoveMonitorHandler(ProviderApi):
         key = await self.key()
         name = user_name(validate_body(self.json_body(), MONITOR)["x_user_name"], ["body", "x_user_name"])
         found = await self.ctx.stream_store.monitor_of(key.account_id, name)
-        if found is None or not await self.ctx.stream_store.delete(key.account_id, found["_id"], "monitor"):
+        if found is None or not await self.ctx.stream_store.delete(key.account_id, found["_id"]):
             raise ApiError(404, "This account is not monitored")
         self.ok()
 
 
-class TweetSocket(tornado.websocket.WebSocketHandler):
+class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
     """The provider's WebSocket: `connected`, then `tweet` events of the key's account and `ping`s. One socket
     per key (a second is closed with 1008); beyond the provider, `?since_event_id=` or `?since_timestamp=` (ms)
-    first sends what the socket missed (events are kept STREAM_EVENT_RETENTION)."""
+    first sends what the socket missed (events are kept STREAM_EVENT_RETENTION). Anonymous: no `Server` header
+    on its 101 nor on its refusals, as on every other answer."""
 
     def initialize(self, ctx) -> None:
         self.ctx = ctx
@@ -310,9 +310,7 @@ class StreamHandler(BaseHandler):
 
     @authenticated
     async def delete(self, rule_id: str) -> None:
-        store = self.ctx.stream_store
-        current = await store.rule(self.current_user, rule_id)  # a rule or a monitor: its kind's place is freed
-        if current is None or not await store.delete(self.current_user, rule_id, current["kind"]):
+        if not await self.ctx.stream_store.delete(self.current_user, rule_id):
             raise ApiError(404, "Rule not found")
         self.send_json({"ok": True})
 

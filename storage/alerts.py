@@ -10,8 +10,6 @@ from datetime import UTC, datetime, timedelta
 from pymongo import ASCENDING, IndexModel, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 
-from storage.caps import Caps
-
 INDEXES = [IndexModel([("account_id", ASCENDING)]), IndexModel([("changed_at", ASCENDING)])]
 POLL_OVERLAP = timedelta(seconds=2)  # writers stamp with their own clocks (as accounting/coherence.py polls)
 
@@ -23,19 +21,18 @@ def now_utc() -> datetime:
 class AlertStore:
     def __init__(self, db: AsyncDatabase):
         self.rules = db.alert_rules
-        self.caps = Caps(db)
 
     async def ensure_indexes(self) -> None:
         await self.rules.create_indexes(INDEXES)
 
-    async def add(self, doc: dict, cap: int) -> bool:
-        """False, nothing written, when the account has `cap` rules already."""
-        account_id = doc["account_id"]
-        doc = {**doc, "arm_seq": 0, "fired_seq": -1, "deleted": False, "changed_at": now_utc()}
-        return await self.caps.insert(_place(account_id), cap, self.rules, doc, _counted(account_id))
+    async def add(self, doc: dict) -> None:
+        await self.rules.insert_one({**doc, "arm_seq": 0, "fired_seq": -1, "deleted": False, "changed_at": now_utc()})
 
     async def account_rules(self, account_id: str) -> list[dict]:
         return await self.rules.find({"account_id": account_id, "deleted": False}).sort("created_at", -1).to_list(None)
+
+    async def count(self, account_id: str) -> int:
+        return await self.rules.count_documents({"account_id": account_id, "deleted": False})
 
     async def delete(self, account_id: str, rule_id: str) -> bool:
         """Kept, marked deleted, so that other processes' polls see it go."""
@@ -43,8 +40,6 @@ class AlertStore:
             {"_id": rule_id, "account_id": account_id, "deleted": False},
             {"$set": {"deleted": True, "changed_at": now_utc()}},
         )
-        if done.modified_count:
-            await self.caps.give_back(_place(account_id), rule_id)
         return bool(done.modified_count)
 
     async def changed_since(self, since: datetime | None) -> list[dict]:
@@ -66,12 +61,3 @@ class AlertStore:
             {"$inc": {"arm_seq": 1}, "$set": {"changed_at": now_utc()}},
             return_document=ReturnDocument.AFTER,
         )
-
-
-def _place(account_id: str) -> str:
-    """The account's places under its cap of alert rules (storage/caps.py)."""
-    return f"alert_rules:{account_id}"
-
-
-def _counted(account_id: str) -> dict:
-    return {"account_id": account_id, "deleted": False}

@@ -18,7 +18,6 @@ from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
-from storage.caps import Caps
 from storage.expiry import Expiry
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -36,7 +35,6 @@ class StreamStore:
         self.sockets = db.stream_sockets
         self.holders = db.stream_holders
         self.retention = retention_seconds
-        self.caps = Caps(db)
 
     async def ensure_indexes(self, expiry: Expiry) -> None:
         await self.rules.create_indexes(
@@ -56,13 +54,10 @@ class StreamStore:
         )
 
     # --- rules, as the API and the portal see them ------------------------------------------------
-    async def add(self, doc: dict, cap: int) -> bool:
-        """False, nothing written, when the account has `cap` rules (or monitors: the doc's kind) already."""
+    async def add(self, doc: dict) -> None:
         base = {"deleted": False, "poll_seq": 0, "claims": 0, "since_id": None, "recent_ids": [], "gaps": []}
         base |= {"lease_owner": None, "lease_token": None, "lease_until": EPOCH, "changed_at": now_utc()}
-        account_id, kind = doc["account_id"], doc["kind"]
-        counted = {"account_id": account_id, "kind": kind, "deleted": False}
-        return await self.caps.insert(_place(account_id, kind), cap, self.rules, {**base, **doc}, counted)
+        await self.rules.insert_one({**base, **doc})
 
     async def account_rules(self, account_id: str, kind: str | None = None) -> list[dict]:
         query: dict = {"account_id": account_id, "deleted": False}
@@ -70,15 +65,16 @@ class StreamStore:
             query["kind"] = kind
         return await self.rules.find(query, {"recent_ids": 0}).sort("created_at", DESCENDING).to_list(None)
 
-    async def rule(self, account_id: str, rule_id: str, kind: str | None = None) -> dict | None:
-        """The account's rule or monitor; with `kind`, only one of that kind."""
-        query = {"_id": rule_id, "account_id": account_id, "deleted": False}
-        return await self.rules.find_one(query if kind is None else {**query, "kind": kind})
+    async def rule(self, account_id: str, rule_id: str) -> dict | None:
+        return await self.rules.find_one({"_id": rule_id, "account_id": account_id, "deleted": False})
 
     async def monitor_of(self, account_id: str, user_name: str) -> dict | None:
         return await self.rules.find_one(
             {"account_id": account_id, "kind": "monitor", "user_lower": user_name.lower(), "deleted": False}
         )
+
+    async def count(self, account_id: str, kind: str) -> int:
+        return await self.rules.count_documents({"account_id": account_id, "kind": kind, "deleted": False})
 
     async def update(self, account_id: str, rule_id: str, fields: dict, supersede: bool = False) -> dict | None:
         """`supersede`: the change starts a new cursor, so a poll in flight must not move it. The next poll gets
@@ -95,14 +91,11 @@ class StreamStore:
             return None
         return await self.rules.find_one({"_id": rule_id})
 
-    async def delete(self, account_id: str, rule_id: str, kind: str) -> bool:
-        """Deletes the account's rule or monitor, only if it is of `kind`; its place under the cap is free."""
+    async def delete(self, account_id: str, rule_id: str) -> bool:
         done = await self.rules.update_one(
-            {"_id": rule_id, "account_id": account_id, "kind": kind, "deleted": False},
+            {"_id": rule_id, "account_id": account_id, "deleted": False},
             {"$set": {"deleted": True, "status": INACTIVE, "changed_at": now_utc()}},
         )
-        if done.modified_count:
-            await self.caps.give_back(_place(account_id, kind), rule_id)
         return bool(done.modified_count)
 
     # --- the poll lease -------------------------------------------------------------------------------
@@ -233,8 +226,3 @@ class StreamStore:
 
     async def drop_socket(self, key_id: int, conn_id: str) -> None:
         await self.sockets.delete_one({"_id": key_id, "conn_id": conn_id})
-
-
-def _place(account_id: str, kind: str) -> str:
-    """The account's places under its cap of rules, or of monitors (storage/caps.py)."""
-    return f"stream_rules:{kind}:{account_id}"

@@ -11,8 +11,6 @@ from pymongo import ASCENDING, DESCENDING, IndexModel, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
-from storage.caps import Caps
-
 INDEXES = {
     "webhook_endpoints": [IndexModel([("account_id", ASCENDING), ("created_at", DESCENDING)])],
     "webhook_events": [
@@ -37,17 +35,14 @@ class WebhookStore:
         self.endpoints = db.webhook_endpoints
         self.events = db.webhook_events
         self.deliveries = db.webhook_deliveries
-        self.caps = Caps(db)
 
     async def ensure_indexes(self) -> None:
         for name, indexes in INDEXES.items():
             await getattr(self, name.removeprefix("webhook_")).create_indexes(indexes)
 
     # --- endpoints -------------------------------------------------------------------------------
-    async def add_endpoint(self, doc: dict, cap: int) -> bool:
-        """False, nothing written, when the account has `cap` endpoints already."""
-        account_id = doc["account_id"]
-        return await self.caps.insert(_place(account_id), cap, self.endpoints, doc, {"account_id": account_id})
+    async def add_endpoint(self, doc: dict) -> None:
+        await self.endpoints.insert_one(doc)
 
     async def endpoint(self, account_id: str | None, endpoint_id: str) -> dict | None:
         query = {"_id": endpoint_id} if account_id is None else {"_id": endpoint_id, "account_id": account_id}
@@ -55,6 +50,9 @@ class WebhookStore:
 
     async def account_endpoints(self, account_id: str) -> list[dict]:
         return await self.endpoints.find({"account_id": account_id}).sort("created_at", -1).to_list(None)
+
+    async def count_endpoints(self, account_id: str) -> int:
+        return await self.endpoints.count_documents({"account_id": account_id})
 
     async def update_endpoint(self, account_id: str, endpoint_id: str, fields: dict, unset: tuple = ()) -> dict | None:
         update: dict = {"$set": fields}
@@ -67,7 +65,6 @@ class WebhookStore:
     async def delete_endpoint(self, account_id: str, endpoint_id: str) -> bool:
         deleted = await self.endpoints.delete_one({"_id": endpoint_id, "account_id": account_id})
         if deleted.deleted_count:
-            await self.caps.give_back(_place(account_id), endpoint_id)
             await self.deliveries.update_many(
                 {"endpoint_id": endpoint_id, "state": "pending"},
                 {"$set": {"state": "failed", "last_error": "endpoint deleted"}},
@@ -181,8 +178,3 @@ class WebhookStore:
         count = await self.deliveries.count_documents({"state": "pending"})
         oldest = await self.deliveries.find_one({"state": "pending"}, {"created_at": 1}, sort=[("created_at", 1)])
         return count, oldest["created_at"] if oldest else None
-
-
-def _place(account_id: str) -> str:
-    """The account's places under its cap of endpoints (storage/caps.py)."""
-    return f"webhook_endpoints:{account_id}"

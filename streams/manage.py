@@ -27,6 +27,9 @@ class Manager:
         self, account_id: str, key_id: int, kind: str, tag: str, value: str, interval: float, active: bool
     ) -> dict:
         limit = self.settings.stream_max_rules if kind == "rule" else self.settings.stream_max_monitors
+        if await self.store.count(account_id, kind) >= limit:
+            noun = "filter rules" if kind == "rule" else "monitored accounts"
+            raise LimitReached(f"An account may have {limit} {noun}; delete one first")
         now = datetime.now(UTC)
         doc = {
             "_id": ("fr_" if kind == "rule" else "mo_") + secrets.token_hex(8),
@@ -45,20 +48,15 @@ class Manager:
             doc["user_name"], doc["user_lower"] = value, value.lower()
         if active:
             doc |= _switched_on(doc["_id"], interval)
-        if not await self.store.add(doc, limit):  # the cap holds under concurrent adds (storage/caps.py)
-            noun = "filter rules" if kind == "rule" else "monitored accounts"
-            raise LimitReached(f"An account may have {limit} {noun}; delete one first")
+        await self.store.add(doc)
         if active:
             self.switched_on()
         return doc
 
-    async def change(
-        self, account_id: str, rule_id: str, fields: dict, active: bool | None, kind: str | None = None
-    ) -> dict | None:
+    async def change(self, account_id: str, rule_id: str, fields: dict, active: bool | None) -> dict | None:
         """Changes a rule; `active` True switches it on (polled from now: nothing from before is delivered,
-        whatever it delivered before it was switched off), False off, None leaves it as it is. None, nothing
-        changed, when the account has no such rule (of `kind`, if given)."""
-        current = await self.store.rule(account_id, rule_id, kind)
+        whatever it delivered before it was switched off), False off, None leaves it as it is."""
+        current = await self.store.rule(account_id, rule_id)
         if current is None:
             return None
         changed = dict(fields)

@@ -463,8 +463,7 @@ async def test_a_poll_left_half_done_by_a_dead_process_is_finished_once_by_anoth
             "lease_token": "dead-token",
             "lease_until": now + timedelta(seconds=0.5),
             "claims": 1,
-        },
-        50,
+        }
     )
     tweets = provider.answer("hello")["tweets"]
     event = {"_id": f"{rule_id}:0", "account_id": user["account_id"], "rule_id": rule_id, "rule_tag": "t"}

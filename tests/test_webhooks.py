@@ -183,8 +183,7 @@ async def test_production_checks_addresses_again_at_connection_time(api, ctx):
             "enabled": True,
             "failing_since": None,
             "created_at": datetime.now(UTC),
-        },
-        10,
+        }
     )
     assert (await api.call("POST", f"/webhooks/{endpoint_id}/test", {}, token=user["token"]))[0] == 200
     for _ in range(100):
