@@ -76,6 +76,18 @@ def user_name(value: str, loc: list) -> str:
     return found.group(1)
 
 
+SUSPENDED = "This account is suspended; its keys are refused until an admin resumes it"  # as its data calls
+
+
+async def stream_key(handler):
+    """The X-API-Key checked as for the search every poll makes (handlers/social.api_key), and its account not
+    suspended: 403, as its data calls (its rules wait and its sockets are closed meanwhile: docs/streams.md)."""
+    key = await api_key(handler, SCOPE)
+    if (await handler.ctx.meter.account_view(key.account_id)).suspended:
+        raise ApiError(403, SUSPENDED)
+    return key
+
+
 async def added(ctx, *args) -> dict:
     """A new rule or monitor (streams.Manager.add's arguments); 409 past the account's limit."""
     try:
@@ -91,7 +103,7 @@ class ProviderApi(BaseHandler):
         return {"status": "error", "msg": message}
 
     async def key(self):
-        return await api_key(self, SCOPE)
+        return await stream_key(self)
 
     def ok(self, **extra) -> None:
         self.send_json({"status": "success", "msg": "success", **extra})
@@ -176,7 +188,7 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
 
     async def get(self, *args, **kwargs) -> None:
         try:
-            key = await api_key(self, SCOPE)
+            key = await stream_key(self)
             after_id = self.get_query_argument("since_event_id", None)
             after_ms = self._since_ms()
         except ApiError as exc:  # refused before the upgrade: an HTTP answer in the usual shapes
