@@ -3,6 +3,7 @@ a key's budget and its revocation binding its rules, the socket's headers, and a
 
 import asyncio
 import contextlib
+import socket as pysocket
 import time
 import uuid
 
@@ -244,3 +245,69 @@ async def test_a_revoked_keys_rules_stop_and_a_rolled_keys_go_on_with_the_new_ke
     await asyncio.sleep(1.0)  # three intervals
     assert len(scripted.queries) == asked, "polled with a revoked key"
     assert (await api.call("GET", "/account", token=token))[1]["credits"] == credits, "charged after revocation"
+
+
+# --- a client cut for not reading ------------------------------------------------------------------------------
+def _frames(data: bytes) -> tuple[int, int | None]:
+    """Reads a server's bytes after the handshake: (bytes of frames before the close frame, the close code, or
+    None when no close frame came)."""
+    at = data.index(b"\r\n\r\n") + 4
+    start = at
+    while at + 2 <= len(data):
+        opcode, size, head = data[at] & 0x0F, data[at + 1] & 0x7F, 2
+        if size == 126:
+            size, head = int.from_bytes(data[at + 2 : at + 4]), 4
+        elif size == 127:
+            size, head = int.from_bytes(data[at + 2 : at + 10]), 10
+        if at + head + size > len(data):
+            break
+        if opcode == 0x8:
+            return at - start, int.from_bytes(data[at + head : at + head + 2])
+        at += head + size
+    return at - start, None
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_client_cut_for_not_reading_sees_the_1013_close_after_little_more(api, ctx, scripted, base_url):
+    """The attack (issue 39, 11): a client that stops reading is cut with 1013, but the close frame was queued
+    behind the whole unread backlog (16 MB): reading again, the client got megabytes of old events first, and
+    nothing at all once the gateway gave up waiting for its answer. Now the backlog not handed to the connection
+    is dropped: the close comes after at most what the connection already held."""
+    user, key = await api.funded_key(100_000_000)
+    stalled = pysocket.socket()
+    stalled.setsockopt(pysocket.SOL_SOCKET, pysocket.SO_RCVBUF, 4096)
+    stalled.connect(("127.0.0.1", int(base_url.rsplit(":", 1)[1])))
+    stalled.sendall(
+        b"GET /twitter/tweet/websocket HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        b"X-API-Key: " + key["key"].encode() + b"\r\n\r\n"
+    )
+    while ctx.hub.count() < 1:
+        await asyncio.sleep(0.05)
+    (held,) = ctx.hub.sockets[user["account_id"]]
+    await rule_on(api, key["key"])
+    deadline = time.monotonic() + 60
+    while held.ws_connection is not None and not held.ws_connection.is_closing():  # 1 MB events until cut
+        assert time.monotonic() < deadline, "the client that reads nothing was not cut"
+        for _ in range(20):
+            scripted.post(text="x" * 50_000)
+        await asyncio.sleep(0.35)
+    stalled.setblocking(False)
+    received = bytearray()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the client reads again, as fast as it can, until the close or the end
+        try:
+            chunk = stalled.recv(1 << 20)
+        except BlockingIOError:
+            await asyncio.sleep(0.01)
+            continue
+        if not chunk:
+            break
+        received += chunk
+        if _frames(bytes(received))[1] is not None:
+            break
+    stalled.close()
+    before, code = _frames(bytes(received))
+    assert code == 1013, f"no close frame in {len(received):,} bytes"
+    # What the kernel's buffers held, WINDOW and a frame: a few MB at most, not the 16 MB backlog.
+    assert before < 6_000_000, f"the close came behind {before:,} bytes of the backlog"
