@@ -311,3 +311,58 @@ async def test_a_client_cut_for_not_reading_sees_the_1013_close_after_little_mor
     assert code == 1013, f"no close frame in {len(received):,} bytes"
     # What the kernel's buffers held, WINDOW and a frame: a few MB at most, not the 16 MB backlog.
     assert before < 6_000_000, f"the close came behind {before:,} bytes of the backlog"
+
+
+async def test_with_two_workers_a_budget_and_a_revocation_stop_whichever_worker_polls(mongo):
+    """`--workers 2`: a rule of a key with 100 credits in total pauses for its budget having spent no more
+    than it (both workers claim its polls and spend from one budget), and a revoked key's rule stops on both."""
+    provider = Provider()
+    db_name = f"t_streams_{time.time_ns()}"
+    env = dict(STREAM_MIN_INTERVAL="0.3", STREAM_TICK_SECONDS="0.05", STREAM_BALANCE_CHECK_SECONDS="0.2")
+    gw = await Gateway(mongo.uri, provider.url, db_name, workers=2, **env).launch()
+
+    async def status_of(rule_id: str) -> str:
+        rows = orjson.loads((await gw.call("GET", "/streams", **auth)).body)
+        return next(r["status"] for r in rows if r["rule_id"] == rule_id)
+
+    async def until(rule_id: str, status: str) -> None:
+        deadline = time.monotonic() + 20
+        while (now := await status_of(rule_id)) != status:
+            assert time.monotonic() < deadline, f"{rule_id} is still {now}, not {status}"
+            await asyncio.sleep(0.05)
+
+    async def rule(secret: str, value: str) -> str:
+        body = {"tag": value, "value": value, "interval_seconds": 0.3}
+        answer = await gw.call("POST", "/oapi/tweet_filter/add_rule", body, **{"X-API-Key": secret})
+        rule_id = orjson.loads(answer.body)["rule_id"]
+        update = {**body, "rule_id": rule_id, "is_effect": 1}
+        assert (await gw.call("POST", "/oapi/tweet_filter/update_rule", update, **{"X-API-Key": secret})).code == 200
+        return rule_id
+
+    try:
+        user, (plain,), auth = await account_with_keys(gw, 10_000_000, 1)
+        budget = {"name": "ci", "credit_limit": 100, "credit_limit_period": "total"}
+        limited = orjson.loads((await gw.call("POST", "/keys", budget, **auth)).body)
+        plain_id = next(
+            r["key_id"] for r in orjson.loads((await gw.call("GET", "/keys", **auth)).body) if r["name"] == "k0"
+        )
+        paused, stopped = await rule(limited["key"], "budget"), await rule(plain, "revoked")
+        await until(paused, "paused_budget")
+        while sum(1 for q in provider.queries if q.startswith("revoked")) < 3:
+            await asyncio.sleep(0.05)
+        assert (await gw.call("POST", f"/keys/{plain_id}/revoke", {}, **auth)).code == 200
+        await until(stopped, "inactive")
+        await asyncio.sleep(1.0)  # polls under way end, records are stored
+        asked = len(provider.queries)
+        charged = await _charged(mongo.uri, db_name, user["account_id"])
+        await asyncio.sleep(1.5)  # five intervals
+        assert len(provider.queries) == asked, "polled past its budget or with a revoked key"
+        assert await _charged(mongo.uri, db_name, user["account_id"]) == charged
+        rows = {r["key_id"]: r for r in orjson.loads((await gw.call("GET", "/keys", **auth)).body)}
+        assert rows[limited["key_id"]]["credits_used"] <= 100
+    finally:
+        gw.stop()
+        provider.stop()
+        client = database.connect(mongo.uri)
+        await client.drop_database(db_name)
+        await client.close()
