@@ -199,7 +199,7 @@ def socket_operations(prefix: str) -> dict:
                 "content": {"application/json": {"schema": ref("DataError")}},
             },
             "403": {
-                "description": "Not allowed from this address or for this key's endpoints",
+                "description": "Not allowed from this address or for this key's endpoints, or the account is suspended",
                 "content": {"application/json": {"schema": ref("DataError")}},
             },
         },
