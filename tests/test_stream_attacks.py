@@ -15,6 +15,7 @@ from test_streams import LEAST, QUICK, Provider, next_tweet_event, rule_on, sock
 
 from storage import db as database
 from storage.accounts import AccountStore
+from streams.poller import _another_budget
 
 pytestmark = pytest.mark.gen_test(timeout=90)
 
@@ -366,3 +367,18 @@ async def test_with_two_workers_a_budget_and_a_revocation_stop_whichever_worker_
         client = database.connect(mongo.uri)
         await client.drop_database(db_name)
         await client.close()
+
+
+@pytest.mark.parametrize(
+    ("now", "resumes"),
+    [
+        ({"limit": 100, "period": "2026-11-27", "epoch": 0}, False),  # the same budget, still spent
+        ({"limit": 100, "period": "2026-11-28", "epoch": 0}, True),  # the next day of a daily budget
+        ({"limit": 200, "period": "2026-11-27", "epoch": 0}, True),  # raised
+        ({"limit": 50, "period": "2026-11-27", "epoch": 0}, False),  # lowered: it would pause again at once
+        ({"limit": 100, "period": "2026-11-27", "epoch": 7}, True),  # started again (PATCH)
+        (None, True),  # removed: the rules spend from the balance alone
+    ],
+)
+def test_rules_paused_for_a_budget_resume_only_with_another_budget(now, resumes):
+    assert _another_budget(now, {"limit": 100, "period": "2026-11-27", "epoch": 0}) is resumes
