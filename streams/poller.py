@@ -36,6 +36,7 @@ from social.upstream import UpstreamClient, UpstreamError
 from storage.streams import ACTIVE, INACTIVE, PAUSED, PAUSED_BUDGET, SUSPENDED, StreamStore
 from streams import rules as polls
 from streams.hub import Hub
+from streams.keys import KeyStopped, RuleKeys, another_budget
 from webhooks.outbox import Outbox
 
 log = logging.getLogger("gateway.streams")
@@ -44,11 +45,6 @@ CONCURRENT = 200  # polls under way per process
 MAX_PAGES = 5  # pages one poll may read (100 tweets); a busier interval's older part is a gap the next polls read
 MAX_GAPS = 20  # gaps a rule may have waiting (a rule always busier than MAX_PAGES a poll loses the oldest)
 IDLE_SECONDS = 1.0  # the longest a process waits between looks for due polls when none is due
-ROLLS = 8  # rolls a rule follows from its key to the key in use (a longer chain: the rule stops)
-
-
-class KeyStopped(Exception):
-    """The rule's key is revoked, expired or gone (and was not rolled to a live key): its rules stop."""
 
 
 def now_utc() -> datetime:
@@ -77,7 +73,7 @@ class Poller:
         self.polls = 0  # polls answered (bench/streams.py divides the process's CPU by it)
         self.stopped = False  # shutting down: no more claims; the polls under way finish while calls drain
         self._in_order = asyncio.Lock()
-        self._digests: dict[int, dict] = {}  # key id -> its reference (digest, account, rolled_to when read)
+        self.keys = RuleKeys(meter, store)
 
     # --- scheduling --------------------------------------------------------------------------------
     def nudge(self) -> None:
@@ -268,38 +264,13 @@ class Poller:
         if not rule["key_id"]:
             return True, None
         try:
-            key = await self._key(account_id, rule["key_id"])
+            key = await self.keys.live(account_id, rule["key_id"])
         except KeyStopped as stopped:
             await self.store.hold_back(rule, INACTIVE, {"stopped": stopped.args[0]})
             await self._stop_key(account_id, rule["key_id"], stopped.args[0])
             return False, None
         rule["key_id"] = key.key_id  # rolled: the new key's (storage moved the key's rules already)
         return True, key
-
-    async def _key(self, account_id: str, key_id: int) -> KeyEntry:
-        """The live key a rule of `key_id` polls with: that key, or the key it was rolled to (the rules move to
-        it); KeyStopped when it is revoked, expired or gone."""
-        for _ in range(ROLLS):
-            ref = self._digests.get(key_id)
-            if ref is None:
-                ref = await self.meter.keys.reference(key_id)
-                if ref is None or ref["account_id"] != account_id:
-                    raise KeyStopped("key_deleted")
-                if len(self._digests) > 100_000:
-                    self._digests.clear()
-                self._digests[key_id] = ref
-            entry = await self.meter.key_cache.get(ref["digest"])
-            if entry is None:
-                raise KeyStopped("key_deleted")
-            expired = entry.expires_at is not None and time.time() >= entry.expires_at
-            if not (entry.revoked or expired):
-                return entry
-            rolled_to = (await self.meter.keys.reference(key_id) or {}).get("rolled_to")
-            if rolled_to is None:
-                raise KeyStopped("key_revoked" if entry.revoked else "key_expired")
-            await self.store.move_key(account_id, key_id, rolled_to)
-            key_id = rolled_to
-        raise KeyStopped("key_rolled")
 
     async def _stop_key(self, account_id: str, key_id: int, reason: str) -> None:
         """A revoked, expired or deleted key's other rules are switched off too (at once, not each at its poll)."""
@@ -323,11 +294,11 @@ class Poller:
         for paused in await self.store.budget_paused():
             account_id, key_id = paused["account_id"], paused["key_id"]
             try:
-                key = await self._key(account_id, key_id)
+                key = await self.keys.live(account_id, key_id)
             except KeyStopped as stopped:
                 await self._stop_key(account_id, key_id, stopped.args[0])
                 continue
-            if not _another_budget(self.meter.key_budgets.run_of(key), paused.get("paused_for")):
+            if not another_budget(self.meter.key_budgets.run_of(key), paused.get("paused_for")):
                 continue
             if await self.store.set_key_status(account_id, key.key_id, (PAUSED_BUDGET,), ACTIVE, {"due_at": now_utc()}):
                 await self._budget_alert(account_id, key, alert_kinds.STREAM_RESUMED)
@@ -420,16 +391,6 @@ class Poller:
         """The rules this process held are let go at once, so another process (or this one restarted) polls
         them on time rather than after the lease."""
         await self.store.let_go(self.owner)
-
-
-def _another_budget(now: dict | None, paused_for: dict | None) -> bool:
-    """Whether a key's budget now differs from the one its rules were paused at, for the better: removed, a new
-    period, started again, or a higher limit (a lower one would pause them again at once)."""
-    if now is None or paused_for is None:
-        return True
-    if (now["period"], now["epoch"]) != (paused_for.get("period"), paused_for.get("epoch")):
-        return True
-    return now["limit"] > paused_for.get("limit", 0)
 
 
 def _read_page(status: int, body: bytes) -> tuple[list | None, int, str]:

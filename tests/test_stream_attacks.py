@@ -15,7 +15,7 @@ from test_streams import LEAST, QUICK, Provider, next_tweet_event, rule_on, sock
 
 from storage import db as database
 from storage.accounts import AccountStore
-from streams.poller import _another_budget
+from streams.keys import another_budget
 
 pytestmark = pytest.mark.gen_test(timeout=90)
 
@@ -381,4 +381,4 @@ async def test_with_two_workers_a_budget_and_a_revocation_stop_whichever_worker_
     ],
 )
 def test_rules_paused_for_a_budget_resume_only_with_another_budget(now, resumes):
-    assert _another_budget(now, {"limit": 100, "period": "2026-11-27", "epoch": 0}) is resumes
+    assert another_budget(now, {"limit": 100, "period": "2026-11-27", "epoch": 0}) is resumes
