@@ -180,8 +180,8 @@ class StreamStore:
         return resumed
 
     async def hold_back(self, rule: dict, status: str, fields: dict | None = None) -> bool:
-        """A claimed rule that may not be polled (its account suspended, its key stopped or out of budget): its
-        status set and its lease let go, unless it was switched off or changed meanwhile (then only let go)."""
+        """A claimed rule that may not be polled (its key stopped or out of budget, its account gone): its status
+        set and its lease let go, unless it was switched off or changed meanwhile (then only let go)."""
         free = {"lease_owner": None, "lease_token": None, "lease_until": EPOCH}
         done = await self.rules.update_one(
             {"_id": rule["_id"], "lease_token": rule["lease_token"], "status": ACTIVE},

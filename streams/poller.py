@@ -33,7 +33,7 @@ from config.settings import Settings
 from metering.pricing import Prices
 from social.endpoints import read_parsed
 from social.upstream import UpstreamClient, UpstreamError
-from storage.streams import ACTIVE, INACTIVE, PAUSED, PAUSED_BUDGET, SUSPENDED, StreamStore
+from storage.streams import ACTIVE, INACTIVE, PAUSED, PAUSED_BUDGET, StreamStore
 from streams import rules as polls
 from streams.hub import Hub
 from streams.keys import KeyStopped, RuleKeys, another_budget
@@ -250,16 +250,18 @@ class Poller:
 
     # --- may this rule poll: its account, its key, the key's budget ------------------------------------------
     async def _may_poll(self, rule: dict) -> tuple[bool, KeyEntry | None]:
-        """(False, None) when the rule may not poll now (its status then says why and its lease is let go);
-        else (True, the key whose calls its polls are: None for a rule made in the portal)."""
+        """(False, None) when the rule may not poll now (its lease let go, and its status says why unless its
+        account is suspended); else (True, the key whose calls its polls are: None for a rule made in the portal)."""
         account_id = rule["account_id"]
         try:
             suspended = (await self.meter.account_view(account_id)).suspended
         except LookupError:  # the account is gone
             await self.store.hold_back(rule, INACTIVE)
             return False, None
-        if suspended:  # a rule switched on (in the portal) or resumed for its balance while suspended
-            await self.store.hold_back(rule, SUSPENDED, {"suspended_from": ACTIVE})
+        if suspended:
+            # A rule switched on (in the portal) while suspended, or this process not yet told of the resume:
+            # not polled, looked at again soon. Its status stays (a stale cache must not suspend it again).
+            await self.store.release(rule, self._due(rule, now_utc(), RETRY_SECONDS))
             return False, None
         if not rule["key_id"]:
             return True, None
