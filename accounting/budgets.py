@@ -151,6 +151,13 @@ class KeyBudgets:
             # The run opens at its deadline without this report: what this process knew may be spent again.
             log.warning("could not report to the new run of key budget %s: %s", budget_id, type(exc).__name__)
 
+    def run_of(self, key: KeyEntry) -> dict | None:
+        """The budget a key's calls spend from now (its limit, period and run); None without a limit. A rule
+        paused for its key's budget remembers it, and resumes once the key has another (streams/poller.py)."""
+        if key.credit_limit is None:
+            return None
+        return {"limit": key.credit_limit, "period": self._period(key.period)[0], "epoch": key.budget_epoch}
+
     def _in_flight(self, budget_id: int, epoch: int) -> int:
         """Credits this process holds reserved for calls of a budget's keys in its runs other than `epoch`, or
         while they had no budget."""

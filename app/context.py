@@ -110,7 +110,9 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     stream_store = StreamStore(db, settings.stream_event_retention)
     await stream_store.ensure_indexes(expiry)
     prices = Prices(settings.price_rules)
-    hub = Hub(stream_store, meter.key_cache, metrics, settings.stream_ping_seconds, owner=leases.process_id)
+    hub = Hub(
+        stream_store, meter.key_cache, meter.account_cache, metrics, settings.stream_ping_seconds, leases.process_id
+    )
     poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, owner=leases.process_id)
     return Context(
         settings=settings,

@@ -130,7 +130,8 @@ class DebitHandler(AccountAdminBase):
 
 
 class SuspendHandler(AccountAdminBase):
-    """Suspends (POST .../suspend) or resumes (POST .../resume) the account's data calls, on every process."""
+    """Suspends (POST .../suspend) or resumes (POST .../resume) the account's data calls, filter rules and
+    WebSockets, on every process."""
 
     def initialize(self, ctx, suspend: bool) -> None:
         super().initialize(ctx)
@@ -145,6 +146,12 @@ class SuspendHandler(AccountAdminBase):
         if doc is None:
             raise ApiError(404, "Account not found")
         self.ctx.meter.account_changed(account_id, doc)  # here at once; elsewhere through coherence
+        # Its rules stop polling on every process (the claim takes only active ones) and resume as they were;
+        # its sockets are closed by each process's Hub.watch.
+        if self.suspend:
+            await self.ctx.stream_store.suspend(account_id)
+        elif await self.ctx.stream_store.resume(account_id):
+            self.ctx.poller.nudge()
         action = "admin.suspend" if self.suspend else "admin.resume"
         await self.audit(action, account_id=account_id, details={"reason": reason}, admin=True)
         self.send_json(await self.summary(doc))

@@ -15,8 +15,11 @@ _ROW = obj(
     interval_seconds=N,
     is_effect={"enum": [0, 1]},
     status={
-        "enum": ["active", "inactive", "paused_balance"],
-        "description": "paused_balance: the balance cannot pay for the next hour of polls; resumes after a top-up",
+        "enum": ["active", "inactive", "paused_balance", "paused_budget", "suspended"],
+        "description": "paused_balance: the balance cannot pay for the next hour of polls; resumes after a top-up. "
+        "paused_budget: its key's credit budget cannot pay for a poll; resumes in the next period or when the "
+        "budget is raised. suspended: the account is suspended; resumes with it. A rule of a revoked or expired "
+        "key is switched off (inactive)",
     },
     polls_per_day=I,
     cost_per_day_credits={"type": "integer", "description": "polls a day x the search's per-call minimum"},
@@ -217,7 +220,7 @@ def socket_operations(prefix: str) -> dict:
                 "content": {"application/json": {"schema": ref("DataError")}},
             },
             "403": {
-                "description": "Not allowed from this address or for this key's endpoints",
+                "description": "Not allowed from this address or for this key's endpoints, or the account is suspended",
                 "content": {"application/json": {"schema": ref("DataError")}},
             },
         },

@@ -10,12 +10,13 @@ PATCH/DELETE /streams/{rule_id}, GET /streams/{rule_id}/events. Another account'
 """
 
 import secrets
+from collections import deque
 from datetime import UTC, datetime
 
 import orjson
 import tornado.websocket
 
-from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.base import Anonymous, ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error
 from handlers.keys import _no_controls
 from handlers.social import api_key
@@ -25,6 +26,9 @@ from streams.manage import LimitReached
 
 SCOPE = polls.SEARCH.path
 UNSENT_LIMIT = 16 * 1024 * 1024  # bytes of events waiting for one client before it is closed as too slow
+# Bytes handed to a socket's connection at once (past one frame); the rest waits in the socket's own queue,
+# which a close drops: the close frame then follows at most this much, not the whole backlog.
+WINDOW = 256 * 1024
 EVENTS_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500)
 TAG = Field("tag", str, min_length=1, max_length=255, check=_no_controls, description="Your label for the rule")
 VALUE = Field("value", str, min_length=1, max_length=512, check=_no_controls, description="An advanced_search query")
@@ -84,6 +88,18 @@ def user_name(value: str, loc: list) -> str:
     return found.group(1)
 
 
+SUSPENDED = "This account is suspended; its keys are refused until an admin resumes it"  # as its data calls
+
+
+async def stream_key(handler):
+    """The X-API-Key checked as for the search every poll makes (handlers/social.api_key), and its account not
+    suspended: 403, as its data calls (its rules wait and its sockets are closed meanwhile: docs/streams.md)."""
+    key = await api_key(handler, SCOPE)
+    if (await handler.ctx.meter.account_view(key.account_id)).suspended:
+        raise ApiError(403, SUSPENDED)
+    return key
+
+
 async def added(ctx, *args) -> dict:
     """A new rule or monitor (streams.Manager.add's arguments); 409 past the account's limit."""
     try:
@@ -99,7 +115,7 @@ class ProviderApi(BaseHandler):
         return {"status": "error", "msg": message}
 
     async def key(self):
-        return await api_key(self, SCOPE)
+        return await stream_key(self)
 
     def ok(self, **extra) -> None:
         self.send_json({"status": "success", "msg": "success", **extra})
@@ -178,10 +194,11 @@ class RemoveMonitorHandler(ProviderApi):
         self.ok()
 
 
-class TweetSocket(tornado.websocket.WebSocketHandler):
+class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
     """The provider's WebSocket: `connected`, then `tweet` events of the key's account and `ping`s. One socket
     per key (a second is closed with 1008); beyond the provider, `?since_event_id=` or `?since_timestamp=` (ms)
-    first sends what the socket missed (events are kept STREAM_EVENT_RETENTION)."""
+    first sends what the socket missed (events are kept STREAM_EVENT_RETENTION). Anonymous: no `Server` header
+    on its 101 nor on its refusals, as on every other answer."""
 
     def initialize(self, ctx) -> None:
         self.ctx = ctx
@@ -189,13 +206,15 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
         self.conn_id = secrets.token_hex(12)
         self.replaying: list[tuple] | None = []  # live events while the missed ones are sent
         self.replayed: set[str] = set()  # ids of the events the resume sent (the tail may bring them again)
-        self.unsent = 0  # bytes queued for this client and not yet written to its connection
+        self.unsent = 0  # bytes queued for this client (waiting here or handed over) and not yet sent
+        self.waiting: deque[bytes] = deque()  # frames not yet handed to the connection
+        self.handed = 0  # bytes handed to the connection and not yet written to the kernel
 
     client_ip = BaseHandler.client_ip
 
     async def get(self, *args, **kwargs) -> None:
         try:
-            key = await api_key(self, SCOPE)
+            key = await stream_key(self)
             after_id = self.get_query_argument("since_event_id", None)
             after_ms = self._since_ms()
         except ApiError as exc:  # refused before the upgrade: an HTTP answer in the usual shapes
@@ -253,17 +272,32 @@ class TweetSocket(tornado.websocket.WebSocketHandler):
         if self.ws_connection is None or self.ws_connection.is_closing():
             return
         if self.unsent and self.unsent + len(frame) > UNSENT_LIMIT:  # a backlog it will never catch up
-            self.close(1013, "Too slow: events were not read; reconnect with since_event_id")
+            self.close_with(1013, "Too slow: events were not read; reconnect with since_event_id")
             return
         self.unsent += len(frame)
-        self.write_message(frame).add_done_callback(lambda done, n=len(frame): self._written(done, n))
+        self.waiting.append(frame)
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Frames to the connection while less than WINDOW bytes of earlier ones wait there to be written."""
+        while self.waiting and (not self.handed or self.handed + len(self.waiting[0]) <= WINDOW):
+            if self.ws_connection is None or self.ws_connection.is_closing():
+                return
+            frame = self.waiting.popleft()
+            self.handed += len(frame)
+            self.write_message(frame).add_done_callback(lambda done, n=len(frame): self._written(done, n))
 
     def _written(self, done, size: int) -> None:
         self.unsent -= size
+        self.handed -= size
         if not done.cancelled():
             done.exception()  # a connection closed under a write: nothing to do, and nothing to log
+        self._hand_over()
 
     def close_with(self, code: int, reason: str) -> None:
+        """Closes with `code`; the frames not handed over are dropped, so that the close reaches a client that
+        reads again right after what its connection already holds (not behind the backlog it did not read)."""
+        self.waiting.clear()
         self.close(code, reason)
 
     def on_message(self, message) -> None:

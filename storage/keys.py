@@ -168,6 +168,11 @@ class KeyStore:
                     key["last_used_at"] = at
         return keys
 
+    async def reference(self, key_id: int) -> dict | None:
+        """What a filter rule needs of its key (streams/poller.py): its digest (the key cache's name for it), its
+        account, and the key it was rolled to."""
+        return await self.keys.find_one({"_id": key_id}, {"account_id": 1, "digest": 1, "rolled_to": 1})
+
     async def by_digest(self, digest: str) -> dict | None:
         return await self.keys.find_one({"digest": digest}, _ENTRY)
 

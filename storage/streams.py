@@ -23,6 +23,9 @@ from storage.expiry import Expiry
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ACTIVE, INACTIVE, PAUSED = "active", "inactive", "paused_balance"  # a rule's status
+PAUSED_BUDGET = "paused_budget"  # its key's credit budget cannot pay for a poll: until the next period or a raise
+SUSPENDED = "suspended"  # its account is suspended by an admin: until it is resumed
+LIVE = (ACTIVE, PAUSED, PAUSED_BUDGET, SUSPENDED)  # switched on (is_effect 1), polled or waiting to be
 
 
 def now_utc() -> datetime:
@@ -161,6 +164,60 @@ class StreamStore:
             {"account_id": account_id, "status": before, "deleted": False}, {"$set": fields}
         )
         return done.modified_count
+
+    # --- suspended with the account, stopped with the key, paused for the key's budget ---------------------
+    async def suspend(self, account_id: str) -> None:
+        """Every rule switched on waits for the account's resume, remembering the status it had (a poll in
+        flight finishes; none starts: the claim takes only active rules)."""
+        for status in (ACTIVE, PAUSED, PAUSED_BUDGET):
+            await self.rules.update_many(
+                {"account_id": account_id, "status": status, "deleted": False},
+                {"$set": {"status": SUSPENDED, "suspended_from": status, "changed_at": now_utc()}},
+            )
+
+    async def resume(self, account_id: str) -> int:
+        """The account's rules back to the status they had when it was suspended; how many."""
+        resumed = 0
+        for status in (ACTIVE, PAUSED, PAUSED_BUDGET):
+            done = await self.rules.update_many(
+                {"account_id": account_id, "status": SUSPENDED, "suspended_from": status, "deleted": False},
+                {"$set": {"status": status, "changed_at": now_utc()}},
+            )
+            resumed += done.modified_count
+        return resumed
+
+    async def hold_back(self, rule: dict, status: str, fields: dict | None = None) -> bool:
+        """A claimed rule that may not be polled (its key stopped or out of budget, its account gone): its status
+        set and its lease let go, unless it was switched off or changed meanwhile (then only let go)."""
+        free = {"lease_owner": None, "lease_token": None, "lease_until": EPOCH}
+        done = await self.rules.update_one(
+            {"_id": rule["_id"], "lease_token": rule["lease_token"], "status": ACTIVE},
+            {"$set": {**free, **(fields or {}), "status": status, "changed_at": now_utc()}},
+        )
+        if not done.modified_count:
+            await self.rules.update_one({"_id": rule["_id"], "lease_token": rule["lease_token"]}, {"$set": free})
+        return bool(done.modified_count)
+
+    async def set_key_status(
+        self, account_id: str, key_id: int, before: tuple, after: str, fields: dict | None = None
+    ) -> int:
+        """The rules of one key from one of the statuses `before` to `after`: how many changed."""
+        done = await self.rules.update_many(
+            {"account_id": account_id, "key_id": key_id, "status": {"$in": list(before)}, "deleted": False},
+            {"$set": {**(fields or {}), "status": after, "changed_at": now_utc()}},
+        )
+        return done.modified_count
+
+    async def move_key(self, account_id: str, key_id: int, to: int) -> None:
+        """A rolled key's rules go on with the key it was rolled to."""
+        await self.rules.update_many({"account_id": account_id, "key_id": key_id}, {"$set": {"key_id": to}})
+
+    async def budget_paused(self) -> list[dict]:
+        """One rule of each key with rules paused for its budget: its account, key and what it was paused at."""
+        found = await self.rules.find(
+            {"status": PAUSED_BUDGET, "deleted": False}, {"account_id": 1, "key_id": 1, "paused_for": 1}
+        ).to_list(None)
+        return list({(r["account_id"], r["key_id"]): r for r in found}.values())
 
     async def accounts_with(self, status: str) -> list[str]:
         return await self.rules.distinct("account_id", {"status": status, "deleted": False})

@@ -4,7 +4,8 @@ An event reaches a socket once: from this process's poller at once (`publish`), 
 the tail (`tail`, every STREAM_TICK_SECONDS while this process has sockets, reading the events written since
 its last look, with an overlap for writers' clocks); a memory of recent event ids drops the second sighting.
 Each event is serialised once for all its sockets. `watch` sends pings, renews each key's hold on its one
-socket (storage/streams.py) and closes, within a second, the sockets of keys revoked, expired or deleted.
+socket (storage/streams.py) and closes, within a second, the sockets of keys revoked, expired or deleted, and
+of accounts suspended (an admin's suspension reaches every process's account cache: accounting/coherence.py).
 """
 
 import asyncio
@@ -42,8 +43,17 @@ class Socket(Protocol):
 
 
 class Hub:
-    def __init__(self, store: StreamStore, key_cache: LoadingCache, metrics: Metrics, ping_seconds: float, owner: str):
+    def __init__(
+        self,
+        store: StreamStore,
+        key_cache: LoadingCache,
+        account_cache: LoadingCache,
+        metrics: Metrics,
+        ping_seconds: float,
+        owner: str,
+    ):
         self.store, self.key_cache, self.metrics, self.ping_seconds = store, key_cache, metrics, ping_seconds
+        self.account_cache = account_cache  # account id -> its view (AccountView.suspended)
         self.owner = owner  # this process, as its sockets' holds name it
         self.sockets: dict[str, set[Socket]] = {}  # account id -> its sockets here
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -126,15 +136,24 @@ class Hub:
 
     # --- upkeep ----------------------------------------------------------------------------------------
     async def watch(self) -> None:
-        """Every WATCH_SECONDS: revoked or expired keys' sockets closed; pings every `ping_seconds`; the holds
-        of this process's sockets on their keys renewed every HOLD_BEAT (one write for all of them)."""
+        """Every WATCH_SECONDS: suspended accounts' and revoked or expired keys' sockets closed; pings every
+        `ping_seconds`; the holds of this process's sockets on their keys renewed every HOLD_BEAT (one write for
+        all of them)."""
         now = time.monotonic()
         ping, beat = now - self._last_ping >= self.ping_seconds, now - self._last_beat >= HOLD_BEAT
         if ping:
             self._last_ping = now
             ping_frame = orjson.dumps({"event_type": "ping", "timestamp": millis(datetime.now(UTC))})
         live = []
+        suspended = set()
+        for account_id in list(self.sockets):
+            view = await self.account_cache.get(account_id)
+            if view is None or view.suspended:
+                suspended.add(account_id)
         for socket in [s for group in self.sockets.values() for s in group]:
+            if socket.account_id in suspended:
+                socket.close_with(1008, "Account suspended")
+                continue
             entry = await self.key_cache.get(socket.digest)
             if entry is None or entry.revoked or (entry.expires_at is not None and time.time() >= entry.expires_at):
                 socket.close_with(1008, "API key revoked or expired")

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from config.settings import Settings
 from metering.pricing import Prices
-from storage.streams import ACTIVE, INACTIVE, PAUSED, StreamStore
+from storage.streams import ACTIVE, INACTIVE, LIVE, StreamStore
 from streams import rules as polls
 
 
@@ -83,7 +83,7 @@ class Manager:
             "tag": rule["tag"],
             "value": rule["value"],
             "interval_seconds": rule["interval_seconds"],
-            "is_effect": 1 if rule["status"] in (ACTIVE, PAUSED) else 0,
+            "is_effect": 1 if rule["status"] in LIVE else 0,
             "status": rule["status"],
             "polls_per_day": per_day,
             "cost_per_day_credits": per_day * least,

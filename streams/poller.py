@@ -1,7 +1,12 @@
 """The poll scheduler: claims due rules under their leases (storage/streams.py), polls, charges, writes the
 event, hands it to the sockets and the webhook outbox, and moves the rule's cursor on. One step of it
 (`tick`) runs every STREAM_TICK_SECONDS in every process (app/tasks.py); `check_balances` pauses the rules of
-accounts that cannot pay for their next hour and resumes them after a top-up.
+accounts that cannot pay for their next hour and resumes them after a top-up, and resumes rules paused for
+their key's budget once the key has another (a new period, a raised limit).
+
+A rule's polls are its key's calls: a claimed rule is not polled when its account is suspended (it waits for
+the resume: `suspended`), when its key is revoked, expired or gone (switched off), or when the key's budget
+cannot pay (`paused_budget`, with an alert); a rule of a rolled key follows it to the new key.
 
 Order of one poll, each step safe to redo after a crash: reserve credits (the least a poll costs must be
 there) -> the provider's search -> the event `<rule>:<poll_seq>` written once -> the outbox event (its id from
@@ -20,15 +25,18 @@ from urllib.parse import quote
 
 import orjson
 
+from accounting.budgets import BudgetExhausted
+from accounting.keys import KeyEntry
 from accounting.meter import LeasesExpired, Meter
 from alerts import rules as alert_kinds
 from config.settings import Settings
 from metering.pricing import Prices
 from social.endpoints import read_parsed
 from social.upstream import UpstreamClient, UpstreamError
-from storage.streams import ACTIVE, PAUSED, StreamStore
+from storage.streams import ACTIVE, INACTIVE, PAUSED, PAUSED_BUDGET, StreamStore
 from streams import rules as polls
 from streams.hub import Hub
+from streams.keys import KeyStopped, RuleKeys, another_budget
 from webhooks.outbox import Outbox
 
 log = logging.getLogger("gateway.streams")
@@ -65,6 +73,7 @@ class Poller:
         self.polls = 0  # polls answered (bench/streams.py divides the process's CPU by it)
         self.stopped = False  # shutting down: no more claims; the polls under way finish while calls drain
         self._in_order = asyncio.Lock()
+        self.keys = RuleKeys(meter, store)
 
     # --- scheduling --------------------------------------------------------------------------------
     def nudge(self) -> None:
@@ -109,6 +118,9 @@ class Poller:
         seq, account_id = rule["poll_seq"], rule["account_id"]
         event_id = f"{rule['_id']}:{seq}"
         self.touched.add(account_id)
+        allowed, key = await self._may_poll(rule)
+        if not allowed:
+            return
         if rule["claims"] > seq + 1:  # taken over: the previous holder may have written this poll's event
             found = await self.store.event(event_id)
             if found is not None:
@@ -116,7 +128,7 @@ class Poller:
                 after = polls.cursor_after(rule, found["tweets"]) | {"gaps": found.get("gaps", rule.get("gaps"))}
                 await self.store.advance(rule, self._next(rule, start, after))
                 return
-        fetched = await self._fetch(rule, event_id, start)
+        fetched = await self._fetch(rule, key, event_id, start)
         if fetched is None:
             return
         pages, new, gaps = fetched
@@ -157,7 +169,9 @@ class Poller:
         after = polls.cursor_after(rule, delivered) | {"gaps": event.get("gaps", gaps) if event else gaps}
         return await self.store.advance(rule, self._next(rule, start, after))
 
-    async def _fetch(self, rule: dict, event_id: str, start: datetime) -> tuple[list, list, list] | None:
+    async def _fetch(
+        self, rule: dict, key: KeyEntry | None, event_id: str, start: datetime
+    ) -> tuple[list, list, list] | None:
         """The poll's data calls, MAX_PAGES at most: what is new, then the gaps older polls left, each read page
         by page while every tweet of a page is new and the provider has more. Returns the pages (reservation,
         cost, status), the new tweets (newest first) and the gaps left; None when a page could not be reserved
@@ -173,7 +187,7 @@ class Poller:
             base = "query=" + quote(polls.poll_query(rule, region)) + "&queryType=Latest"
             cursor, oldest = "", None
             while True:
-                read = await self._page(rule, event_id, start, pages, base + cursor)
+                read = await self._page(rule, key, event_id, start, pages, base + cursor)
                 if read is None:
                     return None
                 tweets, more = read
@@ -194,15 +208,22 @@ class Poller:
             log.warning("a stream rule has more than %d gaps; the oldest are dropped", MAX_GAPS)
         return pages, new, gaps[:MAX_GAPS]
 
-    async def _page(self, rule: dict, event_id: str, start: datetime, pages: list, query: str) -> tuple | None:
-        """One data call of a poll, reserved first and appended to `pages`: (its tweets, the next page's cursor);
-        None when it could not be reserved or the provider failed (the poll's pages released: `_failed`)."""
+    async def _page(
+        self, rule: dict, key: KeyEntry | None, event_id: str, start: datetime, pages: list, query: str
+    ) -> tuple | None:
+        """One data call of a poll, reserved first (from the key's budget, then the balance, as a data call of
+        the key) and appended to `pages`: (its tweets, the next page's cursor); None when it could not be
+        reserved or the provider failed (the poll's pages released: `_failed`)."""
         try:
             reservation = await self.meter.reserve(
-                rule["account_id"], polls.most_cost(self.prices), polls.least_cost(self.prices)
+                rule["account_id"], polls.most_cost(self.prices), polls.least_cost(self.prices), key
             )
         except LeasesExpired:
             reservation = None
+        except BudgetExhausted:  # the key's budget cannot pay: its rules wait for another period or a raise
+            self._let_go(pages)
+            await self._out_of_budget(rule, key)
+            return None
         except BaseException:  # the database failed under a lease refill (or shutdown): earlier pages let go
             self._let_go(pages)
             raise
@@ -226,6 +247,76 @@ class Poller:
         """The reservations of a poll's pages released: nothing of them charged."""
         for reservation, *_ in pages:
             self.meter.release(reservation)
+
+    # --- may this rule poll: its account, its key, the key's budget ------------------------------------------
+    async def _may_poll(self, rule: dict) -> tuple[bool, KeyEntry | None]:
+        """(False, None) when the rule may not poll now (its lease let go, and its status says why unless its
+        account is suspended); else (True, the key whose calls its polls are: None for a rule made in the portal)."""
+        account_id = rule["account_id"]
+        try:
+            suspended = (await self.meter.account_view(account_id)).suspended
+        except LookupError:  # the account is gone
+            await self.store.hold_back(rule, INACTIVE)
+            return False, None
+        if suspended:
+            # A rule switched on (in the portal) while suspended, or this process not yet told of the resume:
+            # not polled, looked at again soon. Its status stays (a stale cache must not suspend it again).
+            await self.store.release(rule, self._due(rule, now_utc(), RETRY_SECONDS))
+            return False, None
+        if not rule["key_id"]:
+            return True, None
+        try:
+            key = await self.keys.live(account_id, rule["key_id"])
+        except KeyStopped as stopped:
+            await self.store.hold_back(rule, INACTIVE, {"stopped": stopped.args[0]})
+            await self._stop_key(account_id, rule["key_id"], stopped.args[0])
+            return False, None
+        rule["key_id"] = key.key_id  # rolled: the new key's (storage moved the key's rules already)
+        return True, key
+
+    async def _stop_key(self, account_id: str, key_id: int, reason: str) -> None:
+        """A revoked, expired or deleted key's other rules are switched off too (at once, not each at its poll)."""
+        await self.store.set_key_status(
+            account_id, key_id, (ACTIVE, PAUSED, PAUSED_BUDGET), INACTIVE, {"stopped": reason}
+        )
+
+    async def _out_of_budget(self, rule: dict, key: KeyEntry) -> None:
+        """The key's budget cannot pay for a poll: this rule and the key's other active ones are paused until the
+        key has another budget (resume_budgets), with one alert."""
+        run = self.meter.key_budgets.run_of(key)
+        fields = {"paused_for": run}
+        held = await self.store.hold_back(rule, PAUSED_BUDGET, fields)
+        others = await self.store.set_key_status(rule["account_id"], key.key_id, (ACTIVE,), PAUSED_BUDGET, fields)
+        if held or others:
+            await self._budget_alert(rule["account_id"], key, alert_kinds.STREAM_PAUSED)
+
+    async def resume_budgets(self) -> None:
+        """Rules paused for their key's budget resume once the key has another: the next period, a raised limit,
+        the budget started again or removed. A key revoked or expired meanwhile stops its rules."""
+        for paused in await self.store.budget_paused():
+            account_id, key_id = paused["account_id"], paused["key_id"]
+            try:
+                key = await self.keys.live(account_id, key_id)
+            except KeyStopped as stopped:
+                await self._stop_key(account_id, key_id, stopped.args[0])
+                continue
+            if not another_budget(self.meter.key_budgets.run_of(key), paused.get("paused_for")):
+                continue
+            if await self.store.set_key_status(account_id, key.key_id, (PAUSED_BUDGET,), ACTIVE, {"due_at": now_utc()}):
+                await self._budget_alert(account_id, key, alert_kinds.STREAM_RESUMED)
+                self.nudge()
+
+    async def _budget_alert(self, account_id: str, key: KeyEntry, type_: str) -> None:
+        limit, period = key.credit_limit, key.period
+        summary = (
+            f"Filter rules and monitors of API key {key.key_id} paused: its credit budget ({limit:,} credits, "
+            f"{period}) cannot pay for their polls; they resume by themselves in the next period or when the "
+            "budget is raised"
+            if type_ == alert_kinds.STREAM_PAUSED
+            else f"Filter rules and monitors of API key {key.key_id} resumed: its credit budget pays for polls again"
+        )
+        data = {"reason": "key_budget", "key_id": key.key_id, "credit_limit": limit, "credit_limit_period": period}
+        await self.outbox.emit(f"{account_id}|{type_}|{time.time_ns()}", account_id, type_, data | {"summary": summary})
 
     async def _failed(self, rule: dict, pages: list[tuple], start: datetime, event_id: str | None) -> None:
         self._let_go(pages)
@@ -277,6 +368,7 @@ class Poller:
             elif balance >= need and paused:
                 if await self.store.set_status(account_id, PAUSED, ACTIVE, due_at=now_utc()):
                     await self._alert(account_id, alert_kinds.STREAM_RESUMED, balance, need)
+        await self.resume_budgets()
 
     async def _alert(self, account_id: str, type_: str, balance: int, need: int) -> None:
         paused = type_ == alert_kinds.STREAM_PAUSED
@@ -286,7 +378,7 @@ class Poller:
             if paused
             else f"Filter rules and monitors resumed: the balance ({balance:,} credits) pays for their next hour"
         )
-        data = {"balance_credits": balance, "hour_credits": need, "summary": summary}
+        data = {"reason": "balance", "balance_credits": balance, "hour_credits": need, "summary": summary}
         await self.outbox.emit(f"{account_id}|{type_}|{time.time_ns()}", account_id, type_, data)
 
     async def stop(self) -> None:
