@@ -100,6 +100,13 @@ async def stream_key(handler):
     return key
 
 
+async def not_suspended(handler, active: bool | None) -> None:
+    """A portal call switching a rule on while the account is suspended: 403, nothing written (its rules wait for
+    the resume; one switched on now would only be claimed and set aside at every tick)."""
+    if active and (await handler.ctx.meter.account_view(handler.current_user)).suspended:
+        raise ApiError(403, "This account is suspended: rules cannot be switched on until an admin resumes it")
+
+
 async def added(ctx, *args) -> dict:
     """A new rule or monitor (streams.Manager.add's arguments); 409 past the account's limit."""
     try:
@@ -340,6 +347,7 @@ class StreamsHandler(BaseHandler):
         else:
             tag, value, interval = body["tag"], body["value"], body.get("interval_seconds", RULE_INTERVAL)
         interval = checked_interval(settings, interval, ["body", "interval_seconds"])
+        await not_suspended(self, body.get("active", True))
         doc = await added(self.ctx, self.current_user, 0, kind, tag, value, interval, body.get("active", True))
         self.send_json(self.ctx.streams.row(doc))
 
@@ -356,6 +364,7 @@ class StreamHandler(BaseHandler):
         current = await self.ctx.stream_store.rule(self.current_user, rule_id)
         if current is not None and current["kind"] == "monitor" and "value" in fields:
             raise ApiError(409, "A monitor's account cannot change: add a monitor of the other account")
+        await not_suspended(self, body.get("active"))
         done = await self.ctx.streams.change(self.current_user, rule_id, fields, body.get("active"))
         if done is None:
             raise ApiError(404, "Rule not found")

@@ -60,12 +60,14 @@ class StreamStore:
 
     # --- rules, as the API and the portal see them ------------------------------------------------
     async def add(self, doc: dict, cap: int) -> bool:
-        """False, nothing written, when the account has `cap` rules (or monitors: the doc's kind) already."""
+        """False, nothing written, when the account has `cap` rules (or monitors: the doc's kind) already;
+        storage.caps.Held, nothing written, when a monitor of the handle is there (or being added)."""
         base = {"deleted": False, "poll_seq": 0, "claims": 0, "since_id": None, "recent_ids": [], "gaps": []}
         base |= {"lease_owner": None, "lease_token": None, "lease_until": EPOCH, "changed_at": now_utc()}
         account_id, kind = doc["account_id"], doc["kind"]
         counted = {"account_id": account_id, "kind": kind, "deleted": False}
-        return await self.caps.insert(_place(account_id, kind), cap, self.rules, {**base, **doc}, counted)
+        unique = "user_lower" if kind == "monitor" else None  # one monitor of a handle, concurrent adds too
+        return await self.caps.insert(_place(account_id, kind), cap, self.rules, {**base, **doc}, counted, unique)
 
     async def account_rules(self, account_id: str, kind: str | None = None) -> list[dict]:
         query: dict = {"account_id": account_id, "deleted": False}

@@ -2,6 +2,7 @@
 (handlers/streams.py): the account's limits, what switching on means (polls from now, never the past), and
 each rule's row with its cost per day."""
 
+import asyncio
 import secrets
 import time
 import zlib
@@ -10,8 +11,11 @@ from datetime import UTC, datetime, timedelta
 
 from config.settings import Settings
 from metering.pricing import Prices
+from storage.caps import Held
 from storage.streams import ACTIVE, INACTIVE, LIVE, StreamStore
 from streams import rules as polls
+
+HELD_LOOKS = 40  # x 0.05 s: how long an add waits for a concurrent add of the same handle to insert its monitor
 
 
 class LimitReached(Exception):
@@ -45,12 +49,26 @@ class Manager:
             doc["user_name"], doc["user_lower"] = value, value.lower()
         if active:
             doc |= _switched_on(doc["_id"], interval)
-        if not await self.store.add(doc, limit):  # the cap holds under concurrent adds (storage/caps.py)
+        try:
+            fits = await self.store.add(doc, limit)  # the cap holds under concurrent adds (storage/caps.py)
+        except Held as held:  # a monitor of this handle exists, or is being added this moment: that one
+            return await self._same_monitor(account_id, held.item_id, active)
+        if not fits:
             noun = "filter rules" if kind == "rule" else "monitored accounts"
             raise LimitReached(f"An account may have {limit} {noun}; delete one first")
         if active:
             self.switched_on()
         return doc
+
+    async def _same_monitor(self, account_id: str, monitor_id: str, active: bool) -> dict:
+        """Adding a handle monitored already is the same monitor (switched on when asked). A concurrent add holds
+        its place an instant before its insert: looked for a little while, then refused as being added."""
+        for _ in range(HELD_LOOKS):
+            found = await self.change(account_id, monitor_id, {}, True if active else None, "monitor")
+            if found is not None:
+                return found
+            await asyncio.sleep(0.05)
+        raise LimitReached("This account is being added as a monitor this moment; try again")
 
     async def change(
         self, account_id: str, rule_id: str, fields: dict, active: bool | None, kind: str | None = None

@@ -166,6 +166,26 @@ async def test_as_many_creates_as_the_cap_at_once_all_succeed(mongo, upstream_ur
     assert await case.count(gw, auth, secret) == case.cap
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_concurrent_adds_of_one_handle_are_the_same_monitor(mongo, upstream_url, workers):
+    """ "Adding it again is the same monitor" (docs/streams.md), 20 adds of one handle at once too (through both
+    workers): each answers 200 with the same `id_for_user`, one monitor exists and it holds one place, so the
+    account can still add STREAM_MAX_MONITORS - 1 others. (Looked up, then inserted, 20 at once made 3.)"""
+    gw = await Gateway(
+        mongo.uri, upstream_url, f"c_{uuid.uuid4().hex[:10]}", workers=workers, STREAM_MAX_MONITORS=str(MONITORS)
+    ).launch()
+    _, (secret,), auth = await account_with_keys(gw, 1_000_000, 1)
+    headers = {"X-API-Key": secret}
+    path, body = CASES["monitors"].create(0)
+    answers = await asyncio.gather(*(gw.call("POST", path, {"x_user_name": "@User0"}, **headers) for _ in range(20)))
+    assert [a.code for a in answers] == [200] * 20, [a.body for a in answers if a.code != 200][:3]
+    assert len({orjson.loads(a.body)["id_for_user"] for a in answers}) == 1
+    rows = orjson.loads((await gw.call("GET", "/streams", **auth)).body)
+    assert [(r["kind"], r["status"]) for r in rows] == [("monitor", "active")]
+    others = [await gw.call("POST", *CASES["monitors"].create(i), **headers) for i in range(1, MONITORS)]
+    assert [a.code for a in others] == [200] * (MONITORS - 1)
+
+
 async def test_a_place_outliving_its_item_is_freed_and_items_from_before_the_places_count(mongo, upstream_url):
     """The places' document (storage/caps.py) heals: made from the items there when it is missing (a database
     from before it), and at the cap a place whose item never came (a process died between taking it and the

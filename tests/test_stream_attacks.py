@@ -129,6 +129,14 @@ async def test_a_suspended_account_polls_nothing_is_charged_nothing_and_keeps_no
         assert refused.value.code == 403
         rule = await db.stream_rules.find_one({"_id": rule_id})
         assert rule["status"] == "suspended"
+        # The portal cannot switch a rule on meanwhile (a new one, or the suspended one), and writes nothing.
+        portal = {"kind": "rule", "tag": "p", "value": "hello", "interval_seconds": 10}
+        refused = await gw.call("POST", "/streams", portal, **auth)
+        assert refused.code == 403 and "suspended" in orjson.loads(refused.body)["detail"], refused.body
+        refused = await gw.call("PATCH", f"/streams/{rule_id}", {"active": True}, **auth)
+        assert refused.code == 403, refused.body
+        assert await db.stream_rules.count_documents({"account_id": account_id, "deleted": False}) == 1
+        assert (await db.stream_rules.find_one({"_id": rule_id}))["status"] == "suspended"
         await asyncio.sleep(1.0)  # a poll under way when the suspension landed ends, and its record is stored
         charged, asked = await _charged(mongo.uri, db_name, account_id), len(provider.queries)
         provider.post()
