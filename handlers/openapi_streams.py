@@ -74,6 +74,7 @@ STREAM_SCHEMAS = {
     "RuleAdded": obj(("status", "msg", "rule_id"), **_OK, rule_id=S),
     "MonitorAdded": obj(("status", "msg", "id_for_user"), **_OK, id_for_user=S),
     "ProviderOk": obj(("status", "msg"), **_OK),
+    "MyInfo": obj(("recharge_credits",), recharge_credits={"type": "integer", "description": "The account's balance"}),
     "Rules": obj(("status", "msg", "rules"), **_OK, rules=array(ref("StreamRule"))),
     "StreamEvent": obj(
         ("event_type", "event_id", "rule_id", "rule_tag", "tweets", "timestamp"),
@@ -130,6 +131,7 @@ STREAM_OPERATIONS = [
         "RemoveMonitor",
         "ProviderOk",
     ),
+    _provider("get", "/oapi/my/info", "The account's balance, as the provider's clients read it", None, "MyInfo"),
     Operation(
         "get",
         "/streams",

@@ -132,10 +132,11 @@ def _canonical(value, raw: bytes) -> bytes:
     return raw  # a string: exactly as sent
 
 
-async def api_key(handler, path: str) -> KeyEntry:
+async def api_key(handler, path: str | None) -> KeyEntry:
     """The X-API-Key of a request, checked as for a data call to `path` (the endpoint its scope must allow):
     401 missing, unknown, revoked or expired; 403 from an address or for an endpoint the key does not allow.
-    Also used by the real-time API (handlers/streams.py), whose polls call `path`."""
+    Also used by the real-time API (handlers/streams.py), whose polls call `path` (None: no endpoint, as the
+    provider's balance call)."""
     secret = handler.request.headers.get("X-API-Key", "").strip()
     if not secret:
         raise ApiError(401, "Missing API key: send it in the X-API-Key header")
@@ -150,7 +151,7 @@ async def api_key(handler, path: str) -> KeyEntry:
         raise ApiError(401, "This API key has expired")
     if key.networks is not None and not key.allows(handler.client_ip(), parse_address):
         raise ApiError(403, "This API key is not allowed from this address")
-    if key.scope is not None and path not in key.scope:
+    if key.scope is not None and path is not None and path not in key.scope:
         raise ApiError(403, "This API key may not call this endpoint")
     return key
 

@@ -91,10 +91,10 @@ def user_name(value: str, loc: list) -> str:
 SUSPENDED = "This account is suspended; its keys are refused until an admin resumes it"  # as its data calls
 
 
-async def stream_key(handler):
+async def stream_key(handler, scope: str | None = SCOPE):
     """The X-API-Key checked as for the search every poll makes (handlers/social.api_key), and its account not
     suspended: 403, as its data calls (its rules wait and its sockets are closed meanwhile: docs/streams.md)."""
-    key = await api_key(handler, SCOPE)
+    key = await api_key(handler, scope)
     if (await handler.ctx.meter.account_view(key.account_id)).suspended:
         raise ApiError(403, SUSPENDED)
     return key
@@ -199,6 +199,16 @@ class RemoveMonitorHandler(ProviderApi):
         ):
             raise ApiError(404, "This account is not monitored")
         self.ok()
+
+
+class MyInfoHandler(ProviderApi):
+    """The provider's `GET /oapi/my/info`: the balance its clients read before spending, in the provider's shape
+    (`recharge_credits`, credits at the provider's 100,000 a dollar: the account's one balance). Any key of the
+    account may read it, whatever endpoints it is limited to."""
+
+    async def get(self) -> None:
+        key = await stream_key(self, None)
+        self.send_json({"recharge_credits": await self.ctx.meter.balance(key.account_id)})
 
 
 class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
@@ -397,6 +407,7 @@ routes = [
     (r"/oapi/tweet_filter/get_rules", GetRulesHandler),
     (r"/oapi/x_user_stream/add_user_to_monitor_tweet", AddMonitorHandler),
     (r"/oapi/x_user_stream/remove_user_to_monitor_tweet", RemoveMonitorHandler),
+    (r"/oapi/my/info", MyInfoHandler),
     (r"/streams", StreamsHandler),
     (rf"/streams/{_ID}", StreamHandler),
     (rf"/streams/{_ID}/events", StreamEventsHandler),

@@ -207,6 +207,7 @@ PROVIDER_CALLS = {
         '  "is_effect": 0\n}\n',
     ),
     "get_rules": ("GET", "/oapi/tweet_filter/get_rules", None),
+    "my_info": ("GET", "/oapi/my/info", None),
     "delete_rule": ("DELETE", "/oapi/tweet_filter/delete_rule", '\n{\n  "rule_id": "<string>"\n}\n'),
     "add_user": ("POST", "/oapi/x_user_stream/add_user_to_monitor_tweet", '\n{\n  "x_user_name": "<string>"\n}\n'),
     "remove_user": (
@@ -273,6 +274,19 @@ async def test_the_provider_documented_request_lines_work_as_documented(api, pro
     assert [r["kind"] for r in rows] == ["rule"]
     status, body = await provider_call(base_url, k, "remove_user", id_for_user=monitor["id_for_user"])
     assert (status, body["status"]) == (404, "error")
+
+
+async def test_the_provider_s_balance_call_answers_the_account_s_balance(api, base_url):
+    """`GET /oapi/my/info` as the provider documents it (it answered 404): `{"recharge_credits"}`, the account's
+    one balance, for any of its keys (one limited to other endpoints too); an unknown key is 401."""
+    user, key = await api.funded_key(123_456)
+    assert await provider_call(base_url, key["key"], "my_info") == (200, {"recharge_credits": 123_456})
+    _, limited, _ = await api.call(
+        "POST", "/keys", {"name": "one endpoint", "allowed_endpoints": ["/user/info"]}, token=user["token"]
+    )
+    assert await provider_call(base_url, limited["key"], "my_info") == (200, {"recharge_credits": 123_456})
+    status, body = await provider_call(base_url, "sk_unknown", "my_info")
+    assert (status, body["status"]) == (401, "error")
 
 
 @pytest.mark.settings(**QUICK)
