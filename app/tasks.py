@@ -24,6 +24,14 @@ LAG_ALARM = 0.1  # a wake-up later than this is logged: something held the event
 BUCKET_IDLE_SECONDS = 300.0
 
 
+def _still_cancelled() -> None:
+    """A cancellation that landed inside a step ends the loop even if the step swallowed it or turned it into
+    another error (a driver's operation under way may): the loop went back to sleep, and a shutdown (or a
+    test's teardown) then waited for it in vain."""
+    if asyncio.current_task().cancelling():
+        raise asyncio.CancelledError
+
+
 async def every(interval: float, step: Callable[[], Awaitable[object]], what: str) -> None:
     """Runs `step` every `interval` seconds until cancelled; a failed step is logged (no exception text
     beyond its type) and tried again next time."""
@@ -32,7 +40,9 @@ async def every(interval: float, step: Callable[[], Awaitable[object]], what: st
         try:
             await step()
         except Exception as exc:
+            _still_cancelled()
             log.warning("%s failed (%s); retrying next interval", what, type(exc).__name__)
+        _still_cancelled()
 
 
 async def when_told_or_every(told: asyncio.Event, interval: float, step: Callable[[], Awaitable[object]], what: str):
@@ -50,7 +60,9 @@ async def when_told_or_every(told: asyncio.Event, interval: float, step: Callabl
         try:
             await step()
         except Exception as exc:
+            _still_cancelled()
             log.warning("%s failed (%s); retrying", what, type(exc).__name__)
+        _still_cancelled()
 
 
 async def flush_usage(ctx: Context) -> None:
