@@ -146,7 +146,7 @@ STREAM_OPERATIONS = [
         "streams",
         ref("StreamRule"),
         body="StreamCreate",
-        errors=(401, 409, 413, 422),
+        errors=(401, 403, 409, 413, 422),  # 403: switched on while the account is suspended
     ),
     Operation(
         "patch",
@@ -156,7 +156,7 @@ STREAM_OPERATIONS = [
         ref("StreamRule"),
         params=(_RULE_ID,),
         body="StreamPatch",
-        errors=(401, 404, 409, 413, 422),
+        errors=(401, 403, 404, 409, 413, 422),
     ),
     Operation(
         "delete",
