@@ -51,7 +51,7 @@ def stamp(tweet) -> float:
     return calendar.timegm(time.strptime(tweet["createdAt"], "%a %b %d %H:%M:%S +0000 %Y"))
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_new_posts_appear_as_the_clock_moves(http_client, base_url, clock):
     cat = await catalog(http_client, base_url)
     before = await get(http_client, base_url, "tweet/advanced_search", query="lang:en", queryType="Latest")
@@ -81,7 +81,7 @@ async def test_new_posts_appear_as_the_clock_moves(http_client, base_url, clock)
     assert any(t["id"] in {n["id"] for n in new} for t in hits["tweets"]), word
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_a_poll_gets_only_what_is_new(http_client, base_url, clock):
     recent = await get(http_client, base_url, "tweet/advanced_search", query=f"lang:en since_time:{T0 - 5}")
     assert recent["tweets"] and all(stamp(t) >= T0 - 5 for t in recent["tweets"])
@@ -103,7 +103,7 @@ async def test_a_poll_gets_only_what_is_new(http_client, base_url, clock):
     assert bad.code == 400 and b"bad id" in bad.body
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_paging_a_moving_list_never_repeats(http_client, base_url, clock):
     first = await get(http_client, base_url, "tweet/advanced_search", query="lang:en")
     clock.now += 5  # posts arrive between the pages
@@ -113,7 +113,7 @@ async def test_paging_a_moving_list_never_repeats(http_client, base_url, clock):
     assert [int(i) for i in ids] == sorted((int(i) for i in ids), reverse=True)
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_a_post_is_found_by_id_only_once_made(http_client, base_url, clock):
     clock.now += 10
     made = await get(http_client, base_url, "tweet/advanced_search", query=f"since_time:{T0 + 9}")
@@ -124,7 +124,7 @@ async def test_a_post_is_found_by_id_only_once_made(http_client, base_url, clock
     assert [t["id"] for t in (await get(http_client, base_url, "tweets", tweet_ids=tid))["tweets"]] == [tid]
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_every_process_sees_the_same_posts(io_loop):
     """Two sandboxes (as two gateway workers, or one restarted) agree at the real clock's second."""
     servers = [sandbox.start("127.0.0.1", 0, KEY) for _ in range(2)]
@@ -162,7 +162,7 @@ async def test_the_real_clock_moves_the_sandbox(http_client, base_url):
         server.stop()
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_every_endpoint_taking_a_post_answers_for_a_live_post(http_client, base_url):
     """A live post's id (past the archive) is a post like any other: its thread, replies, quotes and
     reposters answer, rather than the thread failing with a 500 (found by the fuzzer)."""

@@ -50,7 +50,7 @@ def stamp(tweet) -> int:
     return calendar.timegm(time.strptime(tweet["createdAt"], "%a %b %d %H:%M:%S +0000 %Y"))
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_retweeters_page_through_the_reposts(http_client, base_url):
     cat = await catalog(http_client, base_url)
     tweet = (await call(http_client, base_url, "tweets", tweet_ids=cat["quoted_tweets"][0]))["tweets"][0]
@@ -65,7 +65,7 @@ async def test_retweeters_page_through_the_reposts(http_client, base_url):
     assert len(none["users"]) == quiet["retweetCount"] and none["status"] == "success"
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_list_members_and_followers(http_client, base_url):
     cat = await catalog(http_client, base_url)
     list_id = cat["lists"][0]
@@ -80,7 +80,7 @@ async def test_list_members_and_followers(http_client, base_url):
     assert empty == {"members": [], "has_next_page": False, "next_cursor": "", "status": "success", "msg": ""}
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_community_members_match_its_member_count(http_client, base_url):
     world = get_world(7)
     small = min(world.communities, key=lambda c: c.member_count)
@@ -90,7 +90,7 @@ async def test_community_members_match_its_member_count(http_client, base_url):
     assert len({m["id"] for m in members}) == small.member_count
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_check_follow_relationship_agrees_with_followings(http_client, base_url):
     cat = await catalog(http_client, base_url)
     name = cat["users"][0]["userName"]
@@ -121,7 +121,7 @@ async def test_check_follow_relationship_agrees_with_followings(http_client, bas
     assert "target_user_name" in missing["msg"]
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_article_by_its_post(http_client, base_url):
     cat = await catalog(http_client, base_url)
     tid = cat["articles"][0]
@@ -136,7 +136,7 @@ async def test_article_by_its_post(http_client, base_url):
     assert none == {"article": None, "status": "error", "message": "article not found"}
 
 
-@pytest.mark.gen_test
+@pytest.mark.gen_test(timeout=60)
 async def test_time_filters_on_mentions_replies_and_quotes(http_client, base_url):
     cat = await catalog(http_client, base_url)
     big = cat["big_accounts"][0]
