@@ -649,6 +649,15 @@ def add_endpoint(page, receiver: ThreadedReceiver) -> None:
     expect(page.get_by_test_id("endpoint-row")).to_have_count(1)
 
 
+def add_rule(page, kind: str, unit: str, amount: str):
+    """An alert rule made with the portal's form: its row."""
+    page.get_by_test_id("rule-kind").select_option(kind)
+    page.get_by_test_id("rule-unit").select_option(unit)
+    page.get_by_test_id("rule-amount").fill(amount)
+    page.get_by_test_id("create-rule").click()
+    return page.get_by_test_id("rule-row")
+
+
 def delivered_rows(page, count: int) -> None:
     """Opens the delivery log until `count` rows say delivered (the log is read when asked for)."""
     rows = page.get_by_test_id("delivery-row").filter(has_text="delivered")
@@ -671,11 +680,7 @@ def test_alert_at_20_percent_balance_sends_one_signed_webhook_with_test_event_an
     register(page, stack)
     key = create_key(page)
     add_endpoint(page, receiver)
-    page.get_by_test_id("rule-kind").select_option("balance_below")
-    page.get_by_test_id("rule-unit").select_option("percent")
-    page.get_by_test_id("rule-amount").fill("20")
-    page.get_by_test_id("create-rule").click()
-    rule = page.get_by_test_id("rule-row")
+    rule = add_rule(page, "balance_below", "percent", "20")
     expect(rule).to_have_count(1)
     expect(rule).to_contain_text("Balance below 20 % of the last top-up")
     expect(rule).to_contain_text("armed")
@@ -1154,11 +1159,7 @@ def test_a_daily_spend_rule_under_a_cent_reads_so_and_says_when_it_fired(watched
     register(page, stack)
     key = create_key(page)
     add_endpoint(page, receiver)
-    page.get_by_test_id("rule-kind").select_option("daily_spend_above")
-    page.get_by_test_id("rule-unit").select_option("usd")
-    page.get_by_test_id("rule-amount").fill("0.001")
-    page.get_by_test_id("create-rule").click()
-    rule = page.get_by_test_id("rule-row")
+    rule = add_rule(page, "daily_spend_above", "usd", "0.001")
     expect(rule).to_contain_text("Spend in a UTC day above $0.001")
     expect(rule).to_contain_text("armed")
     assert stack.call("GET", f"/social/user_about?userName={user_name}", key=key)[0] == 200  # 50,000 credits

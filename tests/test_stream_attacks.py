@@ -3,7 +3,6 @@ a key's budget and its revocation binding its rules, the socket's headers, and a
 
 import asyncio
 import contextlib
-import socket as pysocket
 import time
 import uuid
 
@@ -11,7 +10,7 @@ import orjson
 import pytest
 import tornado.httpclient
 from support import Gateway, Receiver, account_with_keys, ledger_of, use_upstream
-from test_streams import LEAST, QUICK, Provider, next_tweet_event, rule_on, socket
+from test_streams import LEAST, QUICK, Provider, next_tweet_event, rule_on, socket, stalled_socket
 
 from storage import db as database
 from storage.accounts import AccountStore
@@ -283,14 +282,7 @@ async def test_a_client_cut_for_not_reading_sees_the_1013_close_after_little_mor
     nothing at all once the gateway gave up waiting for its answer. Now the backlog not handed to the connection
     is dropped: the close comes after at most what the connection already held."""
     user, key = await api.funded_key(100_000_000)
-    stalled = pysocket.socket()
-    stalled.setsockopt(pysocket.SOL_SOCKET, pysocket.SO_RCVBUF, 4096)
-    stalled.connect(("127.0.0.1", int(base_url.rsplit(":", 1)[1])))
-    stalled.sendall(
-        b"GET /twitter/tweet/websocket HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-        b"X-API-Key: " + key["key"].encode() + b"\r\n\r\n"
-    )
+    stalled = stalled_socket(base_url, key["key"])
     while ctx.hub.count() < 1:
         await asyncio.sleep(0.05)
     (held,) = ctx.hub.sockets[user["account_id"]]

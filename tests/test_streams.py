@@ -218,6 +218,20 @@ PROVIDER_CALLS = {
 }
 
 
+def stalled_socket(base_url: str, secret: str) -> pysocket.socket:
+    """A WebSocket client that opens the socket and then reads nothing (a small receive buffer, so the
+    gateway's writes back up at once)."""
+    stalled = pysocket.socket()
+    stalled.setsockopt(pysocket.SOL_SOCKET, pysocket.SO_RCVBUF, 4096)
+    stalled.connect(("127.0.0.1", int(base_url.rsplit(":", 1)[1])))
+    stalled.sendall(
+        b"GET /twitter/tweet/websocket HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        b"X-API-Key: " + secret.encode() + b"\r\n\r\n"
+    )
+    return stalled
+
+
 async def provider_call(base_url: str, key: str, name: str, **values) -> tuple[int, dict]:
     """One of the provider's documented calls as its curl example makes it (a body on DELETE included); `values`
     replace the example's placeholders field by field, the rest stay as documented."""
@@ -769,14 +783,7 @@ async def test_a_client_that_stops_reading_is_dropped_and_the_others_keep_receiv
     user, key = await api.funded_key(100_000_000)
     reader = await socket(base_url, (await api.new_key(user["token"]))["key"])
     await reader.read_message()
-    stalled = pysocket.socket()
-    stalled.setsockopt(pysocket.SOL_SOCKET, pysocket.SO_RCVBUF, 4096)
-    stalled.connect(("127.0.0.1", int(base_url.rsplit(":", 1)[1])))
-    stalled.sendall(
-        b"GET /twitter/tweet/websocket HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-        b"X-API-Key: " + key["key"].encode() + b"\r\n\r\n"
-    )
+    stalled = stalled_socket(base_url, key["key"])
     while ctx.hub.count() < 2:
         await asyncio.sleep(0.05)
     got: set = set()
