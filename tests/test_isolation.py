@@ -95,7 +95,7 @@ async def test_worst_queries_never_hold_the_gateway_loop(mongo, tmp_path):
     gw = await Gateway(mongo.uri, "", f"p_{uuid.uuid4().hex[:10]}", DATA_DIR=str(tmp_path)).launch()
     try:
         _, (key,), _ = await account_with_keys(gw, 1_000_000, 1)
-        stalls_before = await loop_stalls(gw)  # start-up on a loaded machine may have had its own
+        lag_before = await loop_lag_max(gw)  # start-up on a loaded machine may have had its own
         stop, seconds = threading.Event(), []
         probe = threading.Thread(target=_probe, args=(gw.port, stop, seconds))
         probe.start()
@@ -121,19 +121,23 @@ async def test_worst_queries_never_hold_the_gateway_loop(mongo, tmp_path):
         assert statuses["deep nesting"] == statuses["huge OR list"] == 400
         assert statuses["nesting at the bound"] == statuses["OR list at the bound"] == statuses["negation chain"] == 200
         assert all(a.headers.get("X-Credits-Charged", "0") == "0" for a in answers if a.code == 400)
-        # The loop's own measure says whether a query held it (a stall is a wake-up 100 ms late); the probe's
-        # wall clock also counts the OS handing a busy machine's cores around, so it gets a generous bound only.
-        assert await loop_stalls(gw) == stalls_before
+        # Both the loop's lag probe and /healthz's wall clock also count the OS handing a busy machine's two cores
+        # around (a stall, a wake-up 100 ms late, was counted while a benchmark ran beside): generous bounds, far
+        # below what a query held on the loop (a backtracking parse of these takes seconds) would show.
+        assert await loop_lag_max(gw) <= max(lag_before, HELD)
         assert len(seconds) >= 10 and max(seconds) < 1.0, sorted(seconds)[-5:]
     finally:
         await asyncio.to_thread(gw.stop)
 
 
-async def loop_stalls(gw: Gateway) -> float:
-    """The served gateway's count of event-loop stalls (/metrics), checking that its lag gauge is there."""
+HELD = 0.5  # seconds of event-loop lag that no busy machine explains
+
+
+async def loop_lag_max(gw: Gateway) -> float:
+    """The served gateway's largest event-loop lag since start (/metrics), checking that its lag gauge is there."""
     metrics = (await gw.call("GET", "/metrics")).body.decode()
     assert 'gateway_event_loop_lag_seconds{worker="0"} ' in metrics
-    return float(re.search(r'^gateway_event_loop_stalls_total\{worker="0"\} (\S+)$', metrics, re.M).group(1))
+    return float(re.search(r'^gateway_event_loop_lag_max_seconds\{worker="0"\} (\S+)$', metrics, re.M).group(1))
 
 
 async def test_a_blocked_event_loop_is_measured_and_alarmed(api, ctx, caplog):
