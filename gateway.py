@@ -132,6 +132,7 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
     for task in tasks:
         task.cancel()
     await ctx.poller.stop()  # before the final flush: a poll cut short releases its reservations
+    await ctx.calls.close()  # answers on their way to the shared cache
     for _attempt in range(50):
         try:
             await ctx.meter.close()
