@@ -275,7 +275,7 @@ def run_cpu(gateway, pids: list[int], keys: list[str]) -> dict:
         used = sum(cpu_seconds(p) for p in pids) - before
         out[phase] = {
             "cpu_ms_per_call": round(used * 1000 / len(calls), 3),
-            "x_cache": sorted({c.get("cache", "") for c in calls}),
+            "x_cache": sorted({c.get("cache") or c.get("error", str(c["status"])) for c in calls}),
         }
     out["hit_to_miss"] = round(out["hit"]["cpu_ms_per_call"] / max(out["miss"]["cpu_ms_per_call"], 1e-9), 3)
     return out

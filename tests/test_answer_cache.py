@@ -15,6 +15,8 @@ import tornado.httpserver
 import tornado.testing
 import tornado.web
 from support import Gateway, account_with_keys
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.simple_httpclient import HTTPTimeoutError
 
 CACHE_ON = {"CACHE_MAX_BYTES": str(8 * 1024 * 1024)}
 DELAY = 0.3  # the provider's answer time: long enough for calls to meet in flight
@@ -316,3 +318,26 @@ async def test_two_workers_share_their_answers(mongo, provider):
     again = await asyncio.gather(*[gw.call("GET", p, **{"X-API-Key": keys[0]}) for p in paths for _ in range(6)])
     assert {a.headers["X-Cache"] for a in again} == {"HIT"}
     assert provider.total == 10
+
+
+@pytest.mark.gen_test(timeout=120)
+async def test_a_caller_that_leaves_does_not_cancel_the_call_it_shares(mongo, provider):
+    """The first caller gives up (its client times out and closes the connection) while another caller waits for
+    the same call: that call goes on, once, and the one who stayed gets its answer."""
+    provider.delay = 1.5
+    gw = await served(mongo, provider, **CACHE_ON)
+    _, (key,), _ = await account_with_keys(gw, 100_000, 1)
+    leaving = asyncio.ensure_future(
+        AsyncHTTPClient(force_instance=True).fetch(
+            HTTPRequest(gw.url + INFO, headers={"X-API-Key": key}, request_timeout=0.5)
+        )
+    )
+    for _ in range(200):  # the first call reached the provider
+        if provider.calls["user/info"]:
+            break
+        await asyncio.sleep(0.02)
+    staying = await gw.call("GET", INFO, **{"X-API-Key": key})
+    with pytest.raises(HTTPTimeoutError):  # the client gave up, and closed its connection
+        await leaving
+    assert staying.code == 200 and staying.headers["X-Cache"] == "COALESCED" and charged(staying) > 0
+    assert provider.calls["user/info"] == 1
