@@ -13,9 +13,10 @@ Phases, on one gateway (`--workers N`), 20 keys of 5 accounts (a plan allowing t
   X-Credits-Charged, and its usage records against its calls.
 - **burst**: 200 identical calls at once, then 200 identical calls the provider fails: provider calls, distinct
   bodies, what was charged.
-- **cpu** (one process): the gateway's CPU per call for 2,000 misses, then for the same 2,000 calls as hits.
+- **cpu** (one process): the gateway's CPU per call for 10 s of misses at the mix's rate, then for the same
+  calls as hits.
 - **memory** (one process, `--memory`): RSS after a workload whose distinct answers are ten times
-  CACHE_MAX_BYTES (16 MiB), against the same workload with the cache off.
+  CACHE_MAX_BYTES (8 MiB), against the same workload with the cache off.
 
     ./dev bench --cache [--seconds 120] [--rate 300] [--workers 2] [--memory] [--readme]
 """
@@ -44,7 +45,7 @@ ACCOUNTS, KEYS_PER_ACCOUNT = 5, 4
 PROFILES, SEARCHES, OTHERS = 20_000, 2_000, 2_000
 ZIPF_S = 1.1
 PLAN = [{"name": "bench", "min_paid_usd": 0, "qps": 1000, "account_qps": 10000}]
-MEMORY_CACHE_BYTES = 16 * 1024 * 1024
+MEMORY_CACHE_BYTES = 8 * 1024 * 1024
 README_START, README_END = "<!-- cache-bench:start -->", "<!-- cache-bench:end -->"
 
 PROVIDER_CONF = """load_module {echo_module};
@@ -265,13 +266,13 @@ def run_bursts(work: str, gateway, key: str) -> dict:
     return out
 
 
-def run_cpu(gateway, pids: list[int], keys: list[str]) -> dict:
-    """CPU per call of 2,000 misses at 200/s, then of the same 2,000 calls answered from the cache."""
-    plan = [(f"/social/user/info?userName=cpu{i}", keys[i % len(keys)]) for i in range(2000)]
+def run_cpu(gateway, pids: list[int], keys: list[str], rate: float) -> dict:
+    """CPU per call of 10 s of misses at the mix's rate, then of the same calls answered from the cache."""
+    plan = [(f"/social/user/info?userName=cpu{i}", keys[i % len(keys)]) for i in range(int(rate * 10))]
     out = {}
     for phase in ("miss", "hit"):
         before = sum(cpu_seconds(p) for p in pids)
-        calls = asyncio.run(fixed_rate(gateway.port, plan, 200, 10, live=False))
+        calls = asyncio.run(fixed_rate(gateway.port, plan, rate, 10, live=False))
         used = sum(cpu_seconds(p) for p in pids) - before
         out[phase] = {
             "cpu_ms_per_call": round(used * 1000 / len(calls), 3),
@@ -342,7 +343,7 @@ def run(args) -> dict:
             result["mix"]["gateway_cpu_s"] = round(sum(cpu_seconds(p) for p in pids) - cpu_before, 1)
             result["burst"] = run_bursts(work, gateway, keys_of[0][0])
             if args.workers == 1:
-                result["cpu"] = run_cpu(gateway, pids, keys_of[1])
+                result["cpu"] = run_cpu(gateway, pids, keys_of[1], args.rate)
         finally:
             stop_gateway(gateway)
         if args.memory:
