@@ -91,6 +91,7 @@ class Fetched:
     key: str | None = None  # the cache key: kept once charged (None: not cacheable)
     guarded: bool = False  # the crawl guard ended a crawl on this page (X-Crawl-Guard)
     data: bool = True  # the provider answered with data (not an error body, a 4xx or a 5xx)
+    claim: str | None = None  # the shared tier's fill claim this call holds until its answer is kept there
 
 
 class Calls:
@@ -169,11 +170,17 @@ class Calls:
             key=key if ttl and worth else None,
             data=provided.items is not None,
         )
+        if source == MISS and fetched.data and key is not None and not want.live and self._tiered(endpoint):
+            fetched.claim = key
         if endpoint.paged and worth and key is not None:
             self._guard(fetched, endpoint, query, cursor)
         if source == MISS and key is not None:
             self.metrics.cache_requests[MISS] += 1
         return fetched
+
+    def _tiered(self, endpoint: Endpoint) -> bool:
+        """Whether the endpoint's answers go through the shared tier (and its fill claims)."""
+        return bool(self.store is not None and self.cache.max_bytes and ttl_of(endpoint.path, self.settings.cache_ttl))
 
     def _served(self, reservation: Reservation, endpoint: Endpoint, size: int, found: Cached, how: str) -> Fetched:
         """A kept answer: charged CACHE_HIT_PRICE x its price (at most what was reserved)."""
@@ -242,7 +249,7 @@ class Calls:
     ) -> Provided | Cached:
         """The shared call: the second tier first (another process may have it, or be fetching it), then the
         provider."""
-        shared = self.store is not None and self.cache.max_bytes and ttl_of(endpoint.path, self.settings.cache_ttl)
+        shared = self._tiered(endpoint)
         if shared:
             found = await self.store.claim_or_wait(key, fresh, self._patience())
             if isinstance(found, str):  # the process holding the claim failed: the same uncharged error here
@@ -304,10 +311,12 @@ class Calls:
     # --- settle --------------------------------------------------------------------------------------
     def settle(self, fetched: Fetched) -> int:
         """Charges the call what its answer costs; an answer charged from the provider is kept for others."""
+        charged = self.meter.settle(fetched.reservation, fetched.cost) if fetched.cost else 0
         if not fetched.cost:
             self.meter.release(fetched.reservation)
-            return 0
-        charged = self.meter.settle(fetched.reservation, fetched.cost)
+        if fetched.claim is not None and not (charged and fetched.key is not None):
+            # Not kept (guarded, or not charged): the other processes waiting for it ask the provider themselves.
+            self._spawn(self.store.failed(fetched.claim, ""))
         if charged and fetched.key is not None and fetched.cache in (MISS, COALESCED):
             entry = Cached(fetched.status, fetched.body, fetched.worth, time.time() - (fetched.seconds or 0))
             if self.cache.get(fetched.key) is None:  # the first of a call's waiters to settle keeps it
@@ -318,6 +327,8 @@ class Calls:
 
     def release(self, fetched: Fetched) -> None:
         self.meter.release(fetched.reservation)
+        if fetched.claim is not None:
+            self._spawn(self.store.failed(fetched.claim, ""))
 
     def _keep(self, key: str) -> float:
         path = key.split("?", 1)[0]
