@@ -92,6 +92,7 @@ class Fetched:
     guarded: bool = False  # the crawl guard ended a crawl on this page (X-Crawl-Guard)
     data: bool = True  # the provider answered with data (not an error body, a 4xx or a 5xx)
     claim: str | None = None  # the shared tier's fill claim this call holds until its answer is kept there
+    share: bool = False  # kept in the shared tier too once charged (a live read is kept in this process only)
 
 
 class Calls:
@@ -170,8 +171,10 @@ class Calls:
             key=key if ttl and worth else None,
             data=provided.items is not None,
         )
-        if source == MISS and fetched.data and key is not None and not want.live and self._tiered(endpoint):
-            fetched.claim = key
+        if key is not None and not want.live and self._tiered(endpoint):
+            fetched.share = True
+            if source == MISS and fetched.data:
+                fetched.claim = key
         if endpoint.paged and worth and key is not None:
             self._guard(fetched, endpoint, query, cursor)
         if source == MISS and key is not None:
@@ -314,15 +317,21 @@ class Calls:
         charged = self.meter.settle(fetched.reservation, fetched.cost) if fetched.cost else 0
         if not fetched.cost:
             self.meter.release(fetched.reservation)
-        if fetched.claim is not None and not (charged and fetched.key is not None):
-            # Not kept (guarded, or not charged): the other processes waiting for it ask the provider themselves.
-            self._spawn(self.store.failed(fetched.claim, ""))
+        stored = False
         if charged and fetched.key is not None and fetched.cache in (MISS, COALESCED):
             entry = Cached(fetched.status, fetched.body, fetched.worth, time.time() - (fetched.seconds or 0))
-            if self.cache.get(fetched.key) is None:  # the first of a call's waiters to settle keeps it
+            kept = self.cache.entries.get(fetched.key)
+            # The first of a call's waiters to settle keeps it; a newer answer (a live read, a refetch once the
+            # kept one went stale) replaces an older one.
+            if kept is None or kept.fetched_at < entry.fetched_at - 0.5:
                 self.cache.put(fetched.key, entry)
-                if self.store is not None and self.cache.max_bytes:
+                if fetched.share:  # also ends this process's fill claim
                     self._spawn(self.store.put(fetched.key, entry, self._keep(fetched.key)))
+                    stored = True
+        if fetched.claim is not None and not stored:
+            # Not kept (a guarded page, a charge that did not happen): the other processes waiting for it ask
+            # the provider themselves.
+            self._spawn(self.store.failed(fetched.claim, ""))
         return charged
 
     def release(self, fetched: Fetched) -> None:

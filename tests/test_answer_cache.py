@@ -341,3 +341,15 @@ async def test_a_caller_that_leaves_does_not_cancel_the_call_it_shares(mongo, pr
         await leaving
     assert staying.code == 200 and staying.headers["X-Cache"] == "COALESCED" and charged(staying) > 0
     assert provider.calls["user/info"] == 1
+
+
+@pytest.mark.gen_test(timeout=120)
+async def test_an_answer_fetched_again_once_stale_is_kept_in_its_place(mongo, provider):
+    gw = await served(mongo, provider, CACHE_TTL='{"user/info": 1}', **CACHE_ON)
+    _, (key,), _ = await account_with_keys(gw, 100_000, 1)
+    assert (await gw.call("GET", INFO, **{"X-API-Key": key})).headers["X-Cache"] == "MISS"
+    await asyncio.sleep(1.5)  # past its freshness
+    assert (await gw.call("GET", INFO, **{"X-API-Key": key})).headers["X-Cache"] == "MISS"
+    again = await gw.call("GET", INFO, **{"X-API-Key": key})
+    assert again.headers["X-Cache"] == "HIT" and int(again.headers["Age"]) < 1
+    assert provider.calls["user/info"] == 2
