@@ -46,7 +46,6 @@ PROFILES, SEARCHES, OTHERS = 20_000, 2_000, 2_000
 ZIPF_S = 1.1
 PLAN = [{"name": "bench", "min_paid_usd": 0, "qps": 1000, "account_qps": 10000}]
 MEMORY_CACHE_BYTES = 8 * 1024 * 1024
-README_START, README_END = "<!-- cache-bench:start -->", "<!-- cache-bench:end -->"
 
 PROVIDER_CONF = """load_module {echo_module};
 daemon off;
@@ -399,15 +398,12 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme(table: str, command: str) -> None:
+def write_readme(table: str, command: str, workers: int) -> None:
+    """The run's figures between its markers in docs/benchmarks.md (one block per --workers)."""
+    start, end = f"<!-- cache-bench-w{workers}:start -->", f"<!-- cache-bench-w{workers}:end -->"
     path = os.path.join(os.path.dirname(HERE), "docs", "benchmarks.md")
     with open(path) as fh:
         text = fh.read()
-    block = f"{README_START}\n`{command}`\n\n{table}\n{README_END}"
-    if README_START in text:
-        head, rest = text.split(README_START, 1)
-        text = head + block + rest.split(README_END, 1)[1]
-    else:
-        text += f"\n\n## The answer cache\n\n{block}\n"
+    head, rest = text.split(start, 1)
     with open(path, "w") as fh:
-        fh.write(text)
+        fh.write(f"{head}{start}\n`{command}`\n\n```\n{table}\n```\n{end}{rest.split(end, 1)[1]}")

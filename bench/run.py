@@ -145,7 +145,7 @@ def main() -> None:
         print(table)
         print(f"(figures: {out})")
         if args.readme:
-            cache.write_readme(table, "./dev bench " + " ".join(sys.argv[1:]))
+            cache.write_readme(table, "./dev bench " + " ".join(sys.argv[1:]), args.workers)
         return
     if args.streams:
         from bench import streams
