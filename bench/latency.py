@@ -427,7 +427,7 @@ def run_group(work, mongo, provider_ports, model, workers, connections, keys, ar
     try:
         plan = request_plan(keys)
         for path, key in plan[: len(keys)]:  # each key once: its cache entry and its account's lease
-            request("GET", gateway.url + path, headers={"X-API-Key": key})
+            request("GET", gateway.url + path, headers={"X-API-Key": key, "Cache-Control": "no-cache"})
         time.sleep(1)
         rss_idle = sum(rss_bytes(p) for p in pids)
         results, previous = [], None
