@@ -492,6 +492,7 @@ async def fixed_rate(
                 "provider_429": PROVIDER_429 in body,
                 "retry_after": "retry-after" in headers,
                 "cache": headers.get("x-cache", ""),
+                **({"error": body[:160].decode("utf-8", "replace")} if lines[0][9:10] != "2" else {}),
                 "at": scheduled - start,
                 "done": time.perf_counter() - start,
                 "ms": (time.perf_counter() - scheduled) * 1000,
