@@ -32,6 +32,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections import Counter
 
 from app.embedded import EmbeddedMongo, free_port
 from app.server import raise_open_file_limit
@@ -266,18 +267,26 @@ def run_bursts(work: str, gateway, key: str) -> dict:
 
 
 def run_cpu(gateway, pids: list[int], keys: list[str], rate: float) -> dict:
-    """CPU per call of 10 s of misses at the mix's rate, then of the same calls answered from the cache."""
+    """CPU per call of 10 s of misses at the mix's rate, then of the same calls answered from the cache: as used
+    (`cpu_ms_per_call`), and net of what the idle process spends meanwhile (its timers, heartbeat, usage flushes,
+    the stream scheduler's look for due polls: measured over 5 s without calls first), which no call causes."""
     plan = [(f"/social/user/info?userName=cpu{i}", keys[i % len(keys)]) for i in range(int(rate * 10))]
-    out = {}
+    before = sum(cpu_seconds(p) for p in pids)
+    time.sleep(5)
+    idle_per_s = (sum(cpu_seconds(p) for p in pids) - before) / 5
+    out: dict = {"idle_cpu_ms_per_s": round(idle_per_s * 1000, 1)}
     for phase in ("miss", "hit"):
-        before = sum(cpu_seconds(p) for p in pids)
+        before, started = sum(cpu_seconds(p) for p in pids), time.monotonic()
         calls = asyncio.run(fixed_rate(gateway.port, plan, rate, 10, live=False))
         used = sum(cpu_seconds(p) for p in pids) - before
+        net = used - idle_per_s * (time.monotonic() - started)
         out[phase] = {
             "cpu_ms_per_call": round(used * 1000 / len(calls), 3),
-            "x_cache": sorted({c.get("cache") or c.get("error", str(c["status"])) for c in calls}),
+            "net_cpu_ms_per_call": round(net * 1000 / len(calls), 3),
+            "answers": dict(Counter(c.get("cache") or c.get("error", str(c["status"])) for c in calls)),
         }
     out["hit_to_miss"] = round(out["hit"]["cpu_ms_per_call"] / max(out["miss"]["cpu_ms_per_call"], 1e-9), 3)
+    out["net_hit_to_miss"] = round(out["hit"]["net_cpu_ms_per_call"] / max(out["miss"]["net_cpu_ms_per_call"], 1e-9), 3)
     return out
 
 
@@ -372,7 +381,7 @@ def goals(result: dict) -> dict:
         "money exact (balance drops, usage records)": mix_["money"]["exact"],
     }
     if "cpu" in result:
-        found["CPU per hit <= 1/3 of per miss"] = result["cpu"]["hit_to_miss"] <= 1 / 3
+        found["CPU per hit <= 1/3 of per miss (net of the idle process's)"] = result["cpu"]["net_hit_to_miss"] <= 1 / 3
     if "memory" in result:
         found["RSS within CACHE_MAX_BYTES + no-cache RSS"] = result["memory"]["within_bound"]
     return found
