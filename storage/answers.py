@@ -1,14 +1,16 @@
 """The answer cache's second tier: provider answers shared by every gateway process and machine on the
-database, and the fill claims that let one process fetch a key while the others wait for its answer.
+database, each with the fill claim that lets one process fetch a key while the others wait for its answer.
 
-    answers:      {_id: <cache key>, status, body (binary), worth, fetched_at (epoch seconds), expires_at}
-    answer_fills: {_id: <cache key>, owner, until, failed?}
+    answers: {_id: <cache key>, status, body (binary), worth, fetched_at (epoch seconds), expires_at,
+              owner?, until?, failed?}
 
-A process missing a key in its memory reads `answers`; missing there too, it claims the key in
-`answer_fills` (one insert) and asks the provider, or, when another process holds the claim, polls for that
-process's answer for as long as the claim lasts (bounded by the provider's time-out). A claim whose holder
-failed says so (`failed`), and the waiters fail the same way instead of asking the provider again; a claim
-past its `until` (its holder died) is taken over. Both collections expire by TTL index (storage/expiry.py).
+A process missing a key in its memory claims it here in one round trip (`find_one_and_update`, upserting a
+claim only where no document exists, and reading what was there): nothing there, the claim is its own and it asks
+the provider; a fresh answer there is a hit; a claim of another process's, it polls for that process's answer
+for as long as the claim lasts (bounded by the provider's time-out). A claim whose holder failed says so
+(`failed`), and the waiters fail the same way instead of asking the provider again; a claim past its `until`
+(its holder died), or a stale answer without a claim, is taken over. Keeping an answer is one write that also
+ends the claim: a miss costs two round trips. Documents expire by TTL index (storage/expiry.py).
 """
 
 import asyncio
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from bson import Binary
-from pymongo import IndexModel
+from pymongo import IndexModel, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
@@ -42,69 +44,84 @@ class Cached:
 
 class AnswerStore:
     def __init__(self, db: AsyncDatabase, owner: str):
-        self.answers, self.fills, self.owner = db.answers, db.answer_fills, owner
+        self.answers, self.owner = db.answers, owner
 
     async def ensure_indexes(self, expiry: Expiry) -> None:
-        for collection in (self.answers, self.fills):
-            await expiry.create_indexes(collection, [IndexModel("expires_at", expireAfterSeconds=0)])
+        await expiry.create_indexes(self.answers, [IndexModel("expires_at", expireAfterSeconds=0)])
 
     async def get(self, key: str, max_age: float) -> Cached | None:
-        doc = await self.answers.find_one({"_id": key})
-        if doc is None:
-            return None
-        found = Cached(doc["status"], bytes(doc["body"]), doc["worth"], doc["fetched_at"])
-        return found if found.age(time.time()) <= max_age else None
+        return _fresh(await self.answers.find_one({"_id": key}), max_age)
 
     async def put(self, key: str, entry: Cached, keep: float) -> None:
         """Keeps an answer charged from the provider for `keep` seconds, and ends the key's fill claim."""
         expires = datetime.fromtimestamp(entry.fetched_at, UTC) + timedelta(seconds=keep)
         doc = {"status": entry.status, "body": Binary(entry.body), "worth": entry.worth}
         await self.answers.update_one(
-            {"_id": key}, {"$set": {**doc, "fetched_at": entry.fetched_at, "expires_at": expires}}, upsert=True
+            {"_id": key},
+            {
+                "$set": {**doc, "fetched_at": entry.fetched_at, "expires_at": expires},
+                "$unset": {"owner": "", "until": "", "failed": ""},
+            },
+            upsert=True,
         )
-        await self.fills.delete_one({"_id": key, "owner": self.owner})
 
     async def claim_or_wait(self, key: str, fresh: float, patience: float) -> Cached | str | None:
         """A fresh shared answer (Cached), the failure (its kind) of another process's fill this call waited
         for, or None: this process claimed the key (or gave up waiting) and asks the provider itself."""
-        found = await self.get(key, fresh)
-        if found is not None:
-            return found
+        now = datetime.now(UTC)
+        until = now + timedelta(seconds=patience)
+        doc = await self.answers.find_one_and_update(
+            {"_id": key},
+            {"$setOnInsert": {"owner": self.owner, "until": until, "expires_at": until}},
+            upsert=True,
+            return_document=ReturnDocument.BEFORE,
+        )
+        if doc is None:
+            return None  # nothing was there: the claim is ours
         deadline = time.monotonic() + patience
         while True:
-            now = datetime.now(UTC)
-            if await self._claim(key, now, patience):
+            found = _fresh(doc, fresh)
+            if found is not None:
+                return found
+            held = doc.get("until") is not None and doc["until"].replace(tzinfo=UTC) > now
+            if held and doc.get("failed"):
+                return doc["failed"]
+            if not held and await self._take(key, now, until):
                 return None
-            fill = await self.fills.find_one({"_id": key})
-            if fill is not None and fill.get("failed") and fill["until"].replace(tzinfo=UTC) > now:
-                return fill["failed"]
             if time.monotonic() >= deadline:
                 return None
             await asyncio.sleep(POLL_SECONDS)
-            found = await self.get(key, fresh)
-            if found is not None:
-                return found
+            now = datetime.now(UTC)
+            doc = await self.answers.find_one({"_id": key}) or {}
 
-    async def _claim(self, key: str, now: datetime, patience: float) -> bool:
-        until = now + timedelta(seconds=patience)
+    async def _take(self, key: str, now: datetime, until: datetime) -> bool:
+        """Claims a key whose claim ended (its holder died, or it has none: a stale answer, or a gone document)."""
         try:
-            await self.fills.insert_one({"_id": key, "owner": self.owner, "until": until, "expires_at": until})
-            return True
-        except DuplicateKeyError:
-            pass
-        taken = await self.fills.update_one(  # a claim whose holder died (or ended long ago) is taken over
-            {"_id": key, "until": {"$lt": now}},
-            {"$set": {"owner": self.owner, "until": until, "expires_at": until}, "$unset": {"failed": ""}},
-        )
-        return taken.modified_count == 1
+            taken = await self.answers.update_one(
+                {"_id": key, "$or": [{"until": {"$exists": False}}, {"until": {"$lt": now}}]},
+                {
+                    "$set": {"owner": self.owner, "until": until},
+                    "$unset": {"failed": ""},
+                    "$setOnInsert": {"expires_at": until},
+                },
+                upsert=True,
+            )
+        except DuplicateKeyError:  # another process claimed it in between
+            return False
+        return taken.modified_count == 1 or taken.upserted_id is not None
 
     async def failed(self, key: str, kind: str) -> None:
         """This process's fill got no answer to keep: its waiters fail the same way (`kind`), or, for an answer
         that is no failure but not kept either (kind ""), ask the provider themselves."""
         if not kind:
-            await self.fills.delete_one({"_id": key, "owner": self.owner})
+            await self.answers.update_one({"_id": key, "owner": self.owner}, {"$unset": {"owner": "", "until": ""}})
             return
         until = datetime.now(UTC) + timedelta(seconds=FAILED_SECONDS)
-        await self.fills.update_one(
-            {"_id": key, "owner": self.owner}, {"$set": {"failed": kind, "until": until, "expires_at": until}}
-        )
+        await self.answers.update_one({"_id": key, "owner": self.owner}, {"$set": {"failed": kind, "until": until}})
+
+
+def _fresh(doc: dict | None, max_age: float) -> Cached | None:
+    if not doc or "body" not in doc:
+        return None
+    found = Cached(doc["status"], bytes(doc["body"]), doc["worth"], doc["fetched_at"])
+    return found if found.age(time.time()) <= max_age else None
