@@ -31,6 +31,7 @@ from storage.answers import AnswerStore, Cached
 
 log = logging.getLogger("gateway.cache")
 MISS, HIT, COALESCED, STALE = "miss", "hit", "coalesced", "stale"
+CLAIM_WAIT = 0.25  # seconds a miss waits for the shared tier's first answer before it asks the provider anyway
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,7 @@ class Calls:
         provider."""
         shared = self._tiered(endpoint)
         if shared:
-            found = await self.store.claim_or_wait(key, fresh, self._patience())
+            found = await self._claim(key, fresh)
             if isinstance(found, str):  # the process holding the claim failed: the same uncharged error here
                 raise UpstreamError(found, "an identical call in another process failed")
             if found is not None:
@@ -268,6 +269,20 @@ class Calls:
         if shared and provided.items is None:
             self._spawn(self.store.failed(key, "failed" if provided.status >= 500 else ""))
         return provided
+
+    async def _claim(self, key: str, fresh: float) -> Cached | str | None:
+        """The shared tier's answer or fill claim. Its first round trip is waited for CLAIM_WAIT at most: a
+        database slower than that (overloaded) must not hold every miss back; the call then goes to the
+        provider without the claim (the write goes on, and the answer kept later ends it)."""
+        patience = self._patience()
+        first = asyncio.ensure_future(self.store.claim(key, patience))
+        done, _ = await asyncio.wait({first}, timeout=CLAIM_WAIT)
+        if not done:
+            first.add_done_callback(_seen)
+            self.metrics.cache_claims_skipped += 1
+            return None
+        doc = first.result()
+        return None if doc is None else await self.store.wait(key, doc, fresh, patience)
 
     async def _provide(
         self, upstream: UpstreamClient, endpoint: Endpoint, query: str, account: str, rate: float, parse: bool
@@ -367,6 +382,11 @@ class Calls:
 
     async def close(self) -> None:
         await asyncio.gather(*self._background, return_exceptions=True)
+
+
+def _seen(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # a late claim's failure: nobody waits for it any more
 
 
 def _without_cursor(query: str) -> str:

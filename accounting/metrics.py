@@ -50,6 +50,7 @@ class Metrics:
     # stale), the provider calls they did not make and the credits they were not charged.
     cache_requests: Counter = field(default_factory=Counter)
     provider_calls_saved: int = 0
+    cache_claims_skipped: int = 0  # misses that did not wait for a slow shared tier (accounting/charged.py)
     credits_saved: int = 0
     flushes: int = 0
     flushed_records: int = 0

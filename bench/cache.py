@@ -194,16 +194,11 @@ def run_mix(work: str, gateway, tokens: list[str], keys_of: list[list[str]], arg
     for call in calls:
         by_cache.setdefault(call.get("cache") or f"status {call['status']}", []).append(call["ms"])
     # Money: each account's balance drop against the charges its answers carried, and its usage records.
-    charged = [0] * len(tokens)
+    charged, admitted = [0] * len(tokens), [0] * len(tokens)
     for call, (_, key, _) in zip(calls_in_order(calls), plan, strict=False):
         charged[account_of[key]] += call.get("charged", 0)
-    money = settle_money(
-        gateway,
-        tokens,
-        before_balance,
-        charged,
-        [sum(1 for _, k, _ in plan if account_of[k] == i) for i in range(len(tokens))],
-    )
+        admitted[account_of[key]] += not refused(call)
+    money = settle_money(gateway, tokens, before_balance, charged, admitted)
     statuses: dict[str, int] = {}
     for call in calls:
         statuses[str(call["status"])] = statuses.get(str(call["status"]), 0) + 1
@@ -224,6 +219,12 @@ def run_mix(work: str, gateway, tokens: list[str], keys_of: list[list[str]], arg
     }
 
 
+def refused(call: dict) -> bool:
+    """A call refused before it was admitted (a 402, a rate limit, credits or usage that cannot be checked or
+    recorded right now): it has no usage record, today as before the cache. The provider's own failures have."""
+    return call["status"] in (0, 402, 429, 503) and "data provider" not in call.get("error", "")
+
+
 def calls_in_order(calls: list[dict]) -> list[dict]:
     """fixed_rate appends each call when it is answered: back into the order they were scheduled."""
     return sorted(calls, key=lambda c: c["at"])
@@ -231,7 +232,7 @@ def calls_in_order(calls: list[dict]) -> list[dict]:
 
 def settle_money(gateway, tokens: list[str], before: list[int], charged: list[int], made: list[int]) -> dict:
     """Every account's balance drop equals the sum of its X-Credits-Charged, and it has one usage record per
-    call: read once every worker has flushed (waited for, at most 30 s)."""
+    admitted call: read once every worker has flushed (waited for, at most 30 s)."""
     deadline = time.monotonic() + 30
     while True:
         drops = [

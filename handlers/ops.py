@@ -188,6 +188,11 @@ class GatewayCollector:
         yield _counter(
             "gateway_cache_credits_saved", "Credits customers were not charged for cached answers.", m.credits_saved
         )
+        yield _counter(
+            "gateway_cache_claims_skipped",
+            "Misses that asked the provider without waiting for a slow shared tier (its fill claim).",
+            m.cache_claims_skipped,
+        )
 
     def _webhooks(self):
         """Webhook and alert-email deliveries (webhooks/outbox.py): outcomes of this process's attempts, and

@@ -65,19 +65,22 @@ class AnswerStore:
             upsert=True,
         )
 
-    async def claim_or_wait(self, key: str, fresh: float, patience: float) -> Cached | str | None:
-        """A fresh shared answer (Cached), the failure (its kind) of another process's fill this call waited
-        for, or None: this process claimed the key (or gave up waiting) and asks the provider itself."""
-        now = datetime.now(UTC)
-        until = now + timedelta(seconds=patience)
-        doc = await self.answers.find_one_and_update(
+    async def claim(self, key: str, patience: float) -> dict | None:
+        """Claims the key if nothing is kept for it (None: the claim is this process's); else what is there."""
+        until = datetime.now(UTC) + timedelta(seconds=patience)
+        return await self.answers.find_one_and_update(
             {"_id": key},
             {"$setOnInsert": {"owner": self.owner, "until": until, "expires_at": until}},
             upsert=True,
             return_document=ReturnDocument.BEFORE,
         )
-        if doc is None:
-            return None  # nothing was there: the claim is ours
+
+    async def wait(self, key: str, doc: dict, fresh: float, patience: float) -> Cached | str | None:
+        """After `claim` found `doc`: a fresh shared answer (Cached), the failure (its kind) of another
+        process's fill this call waited for, or None: this process claimed the key (a claim that ended, a stale
+        answer) or gave up waiting, and asks the provider itself."""
+        now = datetime.now(UTC)
+        until = now + timedelta(seconds=patience)
         deadline = time.monotonic() + patience
         while True:
             found = _fresh(doc, fresh)
