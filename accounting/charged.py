@@ -31,7 +31,7 @@ from storage.answers import AnswerStore, Cached
 
 log = logging.getLogger("gateway.cache")
 MISS, HIT, COALESCED, STALE = "miss", "hit", "coalesced", "stale"
-CLAIM_WAIT = 0.25  # seconds a miss waits for the shared tier's first answer before it asks the provider anyway
+CLAIM_WAIT = 1.0  # seconds a miss waits for the shared tier's first answer before it asks the provider anyway
 
 
 @dataclass(frozen=True)
@@ -281,8 +281,12 @@ class Calls:
             first.add_done_callback(_seen)
             self.metrics.cache_claims_skipped += 1
             return None
-        doc = first.result()
-        return None if doc is None else await self.store.wait(key, doc, fresh, patience)
+        try:
+            doc = first.result()
+            return None if doc is None else await self.store.wait(key, doc, fresh, patience)
+        except Exception as exc:  # the shared tier is an optimisation: without it, the provider is asked
+            log.debug("the shared answer cache could not be read: %s", type(exc).__name__)
+            return None
 
     async def _provide(
         self, upstream: UpstreamClient, endpoint: Endpoint, query: str, account: str, rate: float, parse: bool

@@ -68,12 +68,15 @@ class AnswerStore:
     async def claim(self, key: str, patience: float) -> dict | None:
         """Claims the key if nothing is kept for it (None: the claim is this process's); else what is there."""
         until = datetime.now(UTC) + timedelta(seconds=patience)
-        return await self.answers.find_one_and_update(
-            {"_id": key},
-            {"$setOnInsert": {"owner": self.owner, "until": until, "expires_at": until}},
-            upsert=True,
-            return_document=ReturnDocument.BEFORE,
-        )
+        try:
+            return await self.answers.find_one_and_update(
+                {"_id": key},
+                {"$setOnInsert": {"owner": self.owner, "until": until, "expires_at": until}},
+                upsert=True,
+                return_document=ReturnDocument.BEFORE,
+            )
+        except DuplicateKeyError:  # another process's upsert of the same key won the race: it holds the claim
+            return await self.answers.find_one({"_id": key}) or {}
 
     async def wait(self, key: str, doc: dict, fresh: float, patience: float) -> Cached | str | None:
         """After `claim` found `doc`: a fresh shared answer (Cached), the failure (its kind) of another
