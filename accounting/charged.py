@@ -32,6 +32,12 @@ from storage.answers import AnswerStore, Cached
 log = logging.getLogger("gateway.cache")
 MISS, HIT, COALESCED, STALE = "miss", "hit", "coalesced", "stale"
 CLAIM_WAIT = 1.0  # seconds a miss waits for the shared tier's first answer before it asks the provider anyway
+# The shared tier's database operations under way at once, and its writes waiting: bounded so that a burst of
+# misses never queues ahead of the heartbeat and the usage flushes for the driver's connections (unbounded, a
+# heartbeat waited 15 s behind thousands of writes and the process stopped spending: 503). Past the backlog a
+# write is dropped: a cache entry the other processes will not share.
+TIER_CONCURRENCY = 16
+TIER_BACKLOG = 512
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ class Calls:
         self.crawls = Crawls()
         self._flights: dict[str, asyncio.Future] = {}
         self._background: set[asyncio.Task] = set()
+        self._tier = asyncio.Semaphore(TIER_CONCURRENCY)
 
     # --- reserve ------------------------------------------------------------------------------------
     def bounds(self, endpoint: Endpoint, size: int) -> tuple[int, int]:
@@ -275,7 +282,7 @@ class Calls:
         database slower than that (overloaded) must not hold every miss back; the call then goes to the
         provider without the claim (the write goes on, and the answer kept later ends it)."""
         patience = self._patience()
-        first = asyncio.ensure_future(self.store.claim(key, patience))
+        first = asyncio.ensure_future(self._limited(self.store.claim(key, patience)))
         done, _ = await asyncio.wait({first}, timeout=CLAIM_WAIT)
         if not done:
             first.add_done_callback(_seen)
@@ -372,15 +379,23 @@ class Calls:
             key, route, status, charged, request_id, upstream_seconds=fetched.seconds, cache=fetched.cache, saved=saved
         )
 
+    async def _limited(self, work):
+        async with self._tier:
+            return await work
+
     def _spawn(self, work) -> None:
+        """A write to the shared tier, off the request path (dropped past TIER_BACKLOG)."""
+        if len(self._background) >= TIER_BACKLOG:
+            work.close()
+            self.metrics.cache_writes_dropped += 1
+            return
         task = asyncio.create_task(self._quietly(work))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    @staticmethod
-    async def _quietly(work) -> None:
+    async def _quietly(self, work) -> None:
         try:
-            await work
+            await self._limited(work)
         except Exception as exc:  # the second tier is an optimisation: a failed write only costs later hits
             log.debug("the shared answer cache could not be written: %s", type(exc).__name__)
 

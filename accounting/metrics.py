@@ -51,6 +51,7 @@ class Metrics:
     cache_requests: Counter = field(default_factory=Counter)
     provider_calls_saved: int = 0
     cache_claims_skipped: int = 0  # misses that did not wait for a slow shared tier (accounting/charged.py)
+    cache_writes_dropped: int = 0  # shared-tier writes dropped past its backlog (accounting/charged.py)
     credits_saved: int = 0
     flushes: int = 0
     flushed_records: int = 0

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -224,6 +225,12 @@ def run_mix(work: str, gateway, tokens: list[str], keys_of: list[list[str]], arg
     }
 
 
+def loop_stalls(work: str) -> list[int]:
+    """How late the gateway's periodic callbacks ran, each time past 100 ms (its log's stall warnings)."""
+    with open(os.path.join(work, "gateway.log"), errors="replace") as fh:
+        return [int(m) for m in re.findall(r"event loop stalled: a periodic callback ran (\d+) ms late", fh.read())]
+
+
 def refused(call: dict) -> bool:
     """A call refused before it was admitted (a 402, a rate limit, credits or usage that cannot be checked or
     recorded right now): it has no usage record, today as before the cache. The provider's own failures have."""
@@ -365,6 +372,7 @@ def run(args) -> dict:
                 result["cpu"] = run_cpu(gateway, pids, keys_of[1], args.rate)
         finally:
             stop_gateway(gateway)
+        result["loop_stalls_ms"] = loop_stalls(work)
         if args.memory:
             result["memory"] = run_memory(work, mongo, upstream, args)
     finally:

@@ -193,6 +193,11 @@ class GatewayCollector:
             "Misses that asked the provider without waiting for a slow shared tier (its fill claim).",
             m.cache_claims_skipped,
         )
+        yield _counter(
+            "gateway_cache_writes_dropped",
+            "Answers not written to the shared tier: its writes were backed up (an overloaded database).",
+            m.cache_writes_dropped,
+        )
 
     def _webhooks(self):
         """Webhook and alert-email deliveries (webhooks/outbox.py): outcomes of this process's attempts, and
