@@ -34,7 +34,7 @@ MISS, HIT, COALESCED, STALE = "miss", "hit", "coalesced", "stale"
 CLAIM_WAIT = 1.0  # seconds a miss waits for the shared tier's first answer before it asks the provider anyway
 # The shared tier's database operations under way at once, and its writes waiting: bounded so that a burst of
 # misses never queues ahead of the heartbeat and the usage flushes for the driver's connections (unbounded, a
-# heartbeat waited 15 s behind thousands of writes and the process stopped spending: 503). Past the backlog a
+# bench --cache run went without a heartbeat for 15 s and stopped spending: 503). Past the backlog a
 # write is dropped: a cache entry the other processes will not share.
 TIER_CONCURRENCY = 16
 TIER_BACKLOG = 512
