@@ -183,7 +183,7 @@ class Calls:
             fetched.share = True
             if source == MISS and fetched.data:
                 fetched.claim = key
-        if endpoint.paged and worth and key is not None:
+        if cursor and endpoint.paged and worth and key is not None:  # a crawl's first page cannot loop
             self._guard(fetched, endpoint, query, cursor)
         if source == MISS and key is not None:
             self.metrics.cache_requests[MISS] += 1
@@ -317,7 +317,7 @@ class Calls:
         return Provided(response, status, items, page), MISS
 
     # --- the crawl guard -----------------------------------------------------------------------------
-    def _guard(self, fetched: Fetched, endpoint: Endpoint, query: str, cursor: str | None) -> None:
+    def _guard(self, fetched: Fetched, endpoint: Endpoint, query: str, cursor: str) -> None:
         """A page whose next cursor is the one it was asked with, or one its crawl already followed to
         another page, ends the crawl: served with no next page, not charged, not kept."""
         try:
@@ -329,7 +329,7 @@ class Calls:
         following = page.get("next_cursor") if page.get("has_next_page") else ""
         following = str(following) if following not in (None, "") else ""
         crawl = (fetched.reservation.account_id, answer_key(endpoint.path, _without_cursor(query)))
-        if not self.crawls.repeats(crawl, cursor or "", following):
+        if not self.crawls.repeats(crawl, cursor, following):
             return
         page["has_next_page"], page["next_cursor"] = False, ""
         fetched.body = orjson.dumps(page)
