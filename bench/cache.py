@@ -368,6 +368,10 @@ def run(args) -> dict:
             for name in ("gateway_cache_claims_skipped_total", "gateway_db_round_trips_total"):
                 result["mix"][name] = sum(metric_totals(gateway.url, name, "worker").values())
             result["burst"] = run_bursts(work, gateway, keys_of[0][0])
+            skipped = metric_totals(gateway.url, "gateway_cache_claims_skipped_total", "worker")
+            result["burst"]["claims_skipped_since_mix"] = (
+                sum(skipped.values()) - result["mix"]["gateway_cache_claims_skipped_total"]
+            )
             if args.workers == 1:
                 result["cpu"] = run_cpu(gateway, pids, keys_of[1], args.rate)
         finally:
