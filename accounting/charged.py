@@ -143,7 +143,7 @@ class Calls:
         if key is not None and not want.live and ttl and self.cache.max_bytes:
             found = self.cache.get(key)
             if found is not None and found.age(time.time()) <= fresh:
-                return self._served(reservation, endpoint, size, found, HIT)
+                return self._served(reservation, found, HIT)
         try:
             if key is None or want.live:
                 provided, source = await self._provide(upstream, endpoint, query, reservation.account_id, rate, parse)
@@ -152,7 +152,7 @@ class Calls:
         except UpstreamError:
             stale = await self._stale(key, endpoint) if not parse else None
             if stale is not None:
-                return self._served(reservation, endpoint, size, stale, STALE)
+                return self._served(reservation, stale, STALE)
             self.meter.release(reservation)
             raise
         except BaseException:
@@ -160,11 +160,11 @@ class Calls:
             raise
         if isinstance(provided, Cached):  # another process's answer, through the second tier
             self.cache.put(key, provided)
-            return self._served(reservation, endpoint, size, provided, HIT)
+            return self._served(reservation, provided, HIT)
         if provided.items is None and provided.status >= 500:
             stale = await self._stale(key, endpoint) if not parse else None
             if stale is not None:
-                return self._served(reservation, endpoint, size, stale, STALE)
+                return self._served(reservation, stale, STALE)
         response = provided.response
         worth = 0 if provided.items is None else self.prices.cost(endpoint.price, provided.items, size)
         fetched = Fetched(
@@ -193,7 +193,7 @@ class Calls:
         """Whether the endpoint's answers go through the shared tier (and its fill claims)."""
         return bool(self.store is not None and self.cache.max_bytes and ttl_of(endpoint.path, self.settings.cache_ttl))
 
-    def _served(self, reservation: Reservation, endpoint: Endpoint, size: int, found: Cached, how: str) -> Fetched:
+    def _served(self, reservation: Reservation, found: Cached, how: str) -> Fetched:
         """A kept answer: charged CACHE_HIT_PRICE x its price (at most what was reserved)."""
         cost = min(round(found.worth * self.settings.cache_hit_price), reservation.amount)
         self.metrics.cache_requests[how] += 1
@@ -208,7 +208,7 @@ class Calls:
             return None
         found = self.cache.get(key)
         if found is None and self.store is not None:
-            found = await self.store.get(key, window)
+            found = await self._limited(self.store.get(key, window))
         return found if found is not None and found.age(time.time()) <= window else None
 
     async def _shared(
