@@ -138,6 +138,7 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
     try:
         async with asyncio.timeout_at(max(deadline, loop.time() + FINAL_WRITES_SECONDS)):
             await ctx.poller.stop()  # before the final flush: a poll cut short releases its reservations
+            await ctx.calls.close()  # answers on their way to the shared cache
             await final_flush(ctx)
             await last_look(ctx)
             await let_go(ctx)

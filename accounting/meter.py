@@ -280,16 +280,24 @@ class Meter:
         request_id: str,
         replay_of: str | None = None,
         upstream_seconds: float | None = None,
+        cache: str | None = None,
+        saved: int = 0,
     ) -> None:
         """One usage record per call; its credits are the charge (0 when not charged). A repeat answered with a
         kept answer (Idempotency-Key) is a record of its own, `replay_of` the first call's request id.
         `upstream_seconds`: the provider's answer time as measured for the latency histogram (kept as `ms`,
-        for the portal's per-endpoint percentiles); absent when nothing was forwarded."""
+        for the portal's per-endpoint percentiles); absent when nothing was forwarded. `cache`: how the answer
+        cache answered the call (hit, miss, coalesced, stale; accounting/charged.py), `saved` the credits a cached
+        answer was not charged."""
         record = self._record(key.account_id, key.key_id, endpoint, status, credits, request_id)
         if replay_of is not None:
             record["replay_of"] = replay_of
         if upstream_seconds is not None:
             record["ms"] = round(upstream_seconds * 1000, 1)
+        if cache is not None:
+            record["cache"] = cache
+        if saved:
+            record["saved"] = saved
         self._add(record)
         self.last_used.seen[key.key_id] = record["ts"]
 

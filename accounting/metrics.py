@@ -46,6 +46,13 @@ class Metrics:
     upstream_errors: int = 0
     idempotent_claims: int = 0  # requests run under an Idempotency-Key claim (accounting/idempotency.py)
     idempotent_replays: int = 0  # repeats answered with a kept answer
+    # The answer cache (accounting/charged.py): data calls by how it answered them (hit, miss, coalesced,
+    # stale), the provider calls they did not make and the credits they were not charged.
+    cache_requests: Counter = field(default_factory=Counter)
+    provider_calls_saved: int = 0
+    cache_claims_skipped: int = 0  # misses that did not wait for a slow shared tier (accounting/charged.py)
+    cache_writes_dropped: int = 0  # shared-tier writes dropped past its backlog (accounting/charged.py)
+    credits_saved: int = 0
     flushes: int = 0
     flushed_records: int = 0
     flush_failures: int = 0

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pymongo import monitoring
 
+from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from accounting.metrics import Metrics
@@ -26,6 +27,7 @@ from storage import db as database
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
 from storage.alerts import AlertStore
+from storage.answers import AnswerStore
 from storage.audit import SYSTEM, AuditStore
 from storage.budgets import BudgetStore
 from storage.expiry import Expiry
@@ -110,10 +112,14 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     stream_store = StreamStore(db, settings.stream_event_retention)
     await stream_store.ensure_indexes(expiry)
     prices = Prices(settings.price_rules)
+    answers = AnswerStore(db, owner=leases.process_id) if settings.cache_shared else None
+    if answers is not None:
+        await answers.ensure_indexes(expiry)
+    calls = Calls(settings, meter, prices, metrics, answers)
     hub = Hub(
         stream_store, meter.key_cache, meter.account_cache, metrics, settings.stream_ping_seconds, leases.process_id
     )
-    poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, owner=leases.process_id)
+    poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, calls, owner=leases.process_id)
     return Context(
         settings=settings,
         client=client,
@@ -163,5 +169,6 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         streams=Manager(settings, stream_store, prices, poller.nudge),
         hub=hub,
         poller=poller,
+        calls=calls,
         expiry=expiry,
     )

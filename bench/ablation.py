@@ -114,7 +114,9 @@ def main() -> None:
                 http("POST", f"{base}/keys/{key['key_id']}/topup", {"credits": 10**12}, user["token"])
                 keys.append(key["key"])
             raw = [
-                load.request_bytes("127.0.0.1", paths[i % len(paths)], {"X-API-Key": keys[i % len(keys)]})
+                load.request_bytes(
+                    "127.0.0.1", paths[i % len(paths)], {"X-API-Key": keys[i % len(keys)], "Cache-Control": "no-cache"}
+                )
                 for i in range(len(paths) * len(keys))
             ]
             figures = measure(port, raw, (gateway.pid, mongo.process.pid), args.rate, args.seconds)

@@ -47,7 +47,12 @@ def requests(plan: list[tuple[str, str]], count: int, keyed: bool) -> list[bytes
     out = []
     for i in range(count):
         path, key = plan[i % len(plan)]
-        headers = {"X-API-Key": key, **({"Idempotency-Key": uuid.uuid4().hex} if keyed else {})}
+        # Live reads (not the answer cache): what the key adds to a provider-bound call.
+        headers = {
+            "X-API-Key": key,
+            "Cache-Control": "no-cache",
+            **({"Idempotency-Key": uuid.uuid4().hex} if keyed else {}),
+        }
         out.append(load.request_bytes("127.0.0.1", path, headers))
     return out
 

@@ -427,7 +427,7 @@ def run_group(work, mongo, provider_ports, model, workers, connections, keys, ar
     try:
         plan = request_plan(keys)
         for path, key in plan[: len(keys)]:  # each key once: its cache entry and its account's lease
-            request("GET", gateway.url + path, headers={"X-API-Key": key})
+            request("GET", gateway.url + path, headers={"X-API-Key": key, "Cache-Control": "no-cache"})
         time.sleep(1)
         rss_idle = sum(rss_bytes(p) for p in pids)
         results, previous = [], None
@@ -448,12 +448,17 @@ def run_group(work, mongo, provider_ports, model, workers, connections, keys, ar
 # --- the provider key pool ---------------------------------------------------------------------------------
 
 
-async def fixed_rate(port: int, plan: list[tuple[str, str]], rate: float, seconds: float) -> list[dict]:
+async def fixed_rate(
+    port: int, plan: list[tuple[str, str]], rate: float, seconds: float, live: bool = True
+) -> list[dict]:
     """Open loop: one call every 1/rate s whatever the answers, each on an idle keep-alive connection or a new one.
     The connections come from several loopback addresses (127.0.0.2...) as several customers would, so that the
     per-address connection cap (MAX_CONNECTIONS_PER_ADDRESS) is not what is measured. Returns one dict per call:
     status, the X-Credits-Charged header, whether the body is the provider's 429, when it was scheduled and when
-    answered (seconds from the start), the latency from the scheduled time (no coordinated omission)."""
+    answered (seconds from the start), the latency from the scheduled time (no coordinated omission), and how the
+    answer cache answered (X-Cache). `live`: each call a live read (Cache-Control: no-cache), as for the
+    provider-bound job; bench/cache.py lets the cache answer."""
+    fresh = "Cache-Control: no-cache\r\n" if live else ""
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     calls: list[dict] = []
     opened = 0
@@ -468,7 +473,7 @@ async def fixed_rate(port: int, plan: list[tuple[str, str]], rate: float, second
                 "127.0.0.1", port, local_addr=(f"127.0.0.{2 + opened % 8}", 0)
             )
         try:
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {key}\r\n\r\n".encode())
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {key}\r\n{fresh}\r\n".encode())
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
             headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
@@ -486,6 +491,8 @@ async def fixed_rate(port: int, plan: list[tuple[str, str]], rate: float, second
                 "charged": int(headers.get("x-credits-charged", "0") or 0),
                 "provider_429": PROVIDER_429 in body,
                 "retry_after": "retry-after" in headers,
+                "cache": headers.get("x-cache", ""),
+                **({"error": body[:160].decode("utf-8", "replace")} if lines[0][9:10] != "2" else {}),
                 "at": scheduled - start,
                 "done": time.perf_counter() - start,
                 "ms": (time.perf_counter() - scheduled) * 1000,

@@ -80,7 +80,10 @@ def main(argv: list[str]) -> None:
     that); prints the figures as JSON."""
     port, rate, seconds, connections, plan = argv
     with open(plan) as fh:
-        raw = [request_bytes("127.0.0.1", path, {"X-API-Key": key}) for path, key in json.load(fh)]
+        raw = [
+            request_bytes("127.0.0.1", path, {"X-API-Key": key, "Cache-Control": "no-cache"})
+            for path, key in json.load(fh)
+        ]
     figures = asyncio.run(run("127.0.0.1", int(port), raw, float(seconds), int(connections), rate=float(rate)))
     print(json.dumps(figures))
 

@@ -122,6 +122,8 @@ request = function()
   i = i %% #reqs + 1
   local r = reqs[i]
   if r[2] ~= '' then wrk.headers['X-API-Key'] = r[2] end
+  -- Live reads: these benchmarks measure the provider-bound job, never the answer cache (bench/cache.py does).
+  wrk.headers['Cache-Control'] = 'no-cache'
   return wrk.format('GET', r[1])
 end
 %s

@@ -13,6 +13,9 @@ round trips per data call (the gateway's own PyMongo command-monitoring counter)
 provider answering in ~0.7 s, the gateway against nginx proxy_pass at 400-1,200 calls in flight, and a
 pool of provider keys (bench/latency.py). `./dev bench --clients [curl,h2] [--in-flight 100,400 ...]` measures the upstream
 HTTP client candidates in a bare proxy against the same slow provider (bench/clients.py).
+`./dev bench --cache [--seconds 120 --rate 300] [--workers 2] [--memory]` measures the answer cache against a
+0.7 s provider: provider calls against the least any cache could make, hits' latency and CPU, coalescing, memory
+and the money (bench/cache.py).
 `./dev bench --streams [--rules 1000 --sockets 1000 --seconds 60] [--streams-workers 2]` measures filter rules,
 WebSockets and webhooks, the data calls' p99 with and without the rules, and exactly once (with two workers
 across a killed worker) (bench/streams.py).
@@ -111,6 +114,9 @@ def main() -> None:
         action="store_true",
         help="--static: every key with an expiry, an endpoint scope, an address allowlist and a credit budget",
     )
+    parser.add_argument("--cache", action="store_true", help="the answer cache, a 0.7 s provider (bench/cache.py)")
+    parser.add_argument("--rate", type=float, default=300, help="--cache: calls/s of the mix (open loop)")
+    parser.add_argument("--memory", action="store_true", help="--cache: also RSS with the cache on and off")
     parser.add_argument("--streams", action="store_true", help="filter rules and WebSockets (bench/streams.py)")
     parser.add_argument("--rules", type=int, default=1000, help="--streams: active rules at 10 s")
     parser.add_argument("--sockets", type=int, default=1000, help="--streams: WebSocket clients, one key each")
@@ -125,6 +131,22 @@ def main() -> None:
         "--no-restart", dest="restart", action="store_false", help="--streams: with 2 workers, kill none"
     )
     args = parser.parse_args()
+    if args.cache:
+        from bench import cache
+
+        if "--seconds" not in sys.argv:
+            args.seconds = 120
+        result = cache.run(args)
+        out = args.out or os.path.join(HERE, "results", f"cache-w{args.workers}.json")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "w") as fh:
+            json.dump(result, fh, indent=2)
+        table = cache.report(result)
+        print(table)
+        print(f"(figures: {out})")
+        if args.readme:
+            cache.write_readme(table, "./dev bench " + " ".join(sys.argv[1:]), args.workers)
+        return
     if args.streams:
         from bench import streams
 
@@ -257,7 +279,9 @@ def main() -> None:
             http("POST", f"{gateway}/keys/{key['key_id']}/topup", {"credits": 10**12}, user["token"])
         paths = request_paths(catalog)
         plan = [(paths[i % len(paths)], keys[i % len(keys)]) for i in range(max(len(paths), len(keys)) * 3)]
-        gateway_raw = [load.request_bytes("127.0.0.1", p, {"X-API-Key": k}) for p, k in plan]
+        gateway_raw = [
+            load.request_bytes("127.0.0.1", p, {"X-API-Key": k, "Cache-Control": "no-cache"}) for p, k in plan
+        ]
         baseline_raw = [load.request_bytes("127.0.0.1", p, {}) for p, _ in plan]
 
         # Warm both (lease refills, key caches, upstream connections), then measure.

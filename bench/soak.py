@@ -92,6 +92,7 @@ class Soak:
             headers["Authorization"] = f"Bearer {token}"
         if key:
             headers["X-API-Key"] = key
+            headers["Cache-Control"] = "no-cache"  # live reads: the soak's provider calls and charges as before
         started = time.monotonic()
         self.requests += 1
         try:

@@ -135,7 +135,7 @@ def key_set(gateway_url: str, kind: str, properties: dict) -> tuple[list[tuple[s
             key = http("POST", gateway_url + "/keys", {"name": "bench", **properties}, user["token"])
             plan.append((f"/social/tweet/advanced_search?query=from%3Auser{len(plan)}", key["key"]))
         http("POST", f"{gateway_url}/keys/{key['key_id']}/topup", {"credits": 10**12}, user["token"])
-    return plan, [load.request_bytes("127.0.0.1", p, {"X-API-Key": k}) for p, k in plan]
+    return plan, [load.request_bytes("127.0.0.1", p, {"X-API-Key": k, "Cache-Control": "no-cache"}) for p, k in plan]
 
 
 def ensure_tools() -> None:
@@ -248,7 +248,9 @@ def run(args) -> dict:
         # both at saturation (lease refills, upstream connections, the database's first writes).
         for plan, raw in sets.values():
             for path, key in plan:
-                urllib.request.urlopen(urllib.request.Request(gateway_url + path, headers={"X-API-Key": key})).read()
+                urllib.request.urlopen(
+                    urllib.request.Request(gateway_url + path, headers={"X-API-Key": key, "Cache-Control": "no-cache"})
+                ).read()
             drive(gateway_port, plan, raw, 3, args.connections)
         drive(bare_port, bare_plan, bare_raw, 3, args.connections)
 

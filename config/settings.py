@@ -293,6 +293,34 @@ class Settings:
         "answers are kept without their body, as if too large.",
         "IDEMPOTENCY_MAX_ACCOUNT_BYTES",
     )
+    # The shared answer cache (social/answer_cache.py, storage/answers.py, accounting/charged.py)
+    cache_max_bytes: int = _setting(
+        256 * 1024 * 1024,
+        "Bytes of provider answers each process keeps in memory, the least recently used evicted first; 0 turns "
+        "the cache off (identical calls in flight at once still make one provider call).",
+        "CACHE_MAX_BYTES",
+    )
+    cache_ttl: Mapping = _setting(
+        {},
+        'JSON object: endpoint path as under /social/ (e.g. "user/info") to the seconds its answers stay fresh, '
+        "over the defaults (docs/api.md); 0 turns caching off for it.",
+        "CACHE_TTL",
+    )
+    cache_hit_price: float = _setting(
+        0.0, "Fraction (0 to 1) of a call's price charged for an answer served from the cache.", "CACHE_HIT_PRICE"
+    )
+    cache_stale_if_error: int = _setting(
+        3600,
+        "Seconds past which a cached answer is no longer served (X-Cache: STALE, charged as a hit) while the "
+        "provider fails; 0: never.",
+        "CACHE_STALE_IF_ERROR",
+    )
+    cache_shared: bool = _setting(
+        True,
+        "Share answers between processes and machines through MongoDB (a second tier behind each process's "
+        "memory), with one provider call per key at a time across them.",
+        "CACHE_SHARED",
+    )
     # Scale-out
     qps_divisor: float = _setting(
         1.0,
@@ -693,6 +721,12 @@ def problems(settings: Settings) -> list[str]:
     ):
         if getattr(settings, name) <= 0:
             found.append(f"{by_env(name)} must be positive")
+    if settings.cache_max_bytes < 0 or settings.cache_stale_if_error < 0:
+        found.append("CACHE_MAX_BYTES and CACHE_STALE_IF_ERROR must not be negative")
+    if not 0 <= settings.cache_hit_price <= 1:
+        found.append("CACHE_HIT_PRICE must be between 0 and 1")
+    if any(not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 86400 for v in settings.cache_ttl.values()):
+        found.append("CACHE_TTL must map endpoint paths to whole seconds from 0 to 86400")
     if settings.stream_event_retention < 3600:
         found.append("STREAM_EVENT_RETENTION must be at least 3600 (a reconnecting socket may ask for an hour)")
     if settings.stream_monitor_interval < settings.stream_min_interval:

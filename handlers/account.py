@@ -77,6 +77,9 @@ class UsageHandler(BaseHandler):
                     "request_id": r["request_id"],  # the X-Request-ID of the call's answer
                     # A repeat answered with a kept answer (Idempotency-Key): the first call's request id.
                     "replay_of": r.get("replay_of"),
+                    # How the answer cache answered a data call, and the credits a cached answer saved.
+                    "cache": r.get("cache"),
+                    "credits_saved": r.get("saved", 0),
                 }
                 for r in records
             ]
@@ -194,6 +197,9 @@ def _record(r: dict) -> dict:
         "request_id": r["request_id"],
         "replay_of": r.get("replay_of"),
         "upstream_ms": r.get("ms"),
+        # How the answer cache answered a data call (hit, miss, coalesced, stale) and what a cached answer saved.
+        "cache": r.get("cache"),
+        "credits_saved": r.get("saved", 0),
     }
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pymongo import AsyncMongoClient
 
 from accounting.cache import LoadingCache
+from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from accounting.metrics import Metrics
@@ -76,6 +77,7 @@ class Context:
     streams: Manager  # adding and changing rules and monitors (streams/manage.py)
     hub: Hub  # this process's WebSockets (streams/hub.py)
     poller: Poller  # the poll scheduler (streams/poller.py)
+    calls: Calls  # the charged data call and the answer cache (accounting/charged.py), data calls and polls alike
     expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
     # Wrong second-factor codes per account, in this process (handlers/twofactor.py): 5 per 5 minutes.
     second_factor: SlidingWindows = field(default_factory=lambda: SlidingWindows(5, 300.0, 100_000))

@@ -182,6 +182,14 @@ SCHEMAS: dict = {
         key_id=I,
         request_id=S,
         replay_of=REPLAY_OF,
+        cache=nullable(
+            {
+                "type": "string",
+                "enum": ["hit", "miss", "coalesced", "stale"],
+                "description": "How the answer cache answered the data call (X-Cache); null: not a data call's answer",
+            }
+        ),
+        credits_saved={"type": "integer", "description": "Credits a cached answer (hit, stale) was not charged"},
     ),
     "UsageSummaryRow": obj(
         ("calls", "credits", "errors"),

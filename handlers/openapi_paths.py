@@ -49,6 +49,28 @@ _REPLAYED = {
     }
 }
 
+# The answer cache (accounting/charged.py, docs/api.md): the request's Cache-Control and what the answer says.
+_CACHE_CONTROL = {
+    "name": "Cache-Control",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "examples": ["no-cache", "max-age=60"]},
+    "description": "no-cache: a provider call, charged in full; max-age=N: a kept answer no older than N seconds",
+}
+_CACHED = {
+    "X-Cache": {
+        "schema": {"type": "string", "enum": ["HIT", "MISS", "COALESCED", "STALE"]},
+        "description": "How the answer cache answered: a kept answer (HIT, charged CACHE_HIT_PRICE x the price), the "
+        "provider (MISS), an identical call under way (COALESCED, charged in full) or, the provider failing, a "
+        "recent answer (STALE, charged as a hit)",
+    },
+    "Age": {"schema": I, "description": "HIT and STALE: seconds since the answer was asked of the provider"},
+    "X-Crawl-Guard": {
+        "schema": {"type": "string", "enum": ["repeated-cursor"]},
+        "description": "The provider's cursor stopped advancing: this page ends the crawl and is not charged",
+    },
+}
+
 _SECURITY = {
     "bearer": [{"bearerAuth": []}],
     "apikey": [{"apiKey": []}],
@@ -194,6 +216,7 @@ def data_operation(endpoint: Endpoint, prefix: str, tag: str) -> dict:
                 "headers": {
                     "X-Credits-Charged": {"schema": I, "description": "Credits charged for this call"},
                     **_REPLAYED,
+                    **_CACHED,
                     **{
                         f"X-RateLimit{scope}-{h}": {"schema": I}
                         for scope in ("", "-Account")  # the key's bucket, and the one all its account's keys share
@@ -226,6 +249,6 @@ def data_operation(endpoint: Endpoint, prefix: str, tag: str) -> dict:
         ),
         "tags": [tag],
         "security": [{"apiKey": []}],
-        "parameters": [_data_param(p) for p in endpoint.params] + [_IDEMPOTENCY_KEY],
+        "parameters": [_data_param(p) for p in endpoint.params] + [_IDEMPOTENCY_KEY, _CACHE_CONTROL],
         "responses": {**ok, **{str(s): _error(s, "DataError") for s in errors}, **_HEADERS_TOO_LARGE},
     }

@@ -95,6 +95,7 @@ class GatewayCollector:
             "Repeats of an Idempotency-Key answered with the first answer (charged 0).",
             m.idempotent_replays,
         )
+        yield from self._answer_cache()
         yield from m.upstream_latency.collect()
         yield from m.poll_late.collect()
         yield from m.fanout.collect()
@@ -169,6 +170,40 @@ class GatewayCollector:
             commands.add_metric([name], count)
         yield commands
         yield from self._webhooks()
+
+    def _answer_cache(self):
+        """The shared answer cache (accounting/charged.py): data calls by how it answered them, its memory, and
+        what it saved (provider calls not made; credits not charged at CACHE_HIT_PRICE below a full price)."""
+        m = self.ctx.metrics
+        results = CounterMetricFamily(
+            "gateway_cache_requests",
+            "Data calls by how the answer cache answered them (hit, miss, coalesced, stale).",
+            labels=["result"],
+        )
+        for result in ("hit", "miss", "coalesced", "stale"):
+            results.add_metric([result], m.cache_requests[result])
+        yield results
+        yield _gauge(
+            "gateway_cache_bytes", "Bytes of answers the cache holds in this process.", self.ctx.calls.cache.bytes
+        )
+        yield _counter(
+            "gateway_cache_provider_calls_saved",
+            "Provider calls the cache and coalescing did not make (hits, stale and coalesced calls).",
+            m.provider_calls_saved,
+        )
+        yield _counter(
+            "gateway_cache_credits_saved", "Credits customers were not charged for cached answers.", m.credits_saved
+        )
+        yield _counter(
+            "gateway_cache_claims_skipped",
+            "Misses that asked the provider without waiting for a slow shared tier (its fill claim).",
+            m.cache_claims_skipped,
+        )
+        yield _counter(
+            "gateway_cache_writes_dropped",
+            "Answers not written to the shared tier: its writes were backed up (an overloaded database).",
+            m.cache_writes_dropped,
+        )
 
     def _webhooks(self):
         """Webhook and alert-email deliveries (webhooks/outbox.py): outcomes of this process's attempts, and

@@ -18,6 +18,7 @@ import urllib.parse
 from datetime import UTC, datetime
 
 from accounting.budgets import BudgetExhausted
+from accounting.charged import MISS, Joined, wanted
 from accounting.idempotency import Answer, Claim
 from accounting.keys import KeyEntry
 from accounting.meter import LeasesExpired
@@ -35,7 +36,6 @@ from social.endpoints import (
     STRING_MAX,
     Endpoint,
     page_size,
-    read_answer,
 )
 from social.query import normalized_query
 from social.upstream import UpstreamError
@@ -226,8 +226,7 @@ class DataHandler(BaseHandler):
     async def call(self, key: KeyEntry, plan: Plan, args: dict, query: str, claim: Claim | None) -> None:
         ctx, endpoint = self.ctx, self.endpoint
         size = page_size(endpoint, args)
-        most = ctx.prices.cost(endpoint.price, size, size)
-        least = ctx.prices.cost(endpoint.price, 0, size)
+        _, least = ctx.calls.bounds(endpoint, size)
         rate = plan.account_qps / ctx.settings.qps_divisor
         limit = ctx.in_flight.limit(rate, ctx.upstream.latency.horizon)
         if not ctx.in_flight.enter(key.account_id, limit):
@@ -238,7 +237,7 @@ class DataHandler(BaseHandler):
             )
         try:
             try:
-                reservation = await ctx.meter.reserve(key.account_id, most, least, key)
+                reservation = await ctx.calls.reserve(key.account_id, endpoint, size, key)
             except LeasesExpired:
                 raise ApiError(
                     503, "Credits cannot be checked right now; retry shortly", {"Retry-After": "1"}
@@ -249,7 +248,7 @@ class DataHandler(BaseHandler):
                 raise ApiError(
                     402, f"Insufficient credits: this call needs at least {least} credits; top up your account"
                 )
-            await self.forward(key, reservation, size, query, rate, claim)
+            await self.forward(key, reservation, size, query, rate, claim, args.get("cursor"))
         finally:
             ctx.in_flight.leave(key.account_id)
 
@@ -301,56 +300,58 @@ class DataHandler(BaseHandler):
             )
 
     async def forward(
-        self, key: KeyEntry, reservation: Reservation, size: int, query: str, rate: float, claim: Claim | None
+        self,
+        key: KeyEntry,
+        reservation: Reservation,
+        size: int,
+        query: str,
+        rate: float,
+        claim: Claim | None,
+        cursor: str | None,
     ) -> None:
         ctx, endpoint, route = self.ctx, self.endpoint, self.log_fields["route"]
-        meter = ctx.meter
+        calls = ctx.calls
+        want = wanted(self.request.headers.get("Cache-Control", ""))
         try:
-            upstream = await ctx.upstream.get(endpoint.path, query, key.account_id, rate)
-        except UpstreamError as exc:
-            meter.release(reservation)
-            if exc.kind in ("timeout", "failed"):
+            fetched = await calls.fetch(
+                ctx.upstream, reservation, endpoint, query, size, rate, want=want, cursor=cursor
+            )
+        except UpstreamError as exc:  # the reservation is released
+            self.keep_header("X-Cache", "MISS")
+            if exc.kind in ("timeout", "failed") and not isinstance(exc, Joined):
                 ctx.failure_budget.failed(key.account_id, time.monotonic())
             status, message = _UPSTREAM_ERRORS.get(exc.kind, _UPSTREAM_FAILED)
-            meter.record(key, route, status, 0, self.request_id)
+            calls.record(key, route, None, status, 0, self.request_id)
             if status != 429:
                 ctx.metrics.upstream_errors += 1
             retry = {"Retry-After": str(exc.retry_after)} if status in (429, 503) else None
             raise ApiError(status, message, retry) from None
-        except BaseException:
-            meter.release(reservation)
-            raise
-        ctx.metrics.upstream_latency.observe(route, upstream.seconds)
-        charged, status, answer = 0, upstream.status, None
-        if 200 <= status < 300:
-            # Only the status and the item count, read without building the page (social/endpoints.py).
-            answer = read_answer(endpoint, upstream.body)
-            if answer is None:
-                status = 502  # untrusted upstream: a 2xx that is not a JSON object is a failure
+        self.keep_header("X-Cache", fetched.cache.upper())
+        if fetched.age is not None:
+            self.set_header("Age", str(fetched.age))
+        status = fetched.status
         if status in (401, 402, 403) or status >= 500:
             # The provider refusing our key (credentials, credit) is ours, not the client's: never pass it
             # off as a bad client key or an empty balance.
-            meter.release(reservation)
-            if status >= 500:
+            calls.release(fetched)
+            if status >= 500 and fetched.cache == MISS:  # the call that reached the provider, not its joiners
                 ctx.failure_budget.failed(key.account_id, time.monotonic())
-            meter.record(key, route, 502, 0, self.request_id, upstream_seconds=upstream.seconds)
+            calls.record(key, route, fetched, 502, 0, self.request_id)
             ctx.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")
-        if answer is not None and not answer[0]:
-            cost = min(ctx.prices.cost(endpoint.price, answer[1], size), reservation.amount)
-            # A keyed answer is kept before it is charged and recorded: a repeat can then only find it kept.
-            # One that cannot be kept (its claim taken over) is not charged: a repeat may run and be charged.
-            if claim is None or await ctx.idempotency.end(claim, Answer(status, upstream.body, cost, self.request_id)):
-                charged = meter.settle(reservation, cost)
-            else:
-                meter.release(reservation)
-        else:
-            meter.release(reservation)  # upstream 4xx or an error body: passed through, not charged
-        meter.record(key, route, status, charged, self.request_id, upstream_seconds=upstream.seconds)
+        # A keyed answer is kept before it is charged and recorded: a repeat can then only find it kept.
+        # One that cannot be kept (its claim taken over) is not charged: a repeat may run and be charged.
+        if fetched.cost and claim is not None:
+            if not await ctx.idempotency.end(claim, Answer(status, fetched.body, fetched.cost, self.request_id)):
+                fetched.cost = 0
+        charged = calls.settle(fetched)  # 0 for an upstream 4xx or an error body: passed through, not charged
+        calls.record(key, route, fetched, status, charged, self.request_id)
+        if fetched.guarded:
+            self.set_header("X-Crawl-Guard", "repeated-cursor")
         self.log_fields["credits"] = charged
         self.set_header("X-Credits-Charged", str(charged))
         self.set_status(status)
-        self.finish(upstream.body)
+        self.finish(fetched.body)
 
 
 def _rates(plan: Plan, divisor: float) -> tuple[float, float]:

@@ -6,7 +6,7 @@ per account per batch instead of per call (about 25x less database CPU on the
 embedded server). A bucket carries its records and their totals:
 
     {_id: "<process>-<batch>:<account>:<day>", account_id, lease, day, ts, ts_max,
-     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?, ms?, stream_id?}]}
+     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?, ms?, stream_id?, cache?, saved?}]}
 
 `ms` is the provider's answer time of a forwarded call (absent when nothing was forwarded, and in
 records from before it was kept).
@@ -89,6 +89,10 @@ def _stored(r: dict) -> dict:
         stored["ms"] = r["ms"]
     if "stream_id" in r:  # only the polls of filter rules and monitors carry it (streams/)
         stored["stream_id"] = r["stream_id"]
+    if "cache" in r:  # data calls: how the answer cache answered (accounting/charged.py)
+        stored["cache"] = r["cache"]
+    if "saved" in r:  # a cached answer: the credits it was not charged
+        stored["saved"] = r["saved"]
     return stored
 
 
@@ -132,6 +136,8 @@ def flatten(bucket: dict) -> list[dict]:
             **({"replay_of": r["replay_of"]} if "replay_of" in r else {}),
             **({"ms": r["ms"]} if "ms" in r else {}),
             **({"stream_id": r["stream_id"]} if "stream_id" in r else {}),
+            **({"cache": r["cache"]} if "cache" in r else {}),
+            **({"saved": r["saved"]} if "saved" in r else {}),
         }
         for r in bucket["records"]
     ]

@@ -23,15 +23,13 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
-import orjson
-
 from accounting.budgets import BudgetExhausted
+from accounting.charged import Calls, Fetched
 from accounting.keys import KeyEntry
 from accounting.meter import LeasesExpired, Meter
 from alerts import rules as alert_kinds
 from config.settings import Settings
 from metering.pricing import Prices
-from social.endpoints import read_parsed
 from social.upstream import UpstreamClient, UpstreamError
 from storage.streams import ACTIVE, INACTIVE, PAUSED, PAUSED_BUDGET, StreamStore
 from streams import rules as polls
@@ -61,10 +59,12 @@ class Poller:
         prices: Prices,
         outbox: Outbox,
         hub: Hub,
+        calls: Calls,
         owner: str,
     ):
         self.settings, self.store, self.meter, self.upstream = settings, store, meter, upstream
         self.prices, self.outbox, self.hub, self.owner = prices, outbox, hub, owner
+        self.calls = calls  # the charged call (accounting/charged.py): polls read live, never from the cache
         # A claim outlives the longest poll: the provider's time-out, the writes after it, and margin.
         self.hold = settings.upstream_timeout + settings.upstream_connect_timeout + 10
         self._polling: set[asyncio.Task] = set()
@@ -137,11 +137,11 @@ class Poller:
         except BaseException:  # cancelled (shutdown) or failed: nothing charged; the next claimer redoes it
             self._let_go(pages)
             raise
-        for reservation, cost, status in pages:  # one data call per page: each charged (or not) on its own
-            charged = self.meter.settle(reservation, cost) if moved else 0
+        for page in pages:  # one data call per page: each charged (or not) on its own
+            charged = self.calls.settle(page) if moved else 0
             if not moved:
-                self.meter.release(reservation)
-            self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, status, charged, event_id, rule["_id"])
+                self.calls.release(page)
+            self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, page.status, charged, event_id, rule["_id"])
         self.polls += 1
 
     async def _finish(self, rule: dict, start: datetime, event_id: str, new: list, gaps: list) -> bool:
@@ -215,9 +215,7 @@ class Poller:
         the key) and appended to `pages`: (its tweets, the next page's cursor); None when it could not be
         reserved or the provider failed (the poll's pages released: `_failed`)."""
         try:
-            reservation = await self.meter.reserve(
-                rule["account_id"], polls.most_cost(self.prices), polls.least_cost(self.prices), key
-            )
+            reservation = await self.calls.reserve(rule["account_id"], polls.SEARCH, polls.SIZE, key)
         except LeasesExpired:
             reservation = None
         except BudgetExhausted:  # the key's budget cannot pay: its rules wait for another period or a raise
@@ -230,23 +228,21 @@ class Poller:
         if reservation is None:  # no credits (the balance check pauses the rule) or none can be checked
             return await self._failed(rule, pages, start, None)
         try:
-            answer = await self.upstream.get(polls.SEARCH.path, query, rule["account_id"])
-        except UpstreamError:
-            return await self._failed(rule, [*pages, (reservation, 0, 0)], start, event_id)
+            fetched = await self.calls.fetch(self.upstream, reservation, polls.SEARCH, query, polls.SIZE, parse=True)
+        except UpstreamError:  # the reservation is released
+            return await self._failed(rule, pages, start, event_id)
         except BaseException:
-            self._let_go([*pages, (reservation,)])
+            self._let_go(pages)
             raise
-        tweets, counted, more = _read_page(answer.status, answer.body)
-        if tweets is None:  # the provider failed or refused
-            return await self._failed(rule, [*pages, (reservation, 0, 0)], start, event_id)
-        cost = min(self.prices.cost(polls.SEARCH.price, counted, polls.SIZE), reservation.amount)
-        pages.append((reservation, cost, answer.status))
-        return tweets, more
+        if not fetched.data:  # the provider failed or refused
+            return await self._failed(rule, [*pages, fetched], start, event_id)
+        pages.append(fetched)
+        return _read_page(fetched.page)
 
-    def _let_go(self, pages: list[tuple]) -> None:
+    def _let_go(self, pages: list[Fetched]) -> None:
         """The reservations of a poll's pages released: nothing of them charged."""
-        for reservation, *_ in pages:
-            self.meter.release(reservation)
+        for fetched in pages:
+            self.calls.release(fetched)
 
     # --- may this rule poll: its account, its key, the key's budget ------------------------------------------
     async def _may_poll(self, rule: dict) -> tuple[bool, KeyEntry | None]:
@@ -318,7 +314,7 @@ class Poller:
         data = {"reason": "key_budget", "key_id": key.key_id, "credit_limit": limit, "credit_limit_period": period}
         await self.outbox.emit(f"{account_id}|{type_}|{time.time_ns()}", account_id, type_, data | {"summary": summary})
 
-    async def _failed(self, rule: dict, pages: list[tuple], start: datetime, event_id: str | None) -> None:
+    async def _failed(self, rule: dict, pages: list[Fetched], start: datetime, event_id: str | None) -> None:
         self._let_go(pages)
         if event_id is not None:  # the provider failed: a usage record of the failure, not charged
             self.meter.record_poll(rule["account_id"], rule["key_id"], polls.ROUTE, 502, 0, event_id, rule["_id"])
@@ -395,18 +391,8 @@ class Poller:
         await self.store.let_go(self.owner)
 
 
-def _read_page(status: int, body: bytes) -> tuple[list | None, int, str]:
-    """A page's tweets, the item count it is charged for, and the next page's cursor ("" for none);
-    (None, 0, "") for a failure (not charged)."""
-    if not 200 <= status < 300:
-        return None, 0, ""
-    try:
-        doc = orjson.loads(body)  # the page itself is needed: read once, counted from the parsed page
-    except orjson.JSONDecodeError:
-        return None, 0, ""
-    counted = read_parsed(polls.SEARCH, doc)
-    if counted is None or counted[0]:
-        return None, 0, ""
+def _read_page(doc: dict) -> tuple[list, str]:
+    """A charged page's tweets and the next page's cursor ("" for none)."""
     tweets = doc.get("tweets") or []
     more = doc.get("next_cursor") if doc.get("has_next_page") else ""
-    return (tweets if isinstance(tweets, list) else []), counted[1], more if isinstance(more, str) else ""
+    return (tweets if isinstance(tweets, list) else []), more if isinstance(more, str) else ""

@@ -33,6 +33,9 @@ def make_settings(**overrides) -> config.Settings:
         upstream_api_key=UPSTREAM_KEY,
         data_dir="/nonexistent",
         port=0,
+        # Tests that count charges or provider calls mean live reads: the answer cache is off unless a test
+        # turns it on (tests/test_answer_cache.py). Identical calls in flight at once still make one call.
+        cache_max_bytes=0,
     )
     return config.load(environ={}, **{**base, **overrides})
 
@@ -115,7 +118,14 @@ class Gateway(GatewayProcess):
 
     def __init__(self, mongo_uri: str, upstream_url: str, db_name: str, port: int = 0, workers: int = 1, **env):
         super().__init__(
-            gateway_env(mongo_uri, db_name, upstream_url, UPSTREAM_KEY, **{"FLUSH_INTERVAL": "0.3", **env}),
+            # The answer cache off, as in make_settings, unless the test turns it on.
+            gateway_env(
+                mongo_uri,
+                db_name,
+                upstream_url,
+                UPSTREAM_KEY,
+                **{"FLUSH_INTERVAL": "0.3", "CACHE_MAX_BYTES": "0", **env},
+            ),
             port,
             workers,
         )

@@ -249,7 +249,7 @@ async def test_the_document_states_the_header_where_it_is_honoured(api, app):
             # The tweet WebSocket (docs/streams.md) is not a data call: nothing to replay.
             data = path.startswith(("/social/", "/twitter/")) and not path.endswith("/tweet/websocket")
             expected = data or bool(marked)
-            assert (names == ["Idempotency-Key"]) == expected, (method, path, names)
+            assert ("Idempotency-Key" in names) == expected, (method, path, names)
             if expected and "200" in op["responses"]:
                 assert "Idempotent-Replayed" in op["responses"]["200"]["headers"]
                 assert "409" in op["responses"]

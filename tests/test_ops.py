@@ -99,7 +99,12 @@ async def test_data_paths_come_from_the_endpoint_table(api):
         assert op["security"] == [{"apiKey": []}]
         queried = [p for p in op["parameters"] if p["in"] == "query"]
         assert [(p["name"], p["required"]) for p in queried] == [(p.name, p.required) for p in endpoint.params]
-        assert [(p["in"], p["name"]) for p in op["parameters"] if p not in queried] == [("header", "Idempotency-Key")]
+        assert [(p["in"], p["name"]) for p in op["parameters"] if p not in queried] == [
+            ("header", "Idempotency-Key"),
+            ("header", "Cache-Control"),  # the answer cache: no-cache, max-age=N (issue 36)
+        ]
+        if endpoint.available:
+            assert {"X-Cache", "Age", "X-Crawl-Guard"} <= set(op["responses"]["200"]["headers"])
         kinds = {p.name: p.kind for p in endpoint.params}
         for param in queried:
             expected = {"int": "integer", "bool": "boolean"}.get(kinds[param["name"]], "string")

@@ -861,3 +861,25 @@ def test_a_late_poll_keeps_the_cadence_but_the_next_waits_at_least_half_an_inter
     start = due + timedelta(seconds=late)
     following = Poller._due({"due_at": due, "interval_seconds": 10}, start, 10)
     assert (following - start).total_seconds() == pytest.approx(next_after_start)
+
+
+@pytest.mark.settings(**QUICK, cache_max_bytes=8 * 1024 * 1024)
+async def test_polls_read_live_with_the_answer_cache_on(api, ctx, provider):
+    """A quiet rule asks the same search at every poll: each poll still reaches the provider and is charged (the
+    answer cache never answers a poll, issue 36)."""
+    user, key = await api.funded_key(1_000_000)
+    await rule_on(api, key["key"], value="nothing here")
+    for _ in range(200):
+        if len(provider.queries) >= 4:
+            break
+        await asyncio.sleep(0.05)
+    assert len(provider.queries) >= 4 and len(set(provider.queries)) < len(provider.queries)
+    records: list = []
+    for _ in range(40):
+        await ctx.meter.flush()
+        records = [r for r in await ctx.usage.records({"account_id": user["account_id"]}) if r.get("stream_id")]
+        if len(records) >= 4:
+            break
+        await asyncio.sleep(0.05)
+    assert len(records) >= 4 and {r["credits"] for r in records} == {LEAST}
+    assert not any("cache" in r for r in records)

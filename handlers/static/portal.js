@@ -855,7 +855,12 @@
       cell(row, r.endpoint, "path");
       cell(row, keyName(r.key_id), "path");
       cell(row, String(r.status), "num");
-      cell(row, number.format(r.credits), "num");
+      const credits = cell(row, number.format(r.credits), "num");
+      if (r.cache === "hit" || r.cache === "stale") {
+        // Answered from the shared answer cache: no provider call, and the credits that saved.
+        const how = r.cache === "stale" ? "stale (provider down)" : "from cache";
+        credits.append(" ", el("span", how + ", saved " + number.format(r.credits_saved || 0), "badge off"));
+      }
       cell(row, r.upstream_ms === undefined ? "—" : ms(r.upstream_ms) + (r.upstream_ms === null ? "" : " ms"), "num");
       const id = cell(row, "", "path");
       id.append(el("code", r.request_id));
