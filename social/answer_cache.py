@@ -8,9 +8,9 @@ accounting/charged.py decides when either is read or written.
 """
 
 import time
-import urllib.parse
 from collections import OrderedDict
 
+from social.query import normalized_query
 from storage.answers import Cached
 
 # Seconds an answer stays fresh, by endpoint path as under /social/ (CACHE_TTL overrides, 0 turns one off):
@@ -51,12 +51,10 @@ OVERHEAD = 300  # bytes an entry costs beyond its body and key (the entry, the d
 
 
 def answer_key(path: str, query: str) -> str:
-    """The cache key of a call: the provider path and its forwarded query with parameter order and percent
-    encoding normalized (`a=1&b=%41` and `b=A&a=1` are one key). The values of one repeated parameter keep
-    their order: the provider may read them in order. Every forwarded parameter counts, the cursor too."""
-    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, encoding="latin-1")
-    pairs.sort(key=lambda pair: pair[0])  # stable: a repeated parameter's values stay in order
-    return path + "?" + urllib.parse.urlencode(pairs, encoding="latin-1")
+    """The cache key of a call: the provider path and its forwarded query in its normal form (social/query.py,
+    as an Idempotency-Key's repeat is recognised): parameter order and percent encoding do not matter, every
+    forwarded parameter does, the cursor too."""
+    return path + "?" + normalized_query(query)
 
 
 def ttl_of(path: str, overrides: dict) -> int:
