@@ -37,6 +37,7 @@ def stack(inbox):
         "SMTP_URL": f"smtp://127.0.0.1:{inbox.port}",
         "SIGNUP_CREDITS": str(test_browser.SIGNUP_CREDITS),  # what test_browser.register expects to see
         "SIGNUP_CREDITED_PER_NETWORK": "1000000",
+        "CACHE_MAX_BYTES": "0",  # as test_browser's stack: every call a live read
     }
     with Stack(in_memory=True, gateway_env=env) as running:
         yield running

@@ -162,7 +162,11 @@ def test_the_readme_first_session_runs_as_written_twice(served):
         topup, info, usage = run_first_session(served)
         assert topup["credits_added"] == 100_000 and topup["credits"] == run * 100_000 - (run - 1) * 18
         assert info["status"] == "success" and info["data"]["userName"] == name
-        assert [(u["endpoint"], u["status"], u["credits"]) for u in usage] == [("/social/user/info", 200, 18)]
+        # The second run's profile is the first's, served by the answer cache for nothing (CACHE_HIT_PRICE 0).
+        charged, how = (18, "miss") if run == 1 else (0, "hit")
+        assert [(u["endpoint"], u["status"], u["credits"], u.get("cache")) for u in usage] == [
+            ("/social/user/info", 200, charged, how)
+        ]
         token = http("POST", served.url + "/auth/login", {"email": EMAIL, "password": "a long passphrase"})[1]
         keys = http("GET", served.url + "/keys", headers={"Authorization": f"Bearer {token['token']}"})[1]
         assert len(keys) == run and usage[0]["key_id"] == max(k["key_id"] for k in keys)  # this run's key
