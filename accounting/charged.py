@@ -136,7 +136,8 @@ class Calls:
         cursor: str | None = None,
     ) -> Fetched:
         """The call's answer, priced for `reservation`. Raises UpstreamError (the reservation released) when
-        the provider failed and no stale answer may stand in."""
+        the provider failed and no stale answer may stand in (none does for a live read: its caller asked for
+        the provider's answer, and is told when there is none)."""
         ttl = ttl_of(endpoint.path, self.settings.cache_ttl)
         key = answer_key(endpoint.path, query) if not parse else None
         fresh = ttl if want.max_age is None else min(ttl, want.max_age)
@@ -150,7 +151,7 @@ class Calls:
             else:
                 provided, source = await self._shared(upstream, endpoint, query, key, reservation, rate, fresh)
         except UpstreamError:
-            stale = await self._stale(key, endpoint) if not parse else None
+            stale = await self._stale(key, endpoint) if not (parse or want.live) else None
             if stale is not None:
                 return self._served(reservation, stale, STALE)
             self.meter.release(reservation)
@@ -162,7 +163,7 @@ class Calls:
             self.cache.put(key, provided)
             return self._served(reservation, provided, HIT)
         if provided.items is None and provided.status >= 500:
-            stale = await self._stale(key, endpoint) if not parse else None
+            stale = await self._stale(key, endpoint) if not (parse or want.live) else None
             if stale is not None:
                 return self._served(reservation, stale, STALE)
         response = provided.response

@@ -240,8 +240,11 @@ async def test_while_the_provider_fails_a_recent_answer_is_served_stale_as_a_hit
     assert stale.body == first.body and charged(stale) == 0
     other = await gw.call("GET", "/social/user/info?userName=never-served", **{"X-API-Key": key})
     assert other.code == 502 and charged(other) == 0
-    records = await log_of(gw, auth, 3)
-    assert sorted(r["cache"] for r in records) == ["miss", "miss", "stale"]
+    # A live read asked for the provider's answer: told there is none, not handed the kept one.
+    live = await gw.call("GET", INFO, **{"X-API-Key": key, "Cache-Control": "no-cache"})
+    assert live.code == 502 and charged(live) == 0 and live.headers.get("X-Cache") != "STALE"
+    records = await log_of(gw, auth, 4)
+    assert sorted(r["cache"] for r in records) == ["miss", "miss", "miss", "stale"]  # the live read: a failed miss
 
 
 @pytest.mark.gen_test(timeout=120)
