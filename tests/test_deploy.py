@@ -21,7 +21,7 @@ from tornado.httpclient import AsyncHTTPClient
 
 import config
 from app.embedded import free_port
-from bench.stack import wait_for
+from gateway_testing.stack import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEPLOY = os.path.join(ROOT, "deploy")
