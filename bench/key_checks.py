@@ -24,9 +24,9 @@ from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
 import config
 from accounting.keys import KeyEntry
 from accounting.meter import Meter
-from accounting.metrics import Metrics
 from handlers.social import DataHandler
 from metering.ledger import Budget, budget_period
+from runtime.metrics import Metrics
 from social.endpoints import BY_PATH, scope_of
 
 SECRET = "sgw_bench"

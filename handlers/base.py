@@ -29,7 +29,7 @@ from security import tokens
 from security.addresses import parse_address, within
 from storage.audit import ANONYMOUS, account_actor, admin_actor
 
-log = logging.getLogger("gateway.access")  # unhandled errors; access lines: handlers/accesslog.py
+log = logging.getLogger("gateway.access")  # unhandled errors; access lines: runtime/accesslog.py
 
 # Request ids: unique per process start plus a counter; cheaper than a uuid4 (a syscall) per request.
 _ID_PREFIX, _ID_COUNTER = "", itertools.count()

@@ -23,6 +23,7 @@ LAYERS = [
     ["social"],
     ["storage"],
     ["security"],
+    ["runtime"],
     ["config"],
     ["metering"],
 ]
