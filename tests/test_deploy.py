@@ -46,6 +46,15 @@ def test_compose_file_is_complete():
         assert checked.returncode == 0
 
 
+def test_the_image_copies_every_package_the_service_imports():
+    """The Dockerfile names each folder it builds the wheel from: a package left out is missing from the image, and
+    `serve` fails there at its first import (alerts/, streams/ and webhooks/ once were)."""
+    dockerfile = open(os.path.join(ROOT, "Dockerfile")).read()
+    copied = set(re.findall(r"^COPY (\w+) \1$", dockerfile, re.M))
+    packages = {p for p in os.listdir(ROOT) if os.path.exists(os.path.join(ROOT, p, "__init__.py"))}
+    assert packages - {"tests", "bench", "gateway_testing"} <= copied, sorted(packages - copied)
+
+
 def nginx_test(text: str, tmp_path) -> subprocess.CompletedProcess:
     """`nginx -t` of a file meant for the http {} block (TLS lines taken out: no certificate here)."""
     text = re.sub(r"listen 443 ssl;", f"listen 127.0.0.1:{free_port()};", text)
