@@ -18,6 +18,7 @@ COPY handlers handlers
 COPY metering metering
 COPY payments payments
 COPY portal portal
+COPY runtime runtime
 COPY sandbox sandbox
 COPY security security
 COPY social social

@@ -47,9 +47,9 @@ from handlers import (
 )
 from handlers.base import NotFoundHandler
 from handlers.context import Context
-from handlers.scrape import Scrape
 from metering.pricing import Prices
 from portal import pages
+from runtime.scrape import Scrape
 
 log = logging.getLogger("gateway")
 GC_GEN0 = 20_000

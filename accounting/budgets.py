@@ -8,11 +8,11 @@ import math
 import time
 from datetime import UTC, datetime, timedelta
 
-from accounting.flight import single_flight
 from accounting.keys import KeyEntry
 from accounting.usage import UsageReads
 from config.settings import Settings
 from metering.ledger import Budget, budget_period
+from runtime.flight import single_flight
 from storage.budgets import BudgetStore, RunOpening
 from storage.keys import KeyStore
 from storage.leases import LeaseStore

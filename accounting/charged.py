@@ -20,10 +20,10 @@ import orjson
 
 from accounting.crawls import Crawls
 from accounting.meter import Meter
-from accounting.metrics import Metrics
 from config.settings import Settings
 from metering.ledger import Reservation
 from metering.pricing import Prices
+from runtime.metrics import Metrics
 from social.answer_cache import AnswerCache, answer_key, ttl_of
 from social.endpoints import Endpoint, read_answer, read_parsed
 from social.upstream import UpstreamClient, UpstreamError, UpstreamResponse

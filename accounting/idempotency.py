@@ -31,8 +31,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from accounting.metrics import Metrics
 from config.settings import Settings
+from runtime.metrics import Metrics
 from storage.idempotency import IdempotencyStore
 
 log = logging.getLogger("gateway.idempotency")

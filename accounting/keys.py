@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from metering.plans import Plan
+from security.addresses import parse_address, within
 from social.endpoints import scope_of
 from storage.keys import KeyStore
 
@@ -40,12 +41,11 @@ class KeyEntry:
     # the address and testing each network (bounded; a new entry per key change starts it afresh).
     verdicts: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def allows(self, address: str, parse) -> bool:
-        """Whether a call from `address` may use this key; `parse` turns it into an address object (or None)."""
+    def allows(self, address: str) -> bool:
+        """Whether a call from `address` may use this key."""
         verdict = self.verdicts.get(address)
         if verdict is None:
-            parsed = parse(address)
-            verdict = parsed is not None and any(parsed in network for network in self.networks)
+            verdict = within(parse_address(address), self.networks)
             if len(self.verdicts) >= ADDRESS_MEMO:
                 self.verdicts.clear()
             self.verdicts[address] = verdict

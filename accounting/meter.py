@@ -20,15 +20,15 @@ from datetime import UTC, datetime
 
 from accounting import unwritten
 from accounting.budgets import KeyBudgets
-from accounting.cache import LoadingCache
-from accounting.flight import single_flight
 from accounting.keys import AccountView, KeyEntry, LastUsed, entry_of
-from accounting.metrics import Metrics
 from accounting.usage import UsageReads
 from config.settings import Settings
 from metering.ledger import Ledger, Reservation
 from metering.plans import plan_for
 from metering.usage import UsageBuffer
+from runtime.cache import LoadingCache
+from runtime.flight import single_flight
+from runtime.metrics import Metrics
 from security.apikeys import KeyVault
 from storage.accounts import AccountStore
 from storage.budgets import BudgetStore

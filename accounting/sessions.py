@@ -7,9 +7,9 @@ processes). Ended tokens: this process knows at once; another process through th
 (accounting/coherence.py, within a second), and at the latest after NEGATIVE_CACHE_TTL (the time a
 "not ended" answer is remembered per token) if the feed is down."""
 
-from accounting.cache import LoadingCache
 from accounting.meter import Meter
 from config.settings import Settings
+from runtime.cache import LoadingCache
 from security import tokens
 from security.tokens import Session
 from storage.accounts import AccountStore

@@ -10,7 +10,6 @@ from pymongo import monitoring
 from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
-from accounting.metrics import Metrics
 from accounting.sessions import Sessions
 from alerts.detector import Detector
 from config.settings import Settings
@@ -18,6 +17,7 @@ from handlers.context import Context
 from metering.limiter import RateLimiter
 from metering.pricing import Prices
 from payments.service import build_payments
+from runtime.metrics import Metrics
 from security import passwords
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle

@@ -9,8 +9,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from accounting.coherence import Coherence
-from handlers.accesslog import FLUSH_SECONDS
 from handlers.context import Context
+from runtime.accesslog import FLUSH_SECONDS
 from storage.admin import REFRESH_SECONDS
 from storage.changes import ChangeFeed
 from streams.hub import WATCH_SECONDS
@@ -96,7 +96,7 @@ async def watch_loop_lag(ctx: Context) -> None:
 
 
 async def flush_access_log(ctx: Context) -> None:
-    """Writes the waiting access-log lines every FLUSH_SECONDS (handlers/accesslog.py)."""
+    """Writes the waiting access-log lines every FLUSH_SECONDS (runtime/accesslog.py)."""
     while True:
         await asyncio.sleep(FLUSH_SECONDS)
         ctx.access_log.flush()

@@ -10,7 +10,7 @@ predecessor's leases at once, see build_context), so is an embedded database tha
 
 For /metrics, the parent also binds one loopback port per worker and makes a state folder for the run
 (removed on exit): the worker answering a scrape gathers its siblings' series through those ports, and
-a restarted worker counts on from what its predecessor last reported (handlers/scrape.py).
+a restarted worker counts on from what its predecessor last reported (runtime/scrape.py).
 
 Not tornado.process.fork_processes: it keeps the children's ids to itself, so a SIGTERM to the
 parent could not drain them, and it restarts workers after a shutdown too.
@@ -34,7 +34,7 @@ from tornado.netutil import bind_sockets
 from app.embedded import die_with_parent
 from app.server import LISTEN_BACKLOG
 from config.settings import Settings
-from handlers.scrape import Scrape
+from runtime.scrape import Scrape
 
 log = logging.getLogger("gateway.workers")
 

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from app.embedded import EmbeddedMongo, free_port  # noqa: E402
 from bench import load  # noqa: E402
 from bench.measure import cpu_seconds, http, spawn  # noqa: E402
-from bench.stack import wait_for  # noqa: E402
+from gateway_testing.stack import wait_for  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = "ablation-upstream-key"

@@ -39,7 +39,7 @@ from app.embedded import EmbeddedMongo, free_port
 from app.server import raise_open_file_limit
 from bench.latency import ECHO_MODULE, TEMP_PATHS, customer, ensure_tools, fixed_rate, start_gateway, stop_gateway
 from bench.measure import HERE, cpu_seconds, http, metric_totals, rss_bytes, start_nginx
-from bench.stack import wait_for
+from gateway_testing.stack import wait_for
 from social.answer_cache import DEFAULT_TTL
 
 DELAY = 0.7

@@ -180,7 +180,7 @@ async def serve(client: str, port: int, upstream: str, max_clients: int) -> None
 
 def start_proxy(work: str, client: str, upstream: str, in_flight: int) -> tuple[subprocess.Popen, int]:
     from app.embedded import free_port
-    from bench.stack import request, wait_for
+    from gateway_testing.stack import request, wait_for
 
     port = free_port()
     log = open(os.path.join(work, f"proxy-{client}.log"), "ab")
@@ -197,8 +197,8 @@ def start_proxy(work: str, client: str, upstream: str, in_flight: int) -> tuple[
 def run(args) -> dict:
     from app.embedded import free_port
     from bench import latency
-    from bench.stack import wait_for
     from bench.static import record_page
+    from gateway_testing.stack import wait_for
 
     latency.ensure_tools()
     raise_open_file_limit()

@@ -23,9 +23,9 @@ sys.path.insert(0, ROOT)
 from app.embedded import EmbeddedMongo, free_port  # noqa: E402
 from bench import load  # noqa: E402
 from bench.measure import UPSTREAM_KEY, cpu_seconds, db_commands, http  # noqa: E402
-from bench.stack import wait_for  # noqa: E402
 from bench.static import record_page, start_upstream  # noqa: E402
 from config.settings import load as load_settings  # noqa: E402
+from gateway_testing.stack import wait_for  # noqa: E402
 
 ACCOUNTS, KEYS_PER_ACCOUNT = 4, 5
 

@@ -14,24 +14,20 @@ import argparse
 import asyncio
 import ipaddress
 import json
-import os
-import sys
 import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tornado.web
+from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
 
-import tornado.web  # noqa: E402
-from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine  # noqa: E402
-
-import config  # noqa: E402
-from accounting.keys import KeyEntry  # noqa: E402
-from accounting.meter import Meter  # noqa: E402
-from accounting.metrics import Metrics  # noqa: E402
-from handlers.social import DataHandler  # noqa: E402
-from metering.ledger import Budget, budget_period  # noqa: E402
-from social.endpoints import BY_PATH, scope_of  # noqa: E402
+import config
+from accounting.keys import KeyEntry
+from accounting.meter import Meter
+from handlers.social import DataHandler
+from metering.ledger import Budget, budget_period
+from runtime.metrics import Metrics
+from social.endpoints import BY_PATH, scope_of
 
 SECRET = "sgw_bench"
 PRICE = 18

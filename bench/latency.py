@@ -56,10 +56,10 @@ from bench.measure import (
     start_nginx,
     wrk,
 )
-from bench.stack import GatewayProcess, request, wait_for
 from bench.static import record_page
 from config.settings import fields
 from config.settings import load as load_settings
+from gateway_testing.stack import GatewayProcess, request, wait_for
 
 ROOT = os.path.dirname(HERE)
 ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"  # Debian's libnginx-mod-http-echo

@@ -33,11 +33,9 @@ import orjson
 from tornado.curl_httpclient import CurlAsyncHTTPClient
 from tornado.httpclient import HTTPClientError, HTTPRequest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.stack import Stack, request  # noqa: E402
-from storage import db as database  # noqa: E402
-from storage.usage import UsageStore  # noqa: E402
+from gateway_testing.stack import Stack, request
+from storage import db as database
+from storage.usage import UsageStore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INITIAL = 2_000_000

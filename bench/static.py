@@ -46,8 +46,8 @@ from bench.measure import (
     start_nginx,
     wrk,
 )
-from bench.stack import wait_for
 from config.settings import load as load_settings
+from gateway_testing.stack import wait_for
 
 ROOT = os.path.dirname(HERE)
 ACCOUNTS, KEYS_PER_ACCOUNT = 10, 30

@@ -46,8 +46,8 @@ import tornado.httpserver
 
 from app.embedded import free_port
 from bench.measure import HERE, children, cpu_seconds, metric_totals
-from bench.stack import UPSTREAM_KEY, GatewayProcess, Stack
 from bench.streams_clients import Client, Receiver, tally
+from gateway_testing.stack import UPSTREAM_KEY, GatewayProcess, Stack
 from storage.usage import flatten
 
 BUSY = 10  # rules on `lang:en`: about one event a second between them

@@ -14,17 +14,14 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from app.embedded import EmbeddedMongo  # noqa: E402
-from storage import db as database  # noqa: E402
-from storage.expiry import Expiry  # noqa: E402
-from storage.usage import UsageStore  # noqa: E402
+from app.embedded import EmbeddedMongo
+from storage import db as database
+from storage.expiry import Expiry
+from storage.usage import UsageStore
 
 ACCOUNT = "bench-account"
 KEYS = [101, 102, 103, 104, 105]

@@ -1,6 +1,6 @@
 """How every log line looks: text for a person at a terminal, or one JSON object per line for a log
 pipeline (Loki, ELK, Cloud Logging): time (ISO 8601, UTC), level, logger, message, and request_id
-where a request is known. The access log (handlers/accesslog.py) writes its batched lines in the
+where a request is known. The access log (runtime/accesslog.py) writes its batched lines in the
 same shape without going through `logging`.
 """
 

@@ -26,9 +26,10 @@ from handlers.context import Context
 from handlers.errors import REASONS, ApiError, ValidationError, error, missing, portal_error
 from handlers.validation import Field, parse_query
 from security import tokens
+from security.addresses import parse_address, within
 from storage.audit import ANONYMOUS, account_actor, admin_actor
 
-log = logging.getLogger("gateway.access")  # unhandled errors; access lines: handlers/accesslog.py
+log = logging.getLogger("gateway.access")  # unhandled errors; access lines: runtime/accesslog.py
 
 # Request ids: unique per process start plus a counter; cheaper than a uuid4 (a syscall) per request.
 _ID_PREFIX, _ID_COUNTER = "", itertools.count()
@@ -316,7 +317,7 @@ class BaseHandler(Anonymous):
         """The caller's address; X-Forwarded-For / X-Real-IP count only when the peer is in TRUSTED_PROXIES."""
         peer = self.request.remote_ip
         networks = _networks(self.ctx.settings.trusted_proxies)
-        if not networks or not _within(_address(peer), networks):
+        if not networks or not within(parse_address(peer), networks):
             return peer
         hops = [h.strip() for h in self.request.headers.get("X-Forwarded-For", "").split(",") if h.strip()]
         real = self.request.headers.get("X-Real-IP", "").strip()
@@ -324,12 +325,12 @@ class BaseHandler(Anonymous):
         # Walk back from the nearest hop: the first address that is not one of our proxies is the client;
         # anything left of it was written by the client and proves nothing.
         for hop in reversed(hops):
-            address = _address(hop)
+            address = parse_address(hop)
             if address is None:
                 return peer
-            if not _within(address, networks):
+            if not within(address, networks):
                 return str(address)
-        return str(_address(hops[0])) if hops else peer
+        return str(parse_address(hops[0])) if hops else peer
 
     def route_label(self) -> str:
         """The matched route pattern, not the path: metric labels must not grow with key or order ids."""
@@ -376,23 +377,6 @@ _ROUTE_LABELS: dict[type, str | None] = {}
 @functools.lru_cache(maxsize=8)
 def _networks(trusted: tuple) -> tuple:
     return tuple(ipaddress.ip_network(n) for n in trusted)
-
-
-def parse_address(text: str):
-    """An address object (IPv4-mapped IPv6 as IPv4), None if `text` is not an address."""
-    return _address(text)
-
-
-def _address(text: str):
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return None
-    return address.ipv4_mapped or address if address.version == 6 else address
-
-
-def _within(address, networks: tuple) -> bool:
-    return address is not None and any(address in network for network in networks)
 
 
 class NotFoundHandler(BaseHandler):

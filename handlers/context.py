@@ -6,19 +6,19 @@ from dataclasses import dataclass, field
 
 from pymongo import AsyncMongoClient
 
-from accounting.cache import LoadingCache
 from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
-from accounting.metrics import Metrics
 from accounting.sessions import Sessions
 from alerts.detector import Detector
 from config.settings import Settings
-from handlers.accesslog import AccessLog
-from handlers.scrape import Scrape
 from metering.limiter import RateLimiter
 from metering.pricing import Prices
 from payments.service import Payments
+from runtime.accesslog import AccessLog
+from runtime.cache import LoadingCache
+from runtime.metrics import Metrics
+from runtime.scrape import Scrape
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle, SlidingWindows
 from social.pool import InFlight

@@ -151,7 +151,7 @@ _MAPPED = ipaddress.ip_network("::ffff:0:0/96")
 
 def _unmapped(network) -> str:
     """IPv4-mapped IPv6 (::ffff:10.0.0.0/104) as the IPv4 network it means: the data plane compares a
-    mapped client address as IPv4 (handlers/base.py parse_address), which an IPv6 network never holds."""
+    mapped client address as IPv4 (security/addresses.py parse_address), which an IPv6 network never holds."""
     if network.version == 6 and network.prefixlen >= 96 and network.subnet_of(_MAPPED):
         return str(ipaddress.ip_network((network.network_address.ipv4_mapped, network.prefixlen - 96)))
     return str(network)

@@ -10,9 +10,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from config import VERSION
-from handlers import openapi, openapi_operations, scrape
+from handlers import openapi, openapi_operations
 from handlers.base import ApiError, BaseHandler, NotFoundHandler
 from handlers.context import Context
+from runtime import scrape
 
 READY_TIMEOUT = 1.0  # seconds: a load balancer must learn quickly that the database is gone
 BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
@@ -273,7 +274,7 @@ class MetricsHandler(BaseHandler):
 
 
 class WorkerMetricsHandler(BaseHandler):
-    """One worker's own series, for the sibling answering a scrape (handlers/scrape.py); loopback only."""
+    """One worker's own series, for the sibling answering a scrape (runtime/scrape.py); loopback only."""
 
     def get(self) -> None:
         given = self.request.headers.get(scrape.SECRET_HEADER, "")

@@ -22,7 +22,7 @@ from accounting.charged import MISS, Joined, wanted
 from accounting.idempotency import Answer, Claim
 from accounting.keys import KeyEntry
 from accounting.meter import LeasesExpired
-from handlers.base import ApiError, BaseHandler, NotFoundHandler, parse_address
+from handlers.base import ApiError, BaseHandler, NotFoundHandler
 from handlers.idempotent import idempotency_key, kept_body, send_replay, start
 from handlers.validation import ValidationError, check_length, error, missing, parse_bool, parse_int
 from metering.ledger import Reservation, period_end
@@ -149,7 +149,7 @@ async def api_key(handler, path: str | None) -> KeyEntry:
     handler.log_fields["key_id"] = key.key_id
     if key.expires_at is not None and time.time() >= key.expires_at:
         raise ApiError(401, "This API key has expired")
-    if key.networks is not None and not key.allows(handler.client_ip(), parse_address):
+    if key.networks is not None and not key.allows(handler.client_ip()):
         raise ApiError(403, "This API key is not allowed from this address")
     if key.scope is not None and path is not None and path not in key.scope:
         raise ApiError(403, "This API key may not call this endpoint")

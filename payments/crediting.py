@@ -19,7 +19,7 @@ from decimal import ROUND_FLOOR
 
 from payments.currencies import cents, usd_worth
 from payments.provider import PaymentState
-from storage.accounts import now_utc
+from storage.clock import now_utc
 from storage.orders import FINAL, OrderStore
 
 log = logging.getLogger("gateway.payments")

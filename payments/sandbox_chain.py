@@ -15,7 +15,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from payments.currencies import CURRENCIES, Currency, coins, dec
 from payments.provider import Invoice, PaymentState, Provider, ms
-from storage.accounts import now_utc
+from storage.clock import now_utc
 from storage.orders import ChainStore
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"

@@ -20,7 +20,7 @@ from payments.currencies import CURRENCIES, Currency, cents, payment_uri, usd_wo
 from payments.nowpayments import NowPayments
 from payments.provider import Provider, ProviderError, ms
 from payments.sandbox_chain import SandboxChain
-from storage.accounts import now_utc
+from storage.clock import now_utc
 from storage.orders import FINAL, ChainStore, OrderStore
 
 log = logging.getLogger("gateway.payments")

@@ -1,19 +1,17 @@
 """Accounts: identity, credit balance (unleased part) and payment totals."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from bson import ObjectId
 from pymongo import ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
+from storage.clock import now_utc
+
 
 class DuplicateEmail(Exception):
     pass
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 def funding(credits: int) -> dict:

@@ -5,19 +5,16 @@ Exactly once per crossing: the event of a crossing has an id derived from the ru
 conditional update (the re-arm) only once its current crossing has fired (`fired_seq`).
 """
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from pymongo import ASCENDING, IndexModel, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 
 from storage.caps import Caps
+from storage.clock import now_utc
 
 INDEXES = [IndexModel([("account_id", ASCENDING)]), IndexModel([("changed_at", ASCENDING)])]
 POLL_OVERLAP = timedelta(seconds=2)  # writers stamp with their own clocks (as accounting/coherence.py polls)
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 class AlertStore:

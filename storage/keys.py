@@ -9,7 +9,7 @@ from datetime import datetime
 from pymongo import ReturnDocument, UpdateMany, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 
-from storage.accounts import now_utc
+from storage.clock import now_utc
 
 TOUCH_CHUNK = 10  # key ids per last_used_at statement (touch)
 

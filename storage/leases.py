@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pymongo import ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 
-from storage.accounts import now_utc
+from storage.clock import now_utc
 from storage.usage import UsageStore
 
 log = logging.getLogger("gateway.leases")

@@ -12,15 +12,13 @@ Every write that decides something is conditional, so two processes (or two requ
 win: a time step is used once, a recovery code is spent once, a login challenge opens one session, a reset
 link changes the password once."""
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from pymongo import ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
+from storage.clock import now_utc
 
 
 class SignInStore:

@@ -19,6 +19,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
 from storage.caps import Caps
+from storage.clock import now_utc
 from storage.expiry import Expiry
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -26,10 +27,6 @@ ACTIVE, INACTIVE, PAUSED = "active", "inactive", "paused_balance"  # a rule's st
 PAUSED_BUDGET = "paused_budget"  # its key's credit budget cannot pay for a poll: until the next period or a raise
 SUSPENDED = "suspended"  # its account is suspended by an admin: until it is resumed
 LIVE = (ACTIVE, PAUSED, PAUSED_BUDGET, SUSPENDED)  # switched on (is_effect 1), polled or waiting to be
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 class StreamStore:

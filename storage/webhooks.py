@@ -12,6 +12,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
 from storage.caps import Caps
+from storage.clock import now_utc
 
 INDEXES = {
     "webhook_endpoints": [IndexModel([("account_id", ASCENDING), ("created_at", DESCENDING)])],
@@ -26,10 +27,6 @@ INDEXES = {
 }
 LOG_ATTEMPTS = 20  # attempts kept per delivery for the log
 NEVER = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 class WebhookStore:

@@ -17,8 +17,8 @@ from typing import Protocol
 
 import orjson
 
-from accounting.cache import LoadingCache
-from accounting.metrics import Metrics
+from runtime.cache import LoadingCache
+from runtime.metrics import Metrics
 from storage.streams import StreamStore
 from streams.rules import message, millis
 

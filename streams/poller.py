@@ -20,7 +20,7 @@ import logging
 import math
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from urllib.parse import quote
 
 from accounting.budgets import BudgetExhausted
@@ -31,6 +31,7 @@ from alerts import rules as alert_kinds
 from config.settings import Settings
 from metering.pricing import Prices
 from social.upstream import UpstreamClient, UpstreamError
+from storage.clock import now_utc
 from storage.streams import ACTIVE, INACTIVE, PAUSED, PAUSED_BUDGET, StreamStore
 from streams import rules as polls
 from streams.hub import Hub
@@ -43,10 +44,6 @@ CONCURRENT = 200  # polls under way per process
 MAX_PAGES = 5  # pages one poll may read (100 tweets); a busier interval's older part is a gap the next polls read
 MAX_GAPS = 20  # gaps a rule may have waiting (a rule always busier than MAX_PAGES a poll loses the oldest)
 IDLE_SECONDS = 1.0  # the longest a process waits between looks for due polls when none is due
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 class Poller:

@@ -1,5 +1,6 @@
-"""What the tests share besides fixtures (those are in conftest.py): test settings, the sandbox
-queries, a recording upstream, and the gateway as a real process (the harness bench/ uses too)."""
+"""What the tests share besides fixtures (those are the gateway_testing plugin's): test settings, the sandbox
+queries, a recording upstream, accounts on a gateway process, a webhook receiver. The settings, the JSON client,
+the gateway process and the SMTP inbox the fixtures use too are gateway_testing/helpers.py's, offered here as well."""
 
 import asyncio
 import time
@@ -10,35 +11,31 @@ import orjson
 import tornado.httpserver
 import tornado.testing
 import tornado.web
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
-import config
-from app.embedded import free_port
-from bench.stack import GatewayProcess, gateway_env
+from gateway_testing.helpers import FAST, PASSWORD, UPSTREAM_KEY, Gateway, Inbox, balance, gathered, make_settings
 from social.upstream import Breaker, UpstreamClient
 from storage import db as database
 from storage.usage import UsageStore
 
-UPSTREAM_KEY = "test-upstream-key"
-PASSWORD = "correct horse battery"
-FAST = ({"name": "fast", "min_paid_usd": 0, "qps": 100000},)  # a plan without a QPS limit to speak of
-
-
-def make_settings(**overrides) -> config.Settings:
-    """Test settings: cheap password hashing, a fresh database per test, no environment."""
-    base = dict(
-        jwt_secret="j" * 40,
-        secrets_key="s" * 40,
-        password_scrypt_n=2**10,
-        mongodb_db=f"t_{uuid.uuid4().hex[:12]}",
-        upstream_api_key=UPSTREAM_KEY,
-        data_dir="/nonexistent",
-        port=0,
-        # Tests that count charges or provider calls mean live reads: the answer cache is off unless a test
-        # turns it on (tests/test_answer_cache.py). Identical calls in flight at once still make one call.
-        cache_max_bytes=0,
-    )
-    return config.load(environ={}, **{**base, **overrides})
+__all__ = [
+    "FAST",
+    "PASSWORD",
+    "UPSTREAM_KEY",
+    "Gateway",
+    "Inbox",
+    "Receiver",
+    "SearchProvider",
+    "account_with_keys",
+    "balance",
+    "count_key_lookups",
+    "gathered",
+    "ledger_of",
+    "make_settings",
+    "qs",
+    "recorder",
+    "use_upstream",
+    "valid_query",
+]
 
 
 # --- the data plane ----------------------------------------------------------------------------------
@@ -111,46 +108,6 @@ async def recorder(status=200, body=b'{"status":"success","msg":"","data":{"id":
     return server, f"http://127.0.0.1:{port}", seen
 
 
-# --- the gateway as a process --------------------------------------------------------------------------
-class Gateway(GatewayProcess):
-    """bench/stack.py's process harness with an async client, for tests running on the event loop."""
-
-    started: list["Gateway"] = []  # killed after each test, whatever its outcome (conftest.reap_gateways)
-
-    def __init__(self, mongo_uri: str, upstream_url: str, db_name: str, port: int = 0, workers: int = 1, **env):
-        super().__init__(
-            # The answer cache off, as in make_settings, unless the test turns it on.
-            gateway_env(
-                mongo_uri,
-                db_name,
-                upstream_url,
-                UPSTREAM_KEY,
-                **{"FLUSH_INTERVAL": "0.3", "CACHE_MAX_BYTES": "0", **env},
-            ),
-            port,
-            workers,
-        )
-
-    async def launch(self) -> "Gateway":
-        """Starts the process without blocking the event loop (in-process gateways keep serving meanwhile)."""
-        Gateway.started.append(self)
-        await asyncio.to_thread(self.start)
-        return self
-
-    async def call(self, method: str, path: str, body=None, **headers):
-        response = await AsyncHTTPClient(max_clients=100).fetch(
-            HTTPRequest(
-                self.url + path,
-                method=method,
-                body=orjson.dumps(body) if body is not None else None,
-                headers=headers,
-                request_timeout=30,
-            ),
-            raise_error=False,
-        )
-        return response
-
-
 async def account_with_keys(gw: Gateway, credits: int, keys: int) -> tuple[dict, list[str], dict]:
     """A new account on `gw` with `keys` API keys and `credits` (a development top-up): (user, secrets, auth headers)."""
     user = orjson.loads(
@@ -192,15 +149,6 @@ class _Hook(tornado.web.RequestHandler):
         self.finish(b"ok")
 
 
-async def gathered(items: list, count: int, seconds: float = 20.0) -> list:
-    """Waits until `items` (filled by a receiver) holds `count` (not a timing assertion: a bound on a hang)."""
-    for _ in range(int(seconds / 0.05)):
-        if len(items) >= count:
-            break
-        await asyncio.sleep(0.05)
-    return items
-
-
 class Receiver:
     """A real webhook receiver on loopback: each delivery is verified with the `standardwebhooks` verifier under
     `secret` (set once the endpoint's secret is known); answers `status` (a test may change it)."""
@@ -234,31 +182,6 @@ class Receiver:
 
     def stop(self) -> None:
         self.server.stop()
-
-
-class Inbox:
-    """A real SMTP server in this process (aiosmtpd, in its own thread): every message it accepts."""
-
-    def __init__(self):
-        from aiosmtpd.controller import Controller
-
-        inbox = self
-        self.messages: list[dict] = []
-
-        class Handler:
-            async def handle_DATA(self, server, session, envelope):
-                inbox.messages.append({"to": envelope.rcpt_tos, "data": envelope.content.decode()})
-                return "250 OK"
-
-        self.port = free_port()  # held: no other test process can take it before the controller binds it
-        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
-        self.controller.start()
-
-    async def until(self, count: int) -> list[dict]:
-        return await gathered(self.messages, count)
-
-    def stop(self) -> None:
-        self.controller.stop()
 
 
 def count_key_lookups(ctx, monkeypatch) -> list[str]:

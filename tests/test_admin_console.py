@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from support import FAST
+from support import FAST, balance
 
 pytestmark = [pytest.mark.gen_test(timeout=90), pytest.mark.settings(admin_emails="boss@example.com")]
 ADMIN = "boss@example.com"
@@ -20,10 +20,6 @@ async def admin_token(api, ctx) -> str:
 
 def info(catalog) -> str:
     return f"/social/user/info?userName={catalog['users'][0]['userName']}"
-
-
-async def balance(api, user) -> int:
-    return (await api.call("GET", "/account", token=user["token"]))[1]["credits"]
 
 
 async def test_only_admins_act_on_accounts(api, ctx):

@@ -23,7 +23,7 @@ from tornado.testing import bind_unused_port
 
 from payments.crediting import plan_change
 from payments.provider import SIGNATURE_HEADER, PaymentState, ms, sign
-from storage.accounts import now_utc
+from storage.clock import now_utc
 from storage.orders import CONFIRMED, FINAL, STATUSES
 
 pytestmark = pytest.mark.gen_test(timeout=30)

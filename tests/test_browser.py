@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from bench.stack import Stack, request
+from gateway_testing.stack import Stack, request
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 PASSWORD = "portal password 1"

@@ -15,7 +15,7 @@ import test_browser
 from support import Inbox
 from test_browser import PASSWORD, expect, register, shot
 
-from bench.stack import Stack
+from gateway_testing.stack import Stack
 
 pytestmark = test_browser.pytestmark  # skipped, with the reason, without Chromium
 browser, watched = test_browser.browser, test_browser.watched  # the same fixtures, on this module's stack

@@ -1,10 +1,10 @@
-"""LoadingCache (accounting/cache.py) with fake async loaders and an injected clock."""
+"""LoadingCache (runtime/cache.py) with fake async loaders and an injected clock."""
 
 import asyncio
 
 import pytest
 
-from accounting.cache import LoadingCache
+from runtime.cache import LoadingCache
 
 
 class Clock:

@@ -21,7 +21,7 @@ from tornado.httpclient import AsyncHTTPClient
 
 import config
 from app.embedded import free_port
-from bench.stack import wait_for
+from gateway_testing.stack import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEPLOY = os.path.join(ROOT, "deploy")
@@ -44,6 +44,15 @@ def test_compose_file_is_complete():
     if shutil.which("docker-compose"):  # the compose schema itself, where the client is installed
         checked = subprocess.run(["docker-compose", "-f", "deploy/compose.yaml", "config", "-q"], cwd=ROOT)
         assert checked.returncode == 0
+
+
+def test_the_image_copies_every_package_the_service_imports():
+    """The Dockerfile names each folder it builds the wheel from: a package left out is missing from the image, and
+    `serve` fails there at its first import (alerts/, streams/ and webhooks/ once were)."""
+    dockerfile = open(os.path.join(ROOT, "Dockerfile")).read()
+    copied = set(re.findall(r"^COPY (\w+) \1$", dockerfile, re.M))
+    packages = {p for p in os.listdir(ROOT) if os.path.exists(os.path.join(ROOT, p, "__init__.py"))}
+    assert packages - {"tests", "bench", "gateway_testing"} <= copied, sorted(packages - copied)
 
 
 def nginx_test(text: str, tmp_path) -> subprocess.CompletedProcess:

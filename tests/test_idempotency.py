@@ -11,7 +11,7 @@ import orjson
 import pytest
 import tornado.httpserver
 import tornado.web
-from support import FAST, use_upstream
+from support import FAST, balance, use_upstream
 from tornado.testing import bind_unused_port
 
 from handlers.openapi_operations import OPERATIONS
@@ -50,10 +50,6 @@ PATH = "/social/user/info?userName=someone"
 
 async def usage(api, user) -> list[dict]:
     return (await api.call("GET", "/usage", token=user["token"]))[1]
-
-
-async def balance(api, user) -> int:
-    return (await api.call("GET", "/account", token=user["token"]))[1]["credits"]
 
 
 @pytest.mark.settings(plan_rules=FAST)

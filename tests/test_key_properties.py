@@ -14,7 +14,7 @@ import pytest
 import tornado.httpserver
 import tornado.testing
 from pymongo import monitoring
-from support import FAST, Gateway, account_with_keys, ledger_of
+from support import FAST, Gateway, account_with_keys, balance, ledger_of
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 import gateway
@@ -35,10 +35,6 @@ def info(catalog) -> str:
 
 def future(seconds: float) -> str:
     return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
-
-
-async def balance(api, user) -> int:
-    return (await api.call("GET", "/account", token=user["token"]))[1]["credits"]
 
 
 async def keyed(api, credits: int = 1_000_000, **properties) -> tuple[dict, dict]:

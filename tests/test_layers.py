@@ -23,11 +23,12 @@ LAYERS = [
     ["social"],
     ["storage"],
     ["security"],
+    ["runtime"],
     ["config"],
     ["metering"],
 ]
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
-OWN = set(RANK) | {"sandbox", "bench", "tests"}
+OWN = set(RANK) | {"sandbox", "bench", "tests", "gateway_testing"}
 
 
 def project_imports(path: pathlib.Path) -> list[tuple[int, str]]:

@@ -24,8 +24,9 @@ import gateway
 from app.context import build_context
 from app.embedded import EmbeddedMongo, free_port
 from config import logs
-from handlers import accesslog, ops
-from handlers.accesslog import AccessLog
+from handlers import ops
+from runtime import accesslog
+from runtime.accesslog import AccessLog
 from social.endpoints import ENDPOINTS
 
 pytestmark = [pytest.mark.gen_test(timeout=60), pytest.mark.settings(admin_emails="ops-admin@example.com")]
@@ -417,7 +418,7 @@ async def test_access_log_lines_carry_no_secrets(api, ctx, catalog, caplog):
 
 
 def test_batched_access_lines_are_the_lines_logging_would_write():
-    """handlers/accesslog.py formats its lines itself (off the request path): byte for byte what the
+    """runtime/accesslog.py formats its lines itself (off the request path): byte for byte what the
     `logging` setup of gateway.main would have written for the same record."""
     stream, expected = io.StringIO(), io.StringIO()
     access = AccessLog(stream)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from support import FAST, qs, recorder, use_upstream, valid_query
+from support import FAST, balance, qs, recorder, use_upstream, valid_query
 
 from social.endpoints import BY_PATH
 
@@ -25,10 +25,6 @@ DOCUMENTED_PRICE = {
     "/user/check_follow_relationship": lambda items: 100,
     "/article": lambda items: 100,
 }
-
-
-async def balance(api, user) -> int:
-    return (await api.call("GET", "/account", token=user["token"]))[1]["credits"]
 
 
 @pytest.mark.settings(plan_rules=FAST)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from app.embedded import free_port
-from bench.stack import ROOT, wait_for
+from gateway_testing.stack import ROOT, wait_for
 
 # Another test process: one port 0 bind after another, as every server that picks its own port does (the SMTP
 # inbox did), and a plain bind of the port itself; prints whether either ever got `port`.

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
-from support import FAST, count_key_lookups, qs, recorder, use_upstream, valid_query
+from support import FAST, balance, count_key_lookups, qs, recorder, use_upstream, valid_query
 
 import gateway
 from app import tasks
@@ -20,10 +20,6 @@ from storage.usage import UsageStore
 pytestmark = pytest.mark.gen_test(timeout=60)
 
 AVAILABLE = [e for e in ENDPOINTS if e.available]
-
-
-async def balance(api, user) -> int:
-    return (await api.call("GET", "/account", token=user["token"]))[1]["credits"]
 
 
 @pytest.mark.settings(plan_rules=FAST)

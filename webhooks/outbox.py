@@ -25,6 +25,7 @@ import orjson
 from config.settings import Settings
 from security.apikeys import KeyVault
 from storage.accounts import AccountStore
+from storage.clock import now_utc
 from storage.webhooks import NEVER, WebhookStore
 from webhooks.mail import Mailer
 from webhooks.sender import Outcome, Sender
@@ -54,10 +55,6 @@ def payload(event: dict) -> bytes:
 
 def secret_aad(endpoint_id: str) -> str:
     return f"webhook:{endpoint_id}"
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 class Outbox:
