@@ -186,7 +186,7 @@ class Calls:
             if source == MISS and fetched.data:
                 fetched.claim = key
         if cursor and endpoint.paged and worth and key is not None:  # a crawl's first page cannot loop
-            self._guard(fetched, endpoint, query, cursor, provided.following)
+            self._guard(fetched, key, cursor, provided.following)
         if source == MISS and key is not None:
             self.metrics.cache_requests[MISS] += 1
         return fetched
@@ -319,11 +319,11 @@ class Calls:
         return Provided(response, status, items, page, following), MISS
 
     # --- the crawl guard -----------------------------------------------------------------------------
-    def _guard(self, fetched: Fetched, endpoint: Endpoint, query: str, cursor: str, following: str) -> None:
+    def _guard(self, fetched: Fetched, key: str, cursor: str, following: str) -> None:
         """A page whose next cursor (`following`, read with its count) is the one it was asked with, or one its
         crawl already followed to another page, ends the crawl: served with no next page, not charged, not kept.
         Only such a page is parsed (to rewrite it): parsing every paged answer cost a quarter of a call's CPU."""
-        crawl = (fetched.reservation.account_id, answer_key(endpoint.path, _without_cursor(query)))
+        crawl = (fetched.reservation.account_id, _without_cursor(key))
         if not self.crawls.repeats(crawl, cursor, following):
             return
         try:
@@ -409,5 +409,9 @@ def _seen(task: asyncio.Future) -> None:
         task.exception()  # a late claim's failure: nobody waits for it any more
 
 
-def _without_cursor(query: str) -> str:
-    return "&".join(part for part in query.split("&") if not part.startswith("cursor="))
+def _without_cursor(key: str) -> str:
+    """A crawl's key: its answer key (the query in its normal form) without the cursor. The normal form is the
+    forwarded query's pairs sorted by name, so leaving out the cursor's pair there gives the normal form of the
+    query without it; the query is not parsed and encoded again."""
+    path, _, query = key.partition("?")
+    return path + "?" + "&".join(part for part in query.split("&") if not part.startswith("cursor="))
