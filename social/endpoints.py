@@ -499,11 +499,12 @@ def count_items(endpoint: Endpoint, body: dict) -> int:
 # does its results field hold; the crawl guard a third: the page's next cursor. Parsing a 36 KB page into
 # Python objects to learn them cost ~0.25 ms per call. simdjson validates the whole document (structure,
 # UTF-8, number ranges) at SIMD speed and hands out lazy proxies, so reading the status, the length of one
-# array and the next cursor builds nothing else: ~25 us for a 20-post page where the full parse took ~120 us. (msgspec with a struct per envelope and raw items took
-# ~40 us but does not check UTF-8 in skipped strings; adding that check cost another ~25 us.) Whatever
-# simdjson refuses or reads differently from orjson (a byte-order mark, duplicate keys, 64-bit limits)
-# goes to the full parse, so both paths give the same answer; tests/test_answer_reading.py compares
-# them over every page of every sandbox endpoint.
+# array and the next cursor builds nothing else: ~25 us for a 20-post page where the full parse took
+# ~120 us. (msgspec with a struct per envelope and raw items took ~40 us but does not check UTF-8 in
+# skipped strings; adding that check cost another ~25 us.) Whatever simdjson refuses or reads differently
+# from orjson (a byte-order mark, duplicate keys, 64-bit limits, an object or array where the next cursor
+# belongs) goes to the full parse, so both paths give the same answer; tests/test_answer_reading.py
+# compares them over every page of every sandbox endpoint.
 _PARSER = simdjson.Parser()  # reused: one document at a time, read before the next parse
 _BOM = b"\xef\xbb\xbf"
 # The provider's error statuses: "error" everywhere, "failed" too on `article` (its documentation).
