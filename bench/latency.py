@@ -5,13 +5,13 @@ echo module serves one recorded sandbox page (a 20-post `advanced_search` answer
 `fixed` 0.7 s or a `longtail` delay per call (256 buckets of a lognormal, median 0.6 s, sigma 0.55, clamped at
 1.8 s: mean 0.69 s; each call names its bucket, so every run draws the same delays: `request_plan`), or the same
 long tail drawn at random per call (`random`: as a customer's load test would draw it; the provider picks the
-bucket from its own request id). The reference is nginx `proxy_pass` with a keep-alive pool to the same provider. wrk drives
-each scenario closed loop (every connection one call in flight: 400 and 800 in flight, and 600 and 1,200 against
-`serve --workers 2` and nginx with 2 workers), the reference then the gateway, back to back. Reported per
-scenario: 2xx answers/s and the ratio, p50/p99 and the gateway's added ms, errors by status and socket errors,
-the CPU ms per call of the gateway and of the reference (their processes' /proc times over the measured run), the
-gateway's RSS growth per call in flight, and the goals met or missed. Throughput is
-counted over the whole seconds of each measured run after its first two: wrk opens every connection at once,
+bucket from its own request id). The reference is nginx `proxy_pass` with a keep-alive pool to the same
+provider. wrk drives each scenario closed loop (every connection one call in flight: 400 and 800 in flight,
+and 600 and 1,200 against `serve --workers 2` and nginx with 2 workers), the reference then the gateway, back
+to back. Reported per scenario: 2xx answers/s and the ratio, p50/p99 and the gateway's added ms, errors by
+status and socket errors, the CPU ms per call of the gateway and of the reference (their processes' /proc
+times over the measured run), the gateway's RSS growth per call in flight, and the goals met or missed.
+Throughput is counted over the whole seconds of each measured run after its first two: wrk opens every connection at once,
 and those a full listen queue turned away come a SYN retry (1-3 s) later, a start-up effect reported apart.
 
 The gateway runs with DEFAULT settings but for a plan that allows the rate (1,000/s per key, 10,000/s per
@@ -699,8 +699,8 @@ def report(result: dict) -> str:
         lines += [
             "",
             "| delay | in flight | gateway procs | nginx 2xx/s | gateway 2xx/s | ratio | p50 nginx / gateway (added) "
-            "| p99 nginx / gateway (added) | gateway errors | CPU/answer nginx / gateway | RSS per call in flight: from idle / "
-            "per further call |",
+            "| p99 nginx / gateway (added) | gateway errors | CPU/answer nginx / gateway "
+            "| RSS per call in flight: from idle / per further call |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for s in result["scenarios"]:
@@ -715,9 +715,9 @@ def report(result: dict) -> str:
         lines += [
             "",
             "wrk closed loop (every connection one call in flight). p50/p99 are wrk's, over every answer (a quick 429 "
-            "counts too); CPU per answer: of the reference's and the gateway's processes (/proc, user + system, over the "
-            "measured run); `random`: the long tail's delays drawn at random per call; RSS per call in flight: the gateway's "
-            "RSS under load minus its RSS idle, divided by the calls in flight (what serving at all costs once "
+            "counts too); CPU per answer: of the reference's and the gateway's processes (/proc, user + system, over "
+            "the measured run); `random`: the long tail's delays drawn at random per call; RSS per call in flight: "
+            "the gateway's RSS under load minus its RSS idle, divided by the calls in flight (what serving at all costs once "
             "included), and per further call: the RSS difference from the level above on the same processes, "
             "divided by the difference in calls in flight (the goal is judged on it).",
         ]
