@@ -3,12 +3,15 @@
 The provider answers in ~0.7 s (reference.md, "The provider's latency and the real load"): an nginx with the
 echo module serves one recorded sandbox page (a 20-post `advanced_search` answer) after `echo_sleep`, either a
 `fixed` 0.7 s or a `longtail` delay per call (256 buckets of a lognormal, median 0.6 s, sigma 0.55, clamped at
-1.8 s: mean 0.69 s; each call names its bucket, so every run draws the same delays: `request_plan`). The reference is nginx `proxy_pass` with a keep-alive pool to the same provider. wrk drives
-each scenario closed loop (every connection one call in flight: 400 and 800 in flight, and 600 and 1,200 against
-`serve --workers 2` and nginx with 2 workers), the reference then the gateway, back to back. Reported per
-scenario: 2xx answers/s and the ratio, p50/p99 and the gateway's added ms, errors by status and socket errors,
-the gateway's CPU ms per call and its RSS growth per call in flight, and the goals met or missed. Throughput is
-counted over the whole seconds of each measured run after its first two: wrk opens every connection at once,
+1.8 s: mean 0.69 s; each call names its bucket, so every run draws the same delays: `request_plan`), or the same
+long tail drawn at random per call (`random`: as a customer's load test would draw it; the provider picks the
+bucket from its own request id). The reference is nginx `proxy_pass` with a keep-alive pool to the same
+provider. wrk drives each scenario closed loop (every connection one call in flight: 400 and 800 in flight,
+and 600 and 1,200 against `serve --workers 2` and nginx with 2 workers), the reference then the gateway, back
+to back. Reported per scenario: 2xx answers/s and the ratio, p50/p99 and the gateway's added ms, errors by
+status and socket errors, the CPU ms per call of the gateway and of the reference (their processes' /proc
+times over the measured run), the gateway's RSS growth per call in flight, and the goals met or missed.
+Throughput is counted over the whole seconds of each measured run after its first two: wrk opens every connection at once,
 and those a full listen queue turned away come a SYN retry (1-3 s) later, a start-up effect reported apart.
 
 The gateway runs with DEFAULT settings but for a plan that allows the rate (1,000/s per key, 10,000/s per
@@ -24,7 +27,8 @@ provider's, and whether the credits charged equal the `X-Credits-Charged` of the
 Installs nginx, its echo module and wrk with apt-get when they are missing and it runs as root (all three
 are needed: there is no fallback). Writes bench/results/latency.json; `--readme` puts the table into docs/benchmarks.md.
 
-    ./dev bench --latency                       # everything, about 10 minutes (30 s per measured run)
+    ./dev bench --latency                       # everything, about 15 minutes (30 s per measured run)
+    ./dev bench --latency --models longtail,random --no-workers --scenario closed --connections 800
     ./dev bench --latency --seconds 2 --warmup 1 --connections 50 --models longtail --no-workers --scenario closed
     [--loop asyncio|uvloop] [--lift-caps] [--timeout 10] [--workers-connections 600,1200] [--readme]
 """
@@ -174,9 +178,13 @@ TEMP_PATHS = " ".join(
 )
 
 
+# The provider's server of each delay model (random: the long tail's server, its delays drawn at random per call).
+PORT_OF = {"fixed": "fixed", "longtail": "longtail", "random": "longtail"}
+
+
 @dataclasses.dataclass
 class Scenario:
-    model: str  # fixed | longtail
+    model: str  # fixed | longtail | random
     workers: int  # gateway processes, and nginx worker_processes of the reference
     connections: int
 
@@ -305,16 +313,23 @@ def customer(gateway_url: str, email: str, keys: int) -> tuple[str, list[str]]:
     return user["token"], secrets
 
 
-def request_plan(keys: list[str]) -> list[tuple[str, str]]:
+def request_plan(keys: list[str], model: str = "longtail") -> list[tuple[str, str]]:
     """The data path of the gateway's customers, the same for the reference (which ignores the key).
 
     Each call names its long-tail delay bucket (`cursor=dXX`, which the provider maps to the delay): every 256
     calls in a row take each bucket once, in an order that spreads short and long delays evenly (a stride of 97,
     prime to 256). So every run, the reference's and the gateway's alike, draws the same delays in the same
     proportions: a p50 compared between two runs differs by what the server in front added, not by which delays
-    chance dealt each run (drawn at random, 30 s of calls moved the median by ~3 ms either way)."""
+    chance dealt each run (drawn at random, 30 s of calls moved the median by ~3 ms either way).
+
+    `random`: the same calls with cursors the provider does not know (`r` for `d`): it draws each call's delay
+    at random, as a customer's load test would meet it."""
+    prefix = "r" if model == "random" else "d"
     return [
-        (f"/social/tweet/advanced_search?query=from%3Auser{i % 100}&cursor=d{i * 97 % 256:02x}", keys[i % len(keys)])
+        (
+            f"/social/tweet/advanced_search?query=from%3Auser{i % 100}&cursor={prefix}{i * 97 % 256:02x}",
+            keys[i % len(keys)],
+        )
         for i in range(len(keys) * 256)
     ]
 
@@ -352,7 +367,8 @@ def steady_per_s(by_second: dict[str, int]) -> float:
 
 
 def closed_loop(port: int, plan: list[tuple[str, str]], args, connections: int, pids: list[int] = ()) -> dict:
-    """A warm-up, then the measured wrk run; with `pids` (the gateway) also its CPU and RSS under load."""
+    """A warm-up, then the measured wrk run; with `pids` (the server's processes) also their CPU and RSS under
+    load."""
     wrk(port, plan, args.warmup, connections, timeout=args.timeout)
     seconds = args.seconds + SETTLE
     before = [cpu_seconds(p) for p in pids]
@@ -413,7 +429,7 @@ def compare(
     }
     if previous is not None:
         goals["RSS grows <= 50 KB per call in flight"] = result["rss_kb_per_added_call"] <= 50
-    if scenario.model == "longtail":
+    if scenario.model != "fixed":
         goals["p99 <= nginx + 50 ms"] = result["added_p99_ms"] <= 50
     result["goals"] = goals
     return result
@@ -421,11 +437,12 @@ def compare(
 
 def run_group(work, mongo, provider_ports, model, workers, connections, keys, args) -> list[dict]:
     """One gateway and one reference for a (model, workers) pair, measured at each connection count."""
-    upstream = f"http://127.0.0.1:{provider_ports[model]}"
-    reference, reference_port = start_reference(work, provider_ports[model], workers)
+    upstream = f"http://127.0.0.1:{provider_ports[PORT_OF[model]]}"
+    reference, reference_port = start_reference(work, provider_ports[PORT_OF[model]], workers)
+    reference_pids = [reference.pid, *children(reference.pid)]  # the master and its workers
     gateway, pids = start_gateway(work, mongo, workers, gateway_settings(upstream, args))
     try:
-        plan = request_plan(keys)
+        plan = request_plan(keys, model)
         for path, key in plan[: len(keys)]:  # each key once: its cache entry and its account's lease
             request("GET", gateway.url + path, headers={"X-API-Key": key, "Cache-Control": "no-cache"})
         time.sleep(1)
@@ -434,7 +451,7 @@ def run_group(work, mongo, provider_ports, model, workers, connections, keys, ar
         for n in connections:
             scenario = Scenario(model, workers, n)
             print(f"bench: {scenario.name}...", file=sys.stderr, flush=True)
-            nginx = closed_loop(reference_port, plan, args, n)
+            nginx = closed_loop(reference_port, plan, args, n, reference_pids)
             figures = closed_loop(gateway.port, plan, args, n, pids)
             results.append(compare(scenario, nginx, figures, rss_idle, previous))
             previous = (n, figures["rss_under_load"])
@@ -662,6 +679,10 @@ def _errors(s: dict) -> str:
     return text
 
 
+def _cpu(figures: dict) -> str:
+    return f"{figures['cpu_ms_per_call']:.2f}" if "cpu_ms_per_call" in figures else "–"  # a run before nginx's
+
+
 def _slope(s: dict) -> str:
     return f"{s['rss_kb_per_added_call']:.0f} KB" if "rss_kb_per_added_call" in s else "–"
 
@@ -678,8 +699,8 @@ def report(result: dict) -> str:
         lines += [
             "",
             "| delay | in flight | gateway procs | nginx 2xx/s | gateway 2xx/s | ratio | p50 nginx / gateway (added) "
-            "| p99 nginx / gateway (added) | gateway errors | CPU/answer | RSS per call in flight: from idle / "
-            "per further call |",
+            "| p99 nginx / gateway (added) | gateway errors | CPU/answer nginx / gateway "
+            "| RSS per call in flight: from idle / per further call |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for s in result["scenarios"]:
@@ -688,14 +709,15 @@ def report(result: dict) -> str:
                 f"| {s['model']} | {s['connections']} | {s['workers']} | {n['ok_per_s']:.0f} | {g['ok_per_s']:.0f} | "
                 f"**{s['ratio_2xx']:.2f}** | {n['p50_ms']:.0f} / {g['p50_ms']:.0f} ({s['added_p50_ms']:+.0f} ms) | "
                 f"{n['p99_ms']:.0f} / {g['p99_ms']:.0f} ({s['added_p99_ms']:+.0f} ms) | {_errors(s)} | "
-                f"{g['cpu_ms_per_call']:.2f} ms | {s['rss_kb_per_call_in_flight']:.0f} KB / "
+                f"{_cpu(n)} / {g['cpu_ms_per_call']:.2f} ms | {s['rss_kb_per_call_in_flight']:.0f} KB / "
                 f"{_slope(s)} |"
             )
         lines += [
             "",
             "wrk closed loop (every connection one call in flight). p50/p99 are wrk's, over every answer (a quick 429 "
-            "counts too); CPU per answer of the gateway's processes (/proc); RSS per call in flight: the gateway's "
-            "RSS under load minus its RSS idle, divided by the calls in flight (what serving at all costs once "
+            "counts too); CPU per answer: of the reference's and the gateway's processes (/proc, user + system, over "
+            "the measured run); `random`: the long tail's delays drawn at random per call; RSS per call in flight: "
+            "the gateway's RSS under load minus its RSS idle, divided by the calls in flight (what serving at all costs once "
             "included), and per further call: the RSS difference from the level above on the same processes, "
             "divided by the difference in calls in flight (the goal is judged on it).",
         ]

@@ -80,7 +80,11 @@ def main() -> None:
     parser.add_argument(
         "--latency", action="store_true", help="a slow provider, the gateway vs nginx proxy_pass (bench/latency.py)"
     )
-    parser.add_argument("--models", default="fixed,longtail", help="--latency: the provider's delay models")
+    parser.add_argument(
+        "--models",
+        default="fixed,longtail,random",
+        help="--latency: the provider's delay models (random: the long tail drawn at random per call)",
+    )
     parser.add_argument("--warmup", type=float, default=3, help="--latency: seconds of warm-up before each run")
     parser.add_argument("--timeout", type=float, default=10, help="--latency: wrk's timeout per call, seconds")
     parser.add_argument(

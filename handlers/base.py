@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import tornado.web
 from pymongo.errors import ConnectionFailure
+from tornado import httputil
 
 from handlers.context import Context
 from handlers.errors import REASONS, ApiError, ValidationError, error, missing, portal_error
@@ -121,11 +122,28 @@ def admin_only(method):
 class Anonymous(tornado.web.RequestHandler):
     """No `Server` header on any answer (Tornado's names its version: nothing to tell a scanner). clear() is
     where Tornado sets it, for every answer and again before an error page; every handler of the application
-    derives from this one, the static files' included (portal/pages.py)."""
+    derives from this one, the static files' included (portal/pages.py).
+
+    clear() is Tornado's own (RequestHandler.clear) without the Server header, and with the Date formatted once
+    a second: Tornado formats it through email.utils for every answer."""
 
     def clear(self) -> None:
-        super().clear()
-        self.clear_header("Server")
+        self._headers = httputil.HTTPHeaders({"Content-Type": "text/html; charset=UTF-8", "Date": http_date()})
+        self.set_default_headers()
+        self._write_buffer = []
+        self._status_code = 200
+        self._reason = "OK"
+
+
+_DATE = [-1, ""]  # the second http_date last formatted, and its text
+
+
+def http_date() -> str:
+    """The Date header's value for now (RFC 9110's IMF-fixdate), formatted once per second."""
+    now = int(time.time())
+    if now != _DATE[0]:
+        _DATE[:] = now, httputil.format_timestamp(now)
+    return _DATE[1]
 
 
 class BaseHandler(Anonymous):
@@ -159,6 +177,10 @@ class BaseHandler(Anonymous):
     def compute_etag(self) -> None:
         # API answers are not cached by clients; hashing every body would only cost CPU.
         return None
+
+    def check_etag_header(self) -> bool:
+        # Without an ETag no If-None-Match can match (Tornado's own check reads the header to learn as much).
+        return False
 
     def send_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)

@@ -167,6 +167,10 @@ class DataHandler(BaseHandler):
     def error_body(self, status: int, message: str) -> dict:
         return {"status": "error", "msg": message}
 
+    def prepare(self) -> None:
+        """No session: a data call is authenticated by its API key alone (BaseHandler.prepare reads the bearer
+        token and the cookies for the portal)."""
+
     async def get(self) -> None:
         ctx = self.ctx
         if ctx.draining:

@@ -496,23 +496,25 @@ def count_items(endpoint: Endpoint, body: dict) -> int:
 
 # --- reading an answer without building it ---------------------------------------------------------
 # A charge needs two facts of the upstream's answer: does it say "status": "error", and how many items
-# does its results field hold. Parsing a 36 KB page into Python objects to learn them cost ~0.25 ms per
-# call. simdjson validates the whole document (structure, UTF-8, number ranges) at SIMD speed and hands
-# out lazy proxies, so reading the status and the length of one array builds nothing else: ~25 us for a
-# 20-post page where the full parse took ~120 us. (msgspec with a struct per envelope and raw items took
-# ~40 us but does not check UTF-8 in skipped strings; adding that check cost another ~25 us.) Whatever
-# simdjson refuses or reads differently from orjson (a byte-order mark, duplicate keys, 64-bit limits)
-# goes to the full parse, so both paths give the same answer; tests/test_answer_reading.py compares
-# them over every page of every sandbox endpoint.
+# does its results field hold; the crawl guard a third: the page's next cursor. Parsing a 36 KB page into
+# Python objects to learn them cost ~0.25 ms per call. simdjson validates the whole document (structure,
+# UTF-8, number ranges) at SIMD speed and hands out lazy proxies, so reading the status, the length of one
+# array and the next cursor builds nothing else: ~25 us for a 20-post page where the full parse took
+# ~120 us. (msgspec with a struct per envelope and raw items took ~40 us but does not check UTF-8 in
+# skipped strings; adding that check cost another ~25 us.) Whatever simdjson refuses or reads differently
+# from orjson (a byte-order mark, duplicate keys, 64-bit limits, an object or array where the next cursor
+# belongs) goes to the full parse, so both paths give the same answer; tests/test_answer_reading.py
+# compares them over every page of every sandbox endpoint.
 _PARSER = simdjson.Parser()  # reused: one document at a time, read before the next parse
 _BOM = b"\xef\xbb\xbf"
 # The provider's error statuses: "error" everywhere, "failed" too on `article` (its documentation).
 # A tuple, not a set: an untrusted "status" may be an unhashable object (compared, never hashed).
 _ERROR_STATUSES = ("error", "failed")
+_PROXIES = (simdjson.Object, simdjson.Array)
 
 
-def read_answer(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
-    """(says error, items) of an upstream answer; None when it is not a JSON object."""
+def read_answer(endpoint: Endpoint, body: bytes) -> tuple[bool, int, str] | None:
+    """(says error, items, next cursor) of an upstream answer; None when it is not a JSON object."""
     if body[:3] == _BOM:
         return _read_fully(endpoint, body)
     try:
@@ -523,15 +525,18 @@ def read_answer(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
         return None
     if len(set(doc.keys())) != len(doc):  # duplicate keys: orjson keeps the last, simdjson the first
         return _read_fully(endpoint, body)
+    more, cursor = doc.get("has_next_page"), doc.get("next_cursor")
+    if isinstance(more, _PROXIES) or isinstance(cursor, _PROXIES):  # untrusted oddities: read as orjson reads them
+        return _read_fully(endpoint, body)
     results = doc.get(endpoint.results)
     if isinstance(results, (simdjson.Array, simdjson.Object)):
         items = len(results) if isinstance(results, simdjson.Array) else 1 if len(results) else 0
     else:
         items = 1 if results else 0
-    return doc.get("status") in _ERROR_STATUSES, items
+    return doc.get("status") in _ERROR_STATUSES, items, _next_cursor(more, cursor)
 
 
-def _read_fully(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
+def _read_fully(endpoint: Endpoint, body: bytes) -> tuple[bool, int, str] | None:
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -539,8 +544,15 @@ def _read_fully(endpoint: Endpoint, body: bytes) -> tuple[bool, int] | None:
     return read_parsed(endpoint, parsed)
 
 
-def read_parsed(endpoint: Endpoint, parsed) -> tuple[bool, int] | None:
+def read_parsed(endpoint: Endpoint, parsed) -> tuple[bool, int, str] | None:
     """read_answer's facts of an answer already parsed with orjson (for a caller that needs the page itself)."""
     if not isinstance(parsed, dict):
         return None
-    return parsed.get("status") in _ERROR_STATUSES, count_items(endpoint, parsed)
+    following = _next_cursor(parsed.get("has_next_page"), parsed.get("next_cursor"))
+    return parsed.get("status") in _ERROR_STATUSES, count_items(endpoint, parsed), following
+
+
+def _next_cursor(more, cursor) -> str:
+    """The next cursor a page offers, as text ("": none, or has_next_page false)."""
+    following = cursor if more else ""
+    return str(following) if following not in (None, "") else ""
