@@ -2,6 +2,9 @@
 queries, a recording upstream, and the gateway as a real process (the harness bench/ uses too)."""
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from urllib.parse import urlencode
 
@@ -258,3 +261,19 @@ class Inbox:
 
     def stop(self) -> None:
         self.controller.stop()
+
+
+# --- the operator's commands --------------------------------------------------------------------------------
+SCRIPT = os.path.join(os.path.dirname(sys.executable), "social-gateway")  # the installed console script
+
+
+async def cli(*argv: str, **env: str) -> tuple[int, str, str]:
+    """`social-gateway argv...` as an operator runs it, in a shell without the tests' settings:
+    (exit code, stdout, stderr)."""
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    proc = await asyncio.create_subprocess_exec(
+        SCRIPT, *argv, env={**keep, "LOG_LEVEL": "WARNING", **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert b"Traceback" not in err, err.decode()
+    return proc.returncode, out.decode(), err.decode()
