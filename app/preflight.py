@@ -41,6 +41,8 @@ def schema_problem(uri: str, db_name: str) -> str | None:
         schema.bring_forward(client[db_name])
     except schema.SchemaTooNew as exc:
         return str(exc)
+    except PyMongoError as exc:  # the database went away between the ping and here
+        return f"could not check the database's schema version: {type(exc).__name__}"
     finally:
         client.close()
     return None
