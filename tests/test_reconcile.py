@@ -5,6 +5,7 @@ binary stops `serve` with one line (docs/operations.md)."""
 import asyncio
 import uuid
 
+import orjson
 import pymongo
 import pytest
 from support import UPSTREAM_KEY, Gateway, account_with_keys, cli
@@ -22,12 +23,17 @@ async def test_reconcile_names_the_account_whose_credits_were_changed_by_hand(mo
     path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
     users = []
     for _ in range(3):
-        user, (secret,), _ = await account_with_keys(gw, 50_000, 1)
+        user, (secret,), auth = await account_with_keys(gw, 50_000, 1)
         for _ in range(5):
             assert (await gw.call("GET", path, **{"X-API-Key": secret})).code == 200
         users.append(user)
+    # A paid order too (the sandbox chain, as docs/payments.md shows it): its credits are ledger entries.
+    checkout = {"currency": "USDTTRC20", "amount_usd": 25}
+    order = orjson.loads((await gw.call("POST", "/billing/crypto/checkout", checkout, **auth)).body)
+    code, out, err = await cli("sandbox-pay", order["order_id"], "25", **env, UPSTREAM_URL=upstream_url)
+    assert code == 0, out + err
     code, out, err = await cli("reconcile", **env)  # while the gateway serves: leases held, usage buffered or not
-    assert code == 0 and out.startswith("reconcile OK: 3 accounts"), out + err
+    assert code == 0 and out.startswith("reconcile OK: 3 accounts, 1 orders"), out + err
 
     db = pymongo.MongoClient(mongo.uri)[db_name]
     tampered = users[1]
@@ -39,6 +45,12 @@ async def test_reconcile_names_the_account_whose_credits_were_changed_by_hand(mo
     assert "1 differences" in err
 
     db.accounts.update_one({"_id": tampered["account_id"]}, {"$inc": {"credits": -1}})
+    db.orders.update_one({"_id": order["order_id"]}, {"$inc": {"credits_applied": 1}})
+    code, out, err = await cli("reconcile", **env)
+    assert code == 1 and len(out.splitlines()) == 1, out + err
+    assert out.startswith(f"order {order['order_id']} (account {users[2]['account_id']} (s")
+    assert out.strip().endswith("): credits applied 2500001 != its ledger entries 2500000"), out
+    db.orders.update_one({"_id": order["order_id"]}, {"$inc": {"credits_applied": -1}})
     await asyncio.to_thread(gw.stop)
     assert (await cli("reconcile", **env))[0] == 0  # after the stop: leases returned, every record written
 
