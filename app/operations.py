@@ -102,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
     except (Refused, backup.NoSnapshot, backup.ArchiveDamaged) as exc:
         print(f"social-gateway: {args.command}: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # the archive's folder: missing, not writable, full
+        print(f"social-gateway: {args.command}: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        return 1
 
 
 def _target_problem(uri: str) -> str | None:
@@ -147,6 +150,9 @@ def _migrate(db, args) -> int:
     target_client = snapshot.connect(args.to)
     try:
         target = target_client[db.name]
+        target.command("ping")
+        if target_client.address == db.client.address:  # with --force it would drop what it copies from
+            raise Refused(f"the target is the source ({db.name} on the same server)")
         held = backup.nonempty(target)
         if held and not args.force:
             raise Refused(

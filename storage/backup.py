@@ -123,13 +123,17 @@ def dump(db: Database, out: str) -> dict:
                     "indexes": indexes[name],
                 }
         partial = out + ".partial"
-        with tarfile.open(partial, "w:gz") as tar:
-            _add_bytes(tar, "manifest.json", json.dumps(manifest, indent=2, default=str).encode())
-            for name in names:
-                tar.add(os.path.join(work, f"{name}.bson"), arcname=f"{name}.bson")
-        with open(partial, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(partial, out)
+        try:
+            with tarfile.open(partial, "w:gz") as tar:
+                _add_bytes(tar, "manifest.json", json.dumps(manifest, indent=2, default=str).encode())
+                for name in names:
+                    tar.add(os.path.join(work, f"{name}.bson"), arcname=f"{name}.bson")
+            with open(partial, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(partial, out)
+        finally:
+            if os.path.exists(partial):  # a failed pack (a full disk) leaves nothing half-written behind
+                os.unlink(partial)
     return manifest
 
 
@@ -162,6 +166,8 @@ def _decode(fh) -> Iterator[RawBSONDocument]:
 
 
 def manifest_of(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise ArchiveDamaged(f"no such file: {path}")
     try:
         with tarfile.open(path, "r:gz") as tar:
             member = tar.next()
