@@ -115,7 +115,7 @@ async def test_a_backup_taken_under_load_restores_into_a_database_the_gateway_se
             )[1]
             assert len(rules["rules"]) == 10 and all(r["is_effect"] == 1 for r in rules["rules"])
             status, deliveries = await call(
-                restored, "GET", f"/webhooks/{account['endpoint']}/deliveries", **account["auth"]
+                restored, "GET", f"/webhooks/{account['endpoint']}/deliveries?limit=500", **account["auth"]
             )
             tests = [d for d in deliveries if d["type"] == "webhook.test"]  # the rules' tweets have deliveries too
             assert status == 200 and len(tests) == 3, deliveries
