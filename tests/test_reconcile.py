@@ -4,14 +4,17 @@ binary stops `serve` with one line (docs/operations.md)."""
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 
 import orjson
 import pymongo
 import pytest
 from support import UPSTREAM_KEY, Gateway, account_with_keys, cli
 
+from accounting import reconcile
 from app.embedded import free_port
 from bench.stack import GatewayProcess, gateway_env
+from storage import ledger
 
 pytestmark = pytest.mark.gen_test(timeout=120)
 
@@ -36,6 +39,9 @@ async def test_reconcile_names_the_account_whose_credits_were_changed_by_hand(mo
     assert code == 0 and out.startswith("reconcile OK: 3 accounts, 1 orders"), out + err
 
     db = pymongo.MongoClient(mongo.uri)[db_name]
+    # The books as read without a snapshot (a standalone mongod): accounts before and after the usage sum.
+    books = await asyncio.to_thread(ledger.read_books, db, None)
+    assert reconcile.check(books, datetime.now(UTC)).differences == []
     tampered = users[1]
     db.accounts.update_one({"_id": tampered["account_id"]}, {"$inc": {"credits": 1}})
     code, out, err = await cli("reconcile", **env)
