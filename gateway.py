@@ -25,7 +25,7 @@ import config
 from app import commands, workers
 from app.context import build_context
 from app.embedded import DataDirBusy, EmbeddedMongo, Helpers, start_helpers
-from app.preflight import database_problem
+from app.preflight import database_problem, schema_problem
 from app.server import LISTEN_BACKLOG, make_server, port_problem, raise_open_file_limit
 from app.tasks import start_background
 from config import logs
@@ -333,6 +333,11 @@ def run_service(settings: config.Settings, count: int) -> int:
         print(f"social-gateway: {exc}", file=sys.stderr)
         return 1
     try:
+        # Before any process uses the database: a newer schema is refused, an older one brought forward.
+        problem = schema_problem(helpers.settings.mongodb_uri, settings.mongodb_db)
+        if problem:
+            print(f"social-gateway: {problem}", file=sys.stderr)
+            return 1
         if count == 1:
             asyncio.run(serve(helpers.settings, helpers=helpers))
             return 0

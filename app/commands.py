@@ -1,5 +1,6 @@
 """Every sub-command of `social-gateway` besides serve: `admin grant|revoke|credit`, `sandbox-pay`,
-`sandbox-confirm` (the sandbox chain from a terminal) and `simulate-upstream`."""
+`sandbox-confirm` (the sandbox chain from a terminal), `simulate-upstream`, and the operations commands
+`backup`, `restore`, `migrate` and `reconcile` (app/operations.py)."""
 
 import argparse
 import asyncio
@@ -9,6 +10,7 @@ import orjson
 
 import config
 import sandbox
+from app import operations
 from app.embedded import DataDirBusy, start_helpers
 from handlers.base import dumps
 from handlers.billing import AMOUNT_USD
@@ -48,6 +50,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     credit.add_argument("email")
     credit.add_argument("credits", type=int)
     _add_sandbox_chain(commands)
+    operations.add_commands(commands)
 
 
 async def _apply(settings: config.Settings, uri: str, args: argparse.Namespace) -> str | None:
@@ -175,4 +178,6 @@ def run(args: argparse.Namespace) -> int:
         return sandbox.run(args)
     if args.command in ("sandbox-pay", "sandbox-confirm"):
         return run_sandbox_chain(args)
+    if args.command in operations.COMMANDS:
+        return operations.run(args)
     return run_admin(args)

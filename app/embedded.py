@@ -31,6 +31,9 @@ from config.settings import Settings
 
 log = logging.getLogger("gateway.db")
 LOCK_FILE = "gateway.lock"
+# Where the process that holds the lock tells the operations commands (backup, reconcile: app/operations.py) the
+# URI of the embedded database it runs, so that they reach it while it serves. Read only while the lock is held.
+URI_FILE = "embedded-db.uri"
 
 
 class DataDirBusy(RuntimeError):
@@ -53,6 +56,15 @@ def lock_data_dir(data_dir: str) -> int:
 
 
 _RESERVED: list[socket.socket] = []  # held until this process exits: see free_port
+
+
+def running_uri(data_dir: str) -> str | None:
+    """The URI of the embedded database the gateway holding DATA_DIR's lock runs (None: none written)."""
+    try:
+        with open(os.path.join(data_dir, URI_FILE)) as fh:
+            return fh.read().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def free_port(count: int = 1) -> int:
@@ -300,6 +312,9 @@ def start_helpers(settings: Settings, storage_path: str | None = None, sandbox: 
             embedded = EmbeddedMongo(path, nice=settings.embedded_db_nice).start()
             helpers.processes.append(embedded)
             helpers.settings = dataclasses.replace(helpers.settings, mongodb_uri=embedded.uri)
+            if storage_path is None:
+                with open(os.path.join(settings.data_dir, URI_FILE), "w") as fh:
+                    fh.write(embedded.uri)
             helpers.database = f"embedded SecantusDB at {embedded.uri} (data in {path})"
         if sandbox and not settings.upstream_url:
             port = free_port()

@@ -48,6 +48,7 @@ class AccountStore:
             "password_hash": password_hash,
             "created_at": now_utc(),
             "credits": credits,
+            "credits_added": credits,  # the ledger of additions (storage/ledger.py): signup credits first
             "leases": {},
             "lease_holders": [],
             "paid_usd": 0.0,
@@ -96,7 +97,13 @@ class AccountStore:
         return await self.accounts.find_one_and_update(
             {"_id": account_id},
             {
-                "$inc": {"credits": credits, "paid_usd": paid_usd, "topup_credits": topup_credits},
+                # credits_added in the same write: the ledger of additions (storage/ledger.py).
+                "$inc": {
+                    "credits": credits,
+                    "credits_added": credits,
+                    "paid_usd": paid_usd,
+                    "topup_credits": topup_credits,
+                },
                 "$set": {"changed_at": now_utc(), **funding(credits)},
             },  # changed_at: other processes poll for it (accounting/coherence.py)
             projection={"password_hash": 0},
@@ -109,7 +116,7 @@ class AccountStore:
         doc = await self.accounts.find_one_and_update(
             {"_id": account_id, "applied_credits": {"$ne": credit_id}},
             {
-                "$inc": {"credits": credits, "paid_usd": paid_usd},
+                "$inc": {"credits": credits, "credits_added": credits, "paid_usd": paid_usd},
                 "$push": {"applied_credits": credit_id},
                 "$set": {"changed_at": now_utc(), **funding(credits)},
             },
@@ -146,7 +153,11 @@ class AccountStore:
         ("done" | "again" | "short" | "missing", the account)."""
         doc = await self.accounts.find_one_and_update(
             {"_id": account_id, "credits": {"$gte": credits}, "applied_credits": {"$ne": debit_id}},
-            {"$inc": {"credits": -credits}, "$push": {"applied_credits": debit_id}, "$set": {"changed_at": now_utc()}},
+            {
+                "$inc": {"credits": -credits, "credits_added": -credits},  # a debit is a negative addition
+                "$push": {"applied_credits": debit_id},
+                "$set": {"changed_at": now_utc()},
+            },
             projection={"password_hash": 0},
             return_document=ReturnDocument.AFTER,
         )

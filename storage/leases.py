@@ -102,6 +102,8 @@ class LeaseStore:
             if result.modified_count:
                 owed -= left
                 break
+        # Counted where `social-gateway reconcile` looks (storage/ledger.py): served, recorded, never paid.
+        await self.accounts.update_one({"_id": account_id}, {"$inc": {"credits_unpaid": owed}})
         log.warning("account %s: %d credits of calls served around a lease reclaim were not paid", account_id, owed)
 
     async def heartbeat(self) -> bool:

@@ -3,6 +3,9 @@ queries, a recording upstream, accounts on a gateway process, a webhook receiver
 the gateway process and the SMTP inbox the fixtures use too are gateway_testing/helpers.py's, offered here as well."""
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import uuid
 from urllib.parse import urlencode
@@ -256,3 +259,19 @@ class SearchProvider:
 
     def stop(self):
         self.server.stop()
+
+
+# --- the operator's commands --------------------------------------------------------------------------------
+SCRIPT = os.path.join(os.path.dirname(sys.executable), "social-gateway")  # the installed console script
+
+
+async def cli(*argv: str, **env: str) -> tuple[int, str, str]:
+    """`social-gateway argv...` as an operator runs it, in a shell without the tests' settings:
+    (exit code, stdout, stderr)."""
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    proc = await asyncio.create_subprocess_exec(
+        SCRIPT, *argv, env={**keep, "LOG_LEVEL": "WARNING", **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert b"Traceback" not in err, err.decode()
+    return proc.returncode, out.decode(), err.decode()

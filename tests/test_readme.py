@@ -22,7 +22,7 @@ import uuid
 import pytest
 
 import gateway
-from app.embedded import free_port
+from app.embedded import EmbeddedMongo, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "social-gateway")  # the installed console script
@@ -338,6 +338,21 @@ def test_every_documented_command_and_option_works(served, tmp_path):
     assert (
         http("GET", f"{served.url}/billing/crypto/orders/{order['order_id']}", headers=auth)[1]["status"] == "finished"
     )
+
+    # The operations commands (docs/operations.md): backup and reconcile reach the embedded database the served
+    # gateway runs (DATA_DIR only); restore into a stopped one; migrate to a second server.
+    archive, restored = str(tmp_path / "backup.tar.gz"), {"DATA_DIR": str(tmp_path / "restored")}
+    assert runner.run("reconcile", DATA_DIR=served.data_dir).stdout.startswith("reconcile OK")
+    assert "read at one moment" in runner.run("backup", "--out", archive, DATA_DIR=served.data_dir).stdout
+    assert "checksums matched" in runner.run("restore", archive, **restored).stdout
+    assert "--force" in runner.run("restore", archive, code=1, **restored).stderr
+    assert "checksums matched" in runner.run("restore", archive, "--force", **restored).stdout
+    target = EmbeddedMongo(":memory:").start()
+    try:
+        for _ in range(2):  # the second time over what the first wrote
+            assert "verified" in runner.run("migrate", "--to", target.uri, "--force", **restored).stdout
+    finally:
+        target.stop()
 
     # serve --workers 2 --host: a second service on its own data directory.
     workers = Served(str(tmp_path / "workers"), "--host", "127.0.0.1", "--workers", "2")
