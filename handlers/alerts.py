@@ -175,6 +175,7 @@ class AlertRulesHandler(AlertsBase):
         rule = rule_of(validate_body(self.json_body(), RULE_FIELDS))
         account_id = self.current_user
         doc = {"_id": "al_" + secrets.token_hex(8), "account_id": account_id, **rule, "created_at": datetime.now(UTC)}
+        doc["created_by"] = self.member()  # who made it: the rule is the account's and outlives their membership
         if not await self.ctx.alert_store.add(doc, MAX_RULES):  # the cap holds under concurrency (storage/caps.py)
             raise ApiError(409, f"An account may have {MAX_RULES} alert rules; delete one first")
         self.ctx.alerts.touch(account_id)
@@ -217,6 +218,7 @@ class WebhooksHandler(AlertsBase):
             "enabled": True,
             "failing_since": None,
             "created_at": datetime.now(UTC),
+            "created_by": self.member(),  # who added it; the endpoint is the account's
         }
         if not await self.ctx.webhook_store.add_endpoint(doc, MAX_ENDPOINTS):  # under concurrency too (storage/caps.py)
             raise ApiError(409, f"An account may have {MAX_ENDPOINTS} webhook endpoints; delete one first")
