@@ -345,11 +345,12 @@ SCHEMAS: dict = {
         "allOf": [
             ref("AdminAccount"),
             obj(
-                ("keys", "orders", "recent_calls", "audit"),
+                ("keys", "orders", "recent_calls", "audit", "members"),
                 keys=array(ref("Key")),
                 orders=array(ref("Order")),
                 recent_calls=array(ref("UsageRecord")),
                 audit=array({"type": "object", "description": "Audit-log entries, newest first"}),
+                members=array(ref("Member")),
             ),
         ]
     },

@@ -7,9 +7,11 @@ PORTAL_OPERATIONS, each with its least role): every operation x every role."""
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from unittest.mock import ANY
 
 import pytest
 from support import PASSWORD
+from test_signin import code, enrolled
 
 from handlers.openapi import PORTAL_OPERATIONS
 from security import roles
@@ -268,3 +270,32 @@ async def test_accounts_from_before_members_get_their_owner_at_start(api, ctx):
     assert await ctx.members.migrate() == 0  # idempotent
     mine = await me(api, user["token"])  # the token issued before works again: same person, same account
     assert mine["role"] == "owner" and mine["accounts"] == [{"account_id": user["account_id"], "role": "owner"}]
+
+
+@pytest.mark.settings(admin_require_2fa=True)
+async def test_admin_rights_and_their_second_factor_are_the_persons_and_the_console_lists_members(api, ctx):
+    owner = await api.register()
+    staff = await join(api, owner["token"], roles.VIEWER)
+    assert await ctx.accounts.set_admin(staff["email"], True)  # `admin grant EMAIL`: the person, not the account
+    path = f"/admin/accounts/{owner['account_id']}"
+    assert await api.call("GET", path, token=owner["token"]) == (403, {"detail": "Admins only"}, ANY)
+    secret, _ = await enrolled(api, owner)  # the owner's second factor is not the admin's
+    status, body, _ = await api.call("GET", path, token=staff["token"])
+    assert status == 403 and "ADMIN_REQUIRE_2FA" in body["detail"]
+    status, setup, _ = await api.call("POST", "/auth/2fa/setup", {"password": PASSWORD}, token=staff["token"])
+    assert status == 200
+    status, _, _ = await api.call("POST", "/auth/2fa/enable", {"code": code(setup["secret"])}, token=staff["token"])
+    assert status == 200
+    status, body, _ = await api.call("GET", path, token=staff["token"])
+    assert status == 200, body
+    assert [(m["email"], m["role"], m["two_factor"]) for m in body["members"]] == [
+        (owner["email"], "owner", True),
+        (staff["email"], "viewer", True),
+    ]
+    # Their sign-ins ask for their own codes.
+    status, body, _ = await api.call("POST", "/auth/login", {"email": staff["email"], "password": PASSWORD})
+    assert status == 200 and body["two_factor_required"] is True
+    status, body, _ = await api.call(
+        "POST", "/auth/login", {"email": owner["email"], "password": PASSWORD, "code": code(secret, 1)}
+    )
+    assert status == 200 and body["account_id"] == owner["account_id"]
