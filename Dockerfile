@@ -11,15 +11,19 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
 WORKDIR /src
 COPY setup.cfg pyproject.toml README.md gateway.py ./
 COPY accounting accounting
+COPY alerts alerts
 COPY app app
 COPY config config
 COPY handlers handlers
 COPY metering metering
 COPY payments payments
+COPY portal portal
 COPY sandbox sandbox
 COPY security security
 COPY social social
 COPY storage storage
+COPY streams streams
+COPY webhooks webhooks
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -41,7 +41,6 @@ from handlers import (
     members,
     openapi,
     ops,
-    portal,
     reset,
     sandbox,
     social,
@@ -52,6 +51,7 @@ from handlers.base import NotFoundHandler
 from handlers.context import Context
 from handlers.scrape import Scrape
 from metering.pricing import Prices
+from portal import pages
 
 log = logging.getLogger("gateway")
 GC_GEN0 = 20_000
@@ -92,7 +92,7 @@ def make_app(ctx: Context) -> tornado.web.Application:
     routes += alerts.routes + streams.routes
     routes += audit.routes + twofactor.routes + reset.routes  # account security: the audit log, 2FA, reset
     routes += admin_accounts.routes  # the admin console's account actions (issue 26)
-    routes += portal.routes  # the web portal at /, its files, and the interactive docs at /docs
+    routes += pages.routes  # the web portal at /, its files, and the interactive docs at /docs
     if not ctx.settings.metrics_port:
         routes += ops.metrics_routes
     routes += members.routes  # members, roles and invitations (issue 37)
@@ -104,7 +104,7 @@ def make_app(ctx: Context) -> tornado.web.Application:
         compress_response=False,
         xheaders=False,
         log_function=lambda handler: None,  # BaseHandler.on_finish writes the access log
-        **portal.app_settings(ctx),  # templates, versioned static URLs, XSRF cookies
+        **pages.app_settings(ctx),  # templates, versioned static URLs, XSRF cookies
     )
     # Each route's least role, from the OpenAPI operations: the one declaration the check and the document read.
     app.settings["operations"] = openapi.route_operations(app.wildcard_router.rules)

@@ -1,6 +1,7 @@
 from importlib.metadata import PackageNotFoundError, version
 
-from config.settings import Settings, SettingsError, describe, load, load_for_command
+from config.reference import describe
+from config.settings import Settings, SettingsError, load, load_for_command
 
 try:
     VERSION = version("social-gateway")

@@ -1,8 +1,9 @@
-"""Every setting of the service, declared once: name, type, default, help.
+"""Every setting of the service, declared once: name, type, default, help, group and bounds (config/declare.py).
 
-Values come from (lowest to highest precedence) the defaults below, an optional
-TOML file named by CONFIG_FILE, and the environment. The result is a frozen
-``Settings`` validated at start-up; ``describe()`` renders the table for --help.
+Values come from (lowest to highest precedence) the defaults below, an optional TOML file named by CONFIG_FILE,
+and the environment. The result is a frozen ``Settings`` checked at start-up against each declaration's bounds
+and the few rules that relate two settings (``relations``); config/reference.py renders the declarations for
+--help and docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import os
 import sys
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from config.declare import setting
 from metering.pricing import PriceError, Prices
 
 DEV_HOST = "127.0.0.1"  # development listens on loopback unless GATEWAY_HOST says otherwise
@@ -42,12 +43,6 @@ class SettingsError(ValueError):
         )
 
 
-def _setting(default: Any, help: str, env: str | None = None) -> Any:
-    if isinstance(default, dict):
-        return field(default_factory=lambda: dict(default), metadata={"help": help, "env": env})
-    return field(default=default, metadata={"help": help, "env": env})
-
-
 def _default_plans() -> tuple:
     # Defaults of the provider our users know (reference.md): never paid 1 call / 5 s, paid 20/s.
     return (
@@ -58,405 +53,719 @@ def _default_plans() -> tuple:
     )
 
 
-@dataclass(frozen=True)
+# --- checks the bounds of one setting cannot say with numbers or choices: each returns what is wrong, or "" ------
+SECRET_MUST = "at least 32 characters"
+HEADER_SAFE = "printable ASCII (a key is sent as a header)"
+METRICS_PORT_MUST = "0 or a TCP port other than GATEWAY_PORT"
+
+
+def _log_level(value: str) -> str:
+    return "" if value.upper() in LOG_LEVELS else "must be DEBUG, INFO, WARNING, ERROR or CRITICAL"
+
+
+def _price_rules(value: Mapping) -> str:
+    try:
+        Prices(value)
+    except (PriceError, KeyError, TypeError, ValueError) as exc:
+        return f"is refused: {exc}"
+    return ""
+
+
+def _secret(value: str) -> str:
+    return "must be at least 32 characters" if value and len(value) < 32 else ""
+
+
+def _path_prefix(value: str) -> str:
+    return "" if value.startswith("/") else "must start with /"
+
+
+def _header_safe(value: str) -> str:  # the key itself is never echoed
+    return "" if value.isprintable() and value.isascii() else f"must be {HEADER_SAFE}"
+
+
+def _header_safe_keys(value: tuple) -> str:
+    return next((_header_safe(secret) for secret, _ in value if _header_safe(secret)), "")
+
+
+def _plans(value: tuple) -> str:
+    if not value or any(not {"name", "min_paid_usd", "qps"} <= set(p) for p in value):
+        return "must be a non-empty list of {name, min_paid_usd, qps}"
+    if any(p["qps"] <= 0 or p.get("account_qps", 1) <= 0 for p in value):
+        return "needs positive qps and account_qps"
+    return ""
+
+
+def _retry_schedule(value: tuple) -> str:
+    bad = any(not isinstance(s, (int, float)) or isinstance(s, bool) or s <= 0 for s in value)
+    return "must be a non-empty JSON list of positive seconds" if not value or bad else ""
+
+
+def _smtp_url(value: str) -> str:
+    return "must start with smtp:// or smtps://" if value and not value.startswith(("smtp://", "smtps://")) else ""
+
+
+def _cache_ttl(value: Mapping) -> str:
+    bad = any(not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 86400 for v in value.values())
+    return "must map endpoint paths to whole seconds from 0 to 86400" if bad else ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
-    # Service
-    host: str = _setting(
+    host: str = setting(
         "",
         "Address to listen on. Empty: 127.0.0.1 in development (the dev top-up and /metrics stay off the "
         "network); production needs it set (e.g. 0.0.0.0 behind a proxy).",
         "GATEWAY_HOST",
+        group="Service",
     )
-    port: int = _setting(8000, "Port to listen on.", "GATEWAY_PORT")
-    env: str = _setting("development", "development or production.", "GATEWAY_ENV")
-    data_dir: str = _setting("./var", "Folder for the embedded database and generated development secrets.", "DATA_DIR")
-    # Database
-    mongodb_uri: str = _setting(
-        "", "MongoDB URI. Empty: start the embedded SecantusDB under DATA_DIR/db.", "MONGODB_URI"
+    port: int = setting(8000, "Port to listen on.", "GATEWAY_PORT", group="Service", at_least=0, at_most=65535)
+    env: str = setting(
+        "development",
+        "development or production. Production requires JWT_SECRET, SECRETS_KEY, GATEWAY_HOST, UPSTREAM_URL, "
+        "UPSTREAM_API_KEY and MONGODB_URI, and turns off direct top-ups and the sandbox payment chain.",
+        "GATEWAY_ENV",
+        group="Service",
+        choices=("development", "production"),
     )
-    mongodb_db: str = _setting("social_gateway", "Database name.", "MONGODB_DB")
-    allow_embedded_db: bool = _setting(
+    data_dir: str = setting(
+        "./var",
+        "Folder for the embedded database and generated development secrets; one gateway per folder (a lock file, "
+        "gateway.lock). Usage records a stop could not write wait in unwritten-usage/ for the next start.",
+        "DATA_DIR",
+        group="Service",
+    )
+    event_loop: str = setting(
+        "uvloop",
+        "uvloop, or asyncio: the event loop of serve and its workers (uvloop spends less CPU per call).",
+        "EVENT_LOOP",
+        group="Service",
+        choices=("asyncio", "uvloop"),
+    )
+    drain_seconds: float = setting(
+        10.0, "Seconds in-flight calls get to finish on shutdown.", "DRAIN_SECONDS", group="Service"
+    )
+    mongodb_uri: str = setting(
+        "",
+        "MongoDB URI. Empty: start the embedded SecantusDB under DATA_DIR/db. serve pings it at start (10 s): "
+        "unreachable is one line naming the hosts, exit 1.",
+        "MONGODB_URI",
+        group="Database",
+    )
+    mongodb_db: str = setting("social_gateway", "Database name.", "MONGODB_DB", group="Database")
+    allow_embedded_db: bool = setting(
         False,
         "Production only: run on the embedded database when MONGODB_URI is empty (otherwise refused).",
         "ALLOW_EMBEDDED_DB",
+        group="Database",
     )
-    embedded_db_nice: int = _setting(
+    embedded_db_nice: int = setting(
         10,
-        "Niceness of the embedded database process (0-19): its write bursts yield the cores to the request path.",
+        "Niceness of the embedded database process: its write bursts yield the cores to the request path (the "
+        "sandbox keeps the gateway's priority, since calls wait for it).",
         "EMBEDDED_DB_NICE",
+        group="Database",
+        at_least=0,
+        at_most=19,
     )
-    db_expiry_seconds: float = _setting(
+    db_expiry_seconds: float = setting(
         60.0,
         "On SecantusDB (the embedded default): seconds between this process's passes deleting documents past "
         "their TTL index's expiry, made without one there (storage/expiry.py); 0 leaves expiry to the server's "
         "own sweeper, which stalls it under load. MongoDB expires documents itself either way.",
         "DB_EXPIRY_SECONDS",
+        group="Database",
+        at_least=0,
+        must="0 (no passes) or a positive number of seconds",
     )
-    # Secrets
-    jwt_secret: str = _setting(
-        "", "HS256 key for session tokens. Required in production; generated in development.", "JWT_SECRET"
+    jwt_secret: str = setting(
+        "",
+        "HS256 key for session tokens. Required in production; generated in development.",
+        "JWT_SECRET",
+        group="Secrets and sessions",
+        check=_secret,
+        must=SECRET_MUST,
     )
-    secrets_key: str = _setting(
+    secrets_key: str = setting(
         "",
         "Key for API-key digests and at-rest encryption. Required in production; generated in development.",
         "SECRETS_KEY",
+        group="Secrets and sessions",
+        check=_secret,
+        must=SECRET_MUST,
     )
-    token_ttl_seconds: int = _setting(7 * 86400, "Session token lifetime in seconds.", "TOKEN_TTL_SECONDS")
-    password_scrypt_n: int = _setting(
-        2**17, "scrypt cost N for new password hashes (OWASP: 2^17).", "PASSWORD_SCRYPT_N"
+    token_ttl_seconds: int = setting(
+        7 * 86400, "Session token lifetime in seconds.", "TOKEN_TTL_SECONDS", group="Secrets and sessions"
     )
-    # Account security (security/totp.py, handlers/twofactor.py, handlers/reset.py, storage/audit.py)
-    admin_require_2fa: bool = _setting(
+    password_scrypt_n: int = setting(
+        2**17, "scrypt cost N for new password hashes (OWASP: 2^17).", "PASSWORD_SCRYPT_N", group="Secrets and sessions"
+    )
+    admin_require_2fa: bool = setting(
         False,
         "Admin endpoints answer 403 to an admin whose account has no two-factor sign-in enrolled.",
         "ADMIN_REQUIRE_2FA",
+        group="Account security",
     )
-    password_reset_ttl_seconds: int = _setting(
-        1800, "Lifetime of an emailed password-reset link, in seconds (single use).", "PASSWORD_RESET_TTL_SECONDS"
+    password_reset_ttl_seconds: int = setting(
+        1800,
+        "Lifetime of an emailed password-reset link, in seconds (single use). The email goes out only with "
+        "SMTP_URL; the link starts with PUBLIC_URL (in development without it: the host the request named; "
+        "production without it sends none).",
+        "PASSWORD_RESET_TTL_SECONDS",
+        group="Account security",
+        at_least=60,
     )
-    audit_retention_days: int = _setting(
+    audit_retention_days: int = setting(
         400,
         "Days an audit-log entry is kept (MongoDB TTL); a change applies to entries written after it.",
         "AUDIT_RETENTION_DAYS",
+        group="Account security",
+        at_least=1,
     )
-    # Accounts
-    admin_emails: tuple = _setting(
+    admin_emails: tuple = setting(
         (),
         "Comma-separated emails of the operator's own accounts, left out of /admin figures. Grants no rights: "
         "admin is granted only with `social-gateway admin grant EMAIL`.",
         "ADMIN_EMAILS",
+        group="Accounts",
     )
-    signup_credits: int = _setting(0, "Credits granted to a new account.", "SIGNUP_CREDITS")
-    plan_rules: tuple = _setting(
+    signup_credits: int = setting(
+        0,
+        "Credits granted to a new account (to at most SIGNUP_CREDITED_PER_NETWORK accounts per client network a day).",
+        "SIGNUP_CREDITS",
+        group="Accounts",
+    )
+    plan_rules: tuple = setting(
         _default_plans(),
         "JSON list of plan tiers {name, min_paid_usd, qps (per key), account_qps (all keys; default 5 x qps)}.",
         "PLAN_RULES",
+        group="Accounts",
+        check=_plans,
+        must="a non-empty list of {name, min_paid_usd, qps} with positive qps and account_qps",
     )
-    max_keys_per_account: int = _setting(
-        20, "Active (unrevoked) API keys one account may hold; creating one more answers 409.", "MAX_KEYS_PER_ACCOUNT"
+    max_keys_per_account: int = setting(
+        20,
+        "Active (unrevoked) API keys one account may hold; creating one more answers 409.",
+        "MAX_KEYS_PER_ACCOUNT",
+        group="Accounts",
+        at_least=1,
     )
-    credits_per_usd: int = _setting(100_000, "Credits one US dollar buys.", "CREDITS_PER_USD")
-    max_body_bytes: int = _setting(64 * 1024, "Largest request body accepted (413 above).", "MAX_BODY_BYTES")
-    max_header_bytes: int = _setting(
+    credits_per_usd: int = setting(100_000, "Credits one US dollar buys.", "CREDITS_PER_USD", group="Accounts")
+    max_body_bytes: int = setting(
+        64 * 1024, "Largest request body accepted (413 above).", "MAX_BODY_BYTES", group="Requests and connections"
+    )
+    max_header_bytes: int = setting(
         16 * 1024,
         "Largest request line + headers accepted (431 above; the connection is closed past 4x).",
         "MAX_HEADER_BYTES",
+        group="Requests and connections",
+        at_least=1024,
     )
-    http_idle_timeout: float = _setting(
+    http_idle_timeout: float = setting(
         75.0,
         "Seconds an idle keep-alive connection, or a client still sending its request headers, is kept open.",
         "HTTP_IDLE_TIMEOUT",
+        group="Requests and connections",
+        above=0,
     )
-    http_body_timeout: float = _setting(
-        30.0, "Seconds a client may take to send a request body before it is disconnected.", "HTTP_BODY_TIMEOUT"
+    http_body_timeout: float = setting(
+        30.0,
+        "Seconds a client may take to send a request body before it is disconnected.",
+        "HTTP_BODY_TIMEOUT",
+        group="Requests and connections",
+        above=0,
     )
-    login_max_failures_per_email: int = _setting(
-        5,
-        "Failed logins per email from one client network within LOGIN_WINDOW_SECONDS before that network gets 429 "
-        "for that email (unknown emails too); other networks are not affected.",
-        "LOGIN_MAX_FAILURES_PER_EMAIL",
-    )
-    login_window_seconds: float = _setting(
-        900.0, "Window of the login failure counts, seconds.", "LOGIN_WINDOW_SECONDS"
-    )
-    login_slowdown_after: int = _setting(
-        10,
-        "Failed logins per email from all networks within LOGIN_WINDOW_SECONDS past which each further failure is "
-        "answered after a delay doubling from 1 s (never a lock: the right password is answered at once).",
-        "LOGIN_SLOWDOWN_AFTER",
-    )
-    login_max_delay_seconds: float = _setting(
-        30.0, "Longest delay of a failed login answer (LOGIN_SLOWDOWN_AFTER).", "LOGIN_MAX_DELAY_SECONDS"
-    )
-    client_network_v4_prefix: int = _setting(
-        24,
-        "Prefix length of the IPv4 client network that login and sign-up limits count by.",
-        "CLIENT_NETWORK_V4_PREFIX",
-    )
-    client_network_v6_prefix: int = _setting(
-        64,
-        "Prefix length of the IPv6 client network that login and sign-up limits count by.",
-        "CLIENT_NETWORK_V6_PREFIX",
-    )
-    signup_max_per_network: int = _setting(
-        10, "Registrations per client network within SIGNUP_WINDOW_SECONDS before 429.", "SIGNUP_MAX_PER_NETWORK"
-    )
-    signup_window_seconds: float = _setting(
-        3600.0, "Window of the per-network registration limit, seconds.", "SIGNUP_WINDOW_SECONDS"
-    )
-    signup_credited_per_network: int = _setting(
-        3,
-        "Registrations per client network per UTC day that get SIGNUP_CREDITS; later ones start with 0 credits.",
-        "SIGNUP_CREDITED_PER_NETWORK",
-    )
-    max_open_orders: int = _setting(
-        5, "Unpaid checkout orders one account may have open before checkout answers 429.", "MAX_OPEN_ORDERS"
-    )
-    checkouts_per_minute: int = _setting(10, "Checkouts per account per minute before 429.", "CHECKOUTS_PER_MINUTE")
-    max_connections_per_address: int = _setting(
+    max_connections_per_address: int = setting(
         4096,
         "Open connections one client address may hold (peers in TRUSTED_PROXIES are exempt); further ones are "
         "closed. A customer at R calls/s holds about R x the provider's latency (700 for 1,000/s at 0.7 s).",
         "MAX_CONNECTIONS_PER_ADDRESS",
+        group="Requests and connections",
+        at_least=1,
     )
-    login_max_attempts_per_address: int = _setting(
+    login_max_failures_per_email: int = setting(
+        5,
+        "Failed logins per email from one client network within LOGIN_WINDOW_SECONDS before that network gets 429 "
+        "for that email (unknown emails too); other networks are not affected.",
+        "LOGIN_MAX_FAILURES_PER_EMAIL",
+        group="Sign-in and sign-up limits",
+        at_least=1,
+    )
+    login_window_seconds: float = setting(
+        900.0,
+        "Window of the login failure counts, seconds.",
+        "LOGIN_WINDOW_SECONDS",
+        group="Sign-in and sign-up limits",
+        above=0,
+    )
+    login_slowdown_after: int = setting(
+        10,
+        "Failed logins per email from all networks within LOGIN_WINDOW_SECONDS past which each further failure is "
+        "answered after a delay doubling from 1 s (never a lock: the right password is answered at once).",
+        "LOGIN_SLOWDOWN_AFTER",
+        group="Sign-in and sign-up limits",
+        at_least=1,
+    )
+    login_max_delay_seconds: float = setting(
+        30.0,
+        "Longest delay of a failed login answer (LOGIN_SLOWDOWN_AFTER).",
+        "LOGIN_MAX_DELAY_SECONDS",
+        group="Sign-in and sign-up limits",
+        at_least=0,
+    )
+    client_network_v4_prefix: int = setting(
+        24,
+        "Prefix length of the IPv4 client network that login and sign-up limits count by.",
+        "CLIENT_NETWORK_V4_PREFIX",
+        group="Sign-in and sign-up limits",
+        at_least=8,
+        at_most=32,
+    )
+    client_network_v6_prefix: int = setting(
+        64,
+        "Prefix length of the IPv6 client network that login and sign-up limits count by.",
+        "CLIENT_NETWORK_V6_PREFIX",
+        group="Sign-in and sign-up limits",
+        at_least=16,
+        at_most=128,
+    )
+    signup_max_per_network: int = setting(
+        10,
+        "Registrations per client network within SIGNUP_WINDOW_SECONDS before 429.",
+        "SIGNUP_MAX_PER_NETWORK",
+        group="Sign-in and sign-up limits",
+        at_least=1,
+    )
+    signup_window_seconds: float = setting(
+        3600.0,
+        "Window of the per-network registration limit, seconds.",
+        "SIGNUP_WINDOW_SECONDS",
+        group="Sign-in and sign-up limits",
+        above=0,
+    )
+    signup_credited_per_network: int = setting(
+        3,
+        "Registrations per client network per UTC day that get SIGNUP_CREDITS; later ones start with 0 credits.",
+        "SIGNUP_CREDITED_PER_NETWORK",
+        group="Sign-in and sign-up limits",
+        at_least=0,
+    )
+    login_max_attempts_per_address: int = setting(
         20,
         "Login and registration attempts per client address per minute before 429.",
         "LOGIN_MAX_ATTEMPTS_PER_ADDRESS",
+        group="Sign-in and sign-up limits",
+        at_least=1,
     )
-    # Upstream
-    upstream_url: str = _setting(
+    upstream_url: str = setting(
         "",
         "Base URL of the social-data provider. Empty: start the sandbox upstream in its own process.",
         "UPSTREAM_URL",
+        group="Upstream",
     )
-    upstream_api_key: str = _setting(SANDBOX_UPSTREAM_KEY, "Credential sent upstream as X-API-Key.", "UPSTREAM_API_KEY")
-    upstream_api_keys: tuple = _setting(
+    upstream_api_key: str = setting(
+        SANDBOX_UPSTREAM_KEY,
+        "Credential sent upstream as X-API-Key.",
+        "UPSTREAM_API_KEY",
+        group="Upstream",
+        check=_header_safe,
+        must=HEADER_SAFE,
+    )
+    upstream_api_keys: tuple = setting(
         (),
         "Several provider keys instead of UPSTREAM_API_KEY: KEY:QPS,KEY:QPS,... (a key without :QPS has no rate "
         "of its own). Calls spread over the keys within their rates; a key the provider refuses (429/402/401/403) "
         "is rested and the call sent with another, never charged; past the keys' total rate the accounts over "
         "their fair share get 429.",
         "UPSTREAM_API_KEYS",
+        group="Upstream",
+        check=_header_safe_keys,
+        must=HEADER_SAFE,
     )
-    upstream_path_prefix: str = _setting("/twitter", "Path prefix of the provider's endpoints.", "UPSTREAM_PATH_PREFIX")
-    upstream_connect_timeout: float = _setting(2.0, "Upstream connect timeout, seconds.", "UPSTREAM_CONNECT_TIMEOUT")
-    upstream_timeout: float = _setting(15.0, "Upstream request timeout, seconds (504 past it).", "UPSTREAM_TIMEOUT")
-    upstream_max_connections: int = _setting(
+    upstream_path_prefix: str = setting(
+        "/twitter",
+        "Path prefix of the provider's endpoints.",
+        "UPSTREAM_PATH_PREFIX",
+        group="Upstream",
+        check=_path_prefix,
+        must="a path starting with /",
+    )
+    upstream_connect_timeout: float = setting(
+        2.0, "Upstream connect timeout, seconds.", "UPSTREAM_CONNECT_TIMEOUT", group="Upstream", above=0
+    )
+    upstream_timeout: float = setting(
+        15.0, "Upstream request timeout, seconds (504 past it).", "UPSTREAM_TIMEOUT", group="Upstream", above=0
+    )
+    upstream_max_connections: int = setting(
         4096,
         "Connections to the provider at once (kept alive): a 0.7 s provider needs 0.7 per call/s in flight. "
         "When all are busy, calls wait (up to UPSTREAM_CONNECT_TIMEOUT) and freed ones go to the account "
         "holding the fewest per unit of plan rate. Mind the process's open-file limit (serve raises it).",
         "UPSTREAM_MAX_CONNECTIONS",
+        group="Upstream",
+        at_least=1,
     )
-    upstream_max_body_bytes: int = _setting(
-        8 * 1024 * 1024, "Largest upstream body accepted (502 above).", "UPSTREAM_MAX_BODY_BYTES"
+    upstream_max_body_bytes: int = setting(
+        8 * 1024 * 1024, "Largest upstream body accepted (502 above).", "UPSTREAM_MAX_BODY_BYTES", group="Upstream"
     )
-    breaker_failures: int = _setting(
-        20, "Consecutive upstream failures that open the circuit breaker.", "BREAKER_FAILURES"
+    breaker_failures: int = setting(
+        20, "Consecutive upstream failures that open the circuit breaker.", "BREAKER_FAILURES", group="Upstream"
     )
-    breaker_min_accounts: int = _setting(
+    breaker_min_accounts: int = setting(
         3,
         "Accounts whose calls must share in the failures that open the breaker (connection errors need none).",
         "BREAKER_MIN_ACCOUNTS",
+        group="Upstream",
+        at_least=1,
     )
-    account_failure_budget: int = _setting(
+    account_failure_budget: int = setting(
         10,
         "Failed upstream calls (5xx, timeouts) one account may cause per ACCOUNT_FAILURE_WINDOW before its calls get 429.",
         "ACCOUNT_FAILURE_BUDGET",
+        group="Upstream",
+        at_least=1,
     )
-    account_max_in_flight: int = _setting(
+    account_max_in_flight: int = setting(
         0,
         "Upstream calls one account may have in flight at once; further calls get 429. 0: what its plan needs, "
         "the account's rate x twice the provider's recent p99 latency (between 1 s and UPSTREAM_TIMEOUT), so a "
         "customer within its plan never meets it. Always at most half of UPSTREAM_MAX_CONNECTIONS.",
         "ACCOUNT_MAX_IN_FLIGHT",
+        group="Upstream",
+        at_least=0,
+        must="0 (follow the plan) or a positive number",
     )
-    account_failure_window: float = _setting(
-        60.0, "Window of the per-account failure budget, seconds.", "ACCOUNT_FAILURE_WINDOW"
+    account_failure_window: float = setting(
+        60.0, "Window of the per-account failure budget, seconds.", "ACCOUNT_FAILURE_WINDOW", group="Upstream", above=0
     )
-    breaker_reset_seconds: float = _setting(
-        5.0, "Seconds an open breaker waits before a trial call.", "BREAKER_RESET_SECONDS"
+    breaker_reset_seconds: float = setting(
+        5.0, "Seconds an open breaker waits before a trial call.", "BREAKER_RESET_SECONDS", group="Upstream"
     )
-    twitter_alias: bool = _setting(True, "Also serve every data endpoint under /twitter/.", "TWITTER_ALIAS")
-    # Metering
-    price_rules: Mapping = _setting({}, "JSON object overriding price rules (see metering/pricing.py).", "PRICE_RULES")
-    flush_interval: float = _setting(0.25, "Seconds between usage flushes.", "FLUSH_INTERVAL")
-    flush_batch: int = _setting(500, "Usage records per flush batch.", "FLUSH_BATCH")
-    buffer_max: int = _setting(
-        100_000, "Unflushed usage records past which data calls fail closed (503).", "BUFFER_MAX"
+    twitter_alias: bool = setting(
+        True, "Also serve every data endpoint under /twitter/.", "TWITTER_ALIAS", group="Upstream"
     )
-    lease_seconds: float = _setting(30.0, "Seconds of an account's spend one credit lease covers.", "LEASE_SECONDS")
-    lease_timeout: float = _setting(
-        30.0, "Seconds without heartbeat after which a process's leases are reclaimed.", "LEASE_TIMEOUT"
+    price_rules: Mapping = setting(
+        {},
+        "JSON object overriding price rules (see metering/pricing.py).",
+        "PRICE_RULES",
+        group="Metering",
+        check=_price_rules,
+        must="price rules metering/pricing.py accepts",
     )
-    key_cache_size: int = _setting(200_000, "API keys kept in memory.", "KEY_CACHE_SIZE")
-    key_cache_ttl: float = _setting(300.0, "Seconds a cached key is trusted before it is re-read.", "KEY_CACHE_TTL")
-    negative_cache_ttl: float = _setting(5.0, "Seconds an unknown key is remembered as unknown.", "NEGATIVE_CACHE_TTL")
-    drain_seconds: float = _setting(10.0, "Seconds in-flight calls get to finish on shutdown.", "DRAIN_SECONDS")
-    # Retries (Idempotency-Key: accounting/idempotency.py)
-    idempotency_ttl: int = _setting(
+    flush_interval: float = setting(0.25, "Seconds between usage flushes.", "FLUSH_INTERVAL", group="Metering", above=0)
+    flush_batch: int = setting(500, "Usage records per flush batch.", "FLUSH_BATCH", group="Metering")
+    buffer_max: int = setting(
+        100_000, "Unflushed usage records past which data calls fail closed (503).", "BUFFER_MAX", group="Metering"
+    )
+    lease_seconds: float = setting(
+        30.0, "Seconds of an account's spend one credit lease covers.", "LEASE_SECONDS", group="Metering", above=0
+    )
+    lease_timeout: float = setting(
+        30.0,
+        "Seconds without heartbeat after which a process's leases are reclaimed.",
+        "LEASE_TIMEOUT",
+        group="Metering",
+        above=0,
+    )
+    key_cache_size: int = setting(200_000, "API keys kept in memory.", "KEY_CACHE_SIZE", group="Metering")
+    key_cache_ttl: float = setting(
+        300.0, "Seconds a cached key is trusted before it is re-read.", "KEY_CACHE_TTL", group="Metering"
+    )
+    negative_cache_ttl: float = setting(
+        5.0, "Seconds an unknown key is remembered as unknown.", "NEGATIVE_CACHE_TTL", group="Metering"
+    )
+    idempotency_ttl: int = setting(
         86400,
         "Seconds the first answer to an Idempotency-Key is kept: a repeat of the same request within them gets "
         "that answer again, charged 0.",
         "IDEMPOTENCY_TTL",
+        group="Retries",
+        at_least=1,
     )
-    idempotency_max_body_bytes: int = _setting(
+    idempotency_max_body_bytes: int = setting(
         1024 * 1024,
         "Largest answer body kept for an Idempotency-Key. A larger answer is served and charged once; only its "
         "charge is kept, and a repeat gets 409 (nothing charged; send a new key to call again).",
         "IDEMPOTENCY_MAX_BODY_BYTES",
+        group="Retries",
+        at_least=1,
     )
-    idempotency_max_account_bytes: int = _setting(
+    idempotency_max_account_bytes: int = setting(
         256 * 1024 * 1024,
         "Answer bodies one account may have kept at once (within IDEMPOTENCY_TTL, counted per process); past it "
         "answers are kept without their body, as if too large.",
         "IDEMPOTENCY_MAX_ACCOUNT_BYTES",
+        group="Retries",
+        at_least=1,
     )
-    # The shared answer cache (social/answer_cache.py, storage/answers.py, accounting/charged.py)
-    cache_max_bytes: int = _setting(
+    cache_max_bytes: int = setting(
         256 * 1024 * 1024,
         "Bytes of provider answers each process keeps in memory, the least recently used evicted first; 0 turns "
         "the cache off (identical calls in flight at once still make one provider call).",
         "CACHE_MAX_BYTES",
+        group="Answer cache",
+        at_least=0,
     )
-    cache_ttl: Mapping = _setting(
+    cache_ttl: Mapping = setting(
         {},
         'JSON object: endpoint path as under /social/ (e.g. "user/info") to the seconds its answers stay fresh, '
-        "over the defaults (docs/api.md); 0 turns caching off for it.",
+        'over the defaults (docs/api.md); 0 turns caching off for it. E.g. {"user/info": 1800, "trends": 0}.',
         "CACHE_TTL",
+        group="Answer cache",
+        check=_cache_ttl,
+        must="endpoint paths mapped to whole seconds from 0 to 86400",
     )
-    cache_hit_price: float = _setting(
-        0.0, "Fraction (0 to 1) of a call's price charged for an answer served from the cache.", "CACHE_HIT_PRICE"
+    cache_hit_price: float = setting(
+        0.0,
+        "Fraction (0 to 1) of a call's price charged for an answer served from the cache.",
+        "CACHE_HIT_PRICE",
+        group="Answer cache",
+        at_least=0,
+        at_most=1,
     )
-    cache_stale_if_error: int = _setting(
+    cache_stale_if_error: int = setting(
         3600,
         "Seconds past which a cached answer is no longer served (X-Cache: STALE, charged as a hit) while the "
         "provider fails; 0: never.",
         "CACHE_STALE_IF_ERROR",
+        group="Answer cache",
+        at_least=0,
     )
-    cache_shared: bool = _setting(
+    cache_shared: bool = setting(
         True,
         "Share answers between processes and machines through MongoDB (a second tier behind each process's "
         "memory), with one provider call per key at a time across them.",
         "CACHE_SHARED",
+        group="Answer cache",
     )
-    # Scale-out
-    qps_divisor: float = _setting(
+    qps_divisor: float = setting(
         1.0,
         "Each process enforces a key's QPS divided by this: 1 behind nginx hashing on X-API-Key, N for N processes without it.",
         "QPS_DIVISOR",
+        group="Scale-out",
+        at_least=1,
     )
-    coherence: str = _setting(
+    coherence: str = setting(
         "changestream",
         "How revocations, plan changes and top-ups made by other processes reach this one: changestream, poll or off.",
         "COHERENCE",
+        group="Scale-out",
+        choices=("changestream", "poll", "off"),
     )
-    coherence_poll_seconds: float = _setting(
+    coherence_poll_seconds: float = setting(
         1.0,
         "Polling interval when change streams are unavailable (COHERENCE=poll, or the fallback).",
         "COHERENCE_POLL_SECONDS",
+        group="Scale-out",
+        above=0,
     )
-    # Payments
-    payments_provider: str = _setting(
+    payments_provider: str = setting(
         "",
         "Crypto payment processor: nowpayments, or empty for the sandbox chain (development only; production answers 503 at checkout).",
         "PAYMENTS_PROVIDER",
+        group="Payments",
+        choices=("", "nowpayments"),
+        must="nowpayments or empty (the development sandbox chain)",
     )
-    payments_api_url: str = _setting(
-        "https://api.nowpayments.io", "Base URL of the payment processor's API.", "PAYMENTS_API_URL"
+    payments_api_url: str = setting(
+        "https://api.nowpayments.io", "Base URL of the payment processor's API.", "PAYMENTS_API_URL", group="Payments"
     )
-    payments_api_key: str = _setting("", "Payment processor API key (sent as x-api-key).", "PAYMENTS_API_KEY")
-    payments_ipn_secret: str = _setting(
+    payments_api_key: str = setting(
+        "", "Payment processor API key (sent as x-api-key).", "PAYMENTS_API_KEY", group="Payments"
+    )
+    payments_ipn_secret: str = setting(
         "",
         "Key of the processor's signed notifications (x-nowpayments-sig). Empty: every notification is refused.",
         "PAYMENTS_IPN_SECRET",
+        group="Payments",
     )
-    public_url: str = _setting(
-        "", "Public base URL of this service; the processor calls PUBLIC_URL/billing/crypto/ipn.", "PUBLIC_URL"
+    public_url: str = setting(
+        "",
+        "Public base URL of this service; the processor calls PUBLIC_URL/billing/crypto/ipn.",
+        "PUBLIC_URL",
+        group="Payments",
     )
-    order_ttl_seconds: int = _setting(
-        3600, "Seconds a checkout's quoted pay amount is valid (sandbox orders expire after it).", "ORDER_TTL_SECONDS"
+    order_ttl_seconds: int = setting(
+        3600,
+        "Seconds a checkout's quoted pay amount is valid (sandbox orders expire after it).",
+        "ORDER_TTL_SECONDS",
+        group="Payments",
+        at_least=1,
     )
-    reconcile_interval: float = _setting(
+    reconcile_interval: float = setting(
         30.0,
         "Seconds between polls of unsettled orders (first delay; doubles per order up to an hour).",
         "RECONCILE_INTERVAL",
+        group="Payments",
+        above=0,
     )
-    # Alerts and webhooks
-    alert_check_seconds: float = _setting(
+    max_open_orders: int = setting(
+        5,
+        "Unpaid checkout orders one account may have open before checkout answers 429.",
+        "MAX_OPEN_ORDERS",
+        group="Payments",
+        at_least=1,
+    )
+    checkouts_per_minute: int = setting(
+        10, "Checkouts per account per minute before 429.", "CHECKOUTS_PER_MINUTE", group="Payments", at_least=1
+    )
+    alert_check_seconds: float = setting(
         2.0,
         "Seconds between alert checks of the accounts with rules that spent in this process (off the request path).",
         "ALERT_CHECK_SECONDS",
+        group="Alerts and webhooks",
+        above=0,
     )
-    webhook_retry_schedule: tuple = _setting(
+    webhook_retry_schedule: tuple = setting(
         (5, 30, 120, 600, 1800, 3600, 10800),
         "JSON list of seconds between a webhook's attempts; the last one repeats until WEBHOOK_RETRY_FOR.",
         "WEBHOOK_RETRY_SCHEDULE",
+        group="Alerts and webhooks",
+        check=_retry_schedule,
+        must="a non-empty JSON list of positive seconds",
     )
-    webhook_retry_for: float = _setting(
+    webhook_retry_for: float = setting(
         3 * 86400.0,
         "Seconds a webhook delivery is retried before it is given up (at least a day).",
         "WEBHOOK_RETRY_FOR",
+        group="Alerts and webhooks",
+        above=0,
     )
-    webhook_timeout: float = _setting(
-        10.0, "Seconds one webhook attempt may take (connect and answer).", "WEBHOOK_TIMEOUT"
+    webhook_timeout: float = setting(
+        10.0,
+        "Seconds one webhook attempt may take (connect and answer).",
+        "WEBHOOK_TIMEOUT",
+        group="Alerts and webhooks",
+        above=0,
     )
-    webhook_disable_after: float = _setting(
-        5 * 86400.0, "Seconds an endpoint may fail without one success before it is disabled.", "WEBHOOK_DISABLE_AFTER"
+    webhook_disable_after: float = setting(
+        5 * 86400.0,
+        "Seconds an endpoint may fail without one success before it is disabled.",
+        "WEBHOOK_DISABLE_AFTER",
+        group="Alerts and webhooks",
+        above=0,
     )
-    webhook_poll_seconds: float = _setting(
+    webhook_poll_seconds: float = setting(
         5.0,
         "Seconds between looks at the outbox for work another process left (retries due, crashed claims).",
         "WEBHOOK_POLL_SECONDS",
+        group="Alerts and webhooks",
+        above=0,
     )
-    webhook_concurrency: int = _setting(100, "Webhook attempts under way at once per process.", "WEBHOOK_CONCURRENCY")
-    webhook_account_concurrency: int = _setting(
+    webhook_concurrency: int = setting(
+        100, "Webhook attempts under way at once per process.", "WEBHOOK_CONCURRENCY", group="Alerts and webhooks"
+    )
+    webhook_account_concurrency: int = setting(
         10,
-        "Of those, at most this many of one account's (a receiver that hangs holds only its account's share).",
+        "Of those, at most this many of one account's (a receiver that hangs holds only its account's share); a "
+        "free place goes first to an account with none under way.",
         "WEBHOOK_ACCOUNT_CONCURRENCY",
+        group="Alerts and webhooks",
+        at_least=1,
     )
-    webhook_allow_private: bool = _setting(
+    webhook_allow_private: bool = setting(
         False,
         "Production: allow webhook endpoints on loopback, private and link-local addresses (on-premise receivers).",
         "WEBHOOK_ALLOW_PRIVATE",
+        group="Alerts and webhooks",
     )
-    # Real-time: filter rules and account monitors (streams/)
-    stream_max_rules: int = _setting(
-        50, "Filter rules an account may have (deleted ones do not count).", "STREAM_MAX_RULES"
-    )
-    stream_max_monitors: int = _setting(100, "Account monitors an account may have.", "STREAM_MAX_MONITORS")
-    stream_min_interval: float = _setting(
-        10.0, "Shortest polling interval of a rule or monitor, in seconds.", "STREAM_MIN_INTERVAL"
-    )
-    stream_monitor_interval: float = _setting(
-        60.0,
-        "Polling interval of an account monitor added through the provider's API, in seconds.",
-        "STREAM_MONITOR_INTERVAL",
-    )
-    stream_event_retention: float = _setting(
-        86400.0,
-        "Seconds delivered events are kept for a reconnecting socket to ask for (at least an hour).",
-        "STREAM_EVENT_RETENTION",
-    )
-    stream_ping_seconds: float = _setting(20.0, "Seconds between pings on an idle WebSocket.", "STREAM_PING_SECONDS")
-    stream_tick_seconds: float = _setting(
-        0.1, "Seconds between the poll scheduler's and the event tail's looks at the database.", "STREAM_TICK_SECONDS"
-    )
-    stream_balance_check_seconds: float = _setting(
-        10.0,
-        "Seconds between checks that accounts can pay for the next hour of their rules' polls.",
-        "STREAM_BALANCE_CHECK_SECONDS",
-    )
-    smtp_url: str = _setting(
+    smtp_url: str = setting(
         "",
         "smtp://user:pass@host:587 (STARTTLS when offered; ?starttls=require to insist), smtps://... (TLS); "
         "empty: alerts go to webhooks and the portal only.",
         "SMTP_URL",
+        group="Alerts and webhooks",
+        check=_smtp_url,
+        must="empty, smtp://... or smtps://...",
     )
-    smtp_from: str = _setting("alerts@localhost", "From address of alert emails.", "SMTP_FROM")
-    # Operations
-    trusted_proxies: tuple = _setting(
+    smtp_from: str = setting(
+        "alerts@localhost", "From address of alert emails.", "SMTP_FROM", group="Alerts and webhooks"
+    )
+    stream_max_rules: int = setting(
+        50,
+        "Filter rules an account may have (deleted ones do not count; 409 past it).",
+        "STREAM_MAX_RULES",
+        group="Real time",
+    )
+    stream_max_monitors: int = setting(
+        100, "Account monitors an account may have.", "STREAM_MAX_MONITORS", group="Real time"
+    )
+    stream_min_interval: float = setting(
+        10.0,
+        "Shortest polling interval of a rule or monitor, in seconds (422 under it).",
+        "STREAM_MIN_INTERVAL",
+        group="Real time",
+        above=0,
+    )
+    stream_monitor_interval: float = setting(
+        60.0,
+        "Polling interval of an account monitor added through the provider's API (add_user_to_monitor_tweet), "
+        "in seconds.",
+        "STREAM_MONITOR_INTERVAL",
+        group="Real time",
+        above=0,
+    )
+    stream_event_retention: float = setting(
+        86400.0,
+        "Seconds delivered events are kept for a reconnecting socket to ask for (at least an hour).",
+        "STREAM_EVENT_RETENTION",
+        group="Real time",
+        at_least=3600,
+        must="at least 3600 (a reconnecting socket may ask for an hour)",
+    )
+    stream_ping_seconds: float = setting(
+        20.0, "Seconds between pings on an idle WebSocket.", "STREAM_PING_SECONDS", group="Real time", above=0
+    )
+    stream_tick_seconds: float = setting(
+        0.1,
+        "Seconds between the poll scheduler's and the event tail's looks at the database (an idle process: at "
+        "most once a second).",
+        "STREAM_TICK_SECONDS",
+        group="Real time",
+        above=0,
+    )
+    stream_balance_check_seconds: float = setting(
+        10.0,
+        "Seconds between checks that accounts can pay for the next hour of their rules' polls.",
+        "STREAM_BALANCE_CHECK_SECONDS",
+        group="Real time",
+        above=0,
+    )
+    trusted_proxies: tuple = setting(
         (),
         "Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For / X-Real-IP are believed.",
         "TRUSTED_PROXIES",
+        group="Operations",
     )
-    metrics_token: str = _setting("", "If set, GET /metrics requires Authorization: Bearer <token>.", "METRICS_TOKEN")
-    metrics_port: int = _setting(
-        0, "If set, /metrics is served only on this port (0: on the main port).", "METRICS_PORT"
+    metrics_token: str = setting(
+        "", "If set, GET /metrics requires Authorization: Bearer <token>.", "METRICS_TOKEN", group="Operations"
     )
-    access_log: bool = _setting(True, "One JSON line per request on the gateway.access logger.", "ACCESS_LOG")
-    log_level: str = _setting(
-        "INFO", "Least severe log level written: DEBUG, INFO, WARNING, ERROR or CRITICAL.", "LOG_LEVEL"
+    metrics_port: int = setting(
+        0,
+        "If set, /metrics is served only on this port (0: on the main port).",
+        "METRICS_PORT",
+        group="Operations",
+        at_least=0,
+        at_most=65535,
+        must=METRICS_PORT_MUST,
     )
-    log_format: str = _setting(
+    access_log: bool = setting(
+        True, "One JSON line per request on the gateway.access logger.", "ACCESS_LOG", group="Operations"
+    )
+    log_level: str = setting(
+        "INFO",
+        "Least severe log level written: DEBUG, INFO, WARNING, ERROR or CRITICAL.",
+        "LOG_LEVEL",
+        group="Operations",
+        check=_log_level,
+        must="DEBUG, INFO, WARNING, ERROR or CRITICAL",
+    )
+    log_format: str = setting(
         "",
         "json (one JSON object per line: time, level, logger, message, request_id) or text. "
         "Empty: json in production, text in development.",
         "LOG_FORMAT",
-    )
-    event_loop: str = _setting(
-        "uvloop", "uvloop, or asyncio: the event loop of serve (uvloop spends less CPU per call).", "EVENT_LOOP"
+        group="Operations",
+        choices=("", "json", "text"),
     )
 
     @property
@@ -604,131 +913,27 @@ def serving_problems(settings: Settings) -> list[str]:
 
 
 def problems(settings: Settings) -> list[str]:
-    """Everything wrong with `settings`, each a line an operator can act on (empty: they are usable)."""
+    """Everything wrong with `settings`, each a line an operator can act on (empty: they are usable): each setting
+    against its declared bounds, then the rules that relate settings to each other."""
+    found = [f.metadata["bounds"].problem(f.metadata["env"], getattr(settings, f.name)) for f in fields()]
+    return [problem for problem in found if problem] + relations(settings)
+
+
+def relations(settings: Settings) -> list[str]:
+    """What no one setting's bounds can say: settings that must agree, production's needs, installed packages."""
     found = []
-    if settings.env not in ("development", "production"):
-        found.append("GATEWAY_ENV must be development or production")
-    if settings.log_level.upper() not in LOG_LEVELS:
-        found.append("LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
-    if settings.log_format not in ("", "json", "text"):
-        found.append("LOG_FORMAT must be json or text")
-    try:
-        Prices(settings.price_rules)
-    except (PriceError, KeyError, TypeError, ValueError) as exc:
-        found.append(f"PRICE_RULES: {exc}")
     if settings.production and not (settings.jwt_secret and settings.secrets_key):
         found.append("JWT_SECRET and SECRETS_KEY are required in production")
-    for secret, name in ((settings.jwt_secret, "JWT_SECRET"), (settings.secrets_key, "SECRETS_KEY")):
-        if secret and len(secret) < 32:
-            found.append(f"{name} must be at least 32 characters")
-    if not 1 <= settings.port <= 65535 and settings.port != 0:
-        found.append("GATEWAY_PORT must be a TCP port")
-    if not 0 <= settings.embedded_db_nice <= 19:
-        found.append("EMBEDDED_DB_NICE must be between 0 and 19")
-    if settings.db_expiry_seconds < 0:
-        found.append("DB_EXPIRY_SECONDS must be 0 (no passes) or a positive number of seconds")
-    if not 0 <= settings.metrics_port <= 65535 or (settings.metrics_port and settings.metrics_port == settings.port):
-        found.append("METRICS_PORT must be 0 or a TCP port other than GATEWAY_PORT")
-    if not settings.upstream_path_prefix.startswith("/"):
-        found.append("UPSTREAM_PATH_PREFIX must start with /")
-    provider_keys = [settings.upstream_api_key, *(secret for secret, _ in settings.upstream_api_keys)]
-    if any(not secret.isprintable() or not secret.isascii() for secret in provider_keys):
-        found.append("UPSTREAM_API_KEY and UPSTREAM_API_KEYS: a key is printable ASCII (it is sent as a header)")
-    plans = settings.plan_rules
-    if not plans or any(not {"name", "min_paid_usd", "qps"} <= set(p) for p in plans):
-        found.append("PLAN_RULES must be a non-empty list of {name, min_paid_usd, qps}")
-    elif any(p["qps"] <= 0 or p.get("account_qps", 1) <= 0 for p in plans):
-        found.append("PLAN_RULES: qps and account_qps must be positive")
-    if settings.payments_provider not in ("", "nowpayments"):
-        found.append("PAYMENTS_PROVIDER must be nowpayments or empty (the development sandbox chain)")
+    if settings.metrics_port and settings.metrics_port == settings.port:
+        found.append(f"METRICS_PORT must be {METRICS_PORT_MUST}")
     if settings.payments_provider == "nowpayments" and not (
         settings.payments_api_key and settings.payments_ipn_secret and settings.public_url
     ):
         found.append("PAYMENTS_PROVIDER=nowpayments requires PAYMENTS_API_KEY, PAYMENTS_IPN_SECRET and PUBLIC_URL")
-    if settings.max_header_bytes < 1024:
-        found.append("MAX_HEADER_BYTES must be at least 1024")
-    for name in (
-        "login_max_failures_per_email",
-        "login_max_attempts_per_address",
-        "login_slowdown_after",
-        "signup_max_per_network",
-        "max_open_orders",
-        "checkouts_per_minute",
-        "max_connections_per_address",
-        "idempotency_ttl",
-        "idempotency_max_body_bytes",
-        "idempotency_max_account_bytes",
-    ):
-        if getattr(settings, name) < 1:
-            found.append(f"{by_env(name)} must be at least 1")
-    if not (8 <= settings.client_network_v4_prefix <= 32 and 16 <= settings.client_network_v6_prefix <= 128):
-        found.append("CLIENT_NETWORK_V4_PREFIX must be 8..32 and CLIENT_NETWORK_V6_PREFIX 16..128")
-    if settings.signup_credited_per_network < 0 or settings.login_max_delay_seconds < 0:
-        found.append("SIGNUP_CREDITED_PER_NETWORK and LOGIN_MAX_DELAY_SECONDS must not be negative")
-    if settings.audit_retention_days < 1 or settings.password_reset_ttl_seconds < 60:
-        found.append("AUDIT_RETENTION_DAYS must be at least 1 and PASSWORD_RESET_TTL_SECONDS at least 60")
-    if settings.max_keys_per_account < 1:
-        found.append("MAX_KEYS_PER_ACCOUNT must be at least 1")
-    if (
-        settings.breaker_min_accounts < 1
-        or settings.account_failure_budget < 1
-        or settings.upstream_max_connections < 1
-    ):
-        found.append("BREAKER_MIN_ACCOUNTS, ACCOUNT_FAILURE_BUDGET and UPSTREAM_MAX_CONNECTIONS must be at least 1")
-    if settings.account_max_in_flight < 0:
-        found.append("ACCOUNT_MAX_IN_FLIGHT must be 0 (follow the plan) or a positive number")
-    if settings.coherence not in ("changestream", "poll", "off"):
-        found.append("COHERENCE must be changestream, poll or off")
-    if settings.event_loop not in ("asyncio", "uvloop"):
-        found.append("EVENT_LOOP must be asyncio or uvloop")
     if settings.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
         found.append("EVENT_LOOP=uvloop needs uvloop (pip install uvloop), or set EVENT_LOOP=asyncio")
-    if not settings.webhook_retry_schedule or any(
-        not isinstance(s, (int, float)) or isinstance(s, bool) or s <= 0 for s in settings.webhook_retry_schedule
-    ):
-        found.append("WEBHOOK_RETRY_SCHEDULE must be a non-empty JSON list of positive seconds")
-    if not 1 <= settings.webhook_account_concurrency <= settings.webhook_concurrency:
-        found.append("WEBHOOK_ACCOUNT_CONCURRENCY must be at least 1 and at most WEBHOOK_CONCURRENCY")
-    if settings.smtp_url and not settings.smtp_url.startswith(("smtp://", "smtps://")):
-        found.append("SMTP_URL must start with smtp:// or smtps://")
-    if settings.qps_divisor < 1:
-        found.append("QPS_DIVISOR must be at least 1")
-    if settings.order_ttl_seconds < 1:
-        found.append("ORDER_TTL_SECONDS must be at least 1")
-    for name in (
-        "flush_interval",
-        "lease_seconds",
-        "lease_timeout",
-        "upstream_timeout",
-        "upstream_connect_timeout",
-        "reconcile_interval",
-        "login_window_seconds",
-        "http_idle_timeout",
-        "http_body_timeout",
-        "coherence_poll_seconds",
-        "account_failure_window",
-        "signup_window_seconds",
-        "alert_check_seconds",
-        "webhook_timeout",
-        "webhook_poll_seconds",
-        "webhook_retry_for",
-        "webhook_disable_after",
-        "stream_min_interval",
-        "stream_monitor_interval",
-        "stream_ping_seconds",
-        "stream_tick_seconds",
-        "stream_balance_check_seconds",
-    ):
-        if getattr(settings, name) <= 0:
-            found.append(f"{by_env(name)} must be positive")
-    if settings.cache_max_bytes < 0 or settings.cache_stale_if_error < 0:
-        found.append("CACHE_MAX_BYTES and CACHE_STALE_IF_ERROR must not be negative")
-    if not 0 <= settings.cache_hit_price <= 1:
-        found.append("CACHE_HIT_PRICE must be between 0 and 1")
-    if any(not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 86400 for v in settings.cache_ttl.values()):
-        found.append("CACHE_TTL must map endpoint paths to whole seconds from 0 to 86400")
-    if settings.stream_event_retention < 3600:
-        found.append("STREAM_EVENT_RETENTION must be at least 3600 (a reconnecting socket may ask for an hour)")
+    if settings.webhook_account_concurrency > settings.webhook_concurrency:
+        found.append("WEBHOOK_ACCOUNT_CONCURRENCY must be at most WEBHOOK_CONCURRENCY")
     if settings.stream_monitor_interval < settings.stream_min_interval:
         found.append("STREAM_MONITOR_INTERVAL must be at least STREAM_MIN_INTERVAL")
     return found
@@ -736,17 +941,3 @@ def problems(settings: Settings) -> list[str]:
 
 def by_env(name: str) -> str:
     return next(f.metadata["env"] for f in fields() if f.name == name)
-
-
-def describe() -> str:
-    """The settings table printed by --help."""
-    rows = []
-    for f in fields():
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        if isinstance(default, tuple) and default and isinstance(default[0], dict):
-            default = orjson.dumps(list(default)).decode()
-        rows.append(f"  {f.metadata['env']:<26} {f.metadata['help']} (default: {default!r})")
-    return (
-        "settings (environment variables; CONFIG_FILE may name a TOML file with the same names in lower case):\n"
-        + "\n".join(rows)
-    )

@@ -120,7 +120,7 @@ def admin_only(method):
 class Anonymous(tornado.web.RequestHandler):
     """No `Server` header on any answer (Tornado's names its version: nothing to tell a scanner). clear() is
     where Tornado sets it, for every answer and again before an error page; every handler of the application
-    derives from this one, the static files' included (handlers/portal.py)."""
+    derives from this one, the static files' included (portal/pages.py)."""
 
     def clear(self) -> None:
         super().clear()

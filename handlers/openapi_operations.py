@@ -471,7 +471,7 @@ OPERATIONS: list[Operation] = [
         params=(query_param(ALIASES),),
         errors=(422,),
     ),
-    # the web portal (cookie sessions; handlers/portal.py)
+    # the web portal (cookie sessions; portal/pages.py)
     Operation(
         "get",
         "/",

@@ -1,4 +1,4 @@
-"""Operations: liveness, readiness, Prometheus metrics and the OpenAPI document (its interactive page: handlers/portal.py)."""
+"""Operations: liveness, readiness, Prometheus metrics and the OpenAPI document (its interactive page: portal/pages.py)."""
 
 import hmac
 import time

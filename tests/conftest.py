@@ -10,7 +10,7 @@ import uuid
 
 import orjson
 import pytest
-from support import PASSWORD, Gateway, Inbox, make_settings
+from support import PASSWORD, Gateway, Inbox, SearchProvider, make_settings, use_upstream
 from tornado.httpclient import HTTPRequest
 
 import gateway
@@ -188,3 +188,13 @@ def second(io_loop, ctx):
         other.executor.shutdown(wait=False)
 
     io_loop.run_sync(stop)
+
+
+@pytest.fixture
+def provider(ctx):
+    """The stream tests' scripted search provider, in place of the sandbox for the context and its poller."""
+    scripted = SearchProvider()
+    use_upstream(ctx, scripted.url)
+    ctx.poller.upstream = ctx.upstream
+    yield scripted
+    scripted.stop()

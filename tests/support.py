@@ -2,6 +2,7 @@
 queries, a recording upstream, and the gateway as a real process (the harness bench/ uses too)."""
 
 import asyncio
+import time
 import uuid
 from urllib.parse import urlencode
 
@@ -258,3 +259,77 @@ class Inbox:
 
     def stop(self) -> None:
         self.controller.stop()
+
+
+def count_key_lookups(ctx, monkeypatch) -> list[str]:
+    """The digests looked up in the keys collection from now on (the real store still answers)."""
+    lookups, store = [], ctx.meter.keys
+    by_digest = store.by_digest
+
+    async def counted(digest: str):
+        lookups.append(digest)
+        return await by_digest(digest)
+
+    monkeypatch.setattr(store, "by_digest", counted)
+    return lookups
+
+
+class SearchProvider:
+    """A scripted provider: advanced_search over the tweets the test adds, honouring since_id:, max_id:,
+    since_time: and from: as the provider does (newest first, 20 at most), after `delay` seconds; every query
+    it was asked is kept."""
+
+    def __init__(self):
+        self.tweets: list[dict] = []
+        self.queries: list[str] = []
+        self.fail = False
+        self.delay = 0.0
+        self.gate = asyncio.Event()  # cleared: searches wait until it is set again (a poll held mid-flight)
+        self.gate.set()
+        self.between_pages: list[dict] = []  # posted right after the next first page is answered
+        provider = self
+
+        class Search(tornado.web.RequestHandler):
+            async def get(self):
+                query = self.get_query_argument("query")
+                provider.queries.append(query)
+                await asyncio.sleep(provider.delay)
+                await provider.gate.wait()
+                if provider.fail:
+                    self.set_status(500)
+                    return self.finish(b"{}")
+                offset = int(self.get_query_argument("cursor", "0"))
+                self.finish(orjson.dumps(provider.answer(query, offset)))
+                if offset == 0:  # tweets posted while the poll reads its pages
+                    provider.tweets += provider.between_pages
+                    provider.between_pages = []
+
+        sock, port = tornado.testing.bind_unused_port()
+        self.server = tornado.httpserver.HTTPServer(tornado.web.Application([(r".*/tweet/advanced_search", Search)]))
+        self.server.add_sockets([sock])
+        self.url = f"http://127.0.0.1:{port}"
+        self._next = 1_900_000_000_000_000_000
+
+    def post(self, author: str = "alice", text: str = "hello", later: bool = False) -> str:
+        """A new tweet; `later`: posted only once the next first page is answered."""
+        self._next += 1
+        tweet = {"id": str(self._next), "text": text, "author": {"userName": author}, "t": time.time()}
+        (self.between_pages if later else self.tweets).append(tweet)
+        return str(self._next)
+
+    def answer(self, query: str, offset: int = 0) -> dict:
+        words = dict(w.split(":", 1) for w in query.split() if ":" in w)
+        found = [
+            t
+            for t in self.tweets
+            if ("since_id" not in words or int(t["id"]) > int(words["since_id"]))
+            and ("max_id" not in words or int(t["id"]) <= int(words["max_id"]))
+            and ("since_time" not in words or t["t"] >= int(words["since_time"]))
+            and ("from" not in words or t["author"]["userName"].lower() == words["from"].lower())
+        ]
+        ordered = sorted(found, key=lambda t: int(t["id"]), reverse=True)
+        more = len(ordered) > offset + 20
+        return {"tweets": ordered[offset : offset + 20], "has_next_page": more, "next_cursor": str(offset + 20)}
+
+    def stop(self):
+        self.server.stop()

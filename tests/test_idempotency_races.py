@@ -236,12 +236,18 @@ async def test_a_client_hammering_above_its_rate_gets_its_rate(mongo, upstream_u
         sent.append(asyncio.ensure_future(send(*kinds[i % 4])))
     elapsed = time.monotonic() - started
     await asyncio.gather(*sent)
+    answered = time.monotonic() - started  # a busy machine answers the last calls after the loop ended
     codes = {kind: sorted({a.code for k, a in answers if k == kind}) for kind in ("good", "bad", "broke")}
     # The rate limits are checked first: a refused call is refused by them (429) or for itself, never charged.
     assert codes == {"good": [200, 429], "bad": [422, 429], "broke": [402, 429]}, codes
     assert all(int(a.headers["Retry-After"]) >= 1 for _, a in answers if a.code == 429)
     served = sum(a.code == 200 for _, a in answers)
-    assert 10 * elapsed - 1 <= served <= 10 * elapsed + 10 + 1, (served, elapsed)
+    # Never more than the rate (plus the first burst) over the whole time calls were admitted...
+    assert served <= 10 * answered + 10 + 1, (served, answered)
+    # ...and not half of it, as when refusals took tokens. Not all of it to the call either: a machine busy
+    # elsewhere stalls the sender and the gateway alike, and a bucket refills no further than its burst
+    # meanwhile; three quarters of the rate tells the two apart with 2.5 s of stalls to spare.
+    assert served >= 7.5 * elapsed, (served, elapsed)
 
 
 async def test_a_repeat_with_its_query_spelled_differently_gets_the_first_answer(mongo, upstream_url):

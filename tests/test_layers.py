@@ -13,6 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = [
     ["gateway"],
     ["app"],
+    ["portal"],
     ["handlers"],
     ["streams"],
     ["alerts"],

@@ -89,7 +89,21 @@ async def test_page_is_served_with_a_strict_policy(api):
         "error",
     ):
         assert f'data-testid="{testid}"' in page, testid
-    script = (await api.http.fetch(api.base + re.search(r'src="(/static/portal\.js[^"]*)"', page).group(1))).body
+    # The script and every ES module it imports (each view's in static/js/). Those are named without a content
+    # hash, so they are revalidated: a page never runs a new portal.js with an old module.
+    scripts, seen, script = [re.search(r'src="(/static/portal\.js[^"]*)"', page).group(1)], set(), b""
+    while scripts:
+        url = scripts.pop()
+        seen.add(url)
+        response = await api.http.fetch(api.base + url)
+        assert response.headers["Content-Type"].startswith(("text/javascript", "application/javascript")), url
+        if "?v=" not in url:
+            assert response.headers["Cache-Control"] == "no-cache", url
+        script += response.body
+        folder = url.split("?")[0].rsplit("/", 1)[0]
+        imported = re.findall(rb'^import [^;]* from "\./([\w/.]+\.js)";', response.body, re.M)
+        scripts += [f"{folder}/{name.decode()}" for name in imported if f"{folder}/{name.decode()}" not in seen]
+    assert len(seen) > 5, seen  # the views are modules
     for testid in (b'"key-row"', b'"revoke-key"', b'"usage-row"'):
         assert testid in script
     xsrf = next(m for m in browser.keep(headers) if m.key == "gw_xsrf")

@@ -84,9 +84,8 @@ async def test_concurrent_calls_over_three_processes_never_overspend(mongo, upst
     assert charged(responses) <= initial
     # A process may answer 402 while another still holds credits; asked for them, the holder gives
     # half back, so waves a moment apart spend the balance down to less than a call per process.
-    for _ in range(5):
-        if initial - charged(responses) < 3 * PRICE:
-            break
+    deadline = time.monotonic() + 60  # a few waves on a quiet machine; more when other work shares the cores
+    while initial - charged(responses) >= 3 * PRICE and time.monotonic() < deadline:
         await asyncio.sleep(1.2)
         responses += await asyncio.gather(*await storm(targets, path, 30))
     assert {r.code for r in responses} <= {200, 402}

@@ -1,4 +1,5 @@
-"""Settings: declared once, read from a TOML file and the environment (which wins), validated at start."""
+"""Settings: declared once with their group and bounds, read from a TOML file and the environment (which wins),
+validated at start against the declarations, documented from them."""
 
 import os
 import subprocess
@@ -8,6 +9,7 @@ import orjson
 import pytest
 
 import config
+from config import reference
 from config.settings import fields
 
 
@@ -71,6 +73,44 @@ def test_help_documents_every_setting_and_a_bad_one_exits_2():
         assert f.metadata["env"] in shown.stdout, f.name
     refused = run("serve", GATEWAY_ENV="production")
     assert refused.returncode == 2 and "required in production" in refused.stderr
+
+
+# --- each setting's bounds declared with it (config/declare.py), its page generated from the declarations --------
+def out_of_bounds(bounds) -> str | None:
+    """A value the declaration refuses, as an operator would write it (None: no numeric bound or choice to cross)."""
+    if bounds.choices:
+        return "no-such-choice"
+    if bounds.at_least is not None:
+        return str(bounds.at_least - 1)
+    if bounds.above is not None:
+        return str(bounds.above)
+    return None if bounds.at_most is None else str(bounds.at_most + 1)
+
+
+@pytest.mark.parametrize("f", [f for f in fields() if out_of_bounds(f.metadata["bounds"])], ids=lambda f: f.name)
+def test_every_declared_bound_stops_the_start(f):
+    env = f.metadata["env"]
+    with pytest.raises(config.SettingsError) as refused:
+        config.load({env: out_of_bounds(f.metadata["bounds"])})
+    assert any(problem.startswith(f"{env} ") for problem in refused.value.problems), refused.value.problems
+
+
+def test_every_setting_has_a_group_and_help_prints_them_by_group():
+    shown = subprocess.run(
+        [sys.executable, "gateway.py", "serve", "--help"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
+    ).stdout
+    groups = {f.metadata["group"] for f in fields()}
+    assert len(groups) > 10 and all(f"\n{group}:\n" in shown for group in groups)
+    # Bounds are printed with the default: the operator reads what serve would refuse before starting it.
+    assert "EMBEDDED_DB_NICE" in shown and "0 to 19" in shown.split("EMBEDDED_DB_NICE", 1)[1].split("\n", 1)[0]
+
+
+def test_the_configuration_page_is_what_the_declarations_say():
+    """docs/configuration.md is generated (`./dev settings-doc`); a setting added, changed or bounded without
+    regenerating it fails here."""
+    assert reference.DOC.read_text() == reference.markdown(), "docs/configuration.md is stale: run ./dev settings-doc"
+    for f in fields():
+        assert f"| `{f.metadata['env']}` |" in reference.DOC.read_text(), f.name
 
 
 # --- the command line an operator meets (the installed console script) ------------------------------------

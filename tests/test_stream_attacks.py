@@ -9,8 +9,8 @@ import uuid
 import orjson
 import pytest
 import tornado.httpclient
-from support import Gateway, Receiver, account_with_keys, ledger_of, use_upstream
-from test_streams import LEAST, QUICK, Provider, next_tweet_event, rule_on, socket, stalled_socket
+from support import Gateway, Receiver, SearchProvider, account_with_keys, ledger_of
+from test_streams import LEAST, QUICK, next_tweet_event, rule_on, socket, stalled_socket
 
 from storage import db as database
 from storage.accounts import AccountStore
@@ -19,17 +19,8 @@ from streams.keys import another_budget
 pytestmark = pytest.mark.gen_test(timeout=90)
 
 
-@pytest.fixture
-def scripted(ctx):
-    provider = Provider()
-    use_upstream(ctx, provider.url)
-    ctx.poller.upstream = ctx.upstream
-    yield provider
-    provider.stop()
-
-
 @pytest.mark.settings(**QUICK)
-async def test_the_socket_answers_carry_no_server_header(api, scripted, base_url):
+async def test_the_socket_answers_carry_no_server_header(api, provider, base_url):
     """The 101, the 401 without a key and the refusal of a POST: none names Tornado and its version."""
     _, key = await api.funded_key(1000)
     ws = await socket(base_url, key["key"])
@@ -81,7 +72,7 @@ async def test_a_suspended_account_polls_nothing_is_charged_nothing_and_keeps_no
     answered 200, a new socket opened and got tweets, the old ones stayed open and the rules went on polling:
     885 credits charged after the suspension. Now: no poll, no charge, every socket closed, `/oapi/` and a new
     socket 403; the resume restores the rule, which delivers again."""
-    provider = Provider()
+    provider = SearchProvider()
     db_name = f"t_streams_{time.time_ns()}"
     env = dict(STREAM_MIN_INTERVAL="0.3", STREAM_TICK_SECONDS="0.05")
     gw = await Gateway(mongo.uri, provider.url, db_name, workers=workers, **env).launch()
@@ -188,7 +179,7 @@ async def _used(api, token: str, key_id: int) -> int:
 
 
 @pytest.mark.settings(**QUICK)
-async def test_a_keys_budget_binds_its_rules_polls_which_pause_and_resume_with_an_alert(api, scripted):
+async def test_a_keys_budget_binds_its_rules_polls_which_pause_and_resume_with_an_alert(api, provider):
     """The attack (issue 39, 3): a key with `credit_limit: 100, total` got 402 on data calls once spent, yet its
     rule went on polling: `credits_used` 835 after 35 s. Now each poll spends from the budget; when the budget
     cannot pay, the rule pauses (`paused_budget`, with a `stream.paused` alert naming the key) and nothing more is
@@ -208,10 +199,10 @@ async def test_a_keys_budget_binds_its_rules_polls_which_pause_and_resume_with_a
     hook = (await receiver.until(1))[0]
     assert hook["type"] == "stream.paused" and hook["data"]["reason"] == "key_budget", hook
     assert hook["data"]["key_id"] == key["key_id"] and "budget" in hook["data"]["summary"]
-    used, asked = await _used(api, token, key["key_id"]), len(scripted.queries)
+    used, asked = await _used(api, token, key["key_id"]), len(provider.queries)
     assert 6 * LEAST <= used <= 100
     await asyncio.sleep(1.0)  # three intervals
-    assert len(scripted.queries) == asked and await _used(api, token, key["key_id"]) == used
+    assert len(provider.queries) == asked and await _used(api, token, key["key_id"]) == used
     status, _, _ = await api.call("GET", "/social/user/info?userName=x", key=key["key"])
     assert status == 402  # the data calls agree
 
@@ -226,19 +217,19 @@ async def test_a_keys_budget_binds_its_rules_polls_which_pause_and_resume_with_a
 
 
 @pytest.mark.settings(**QUICK)
-async def test_a_revoked_keys_rules_stop_and_a_rolled_keys_go_on_with_the_new_key(api, scripted):
+async def test_a_revoked_keys_rules_stop_and_a_rolled_keys_go_on_with_the_new_key(api, provider):
     """The attack (issue 39, 3): after its key was revoked, a rule stayed active and charged 510 more credits in
     25 s. Now a revoked key's rules are switched off and charge nothing; a key rolled (its old secret ended at
     once) does not take its rules down: they go on with the new key."""
     user, key = await api.funded_key(1_000_000)
     token = user["token"]
     rule_id = await rule_on(api, key["key"], interval=0.3)
-    while len(scripted.queries) < 2:
+    while len(provider.queries) < 2:
         await asyncio.sleep(0.05)
     status, rolled, _ = await api.call("POST", f"/keys/{key['key_id']}/roll", {"grace_seconds": 0}, token=token)
     assert status == 200, rolled
-    asked = len(scripted.queries)
-    while len(scripted.queries) < asked + 3:  # still polled, now as the new key
+    asked = len(provider.queries)
+    while len(provider.queries) < asked + 3:  # still polled, now as the new key
         await asyncio.sleep(0.05)
     assert await _rule_status(api, token, rule_id) == "active"
     assert await _used(api, token, rolled["key_id"]) > 0
@@ -249,9 +240,9 @@ async def test_a_revoked_keys_rules_stop_and_a_rolled_keys_go_on_with_the_new_ke
     _, rows, _ = await api.call("GET", "/streams", token=token)
     assert next(r["is_effect"] for r in rows if r["rule_id"] == rule_id) == 0
     await asyncio.sleep(0.5)  # a poll under way at the revocation ends
-    asked, credits = len(scripted.queries), (await api.call("GET", "/account", token=token))[1]["credits"]
+    asked, credits = len(provider.queries), (await api.call("GET", "/account", token=token))[1]["credits"]
     await asyncio.sleep(1.0)  # three intervals
-    assert len(scripted.queries) == asked, "polled with a revoked key"
+    assert len(provider.queries) == asked, "polled with a revoked key"
     assert (await api.call("GET", "/account", token=token))[1]["credits"] == credits, "charged after revocation"
 
 
@@ -276,7 +267,7 @@ def _frames(data: bytes) -> tuple[int, int | None]:
 
 
 @pytest.mark.settings(**QUICK)
-async def test_a_client_cut_for_not_reading_sees_the_1013_close_after_little_more(api, ctx, scripted, base_url):
+async def test_a_client_cut_for_not_reading_sees_the_1013_close_after_little_more(api, ctx, provider, base_url):
     """The attack (issue 39, 11): a client that stops reading is cut with 1013, but the close frame was queued
     behind the whole unread backlog (16 MB): reading again, the client got megabytes of old events first, and
     nothing at all once the gateway gave up waiting for its answer. Now the backlog not handed to the connection
@@ -291,7 +282,7 @@ async def test_a_client_cut_for_not_reading_sees_the_1013_close_after_little_mor
     while held.ws_connection is not None and not held.ws_connection.is_closing():  # 1 MB events until cut
         assert time.monotonic() < deadline, "the client that reads nothing was not cut"
         for _ in range(20):
-            scripted.post(text="x" * 50_000)
+            provider.post(text="x" * 50_000)
         await asyncio.sleep(0.35)
     stalled.setblocking(False)
     received = bytearray()
@@ -317,7 +308,7 @@ async def test_a_client_cut_for_not_reading_sees_the_1013_close_after_little_mor
 async def test_with_two_workers_a_budget_and_a_revocation_stop_whichever_worker_polls(mongo):
     """`--workers 2`: a rule of a key with 100 credits in total pauses for its budget having spent no more
     than it (both workers claim its polls and spend from one budget), and a revoked key's rule stops on both."""
-    provider = Provider()
+    provider = SearchProvider()
     db_name = f"t_streams_{time.time_ns()}"
     env = dict(STREAM_MIN_INTERVAL="0.3", STREAM_TICK_SECONDS="0.05", STREAM_BALANCE_CHECK_SECONDS="0.2")
     gw = await Gateway(mongo.uri, provider.url, db_name, workers=2, **env).launch()

@@ -18,7 +18,7 @@ import tornado.testing
 import tornado.web
 import tornado.websocket
 from pymongo.errors import AutoReconnect
-from support import FAST, Gateway, Receiver, account_with_keys, ledger_of, use_upstream
+from support import FAST, Gateway, Receiver, SearchProvider, account_with_keys, ledger_of
 from tornado.httpclient import HTTPRequest
 
 from storage import db as database
@@ -33,73 +33,6 @@ QUICK = dict(
     plan_rules=FAST,
 )
 LEAST = 15  # advanced_search: the per-call minimum (metering/pricing.py)
-
-
-class Provider:
-    """A scripted provider: advanced_search over the tweets the test adds, honouring since_id:, max_id:,
-    since_time: and from: as the provider does (newest first, 20 at most), after `delay` seconds; every query
-    it was asked is kept."""
-
-    def __init__(self):
-        self.tweets: list[dict] = []
-        self.queries: list[str] = []
-        self.fail = False
-        self.delay = 0.0
-        self.between_pages: list[dict] = []  # posted right after the next first page is answered
-        provider = self
-
-        class Search(tornado.web.RequestHandler):
-            async def get(self):
-                query = self.get_query_argument("query")
-                provider.queries.append(query)
-                await asyncio.sleep(provider.delay)
-                if provider.fail:
-                    self.set_status(500)
-                    return self.finish(b"{}")
-                offset = int(self.get_query_argument("cursor", "0"))
-                self.finish(orjson.dumps(provider.answer(query, offset)))
-                if offset == 0:  # tweets posted while the poll reads its pages
-                    provider.tweets += provider.between_pages
-                    provider.between_pages = []
-
-        sock, port = tornado.testing.bind_unused_port()
-        self.server = tornado.httpserver.HTTPServer(tornado.web.Application([(r".*/tweet/advanced_search", Search)]))
-        self.server.add_sockets([sock])
-        self.url = f"http://127.0.0.1:{port}"
-        self._next = 1_900_000_000_000_000_000
-
-    def post(self, author: str = "alice", text: str = "hello", later: bool = False) -> str:
-        """A new tweet; `later`: posted only once the next first page is answered."""
-        self._next += 1
-        tweet = {"id": str(self._next), "text": text, "author": {"userName": author}, "t": time.time()}
-        (self.between_pages if later else self.tweets).append(tweet)
-        return str(self._next)
-
-    def answer(self, query: str, offset: int = 0) -> dict:
-        words = dict(w.split(":", 1) for w in query.split() if ":" in w)
-        found = [
-            t
-            for t in self.tweets
-            if ("since_id" not in words or int(t["id"]) > int(words["since_id"]))
-            and ("max_id" not in words or int(t["id"]) <= int(words["max_id"]))
-            and ("since_time" not in words or t["t"] >= int(words["since_time"]))
-            and ("from" not in words or t["author"]["userName"].lower() == words["from"].lower())
-        ]
-        ordered = sorted(found, key=lambda t: int(t["id"]), reverse=True)
-        more = len(ordered) > offset + 20
-        return {"tweets": ordered[offset : offset + 20], "has_next_page": more, "next_cursor": str(offset + 20)}
-
-    def stop(self):
-        self.server.stop()
-
-
-@pytest.fixture
-def provider(ctx):
-    scripted = Provider()
-    use_upstream(ctx, scripted.url)
-    ctx.poller.upstream = ctx.upstream
-    yield scripted
-    scripted.stop()
 
 
 async def rule_on(api, key: str, value: str = "hello", interval: float = 0.3) -> str:
@@ -450,7 +383,7 @@ async def test_two_workers_deliver_every_tweet_exactly_once_and_never_poll_a_rul
     """`--workers 2` for a few seconds: several rules polled every 0.3 s by whichever worker claims them,
     tweets arriving all along; every tweet is in exactly one event per rule, and each rule's polls ask for
     strictly newer tweets each time (no poll of a rule repeated)."""
-    provider = Provider()
+    provider = SearchProvider()
     db_name = f"t_streams_{time.time_ns()}"
     gw = await Gateway(
         mongo.uri,
@@ -692,14 +625,14 @@ async def test_a_rule_changed_mid_poll_starts_its_new_search_and_the_poll_in_fli
     rule_id = await rule_on(api, key["key"], value="old")
     first = provider.post(text="one")
     await next_tweet_event(ws)
-    provider.delay = 3.0
+    provider.gate.clear()  # the next poll of the old search is held at the provider until the change is made
     slow = provider.post(text="two")
     while not any(q.startswith("old") and f"since_id:{first}" in q for q in provider.queries):
         await asyncio.sleep(0.02)
     await asyncio.sleep(1.1)  # since_time: has second resolution
     change = {"rule_id": rule_id, "tag": "t1", "value": "new", "interval_seconds": 0.3, "is_effect": 1}
     assert (await api.call("POST", "/oapi/tweet_filter/update_rule", change, key=key["key"]))[0] == 200
-    provider.delay = 0.0
+    provider.gate.set()
     old = await next_tweet_event(ws)
     assert [t["id"] for t in old["tweets"]] == [slow]
     deadline = time.monotonic() + 20  # polls of the new search after the old one ended (slower on a busy machine)
@@ -820,7 +753,7 @@ async def test_a_client_that_stops_reading_is_dropped_and_the_others_keep_receiv
 async def test_a_gateway_stopped_mid_poll_lets_its_rule_go_at_once_and_charges_nothing(mongo):
     """SIGTERM while a poll waits on a slow provider, longer than the drain: the poll is cut short, not charged,
     and its rule is free to claim at once (not after the lease's 27 s), so a restarted gateway polls it on time."""
-    provider = Provider()
+    provider = SearchProvider()
     provider.delay = 30.0
     db_name = f"t_streams_{time.time_ns()}"
     env = dict(STREAM_MIN_INTERVAL="0.3", STREAM_TICK_SECONDS="0.05", DRAIN_SECONDS="1")

@@ -1,8 +1,8 @@
 """The web portal for account holders and the interactive API docs, served by the gateway itself.
 
-One page at `/` (a Tornado template; the views are drawn by static/portal.js from the JSON API), the
-cookie variants of register and login, logout, and /docs: Swagger UI from the swagger-ui-py package,
-served from this process. Nothing is loaded from anywhere else, and no page runs an inline script.
+One page at `/` (a Tornado template; the views are drawn by static/portal.js and its modules in static/js/ from
+the JSON API), the cookie variants of register and login, logout, and /docs: Swagger UI from the swagger-ui-py
+package, served from this process. Nothing is loaded from anywhere else, and no page runs an inline script.
 
 Browser sessions: the session token lives in an HttpOnly, SameSite=Strict cookie (Secure and
 __Host- in production) that page scripts cannot read; BaseHandler.bearer_token reads it when no
@@ -66,6 +66,13 @@ class StaticHandler(Anonymous, tornado.web.StaticFileHandler):
 
     def set_default_headers(self) -> None:
         self.set_header("X-Content-Type-Options", "nosniff")
+
+    def set_extra_headers(self, path: str) -> None:
+        # A URL with its content hash (?v=) is cached for a year. The modules portal.js imports are named without
+        # one (an import cannot carry it): the browser asks again each time (a 304 while unchanged), so a page
+        # never runs a new portal.js with an old module.
+        if not self.get_query_argument("v", None):
+            self.set_header("Cache-Control", "no-cache")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         self.set_header("Content-Type", "application/json")

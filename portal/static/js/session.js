@@ -1,0 +1,178 @@
+// Signing in and out: the page's start, register and log in (with the second factor's step), log out, the
+// session's end, forgotten password and the emailed reset link (handlers/auth.py, twofactor.py, reset.py).
+import { $, $$, FEATURES } from "./dom.js";
+import { ApiFailure, act, api, clearError, onSessionEnd, showError, state } from "./api.js";
+import { VIEWS, currentView, route } from "./views.js";
+import { loadAccount, passwordChange } from "./account.js";
+import { hideSecret } from "./keys.js";
+import { stopOrderPolling } from "./billing.js";
+
+const AUTH_PANELS = ["#auth-form", "#second-factor-form", "#forgot-form", "#reset-form"];
+const pending = { challenge: null, resetToken: null }; // the second factor's challenge, the emailed reset token
+
+export async function start() {
+  FEATURES.forEach((f) => $$('[data-feature="' + f + '"]').forEach((n) => (n.hidden = false)));
+  if (document.body.dataset.signedIn === "yes") {
+    try {
+      signedIn(await api("GET", "/auth/me"));
+      return;
+    } catch (err) {
+      signedOut(err.status === 401 ? "Your session has ended; log in again." : err.message);
+      return;
+    }
+  }
+  signedOut("");
+  showResetForm();
+}
+
+function signedIn(me) {
+  state.me = me;
+  exampleCall("USER_NAME");
+  if (FEATURES.has("sandbox")) {
+    // A user the development sandbox knows, so that the example answers with data.
+    api("GET", "/sandbox/catalog").then((c) => c.users && c.users[0] && exampleCall(c.users[0].userName), () => {});
+  }
+  $("#who-email").textContent = me.email;
+  $("#view-auth").hidden = true;
+  $("#nav").hidden = false;
+  $("#who").hidden = false;
+  $('#nav a[data-view="admin"]').hidden = !me.is_admin;
+  route();
+  $("#main").focus();
+  if (currentView() !== "overview") loadAccount(null); // the balance warning shows on every view
+}
+
+function exampleCall(userName) {
+  $("#example-call").textContent =
+    'curl -H "X-API-Key: YOUR_KEY" "' + location.origin + "/social/user/info?userName=" + encodeURIComponent(userName) + '"';
+}
+
+function signedOut(message) {
+  state.me = null;
+  stopOrderPolling();
+  VIEWS.forEach((v) => ($("#view-" + v).hidden = true));
+  $("#nav").hidden = true;
+  $("#who").hidden = true;
+  $("#balance-warning").hidden = true;
+  hideSecret();
+  $("#view-auth").hidden = false;
+  const scope = $("#auth-form");
+  clearError(scope);
+  if (message) showError(scope, new ApiFailure(401, message));
+}
+
+onSessionEnd(signedOut); // a 401 on a signed-in page
+
+async function authenticate(path, trigger) {
+  const scope = $("#auth-form");
+  const body = { email: $("#email").value.trim(), password: $("#password").value };
+  const done = await act(scope, trigger, async () => {
+    const answer = await api("POST", path, body);
+    if (answer && answer.two_factor_required) return answer; // the second step: askSecondFactor, below
+    return api("GET", "/auth/me");
+  });
+  if (done) {
+    $("#password").value = "";
+    if (done.two_factor_required) askSecondFactor(done.challenge);
+    else signedIn(done);
+  }
+}
+
+$("#auth-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  authenticate("/portal/login", $("#login"));
+});
+$("#register").addEventListener("click", () => authenticate("/portal/register", $("#register")));
+$("#logout").addEventListener("click", async () => {
+  // A password change in flight answers with a new session cookie: let it land first, then end that session.
+  if (passwordChange) await passwordChange;
+  try {
+    await api("POST", "/portal/logout");
+  } catch (err) {
+    console.warn("logout", err.message);
+  }
+  location.hash = "";
+  signedOut("");
+  authPanel("#auth-form", "You are signed out. Sign in again below, or close this tab.");
+});
+
+
+function authPanel(selector, notice) {
+  AUTH_PANELS.forEach((s) => ($(s).hidden = s !== selector));
+  AUTH_PANELS.forEach((s) => clearError($(s)));
+  $("#auth-notice").textContent = notice || "";
+  $("#auth-notice").hidden = !notice;
+  const first = $("input", $(selector));
+  if (first) first.focus();
+}
+$$("#view-auth [data-back]").forEach((b) => b.addEventListener("click", () => {
+  pending.challenge = pending.resetToken = null;
+  authPanel("#auth-form");
+}));
+
+function askSecondFactor(challenge) {
+  pending.challenge = challenge;
+  $("#second-factor-code").value = "";
+  authPanel("#second-factor-form");
+}
+$("#second-factor-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = $("#second-factor-form");
+  const body = { challenge: pending.challenge, code: $("#second-factor-code").value.trim() };
+  const me = await act(form, $('button[type="submit"]', form), async () => {
+    await api("POST", "/portal/login/2fa", body);
+    return api("GET", "/auth/me");
+  });
+  if (me) {
+    pending.challenge = null;
+    form.hidden = true;
+    $("#auth-form").hidden = false;
+    signedIn(me);
+  }
+});
+
+$("#forgot-open").addEventListener("click", () => {
+  $("#forgot-email").value = $("#email").value.trim();
+  $("#forgot-sent").hidden = true;
+  authPanel("#forgot-form");
+});
+$("#forgot-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = $("#forgot-form");
+  $("#forgot-sent").hidden = true;
+  const done = await act(form, $('button[type="submit"]', form), () =>
+    api("POST", "/auth/password/forgot", { email: $("#forgot-email").value.trim() }));
+  if (done) {
+    $("#forgot-sent").textContent = done.detail + ". Check your inbox (and spam folder).";
+    $("#forgot-sent").hidden = false;
+  }
+});
+
+// The emailed link is /#reset=<token>: a fragment, so the token never reaches a server log. It is taken out of
+// the address bar at once, and the page opens signed out on the reset form.
+function takeResetToken() {
+  if (!location.hash.startsWith("#reset=")) return false;
+  pending.resetToken = decodeURIComponent(location.hash.slice("#reset=".length));
+  history.replaceState(null, "", location.pathname + location.search);
+  return true;
+}
+if (takeResetToken()) document.body.dataset.signedIn = "no";
+const showResetForm = () => { if (pending.resetToken) authPanel("#reset-form"); };
+window.addEventListener("hashchange", () => {
+  // A link opened in a tab already on the portal changes only the fragment: no new page load.
+  if (!takeResetToken()) return;
+  signedOut("");
+  showResetForm();
+});
+$("#reset-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = $("#reset-form");
+  const body = { token: pending.resetToken, password: $("#reset-password").value };
+  const done = await act(form, $('button[type="submit"]', form), () => api("POST", "/auth/password/reset", body));
+  if (done) {
+    pending.resetToken = null;
+    form.reset();
+    authPanel("#auth-form", "Your password is changed and every session has ended: log in with the new password.");
+  }
+});
+
