@@ -221,4 +221,6 @@ routes = [
     (rf"/members/invitations/{INVITATION_ID}", InvitationHandler),
     (rf"/members/{MEMBER_ID}", MemberHandler),
     (r"/auth/invitations/accept", AcceptHandler),
+    (r"/portal/invitations/accept", AcceptHandler, {"cookie": True}),  # the web portal's: the session in its cookie
+    (r"/portal/switch", auth.SwitchHandler, {"cookie": True}),
 ]

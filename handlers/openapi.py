@@ -18,6 +18,7 @@ from handlers.openapi_operations import OPERATIONS
 from handlers.openapi_paths import data_operation, portal_operation
 from handlers.openapi_security import SECURITY_OPERATIONS, SECURITY_SCHEMAS
 from handlers.openapi_streams import STREAM_OPERATIONS, STREAM_SCHEMAS, socket_operations
+from security import roles
 from social.endpoints import ENDPOINTS
 
 VERSION = "0.1.0"
@@ -82,6 +83,9 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
         ]
         + ([{"name": prefixes[1][1]}] if twitter_alias else []),
         "paths": paths,
+        # Which members each operation's least role (x-least-role) admits: the web portal disables what a role
+        # cannot do from this and the operations' declarations, the very ones the server enforces.
+        "x-role-grants": {least: [r for r in roles.ROLES if r in members] for least, members in roles.GRANTS.items()},
         "components": {
             "schemas": {**SCHEMAS, **ALERT_SCHEMAS, **SECURITY_SCHEMAS, **STREAM_SCHEMAS, **MEMBER_SCHEMAS},
             "securitySchemes": {

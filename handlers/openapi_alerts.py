@@ -130,7 +130,7 @@ ALERT_OPERATIONS = [
         ref("AlertRule"),
         body="AlertRuleCreate",
         errors=(401, 409, 413, 422),
-        role=roles.DEVELOPER,
+        role=roles.DEVELOPER_OR_BILLING,
     ),
     Operation(
         "delete",
@@ -140,7 +140,7 @@ ALERT_OPERATIONS = [
         ref("Done"),
         params=(_RULE_ID,),
         errors=(401, 404),
-        role=roles.DEVELOPER,
+        role=roles.DEVELOPER_OR_BILLING,
     ),
     Operation(
         "get",

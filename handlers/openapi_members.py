@@ -68,6 +68,28 @@ MEMBER_OPERATIONS = [
         body="AcceptInvitation",
         errors=(401, 403, 404, 409, 413, 422, 429),
     ),
+    Operation(
+        "post",
+        "/portal/invitations/accept",
+        "The portal's variant of /auth/invitations/accept: the session goes to the HttpOnly cookie (needs the XSRF "
+        "token)",
+        "portal",
+        ref("CookieSession"),
+        security=None,
+        body="AcceptInvitation",
+        errors=(401, 403, 404, 409, 413, 422, 429),
+    ),
+    Operation(
+        "post",
+        "/portal/switch",
+        "The portal's variant of /auth/switch: the cookie's session acts for another of your accounts (needs the "
+        "XSRF token)",
+        "portal",
+        ref("CookieSession"),
+        security=None,
+        body="Switch",
+        errors=(401, 403, 404, 413, 422),
+    ),
     Operation("get", "/members", "The account's members", "members", array(ref("Member")), role=roles.VIEWER),
     Operation(
         "patch",

@@ -7,12 +7,17 @@ other: an operation for developers is not one for billing, and the reverse."""
 
 OWNER, ADMIN, DEVELOPER, BILLING, VIEWER = "owner", "admin", "developer", "billing", "viewer"
 ROLES = (OWNER, ADMIN, DEVELOPER, BILLING, VIEWER)
+# Alert rules: developers write them all, billing members those about money (BILLING_ALERTS, checked in
+# handlers/alerts.py); the route's least role admits both.
+DEVELOPER_OR_BILLING = "developer or billing"
+BILLING_ALERTS = frozenset(("balance_below", "daily_spend_above", "order_status"))
 
 # least role -> the roles that may call an operation declaring it
 GRANTS: dict[str, frozenset[str]] = {
     VIEWER: frozenset(ROLES),
     DEVELOPER: frozenset((OWNER, ADMIN, DEVELOPER)),
     BILLING: frozenset((OWNER, ADMIN, BILLING)),
+    DEVELOPER_OR_BILLING: frozenset((OWNER, ADMIN, DEVELOPER, BILLING)),
     ADMIN: frozenset((OWNER, ADMIN)),
     OWNER: frozenset((OWNER,)),
 }
@@ -22,7 +27,7 @@ DESCRIPTIONS = {
     OWNER: "everything, including members who are owners",
     ADMIN: "members other than owners, keys, alerts, webhooks, streams, billing",
     DEVELOPER: "keys (create, reveal, roll, revoke), streams, alerts, webhooks, usage",
-    BILLING: "checkout, orders, balance, usage",
+    BILLING: "checkout, orders, balance, usage, alert rules about the balance, spend and orders",
     VIEWER: "read only: no reveal, no writes",
 }
 

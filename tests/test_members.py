@@ -299,3 +299,23 @@ async def test_admin_rights_and_their_second_factor_are_the_persons_and_the_cons
         "POST", "/auth/login", {"email": owner["email"], "password": PASSWORD, "code": code(secret, 1)}
     )
     assert status == 200 and body["account_id"] == owner["account_id"]
+
+
+async def test_billing_members_write_the_alert_rules_about_money_only(api):
+    people = await team(api)
+    billing, dev = people[roles.BILLING]["token"], people[roles.DEVELOPER]["token"]
+    status, rule = (await api.call("POST", "/alerts", {"kind": "balance_below", "credits": 5}, token=billing))[:2]
+    assert status == 200, rule
+    key = await api.new_key(dev)
+    budget = {"kind": "key_budget", "key_id": key["key_id"], "levels": [80]}
+    status, body, _ = await api.call("POST", "/alerts", budget, token=billing)
+    assert status == 403 and body["detail"].startswith(roles.refusal(roles.DEVELOPER))
+    status, theirs, _ = await api.call("POST", "/alerts", budget, token=dev)
+    assert status == 200, theirs
+    status, _, _ = await api.call("DELETE", f"/alerts/{theirs['rule_id']}", token=billing)
+    assert status == 403
+    assert (await api.call("DELETE", f"/alerts/{rule['rule_id']}", token=billing))[0] == 200
+    status, body, _ = await api.call(
+        "POST", "/alerts", {"kind": "balance_below", "credits": 5}, token=people["viewer"]["token"]
+    )
+    assert status == 403 and body == {"detail": roles.refusal(roles.DEVELOPER_OR_BILLING)}
