@@ -38,6 +38,8 @@ from handlers import (
     auth,
     billing,
     keys,
+    members,
+    openapi,
     ops,
     reset,
     sandbox,
@@ -93,8 +95,9 @@ def make_app(ctx: Context) -> tornado.web.Application:
     routes += pages.routes  # the web portal at /, its files, and the interactive docs at /docs
     if not ctx.settings.metrics_port:
         routes += ops.metrics_routes
+    routes += members.routes  # members, roles and invitations (issue 37)
     bound = [(route[0], route[1], {"ctx": ctx, **(route[2] if len(route) > 2 else {})}) for route in routes]
-    return tornado.web.Application(
+    app = tornado.web.Application(
         bound,
         default_handler_class=NotFoundHandler,
         default_handler_args={"ctx": ctx},
@@ -103,6 +106,9 @@ def make_app(ctx: Context) -> tornado.web.Application:
         log_function=lambda handler: None,  # BaseHandler.on_finish writes the access log
         **pages.app_settings(ctx),  # templates, versioned static URLs, XSRF cookies
     )
+    # Each route's least role, from the OpenAPI operations: the one declaration the check and the document read.
+    app.settings["operations"] = openapi.route_operations(app.wildcard_router.rules)
+    return app
 
 
 def reload(ctx: Context, environ=None) -> bool:

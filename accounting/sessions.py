@@ -1,11 +1,14 @@
-"""Session checks on every portal request, from memory: the token's account must exist, its session
-version must be the account's current one (a password change ends every earlier token), and the
-token must not have been ended by POST /auth/logout.
+"""Session checks on every portal request: the token's person must exist, their session version must be the
+current one (a password change ends every earlier token), the token must not have been ended by POST
+/auth/logout, and the person must still be a member of the token's account, whose role the request then has.
 
-The account part comes from the account-view cache the data plane uses (kept coherent across
-processes). Ended tokens: this process knows at once; another process through the change feed
+The person part comes from the account-view cache the data plane uses (kept coherent across processes). The
+membership is read from the database on every request (one indexed read): a removed or demoted member loses the
+old rights at once, on every process, with no cache to wait for. Ended tokens: this process knows at once; another process through the change feed
 (accounting/coherence.py, within a second), and at the latest after NEGATIVE_CACHE_TTL (the time a
 "not ended" answer is remembered per token) if the feed is down."""
+
+import dataclasses
 
 from accounting.meter import Meter
 from config.settings import Settings
@@ -13,12 +16,16 @@ from runtime.cache import LoadingCache
 from security import tokens
 from security.tokens import Session
 from storage.accounts import AccountStore
+from storage.members import MemberStore
 from storage.sessions import SessionStore
 
 
 class Sessions:
-    def __init__(self, settings: Settings, accounts: AccountStore, store: SessionStore, meter: Meter):
+    def __init__(
+        self, settings: Settings, accounts: AccountStore, store: SessionStore, meter: Meter, members: MemberStore
+    ):
         self.settings, self.accounts, self.store, self.meter = settings, accounts, store, meter
+        self.members = members
         self.ended = LoadingCache(
             store.is_ended, settings.key_cache_size, settings.token_ttl_seconds, settings.negative_cache_ttl
         )
@@ -28,24 +35,27 @@ class Sessions:
         session = tokens.session_of(self.settings.jwt_secret, token)
         if session is None:
             return None
-        view = await self.meter.account_cache.get(session.account_id)
+        view = await self.meter.account_cache.get(session.person_id)
         if view is None or view.session_version != session.version:
-            return None  # the account is gone, or its password changed since
+            return None  # the person is gone, or their password changed since
         if session.token_id is not None and await self.ended.get(session.token_id):
             return None
-        return session
+        member = await self.members.role(session.account_id, session.person_id)
+        if member is None:
+            return None  # no longer a member of this account
+        return dataclasses.replace(session, role=member["role"], member_id=member["_id"], email=member["email"])
 
-    def issue(self, account_id: str, version: int) -> str:
+    def issue(self, person_id: str, version: int, account_id: str | None = None) -> str:
         s = self.settings
-        return tokens.issue(s.jwt_secret, account_id, s.token_ttl_seconds, version=version)
+        return tokens.issue(s.jwt_secret, person_id, s.token_ttl_seconds, version=version, account_id=account_id)
 
     async def end(self, session: Session) -> None:
         """POST /auth/logout: this token only (a token without an id: every session of the account)."""
         if session.token_id is None:
-            await self.accounts.end_all_sessions(session.account_id)
-            self.meter.account_cache.invalidate(session.account_id)
+            await self.accounts.end_all_sessions(session.person_id)
+            self.meter.account_cache.invalidate(session.person_id)
             return
-        await self.store.end(session.token_id, session.account_id, session.expires)
+        await self.store.end(session.token_id, session.person_id, session.expires)
         self.ended.put(session.token_id, True)
 
     def ended_elsewhere(self, token_id: str) -> None:

@@ -35,6 +35,7 @@ from storage.idempotency import IdempotencyStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
 from storage.limits import Limits
+from storage.members import MemberStore
 from storage.sessions import SessionStore
 from storage.signin import SignInStore
 from storage.streams import StreamStore
@@ -101,6 +102,9 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         return account
 
     payments = await build_payments(settings, db, credit)
+    members = MemberStore(db)
+    await members.ensure_indexes()
+    await members.migrate()  # accounts from before members: each one's sign-in becomes its owner
     admin_store = AdminStore(db)
     await admin_store.ensure_indexes()
     alert_store, webhook_store = AlertStore(db), WebhookStore(db)
@@ -154,7 +158,8 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
         ),
         admin=admin_store,
         checkout_throttle=CheckoutThrottle(settings.checkouts_per_minute),
-        sessions=Sessions(settings, accounts, SessionStore(db), meter),
+        sessions=Sessions(settings, accounts, SessionStore(db), meter, members),
+        members=members,
         failure_budget=FailureBudget(settings.account_failure_budget, settings.account_failure_window),
         in_flight=InFlight(settings.account_max_in_flight, settings.upstream_max_connections // 2),
         idempotency=Idempotency(settings, IdempotencyStore(db), metrics),

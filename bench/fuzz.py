@@ -63,7 +63,8 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 400, 401, 402
 # the current password must be the right one; an order's minimum depends on the currency (GET
 # /billing/crypto/config); admin, audit and request-log cursors are opaque; a key's expires_at must be in the
 # future, its allowed_ips must parse as addresses, a credit_limit needs its period (and the reverse); an audit
-# filter's time must be a real date and its actions known ones; a reset token must be one the gateway emailed.
+# filter's time must be a real date and its actions known ones; a reset token must be one the gateway emailed, and
+# an invitation's one it made (a new person's password follows the registration's rules).
 [[operations]]
 include-operation-id = [
     "post_auth_register",
@@ -74,6 +75,7 @@ include-operation-id = [
     "post_keys",
     "patch_keys_key_id",
     "post_auth_password_reset",
+    "post_auth_invitations_accept",
     "get_audit",
     "get_audit_export",
     "get_admin_audit",
@@ -95,6 +97,8 @@ include-operation-id = [
     "post_portal_login_2fa",
     "post_portal_logout",
     "post_portal_password",
+    "post_portal_invitations_accept",
+    "post_portal_switch",
 ]
 checks.positive_data_acceptance.enabled = false
 

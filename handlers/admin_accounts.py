@@ -14,6 +14,7 @@ from handlers.base import ApiError, admin_only
 from handlers.errors import ValidationError, error
 from handlers.idempotent import idempotency_key, idempotent
 from handlers.keys import CREDITS, KeysBase
+from handlers.members import member_view
 from handlers.validation import Field, validate_body
 from payments.service import view as order_view
 
@@ -60,7 +61,7 @@ class AccountAdminBase(KeysBase):
 
 
 class AccountDetailHandler(AccountAdminBase):
-    """Balance, plan, keys, orders, recent calls and audit entries of one account."""
+    """Balance, plan, keys, orders, recent calls, audit entries and members of one account."""
 
     @admin_only
     async def get(self, account_id: str) -> None:
@@ -69,6 +70,8 @@ class AccountDetailHandler(AccountAdminBase):
         orders = await ctx.payments.orders.for_account(account_id, RECENT)
         calls = await ctx.meter.reads.recent(account_id, account["created_at"], RECENT)
         audit, _ = await ctx.audit.page(ctx.audit.query(account_id), None, RECENT)
+        members = await ctx.members.of_account(account_id)
+        sign_ins = await ctx.accounts.sign_ins([m["person_id"] for m in members])
         self.send_json(
             {
                 **await self.summary(account),
@@ -86,6 +89,7 @@ class AccountDetailHandler(AccountAdminBase):
                     for r in calls
                 ],
                 "audit": [entry(doc) for doc in audit],
+                "members": [member_view(m, sign_ins.get(m["person_id"])) for m in members],
             }
         )
 

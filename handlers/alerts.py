@@ -18,6 +18,7 @@ from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error, missing
 from handlers.keys import _no_controls, _one_of
 from handlers.validation import Field, validate_body
+from security import roles
 from webhooks.guard import Refused, check_host, check_url
 from webhooks.outbox import PREVIOUS_SECRET_SECONDS, secret_aad
 from webhooks.signing import new_secret
@@ -147,6 +148,13 @@ def event_row(event: dict) -> dict:
 
 
 class AlertsBase(BaseHandler):
+    def billing_may(self, kind: str) -> None:
+        """A billing member writes the alert rules about money only (security/roles.py BILLING_ALERTS)."""
+        if self.session.role == roles.BILLING and kind not in roles.BILLING_ALERTS:
+            raise ApiError(
+                403, roles.refusal(roles.DEVELOPER) + " (billing members: rules about the balance, spend and orders)"
+            )
+
     async def owned_endpoint(self, endpoint_id: str) -> dict:
         endpoint = await self.ctx.webhook_store.endpoint(self.current_user, endpoint_id)
         if endpoint is None:
@@ -173,8 +181,10 @@ class AlertRulesHandler(AlertsBase):
     @authenticated
     async def post(self) -> None:
         rule = rule_of(validate_body(self.json_body(), RULE_FIELDS))
+        self.billing_may(rule["kind"])
         account_id = self.current_user
         doc = {"_id": "al_" + secrets.token_hex(8), "account_id": account_id, **rule, "created_at": datetime.now(UTC)}
+        doc["created_by"] = self.member()  # who made it: the rule is the account's and outlives their membership
         if not await self.ctx.alert_store.add(doc, MAX_RULES):  # the cap holds under concurrency (storage/caps.py)
             raise ApiError(409, f"An account may have {MAX_RULES} alert rules; delete one first")
         self.ctx.alerts.touch(account_id)
@@ -184,6 +194,12 @@ class AlertRulesHandler(AlertsBase):
 class AlertRuleHandler(AlertsBase):
     @authenticated
     async def delete(self, rule_id: str) -> None:
+        if self.session.role == roles.BILLING:
+            rule = next(
+                (r for r in await self.ctx.alert_store.account_rules(self.current_user) if r["_id"] == rule_id), None
+            )
+            if rule is not None:
+                self.billing_may(rule["kind"])
         if not await self.ctx.alert_store.delete(self.current_user, rule_id):
             raise ApiError(404, "Alert rule not found")
         self.send_json({"ok": True})
@@ -217,6 +233,7 @@ class WebhooksHandler(AlertsBase):
             "enabled": True,
             "failing_since": None,
             "created_at": datetime.now(UTC),
+            "created_by": self.member(),  # who added it; the endpoint is the account's
         }
         if not await self.ctx.webhook_store.add_endpoint(doc, MAX_ENDPOINTS):  # under concurrency too (storage/caps.py)
             raise ApiError(409, f"An account may have {MAX_ENDPOINTS} webhook endpoints; delete one first")

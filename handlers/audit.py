@@ -15,7 +15,18 @@ from handlers.validation import Field
 from storage.audit import ACTIONS, ACTOR_KINDS, cursor_id
 
 EXPORT_CHUNK = 500  # entries per write + flush: an export is never held in memory
-CSV_COLUMNS = ("at", "action", "account_id", "actor_kind", "actor_id", "actor_email", "address", "details")
+CSV_COLUMNS = (
+    "at",
+    "action",
+    "account_id",
+    "actor_kind",
+    "actor_id",
+    "actor_email",
+    "address",
+    "details",
+    "member_id",
+    "member_email",
+)
 EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 
 
@@ -59,8 +70,11 @@ ACCOUNT = Field("account_id", str, required=False, min_length=1, max_length=64, 
 ACTOR = Field(
     "actor", str, required=False, check=_one_of(ACTOR_KINDS), description="Entries by account, admin or system"
 )
-LIST_QUERY = [ACTION, SINCE, UNTIL, CURSOR, LIMIT]
-EXPORT_QUERY = [ACTION, SINCE, UNTIL, EXPORT_FORMAT]
+MEMBER = Field(
+    "member", str, required=False, min_length=1, max_length=64, description="One member's entries (member_id)"
+)
+LIST_QUERY = [ACTION, SINCE, UNTIL, MEMBER, CURSOR, LIMIT]
+EXPORT_QUERY = [ACTION, SINCE, UNTIL, MEMBER, EXPORT_FORMAT]
 ADMIN_QUERY = [ACCOUNT, ACTOR]
 
 
@@ -80,6 +94,7 @@ def entry(doc: dict) -> dict:
         "actor": doc["actor"],
         "address": doc.get("address"),
         "details": doc.get("details") or {},
+        "member": doc.get("member"),  # the person who acted for the account (storage/audit.py)
     }
 
 
@@ -100,6 +115,8 @@ def _csv_line(doc: dict) -> bytes:
         actor.get("email"),
         doc.get("address"),
         orjson.dumps(doc.get("details") or {}).decode(),
+        (doc.get("member") or {}).get("member_id"),
+        (doc.get("member") or {}).get("email"),
     )
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerow([_cell(v) for v in row])
@@ -116,7 +133,12 @@ class AuditBase(BaseHandler):
         if self.admin_view:
             account_id, actor = self.query_arg(ACCOUNT), self.query_arg(ACTOR)
         return self.ctx.audit.query(
-            account_id, actions, _moment(self.query_arg(SINCE)), _moment(self.query_arg(UNTIL)), actor
+            account_id,
+            actions,
+            _moment(self.query_arg(SINCE)),
+            _moment(self.query_arg(UNTIL)),
+            actor,
+            self.query_arg(MEMBER),
         )
 
     async def list(self, account_id: str | None) -> None:

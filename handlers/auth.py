@@ -34,6 +34,7 @@ LOGIN = [
     Field("password", str, min_length=1, max_length=128),
     Field("code", str, required=False, min_length=6, max_length=32, description="With two-factor sign-in: a code"),
 ]
+SWITCH = [Field("account_id", str, min_length=1, max_length=64, description="One of the accounts in /auth/me")]
 ATTRIBUTION = [
     Field(
         "first_touch",
@@ -66,9 +67,26 @@ class AuthHandler(BaseHandler):
             self.log_fields["throttled"] = True
             raise ApiError(429, "Too many attempts; retry later", {"Retry-After": str(wait)})
 
-    def issue_session(self, account_id: str, version: int = 0) -> None:
+    async def home_account(self, person_id: str, account_id: str | None = None) -> str:
+        """The account a new session of the person acts for: `account_id` if they are its member, else their own
+        account, else the first they joined; 403 when they are a member of none. Sets it as this request's
+        account, and its member as the one acting (the audit log)."""
+        memberships = await self.ctx.members.of_person(person_id)
+        chosen = next((m for m in memberships if m["account_id"] == (account_id or person_id)), None)
+        if chosen is None and account_id is not None:
+            raise ApiError(404, "Not found")  # not one of theirs: as if it did not exist
+        chosen = chosen or (memberships[0] if memberships else None)
+        if chosen is None:
+            raise ApiError(403, "You are not a member of any account any more: ask an owner for an invitation")
+        self.account_id, self.person_id = chosen["account_id"], person_id
+        self.acting = {"member_id": chosen["_id"], "email": chosen.get("email")}
+        await self.ctx.members.seen(chosen["account_id"], person_id)
+        return chosen["account_id"]
+
+    def issue_session(self, person_id: str, version: int = 0, account_id: str | None = None) -> None:
         s = self.ctx.settings
-        token = self.ctx.sessions.issue(account_id, version)
+        account_id = account_id or self.account_id or person_id
+        token = self.ctx.sessions.issue(person_id, version, account_id)
         if self.cookie:
             # Page scripts never see the token: HttpOnly, same-site only, HTTPS only in production.
             self.set_cookie(
@@ -128,7 +146,8 @@ class RegisterHandler(AuthHandler):
             account = await self.ctx.accounts.create(email, digest, credits)
         except DuplicateEmail:
             raise ApiError(409, "An account with this email already exists") from None
-        self.account_id = account["_id"]
+        await self.ctx.members.make_owner(account["_id"], email)  # the one who registers owns the account
+        await self.home_account(account["_id"])
         await self.audit("account.created", details={"credits": credits})
         self.issue_session(account["_id"])
 
@@ -157,6 +176,7 @@ class LoginHandler(AuthHandler):
                 self.send_json(secondfactor.challenge(self, account))
                 return
             method = await secondfactor.check_code(self, account["_id"], body["code"])
+        await self.home_account(account["_id"])
         await self.audit("login", details={"second_factor": method} if method else None)
         self.issue_session(account["_id"], account.get("session_version", 0))
 
@@ -176,32 +196,51 @@ class PasswordHandler(AuthHandler):
 
     @authenticated
     async def post(self) -> None:
-        account = await self.current_account()
+        person = await self.current_person()
         body = validate_body(self.json_body(), PASSWORD_CHANGE)
-        await verified_password(self, account["email"], body["current_password"])
+        await verified_password(self, person["email"], body["current_password"])
         digest = await self.hash(passwords.hash_password, body["new_password"], self.ctx.settings.password_scrypt_n)
-        version = await self.ctx.sessions.password_changed(account["_id"], digest)
+        version = await self.ctx.sessions.password_changed(person["_id"], digest)
         if version is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
         await self.audit("password.changed")
-        self.issue_session(account["_id"], version)
+        self.issue_session(person["_id"], version, self.account_id)
 
 
 class MeHandler(BaseHandler):
-    """The account behind the session token."""
+    """The person behind the session token and the account it acts for, with every account of theirs."""
 
     @authenticated
     async def get(self) -> None:
-        account = await self.current_account()
+        account, person = await self.current_account(), await self.current_person()
+        session = self.session
         self.send_json(
             {
                 "account_id": account["_id"],
-                "email": account["email"],
-                "is_admin": self.is_admin(account),
+                "email": person["email"],
+                "is_admin": self.is_admin(person),
                 "created_at": account["created_at"],
-                "two_factor": bool((account.get("totp") or {}).get("enabled")),
+                "two_factor": bool((person.get("totp") or {}).get("enabled")),
+                "person_id": person["_id"],
+                "member_id": session.member_id,
+                "role": session.role,
+                "accounts": [
+                    {"account_id": m["account_id"], "role": m["role"]}
+                    for m in await self.ctx.members.of_person(person["_id"])
+                ],
             }
         )
+
+
+class SwitchHandler(AuthHandler):
+    """A session token of the same person for another of their accounts (404 for an account not theirs)."""
+
+    @authenticated
+    async def post(self) -> None:
+        body = validate_body(self.json_body(), SWITCH)
+        person_id, version = self.session.person_id, self.session.version
+        await self.home_account(person_id, body["account_id"])
+        self.issue_session(person_id, version, body["account_id"])
 
 
 class AttributionHandler(BaseHandler):
@@ -229,5 +268,6 @@ routes = [
     (r"/auth/logout", LogoutHandler),
     (r"/auth/password", PasswordHandler),
     (r"/auth/me", MeHandler),
+    (r"/auth/switch", SwitchHandler),
     (r"/auth/attribution", AttributionHandler),
 ]

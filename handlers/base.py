@@ -26,7 +26,7 @@ from tornado import httputil
 from handlers.context import Context
 from handlers.errors import REASONS, ApiError, ValidationError, error, missing, portal_error
 from handlers.validation import Field, parse_query
-from security import tokens
+from security import roles, tokens
 from security.addresses import parse_address, within
 from storage.audit import ANONYMOUS, account_actor, admin_actor
 
@@ -105,10 +105,10 @@ def admin_only(method):
     @authenticated
     @functools.wraps(method)
     async def wrapper(self: "BaseHandler", *args, **kwargs):
-        account = await self.current_account()
-        if not self.is_admin(account):
+        person = await self.current_person()  # admin and its second factor are the person's, not the account's
+        if not self.is_admin(person):
             raise ApiError(403, "Admins only")
-        if self.ctx.settings.admin_require_2fa and not (account.get("totp") or {}).get("enabled"):
+        if self.ctx.settings.admin_require_2fa and not (person.get("totp") or {}).get("enabled"):
             raise ApiError(
                 403,
                 "Admins must sign in with a second factor (ADMIN_REQUIRE_2FA): enrol two-factor sign-in in the "
@@ -148,12 +148,14 @@ def http_date() -> str:
 
 class BaseHandler(Anonymous):
     ctx: Context
+    acting: dict | None = None  # the member a sign-in acts as, before it has a session (handlers/auth.py)
     held: list | None = None  # an idempotent write's answer, held by send_json until kept (handlers/idempotent.py)
 
     def initialize(self, ctx: Context, **kwargs: Any) -> None:
         self.ctx = ctx
         self.started = time.perf_counter()
         self.account_id: str | None = None
+        self.person_id: str | None = None  # who signed in (storage/members.py); the account is account_id
         self.session: tokens.Session | None = None  # a valid session token's, set by prepare()
         self.log_fields: dict = {}
         self.kept_headers: dict = {}
@@ -300,12 +302,24 @@ class BaseHandler(Anonymous):
         token = self.bearer_token()
         if token is not None:
             self.session = await self.ctx.sessions.check(token)
+            if self.session is not None:
+                self.check_role(self.session)
+
+    def check_role(self, session: tokens.Session) -> None:
+        """403 unless the member's role may call this route's operation: its least role, declared once in the
+        OpenAPI operations (handlers/openapi_operations.py `Operation.role`), mapped to routes by make_app."""
+        op = self.application.settings.get("operations", {}).get((type(self), self.request.method))
+        if op is None or roles.allows(session.role, op.role):
+            return
+        if op.or_self and session.member_id in self.path_args:
+            return  # a member's own id: leaving
+        raise ApiError(403, roles.refusal(op.role))
 
     def get_current_user(self) -> str | None:
         """The account id of the valid session prepare() found; Tornado caches it."""
         if self.session is None:
             return None
-        self.account_id = self.session.account_id
+        self.account_id, self.person_id = self.session.account_id, self.session.person_id
         return self.session.account_id
 
     async def current_account(self) -> dict:
@@ -314,6 +328,22 @@ class BaseHandler(Anonymous):
         if account is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
         return account
+
+    async def current_person(self) -> dict:
+        """The sign-in of the person behind the session (email, 2FA, admin flag). Needs @authenticated."""
+        if self.current_user is not None and self.person_id == self.account_id:
+            return await self.current_account()  # a person's own account carries their sign-in
+        person = await self.ctx.accounts.get(self.person_id) if self.person_id else None
+        if person is None:
+            raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
+        return person
+
+    def member(self) -> dict | None:
+        """Who acted, for the audit log and the records a member creates: {member_id, email}."""
+        session = self.session
+        if session is not None and session.member_id:
+            return {"member_id": session.member_id, "email": session.email}
+        return self.acting  # signing in: the member the new session is for (handlers/auth.py)
 
     async def audit(
         self, action: str, account_id: str | None = None, details: dict | None = None, admin: bool = False
@@ -326,9 +356,10 @@ class BaseHandler(Anonymous):
             actor = admin_actor(account["_id"], account["email"])
         else:
             actor = account_actor(actor_id) if actor_id else ANONYMOUS  # not signed in: a failed login
-        await self.ctx.audit.record(
-            action, account_id if account_id is not None else actor_id, actor, self.client_ip(), details
-        )
+        target = account_id if account_id is not None else actor_id
+        # The member who acted, on their own account's entries (an admin acting on another account is the actor).
+        member = self.member() if not admin and target == self.account_id else None
+        await self.ctx.audit.record(action, target, actor, self.client_ip(), details, member=member)
 
     def is_admin(self, account: dict) -> bool:
         # Only the operator's `admin grant` sets the flag: registering a listed address grants nothing.

@@ -30,6 +30,7 @@ from storage.audit import AuditStore
 from storage.expiry import Expiry
 from storage.keys import KeyStore
 from storage.limits import Limits
+from storage.members import MemberStore
 from storage.signin import SignInStore
 from storage.streams import StreamStore
 from storage.usage import UsageStore
@@ -63,6 +64,7 @@ class Context:
     checkout_throttle: CheckoutThrottle  # checkouts per account per minute, one at a time (429)
     admin: AdminStore  # /admin queries and usage rollups (storage/admin.py)
     sessions: Sessions  # session token checks, logout, password change (accounting/sessions.py)
+    members: MemberStore  # members, their roles, invitations (storage/members.py)
     failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)
     in_flight: InFlight  # per account: upstream calls under way, capped (429) so none holds the shared pool
     idempotency: Idempotency  # Idempotency-Key claims and kept answers (accounting/idempotency.py)

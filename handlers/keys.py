@@ -226,6 +226,8 @@ def _row(key: dict, qps: float, credits_used: int, seen: datetime | None = None)
         **{name: key.get(name) for name in PROPERTIES},
         "rolled_to": key.get("rolled_to"),  # set: this key's expires_at is the end of its roll's grace
         "credits_used": credits_used,
+        # The member who made it (or rolled it): keys belong to the account and outlive their maker's membership.
+        "created_by": key.get("created_by"),
     }
 
 
@@ -254,7 +256,7 @@ class KeysHandler(KeysBase):
         async with self.ctx.keys.one_at_a_time(("create", account_id)):
             if await self.ctx.keys.count_active(account_id) >= most:
                 raise ApiError(409, _TOO_MANY.format(most))
-            secret, key = await issue(self.ctx, account_id, body.pop("name", None) or "default", body)
+            secret, key = await issue(self.ctx, account_id, body.pop("name", None) or "default", body, self.member())
             # Other processes may create at the same moment: the highest ids past the cap give way.
             if await self.ctx.keys.count_active(account_id, up_to=key["key_id"]) > most:
                 await self.ctx.keys.delete(key["key_id"])
@@ -265,9 +267,10 @@ class KeysHandler(KeysBase):
         self.send_json({**_row(key, await self.qps_of(account_id), 0), "key": secret})
 
 
-async def issue(ctx, account_id: str, name: str, properties: dict) -> tuple[str, dict]:
+async def issue(ctx, account_id: str, name: str, properties: dict, created_by: dict | None) -> tuple[str, dict]:
     """A new key with a fresh secret; the secret is returned, never stored in clear."""
     vault = ctx.vault
+    properties = {**properties, "created_by": created_by}
     secret = vault.generate()
     key = await ctx.keys.create(
         account_id,
@@ -394,7 +397,7 @@ class RollHandler(KeysBase):
         # The new key spends from the same budget: rolling does not grant a fresh one.
         properties["budget_id"] = old.get("budget_id", old["key_id"])
         properties["budget_epoch"] = old.get("budget_epoch")
-        secret, new = await issue(self.ctx, account_id, old["name"], properties)
+        secret, new = await issue(self.ctx, account_id, old["name"], properties, self.member())
         # rolled_to: a rolled key is never revived (PATCH) nor rolled again.
         ended = await self._ends(old, {"expires_at": ends, "rolled_to": new["key_id"]}, others)
         if await self.ctx.keys.count_active(account_id, up_to=new["key_id"]) > most:

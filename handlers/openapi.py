@@ -7,24 +7,46 @@ query parameters are the very `Field` declarations its handler validates with.
 """
 
 import functools
+import re
 
 import orjson
 
 from handlers.openapi_alerts import ALERT_OPERATIONS, ALERT_SCHEMAS
 from handlers.openapi_components import SCHEMAS
+from handlers.openapi_members import MEMBER_OPERATIONS, MEMBER_SCHEMAS
 from handlers.openapi_operations import OPERATIONS
 from handlers.openapi_paths import data_operation, portal_operation
 from handlers.openapi_security import SECURITY_OPERATIONS, SECURITY_SCHEMAS
 from handlers.openapi_streams import STREAM_OPERATIONS, STREAM_SCHEMAS, socket_operations
+from security import roles
 from social.endpoints import ENDPOINTS
 
 VERSION = "0.1.0"
 
 
+PORTAL_OPERATIONS = OPERATIONS + ALERT_OPERATIONS + SECURITY_OPERATIONS + STREAM_OPERATIONS + MEMBER_OPERATIONS
+
+
+def route_operations(rules: list) -> dict:
+    """(handler class, HTTP method) -> the Operation with a least role that route serves, for BaseHandler.prepare
+    to enforce. A class serving two routes must not need two roles for one method (checked here, at start)."""
+    declared = {(op.method, re.sub(r"\{[^}]*\}", "{}", op.path)): op for op in PORTAL_OPERATIONS if op.role}
+    found: dict = {}
+    for rule in rules:
+        path = re.sub(r"\\(.)", r"\1", re.sub(r"\([^)]*\)", "{}", rule.matcher.regex.pattern.rstrip("$")))
+        for (method, template), op in declared.items():
+            if template == path:
+                key = (rule.target, method.upper())
+                if key in found and found[key].role != op.role:
+                    raise ValueError(f"{rule.target.__name__} serves {method} with two least roles")
+                found[key] = op
+    return found
+
+
 def build(twitter_alias: bool, metrics_here: bool) -> dict:
     """The document for an application: aliases and /metrics appear only where the application serves them."""
     paths: dict = {}
-    for op in OPERATIONS + ALERT_OPERATIONS + SECURITY_OPERATIONS + STREAM_OPERATIONS:
+    for op in PORTAL_OPERATIONS:
         if op.path != "/metrics" or metrics_here:
             paths.setdefault(op.path, {})[op.method] = portal_operation(op)
     prefixes = [("/social", "data")] + ([("/twitter", "data (provider-compatible paths)")] if twitter_alias else [])
@@ -52,6 +74,7 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
                 "alerts",
                 "streams",
                 "audit",
+                "members",
                 "admin",
                 "operations",
                 "portal",
@@ -60,8 +83,11 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
         ]
         + ([{"name": prefixes[1][1]}] if twitter_alias else []),
         "paths": paths,
+        # Which members each operation's least role (x-least-role) admits: the web portal disables what a role
+        # cannot do from this and the operations' declarations, the very ones the server enforces.
+        "x-role-grants": {least: [r for r in roles.ROLES if r in members] for least, members in roles.GRANTS.items()},
         "components": {
-            "schemas": {**SCHEMAS, **ALERT_SCHEMAS, **SECURITY_SCHEMAS, **STREAM_SCHEMAS},
+            "schemas": {**SCHEMAS, **ALERT_SCHEMAS, **SECURITY_SCHEMAS, **STREAM_SCHEMAS, **MEMBER_SCHEMAS},
             "securitySchemes": {
                 "bearerAuth": {
                     "type": "http",

@@ -4,6 +4,7 @@ from alerts import rules as kinds
 from handlers import alerts
 from handlers.openapi_operations import Operation
 from handlers.openapi_schema import TIME, B, I, N, S, array, field_schema, nullable, obj, path_param, query_param, ref
+from security import roles
 
 _FIELDS = {f.name: f for f in alerts.RULE_FIELDS}
 _AMOUNTS = {name: field_schema(_FIELDS[name]) for name in ("credits", "usd", "percent")}
@@ -120,7 +121,7 @@ _LIMIT = query_param(alerts.EVENTS_LIMIT)
 _E = "/webhooks/{endpoint_id}"
 
 ALERT_OPERATIONS = [
-    Operation("get", "/alerts", "The account's alert rules", "alerts", array(ref("AlertRule"))),
+    Operation("get", "/alerts", "The account's alert rules", "alerts", array(ref("AlertRule")), role=roles.VIEWER),
     Operation(
         "post",
         "/alerts",
@@ -129,6 +130,7 @@ ALERT_OPERATIONS = [
         ref("AlertRule"),
         body="AlertRuleCreate",
         errors=(401, 409, 413, 422),
+        role=roles.DEVELOPER_OR_BILLING,
     ),
     Operation(
         "delete",
@@ -138,6 +140,7 @@ ALERT_OPERATIONS = [
         ref("Done"),
         params=(_RULE_ID,),
         errors=(401, 404),
+        role=roles.DEVELOPER_OR_BILLING,
     ),
     Operation(
         "get",
@@ -147,9 +150,15 @@ ALERT_OPERATIONS = [
         array(ref("AlertEvent")),
         params=(_LIMIT,),
         errors=(401, 422),
+        role=roles.VIEWER,
     ),
     Operation(
-        "get", "/webhooks", "The account's webhook endpoints (never secrets)", "alerts", array(ref("WebhookEndpoint"))
+        "get",
+        "/webhooks",
+        "The account's webhook endpoints (never secrets)",
+        "alerts",
+        array(ref("WebhookEndpoint")),
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -159,6 +168,7 @@ ALERT_OPERATIONS = [
         ref("NewWebhookEndpoint"),
         body="WebhookCreate",
         errors=(401, 409, 413, 422),
+        role=roles.DEVELOPER,
     ),
     Operation(
         "patch",
@@ -169,6 +179,7 @@ ALERT_OPERATIONS = [
         params=(_ENDPOINT_ID,),
         body="WebhookPatch",
         errors=(401, 404, 413, 422),
+        role=roles.DEVELOPER,
     ),
     Operation(
         "delete",
@@ -178,6 +189,7 @@ ALERT_OPERATIONS = [
         ref("Done"),
         params=(_ENDPOINT_ID,),
         errors=(401, 404),
+        role=roles.DEVELOPER,
     ),
     Operation(
         "post",
@@ -188,6 +200,7 @@ ALERT_OPERATIONS = [
         params=(_ENDPOINT_ID,),
         body=None,
         errors=(401, 404),
+        role=roles.DEVELOPER,
     ),
     Operation(
         "post",
@@ -198,6 +211,7 @@ ALERT_OPERATIONS = [
         params=(_ENDPOINT_ID,),
         body=None,
         errors=(401, 404, 429),
+        role=roles.DEVELOPER,
     ),
     Operation(
         "get",
@@ -207,6 +221,7 @@ ALERT_OPERATIONS = [
         array(ref("WebhookDelivery")),
         params=(_ENDPOINT_ID, _LIMIT),
         errors=(401, 404, 422),
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -217,5 +232,6 @@ ALERT_OPERATIONS = [
         params=(_ENDPOINT_ID, _DELIVERY_ID),
         body=None,
         errors=(401, 404),
+        role=roles.DEVELOPER,
     ),
 ]

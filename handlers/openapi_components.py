@@ -81,12 +81,16 @@ SCHEMAS: dict = {
     "LoggedOut": obj(("ok",), ok=B),
     "PasswordChange": body_schema(auth.PASSWORD_CHANGE),
     "Me": obj(
-        ("account_id", "email", "is_admin", "created_at", "two_factor"),
-        account_id=S,
-        email=S,
+        ("account_id", "email", "is_admin", "created_at", "two_factor", "person_id", "member_id", "role", "accounts"),
+        account_id={"type": "string", "description": "The account this session acts for"},
+        email={"type": "string", "description": "The signed-in person's email"},
         is_admin=B,
         created_at=TIME,
-        two_factor={"type": "boolean", "description": "Two-factor sign-in is on"},
+        two_factor={"type": "boolean", "description": "Two-factor sign-in is on (the person's)"},
+        person_id={"type": "string", "description": "The signed-in person"},
+        member_id={"type": "string", "description": "The person's membership of this account"},
+        role={"enum": ["owner", "admin", "developer", "billing", "viewer"], "description": "Their role here"},
+        accounts=array(ref("MemberAccount")),
     ),
     "Attribution": body_schema(auth.ATTRIBUTION),
     "AttributionResult": obj(("ok", "stored"), ok=B, stored=B),
@@ -121,6 +125,10 @@ SCHEMAS: dict = {
             "description": "Credits the key's budget (the key and keys rolled from it) spent in its "
             "credit_limit_period so far; the current UTC month for a key without a budget",
         },
+        created_by=nullable(
+            obj(("member_id", "email"), member_id=S, email=nullable(S))
+            | {"description": "The member who made the key (none for keys from before members)"}
+        ),
     ),
     "NewKey": {
         "allOf": [
@@ -337,11 +345,12 @@ SCHEMAS: dict = {
         "allOf": [
             ref("AdminAccount"),
             obj(
-                ("keys", "orders", "recent_calls", "audit"),
+                ("keys", "orders", "recent_calls", "audit", "members"),
                 keys=array(ref("Key")),
                 orders=array(ref("Order")),
                 recent_calls=array(ref("UsageRecord")),
                 audit=array({"type": "object", "description": "Audit-log entries, newest first"}),
+                members=array(ref("Member")),
             ),
         ]
     },

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from handlers import account, admin, billing, keys
 from handlers.openapi_schema import B, I, S, array, obj, path_param, query, query_param, ref
 from handlers.validation import Field
+from security import roles
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,15 @@ class Operation:
     idempotent: bool = (
         False  # takes an Idempotency-Key (the handler's method is @idempotent: tests/test_idempotency.py)
     )
+    # The least role of a member that may call it (security/roles.py): every bearer operation names one. The
+    # server enforces it for the route (BaseHandler.prepare), the document shows it, and tests/test_members.py
+    # walks every operation against every role from here.
+    role: str | None = None
+    or_self: str | None = None  # a path parameter: any member may call it on their own member id (leaving)
+
+    def __post_init__(self) -> None:
+        if (self.security == "bearer") != (self.role is not None):
+            raise ValueError(f"{self.method} {self.path}: a bearer operation, and only one, names its least role")
 
 
 ALIASES = Field(
@@ -66,7 +76,13 @@ OPERATIONS: list[Operation] = [
         errors=(401, 413, 422, 429),
     ),
     Operation(
-        "post", "/auth/logout", "End this session token (other sessions go on)", "auth", ref("LoggedOut"), body=None
+        "post",
+        "/auth/logout",
+        "End this session token (other sessions go on)",
+        "auth",
+        ref("LoggedOut"),
+        body=None,
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -76,8 +92,9 @@ OPERATIONS: list[Operation] = [
         ref("Session"),
         body="PasswordChange",
         errors=(401, 403, 413, 422, 429),
+        role=roles.VIEWER,
     ),
-    Operation("get", "/auth/me", "The account behind the token", "auth", ref("Me")),
+    Operation("get", "/auth/me", "The account behind the token", "auth", ref("Me"), role=roles.VIEWER),
     Operation(
         "post",
         "/auth/attribution",
@@ -86,6 +103,7 @@ OPERATIONS: list[Operation] = [
         ref("AttributionResult"),
         body="Attribution",
         errors=(401, 413, 422),
+        role=roles.VIEWER,
     ),
     # keys
     Operation(
@@ -111,6 +129,7 @@ OPERATIONS: list[Operation] = [
                 "content": {"application/json": {"schema": array(ref("Key"))}},
             }
         },
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -122,6 +141,7 @@ OPERATIONS: list[Operation] = [
         body_required=False,
         errors=(401, 409, 413, 422),
         idempotent=True,
+        role=roles.DEVELOPER,
     ),
     Operation(
         "patch",
@@ -132,6 +152,7 @@ OPERATIONS: list[Operation] = [
         params=(KEY_ID,),
         body="KeyPatch",
         errors=(401, 404, 409, 413, 422),
+        role=roles.DEVELOPER,
     ),
     Operation(
         "post",
@@ -143,6 +164,7 @@ OPERATIONS: list[Operation] = [
         body="Roll",
         errors=(401, 404, 409, 413, 422),
         idempotent=True,
+        role=roles.DEVELOPER,
     ),
     Operation(
         "get",
@@ -152,6 +174,7 @@ OPERATIONS: list[Operation] = [
         ref("RevealedKey"),
         params=(KEY_ID,),
         errors=(401, 404, 410, 422),
+        role=roles.DEVELOPER,
     ),
     Operation(
         "post",
@@ -161,6 +184,7 @@ OPERATIONS: list[Operation] = [
         ref("Key"),
         params=(KEY_ID,),
         errors=(401, 404, 422),
+        role=roles.DEVELOPER,
     ),
     Operation(
         "post",
@@ -172,9 +196,10 @@ OPERATIONS: list[Operation] = [
         body="TopUp",
         errors=(401, 403, 404, 413, 422),
         idempotent=True,
+        role=roles.BILLING,
     ),
     # account
-    Operation("get", "/account", "Credit balance and plan", "account", ref("Account")),
+    Operation("get", "/account", "Credit balance and plan", "account", ref("Account"), role=roles.VIEWER),
     Operation(
         "get",
         "/usage",
@@ -183,6 +208,7 @@ OPERATIONS: list[Operation] = [
         array(ref("UsageRecord")),
         params=(query_param(account.DAYS), query_param(account.LIMIT)),
         errors=(401, 422),
+        role=roles.VIEWER,
     ),
     Operation(
         "get",
@@ -203,6 +229,7 @@ OPERATIONS: list[Operation] = [
             },
         ),
         errors=(401, 422),
+        role=roles.VIEWER,
     ),
     Operation(
         "get",
@@ -212,6 +239,7 @@ OPERATIONS: list[Operation] = [
         ref("UsageLogPage"),
         params=tuple(query_param(f) for f in account.LOG_FIELDS),
         errors=(401, 422),
+        role=roles.VIEWER,
     ),
     Operation(
         "get",
@@ -232,6 +260,7 @@ OPERATIONS: list[Operation] = [
                 "description": 'attachment; filename="usage-<from>-<to>.<format>"',
             }
         },
+        role=roles.VIEWER,
     ),
     # billing
     Operation(
@@ -252,6 +281,7 @@ OPERATIONS: list[Operation] = [
         body="Checkout",
         errors=(401, 413, 422, 429, 502, 503),
         idempotent=True,
+        role=roles.BILLING,
     ),
     Operation(
         "get",
@@ -261,6 +291,7 @@ OPERATIONS: list[Operation] = [
         array(ref("Order")),
         params=(query_param(billing.ORDERS_LIMIT),),
         errors=(401, 422),
+        role=roles.VIEWER,
     ),
     Operation(
         "get",
@@ -270,6 +301,7 @@ OPERATIONS: list[Operation] = [
         ref("Order"),
         params=(path_param("order_id", S),),
         errors=(401, 404),
+        role=roles.VIEWER,
     ),
     Operation(
         "get",
@@ -280,6 +312,7 @@ OPERATIONS: list[Operation] = [
         params=(path_param("order_id", S),),
         errors=(401, 404),
         media="image/svg+xml",
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -308,6 +341,7 @@ OPERATIONS: list[Operation] = [
         obj(("tx", "order"), tx={"type": "object"}, order=ref("Order")),
         body="SandboxPay",
         errors=(401, 404, 409, 413, 422),
+        role=roles.BILLING,
     ),
     Operation(
         "post",
@@ -317,6 +351,7 @@ OPERATIONS: list[Operation] = [
         obj(("confirmed_payments", "order"), confirmed_payments=I, order=ref("Order")),
         body="SandboxConfirm",
         errors=(401, 404, 409, 413, 422),
+        role=roles.BILLING,
     ),
     # admin
     Operation(
@@ -327,6 +362,7 @@ OPERATIONS: list[Operation] = [
         ref("AdminMetrics"),
         params=(query_param(admin.DAYS), query_param(admin.INCLUDE_INTERNAL)),
         errors=(401, 403, 422),
+        role=roles.VIEWER,
     ),
     Operation(
         "get",
@@ -336,6 +372,7 @@ OPERATIONS: list[Operation] = [
         ref("AdminUsersPage"),
         params=tuple(query_param(f) for f in (admin.INCLUDE_INTERNAL, admin.SEARCH, admin.USERS_LIMIT, admin.CURSOR)),
         errors=(401, 403, 422),
+        role=roles.VIEWER,
     ),
     Operation(
         "get",
@@ -345,6 +382,7 @@ OPERATIONS: list[Operation] = [
         ref("AdminAccountDetail"),
         params=(ACCOUNT_ID,),
         errors=(401, 403, 404),
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -356,6 +394,7 @@ OPERATIONS: list[Operation] = [
         body="AdminAdjust",
         errors=(401, 403, 404, 413, 422),
         idempotent=True,
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -367,6 +406,7 @@ OPERATIONS: list[Operation] = [
         body="AdminAdjust",
         errors=(401, 403, 404, 409, 413, 422),
         idempotent=True,
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -377,6 +417,7 @@ OPERATIONS: list[Operation] = [
         params=(ACCOUNT_ID,),
         body="AdminSuspend",
         errors=(401, 403, 404, 413, 422),
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -388,6 +429,7 @@ OPERATIONS: list[Operation] = [
         body="AdminResume",
         body_required=False,
         errors=(401, 403, 404, 413, 422),
+        role=roles.VIEWER,
     ),
     # operations
     Operation("get", "/healthz", "The process is alive", "operations", ref("Health"), security=None, errors=()),

@@ -4,6 +4,7 @@ from handlers.idempotent import KEY, PATTERN
 from handlers.openapi_operations import Operation
 from handlers.openapi_schema import B, I, S, array, field_schema, nullable, query, ref
 from handlers.validation import INT_MAX
+from security import roles
 from social.endpoints import (
     CURSOR_MAX,
     CURSOR_PATTERN,
@@ -127,6 +128,8 @@ def portal_operation(op: Operation) -> dict:
             for name, (operation_id, field) in links.items()
         }
     errors = sorted({*op.errors, 409}) if op.idempotent else op.errors
+    if op.role is not None and op.role != roles.VIEWER:  # refused to the roles below it (BaseHandler.prepare)
+        errors = sorted({*errors, 403})
     # The provider-compatible calls (X-API-Key) answer errors in the data plane's shape.
     shape = "DataError" if op.security == "apikey" else "PortalError"
     responses.update({str(s): _error(s, shape) for s in errors})
@@ -140,9 +143,20 @@ def portal_operation(op: Operation) -> dict:
         "parameters": [*op.params, *([_IDEMPOTENCY_KEY] if op.idempotent else [])],
         "responses": responses,
     }
+    if op.role is not None:
+        spec["x-least-role"] = op.role
+        spec["description"] = _role_text(op)
     if op.body:
         spec["requestBody"] = {"required": op.body_required, "content": {"application/json": {"schema": ref(op.body)}}}
     return spec
+
+
+def _role_text(op: Operation) -> str:
+    allowed = ", ".join(r for r in roles.ROLES if r in roles.GRANTS[op.role])
+    text = f"Least role: **{op.role}** (members who are {allowed})."
+    if op.or_self:
+        text += f" Any member may call it with their own `{op.or_self}`."
+    return text
 
 
 def _param_schema(param: Param) -> dict:

@@ -17,6 +17,7 @@ from handlers.openapi_schema import (
     ref,
     with_properties,
 )
+from security import roles
 from storage.audit import ACTIONS, ACTOR_KINDS
 
 _ENTRY = obj(
@@ -33,6 +34,10 @@ _ENTRY = obj(
     ),
     address=nullable({"type": "string", "description": "The client's IP address (none for the system)"}),
     details={"type": "object", "description": "What changed: ids, names, amounts; never a secret"},
+    member=nullable(
+        obj(("member_id", "email"), member_id=S, email=nullable(S))
+        | {"description": "The person who acted for the account (a member; none for the system or an admin)"}
+    ),
 )
 SECURITY_SCHEMAS = {
     "TwoFactorChallenge": obj(
@@ -88,7 +93,7 @@ SECURITY_SCHEMAS = {
 
 _LIST = tuple(query_param(f) for f in audit.LIST_QUERY)
 _EXPORT = (
-    *(query_param(f) for f in (audit.ACTION, audit.SINCE, audit.UNTIL)),
+    *(query_param(f) for f in (audit.ACTION, audit.SINCE, audit.UNTIL, audit.MEMBER)),
     query("format", {"enum": list(audit.EXPORT_TYPES), "default": "csv"}, audit.EXPORT_FORMAT.description),
 )
 _ADMIN = (
@@ -122,7 +127,9 @@ SECURITY_OPERATIONS = [
         body="TwoFactorStep",
         errors=(401, 403, 413, 422, 429),
     ),
-    Operation("get", "/auth/2fa", "Whether two-factor sign-in is on", "auth", ref("TwoFactorStatus")),
+    Operation(
+        "get", "/auth/2fa", "Whether two-factor sign-in is on", "auth", ref("TwoFactorStatus"), role=roles.VIEWER
+    ),
     Operation(
         "post",
         "/auth/2fa/setup",
@@ -131,6 +138,7 @@ SECURITY_OPERATIONS = [
         ref("TwoFactorEnrolment"),
         body="TwoFactorSetup",
         errors=(401, 403, 409, 413, 422, 429),
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -140,6 +148,7 @@ SECURITY_OPERATIONS = [
         ref("RecoveryCodes"),
         body="TwoFactorEnable",
         errors=(401, 409, 413, 422),
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -149,6 +158,7 @@ SECURITY_OPERATIONS = [
         ref("RecoveryCodes"),
         body="TwoFactorRegenerate",
         errors=(401, 409, 413, 422, 429),
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -158,6 +168,7 @@ SECURITY_OPERATIONS = [
         ref("TwoFactorOff"),
         body="TwoFactorDisable",
         errors=(401, 403, 409, 413, 422, 429),
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -188,6 +199,7 @@ SECURITY_OPERATIONS = [
         ref("AuditPage"),
         params=_LIST,
         errors=(401, 422),
+        role=roles.VIEWER,
     ),
     Operation(
         "get",
@@ -198,6 +210,7 @@ SECURITY_OPERATIONS = [
         params=_EXPORT,
         errors=(401, 422),
         **_EXPORT_MEDIA,
+        role=roles.VIEWER,
     ),
     Operation(
         "get",
@@ -207,6 +220,7 @@ SECURITY_OPERATIONS = [
         ref("AuditPage"),
         params=(*_LIST, *_ADMIN),
         errors=(401, 403, 422),
+        role=roles.VIEWER,
     ),
     Operation(
         "get",
@@ -217,5 +231,6 @@ SECURITY_OPERATIONS = [
         params=(*_EXPORT, *_ADMIN),
         errors=(401, 403, 422),
         **_EXPORT_MEDIA,
+        role=roles.VIEWER,
     ),
 ]

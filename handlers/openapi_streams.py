@@ -4,6 +4,7 @@ from config.settings import fields
 from handlers import streams
 from handlers.openapi_operations import Operation
 from handlers.openapi_schema import TIME, I, N, S, array, body_schema, nullable, obj, path_param, query_param, ref
+from security import roles
 
 _OK = {"status": {"const": "success"}, "msg": S}
 _ROW = obj(
@@ -138,6 +139,7 @@ STREAM_OPERATIONS = [
         "The account's filter rules and monitors, with their cost per day",
         "streams",
         array(ref("StreamRule")),
+        role=roles.VIEWER,
     ),
     Operation(
         "post",
@@ -147,6 +149,7 @@ STREAM_OPERATIONS = [
         ref("StreamRule"),
         body="StreamCreate",
         errors=(401, 403, 409, 413, 422),  # 403: switched on while the account is suspended
+        role=roles.DEVELOPER,
     ),
     Operation(
         "patch",
@@ -157,6 +160,7 @@ STREAM_OPERATIONS = [
         params=(_RULE_ID,),
         body="StreamPatch",
         errors=(401, 403, 404, 409, 413, 422),
+        role=roles.DEVELOPER,
     ),
     Operation(
         "delete",
@@ -166,6 +170,7 @@ STREAM_OPERATIONS = [
         ref("Done"),
         params=(_RULE_ID,),
         errors=(401, 404),
+        role=roles.DEVELOPER,
     ),
     Operation(
         "get",
@@ -175,6 +180,7 @@ STREAM_OPERATIONS = [
         array(ref("StreamEvent")),
         params=(_RULE_ID, query_param(streams.EVENTS_LIMIT)),
         errors=(401, 404, 422),
+        role=roles.VIEWER,
     ),
 ]
 

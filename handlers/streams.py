@@ -107,10 +107,10 @@ async def not_suspended(handler, active: bool | None) -> None:
         raise ApiError(403, "This account is suspended: rules cannot be switched on until an admin resumes it")
 
 
-async def added(ctx, *args) -> dict:
+async def added(ctx, *args, created_by: dict | None = None) -> dict:
     """A new rule or monitor (streams.Manager.add's arguments); 409 past the account's limit."""
     try:
-        return await ctx.streams.add(*args)
+        return await ctx.streams.add(*args, created_by=created_by)
     except LimitReached as exc:
         raise ApiError(409, str(exc)) from None
 
@@ -358,7 +358,8 @@ class StreamsHandler(BaseHandler):
             tag, value, interval = body["tag"], body["value"], body.get("interval_seconds", RULE_INTERVAL)
         interval = checked_interval(settings, interval, ["body", "interval_seconds"])
         await not_suspended(self, body.get("active", True))
-        doc = await added(self.ctx, self.current_user, 0, kind, tag, value, interval, body.get("active", True))
+        active = body.get("active", True)
+        doc = await added(self.ctx, self.current_user, 0, kind, tag, value, interval, active, created_by=self.member())
         self.send_json(self.ctx.streams.row(doc))
 
 

@@ -41,7 +41,7 @@ class StatusHandler(AuthHandler):
 
     @authenticated
     async def get(self) -> None:
-        state = await self.ctx.signin.state(self.current_user) or {}
+        state = await self.ctx.signin.state(self.person_id) or {}
         factor = state.get("totp") or {}
         on = enabled(state)
         self.send_json(
@@ -49,7 +49,7 @@ class StatusHandler(AuthHandler):
                 "enabled": on,
                 "enrolled_at": factor.get("enrolled_at") if on else None,
                 "recovery_codes_left": len(factor.get("recovery", [])) if on else 0,
-                "required": self.ctx.settings.admin_require_2fa and self.is_admin(await self.current_account()),
+                "required": self.ctx.settings.admin_require_2fa and self.is_admin(await self.current_person()),
             }
         )
 
@@ -60,7 +60,7 @@ class SetupHandler(AuthHandler):
     @authenticated
     async def post(self) -> None:
         body = validate_body(self.json_body(), SETUP)
-        account = await self.current_account()
+        account = await self.current_person()
         await verified_password(self, account["email"], body["password"])
         secret = totp.new_secret()
         if not await self.ctx.signin.begin(account["_id"], self.ctx.vault.encrypt(secret, sealed_for(account["_id"]))):
@@ -78,7 +78,7 @@ class EnableHandler(AuthHandler):
     @authenticated
     async def post(self) -> None:
         code = validate_body(self.json_body(), ENABLE)["code"]
-        account_id = self.current_user
+        account_id = self.person_id
         state = await self.ctx.signin.state(account_id) or {}
         if enabled(state):
             raise ApiError(409, "Two-factor sign-in is already on")
@@ -111,7 +111,7 @@ class RecoveryCodesHandler(AuthHandler):
     @authenticated
     async def post(self) -> None:
         code = validate_body(self.json_body(), RECOVERY)["code"]
-        account_id = self.current_user
+        account_id = self.person_id
         if not enabled(await self.ctx.signin.state(account_id)):
             raise ApiError(409, "Two-factor sign-in is off")
         await check_code(self, account_id, code, recovery=False)
@@ -130,7 +130,7 @@ class DisableHandler(AuthHandler):
         body = validate_body(self.json_body(), DISABLE)
         if not body:
             raise ValidationError([error(["body"], "Give a current code or the password", "value_error")])
-        account = await self.current_account()
+        account = await self.current_person()
         if not enabled(await self.ctx.signin.state(account["_id"])):
             raise ApiError(409, "Two-factor sign-in is off")
         if "code" in body:
@@ -162,8 +162,8 @@ class SecondStepHandler(AuthHandler):
         expires = datetime.fromtimestamp(claims.expires, UTC)
         if not await signin.spend_challenge(claims.token_id, account_id, expires):  # used at once elsewhere
             raise ApiError(401, _USED)
-        self.account_id = account_id
-        await self.audit("login", account_id, {"second_factor": method})
+        await self.home_account(account_id)  # the person's: the account their new session acts for
+        await self.audit("login", details={"second_factor": method})
         self.issue_session(account_id, version)
 
 

@@ -1,7 +1,9 @@
 """Session tokens: HS256 JWTs with the algorithm pinned and exp/iat/sub required.
 
-Each token carries a random id (`jti`, so POST /auth/logout can end just this one) and the
-account's session version (`sv`: a password change increments it, ending every earlier token)."""
+Each token carries a random id (`jti`, so POST /auth/logout can end just this one), the person who signed in
+(`sub`: the id of their sign-in, storage/members.py), the person's session version (`sv`: a password change
+increments it, ending every earlier token) and the account it acts for (`acc`, left out when it is the person's
+own account: the tokens of a one-person account are what they were before members)."""
 
 import secrets
 import time
@@ -14,22 +16,35 @@ ALGORITHM = "HS256"
 
 @dataclass(frozen=True)
 class Session:
-    account_id: str
-    version: int  # the account's session version when the token was issued
+    account_id: str  # the account the token acts for
+    version: int  # the person's session version when the token was issued
     token_id: str | None  # None: a token issued before tokens had ids
     expires: int  # unix seconds
+    person_id: str = ""  # who signed in ("" only before it is read: session_of always sets it)
+    role: str | None = None  # the person's role in the account, set by the session check (accounting/sessions.py)
+    member_id: str | None = None
+    email: str | None = None  # the member's email
 
 
-def issue(secret: str, account_id: str, ttl_seconds: int, now: float | None = None, version: int = 0) -> str:
+def issue(
+    secret: str,
+    person_id: str,
+    ttl_seconds: int,
+    now: float | None = None,
+    version: int = 0,
+    account_id: str | None = None,
+) -> str:
     now = int(time.time() if now is None else now)
     claims = {
-        "sub": account_id,
+        "sub": person_id,
         "iat": now,
         "exp": now + ttl_seconds,
         "typ": "session",
         "sv": version,
         "jti": secrets.token_urlsafe(12),
     }
+    if account_id is not None and account_id != person_id:
+        claims["acc"] = account_id
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
@@ -49,10 +64,11 @@ def session_of(secret: str, token: str) -> Session | None:
         )
     except jwt.PyJWTError:
         return None
-    version, token_id = claims.get("sv", 0), claims.get("jti")
+    version, token_id, account_id = claims.get("sv", 0), claims.get("jti"), claims.get("acc", claims["sub"])
     if (
         claims.get("typ") != "session"
         or not _text(claims["sub"])
+        or not _text(account_id)
         or type(version) is not int  # bool is an int to isinstance
         or not (token_id is None or _text(token_id))
     ):
@@ -60,7 +76,7 @@ def session_of(secret: str, token: str) -> Session | None:
     # A token issued in the future was not issued by us with a sane clock.
     if claims["iat"] > time.time() + 60:
         return None
-    return Session(claims["sub"], version, token_id, int(claims["exp"]))
+    return Session(account_id, version, token_id, int(claims["exp"]), person_id=claims["sub"])
 
 
 # --- purpose tokens: a pending second factor, a password reset ---------------------------------------------------

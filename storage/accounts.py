@@ -63,6 +63,28 @@ class AccountStore:
             raise DuplicateEmail(email) from exc
         return doc
 
+    async def create_person(self, email: str, password_hash: str) -> dict:
+        """A sign-in without an account of its own (an invited person, storage/members.py): the same identity
+        fields as an account's, marked `person`, no balance; it is no account (never listed as one)."""
+        doc = {
+            "_id": str(ObjectId()),
+            "email": email,
+            "password_hash": password_hash,
+            "created_at": now_utc(),
+            "person": True,
+            "is_admin": False,
+        }
+        try:
+            await self.accounts.insert_one(doc)
+        except DuplicateKeyError as exc:
+            raise DuplicateEmail(email) from exc
+        return doc
+
+    async def sign_ins(self, person_ids: list[str]) -> dict[str, dict]:
+        """The people's sign-ins by id, with only what a member list shows (two-factor sign-in on or off)."""
+        cursor = self.accounts.find({"_id": {"$in": person_ids}}, {"totp.enabled": 1})
+        return {doc["_id"]: doc async for doc in cursor}
+
     async def by_email(self, email: str) -> dict | None:
         return await self.accounts.find_one({"email": email})
 

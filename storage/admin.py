@@ -67,6 +67,11 @@ INDEXES = {
 }
 
 
+# A sign-in of an invited person (storage/members.py) shares the accounts collection but is no account: not a
+# signup, not listed.
+ACCOUNTS_ONLY = {"person": {"$ne": True}}
+
+
 def search_filter(text: str) -> dict:
     """The accounts an admin's search names: the one with that id, and those whose email contains it."""
     text = text.strip()
@@ -263,7 +268,8 @@ class AdminStore:
         pairs = await self._rows(self.buckets, _pairs(match))
         details = await self._rows(self.buckets, _detail(match))
         signups = await self._rows(
-            self.accounts, _per_day([{"created_at": {"$gte": start, "$lt": end}}], "created_at", {"$sum": 1})
+            self.accounts,
+            _per_day([{"created_at": {"$gte": start, "$lt": end}}, ACCOUNTS_ONLY], "created_at", {"$sum": 1}),
         )
         days: dict[str, Day] = {}
         for row in details:
@@ -354,7 +360,7 @@ class AdminStore:
         pairs = await self._rows(self.buckets, _pairs(*live))
         seen = await self._last_seen(sorted({row["_id"]["a"] for row in pairs}))
         self._count_active(lambda d: _on(series, d), pairs, seen)
-        signed_up = [{"created_at": {"$gte": start}}, {"_id": {"$nin": internal_ids}}]
+        signed_up = [{"created_at": {"$gte": start}}, {"_id": {"$nin": internal_ids}}, ACCOUNTS_ONLY]
         for row in await self._rows(self.accounts, _per_day(signed_up, "created_at", {"$sum": 1})):
             _on(series, row["_id"]).signups += row["n"]
         return len({row["_id"]["a"] for row in pairs} - {a for a, last in seen.items() if last >= since})
@@ -374,7 +380,7 @@ class AdminStore:
         Accounts are read in widening created_at windows: the embedded server's cost is the number of
         documents in the scanned range, whatever the limit, so one page reads about a page of documents."""
         skip = set() if include_internal else {a["_id"] for a in await self.internal_accounts(admin_emails)}
-        match = search_filter(search)
+        match = {**search_filter(search), **ACCOUNTS_ONLY}
         page: list[dict] = []
         want = lambda: limit + 1 - len(page) + len(skip)  # noqa: E731 - over-fetch what the filter may drop
         if after:  # the rest of the cursor's own instant first

@@ -17,7 +17,9 @@ or, anywhere with the context (the system crediting a payment, a background task
     )
 
 An entry is {_id: ObjectId (time-ordered: the page cursor), at, account_id, action, actor: {kind: account |
-admin | system | anonymous, id, email?}, address, details, expires_at, once?}. Nothing here updates or deletes an entry: the
+admin | system | anonymous, id, email?}, member?: {member_id, email}, address, details, expires_at, once?}.
+`member` names the person who acted for the account (storage/members.py): on an account with several members,
+`actor` says the account acted and `member` who of them. Nothing here updates or deletes an entry: the
 only way out is MongoDB's TTL at `expires_at` (AUDIT_RETENTION_DAYS after the write, so a changed
 setting applies to entries written after the change). A write that fails is logged and swallowed: the
 action it records is already done, and failing its request would invite a retry that does it twice.
@@ -65,6 +67,12 @@ ACTIONS = (
     "admin.debit",
     "admin.suspend",
     "admin.resume",
+    "member.invited",
+    "member.invitation_revoked",
+    "member.joined",
+    "member.role_changed",
+    "member.removed",
+    "member.left",
 )
 ACTOR_KINDS = ("account", "admin", "system", "anonymous")  # anonymous: not signed in (a failed login)
 SYSTEM = {"kind": "system", "id": None}
@@ -118,6 +126,7 @@ class AuditStore:
         address: str | None = None,
         details: dict | None = None,
         once: str | None = None,
+        member: dict | None = None,
     ) -> None:
         """`once`: an id of the event (a credit id, an idempotency key): a second entry with it is not written,
         so a retried or concurrent step (two processes settling one payment) leaves one entry."""
@@ -135,6 +144,8 @@ class AuditStore:
         }
         if once is not None:
             doc["once"] = once
+        if member is not None:
+            doc["member"] = member
         try:
             await self.entries.insert_one(doc)
         except DuplicateKeyError:
@@ -149,6 +160,7 @@ class AuditStore:
         since: datetime | None = None,
         until: datetime | None = None,
         actor_kind: str | None = None,
+        member_id: str | None = None,
     ) -> dict:
         """The filter of a list or an export; account_id None: every account (admins)."""
         query: dict = {}
@@ -166,6 +178,8 @@ class AuditStore:
             query["at"] = {k: v for k, v in (("$gte", since), ("$lte", until)) if v is not None}
         if actor_kind is not None:
             query["actor.kind"] = actor_kind
+        if member_id is not None:
+            query["member.member_id"] = member_id
         return query
 
     async def page(self, query: dict, before: ObjectId | None, limit: int) -> tuple[list[dict], ObjectId | None]:

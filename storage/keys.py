@@ -16,6 +16,7 @@ TOUCH_CHUNK = 10  # key ids per last_used_at statement (touch)
 _ROW = {
     "_id": 0,
     "key_id": 1,
+    "created_by": 1,
     "name": 1,
     "prefix": 1,
     "revoked": 1,

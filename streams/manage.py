@@ -28,7 +28,15 @@ class Manager:
         self.settings, self.store, self.prices, self.switched_on = settings, store, prices, switched_on
 
     async def add(
-        self, account_id: str, key_id: int, kind: str, tag: str, value: str, interval: float, active: bool
+        self,
+        account_id: str,
+        key_id: int,
+        kind: str,
+        tag: str,
+        value: str,
+        interval: float,
+        active: bool,
+        created_by: dict | None = None,  # the member who added it in the portal; none through an API key
     ) -> dict:
         limit = self.settings.stream_max_rules if kind == "rule" else self.settings.stream_max_monitors
         now = datetime.now(UTC)
@@ -44,6 +52,7 @@ class Manager:
             "created_at": now,
             "due_at": now,
             "since_time": int(time.time()),
+            "created_by": created_by,
         }
         if kind == "monitor":
             doc["user_name"], doc["user_lower"] = value, value.lower()

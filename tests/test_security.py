@@ -252,6 +252,12 @@ async def test_every_object_route_answers_404_to_another_account(api, app, catal
     stream = (await api.call("POST", "/streams", {"kind": "rule", "tag": "t", "value": "x"}, token=owner["token"]))[1][
         "rule_id"
     ]
+    member = (await api.call("GET", "/auth/me", token=owner["token"]))[1]["member_id"]
+    invitation = (
+        await api.call(
+            "POST", "/members/invitations", {"email": "x@example.com", "role": "viewer"}, token=owner["token"]
+        )
+    )[1]["invitation_id"]
     by_id = {
         r"/streams/([A-Za-z0-9_]{1,64})$": ("PATCH", f"/streams/{stream}", {"active": False}, "Rule not found"),
         r"/streams/([A-Za-z0-9_]{1,64})/events$": ("GET", f"/streams/{stream}/events", None, "Rule not found"),
@@ -283,6 +289,13 @@ async def test_every_object_route_answers_404_to_another_account(api, app, catal
             None,
             "Order not found",
         ),
+        r"/members/([0-9a-f]{24})$": ("PATCH", f"/members/{member}", {"role": "owner"}, "Not found"),
+        r"/members/invitations/(inv_[0-9a-f]{16})$": (
+            "DELETE",
+            f"/members/invitations/{invitation}",
+            None,
+            "Not found",
+        ),
     }
     by_body = [
         ("POST", "/billing/crypto/sandbox/pay", {"order_id": order["order_id"], "amount_usd": 10}),
@@ -312,6 +325,9 @@ async def test_every_object_route_answers_404_to_another_account(api, app, catal
     assert (await api.call("GET", "/billing/crypto/orders", token=other["token"]))[1] == []
     assert [r["rule_id"] for r in (await api.call("GET", "/alerts", token=owner["token"]))[1]] == [rule["rule_id"]]
     assert [e["enabled"] for e in (await api.call("GET", "/webhooks", token=owner["token"]))[1]] == [True]
+    assert [i["invitation_id"] for i in (await api.call("GET", "/members/invitations", token=owner["token"]))[1]] == [
+        invitation
+    ]
 
 
 @pytest.mark.settings(plan_rules=FAST)

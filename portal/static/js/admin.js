@@ -149,6 +149,12 @@ async function showAccount(accountId) {
     cell(row, number.format(r.credits), "num");
     cell(row, "", "path").append(el("code", r.request_id));
   });
+  fill("#detail-members", a.members, (row, m) => {
+    cell(row, m.email, "path");
+    cell(row, m.role);
+    cell(row, m.two_factor ? "on" : "off");
+    cell(row, when(m.last_seen_at));
+  });
   fill("#detail-audit", a.audit, (row, e) => {
     cell(row, when(e.at));
     cell(row, e.action);

@@ -33,6 +33,7 @@ function drawRules(rules) {
     cell(row, when(rule.fired_at));
     const actions = cell(row, "", "actions");
     const remove = button("Delete", "danger small", "delete-rule");
+    remove.dataset.op = "delete /alerts/{rule_id}";
     remove.setAttribute("aria-label", "Delete rule " + rule.description);
     remove.addEventListener("click", async () => {
       if (await act(ruleForm, remove, () => api("DELETE", "/alerts/" + rule.rule_id))) loadAlerts();
@@ -70,6 +71,7 @@ function drawWebhooks(endpoints) {
     cell(row, when(endpoint.created_at));
     const actions = cell(row, "", "actions");
     const test = button("Send test event", "secondary small", "test-event");
+    test.dataset.op = "post /webhooks/{endpoint_id}/test";
     test.addEventListener("click", async () => {
       if (await act(actions, test, () => api("POST", "/webhooks/" + endpoint.endpoint_id + "/test"))) {
         setTimeout(() => showDeliveries(endpoint), 600);
@@ -78,6 +80,7 @@ function drawWebhooks(endpoints) {
     const log = button("Deliveries", "secondary small", "show-deliveries");
     log.addEventListener("click", () => showDeliveries(endpoint));
     const roll = button("Roll secret", "secondary small");
+    roll.dataset.op = "post /webhooks/{endpoint_id}/roll";
     roll.addEventListener("click", async () => {
       const sure = await confirmAction("Roll the signing secret?", "A new secret is shown once; the old one keeps signing for a day.", "Roll");
       const rolled = sure && (await act(actions, roll, () => api("POST", "/webhooks/" + endpoint.endpoint_id + "/roll")));
@@ -86,12 +89,14 @@ function drawWebhooks(endpoints) {
     actions.append(test, log, roll);
     if (!endpoint.enabled) {
       const enable = button("Enable", "secondary small");
+      enable.dataset.op = "patch /webhooks/{endpoint_id}";
       enable.addEventListener("click", async () => {
         if (await act(actions, enable, () => api("PATCH", "/webhooks/" + endpoint.endpoint_id, { enabled: true }))) loadAlerts();
       });
       actions.append(enable);
     }
     const remove = button("Delete", "danger small");
+    remove.dataset.op = "delete /webhooks/{endpoint_id}";
     remove.addEventListener("click", async () => {
       const sure = await confirmAction("Delete this endpoint?", endpoint.url + " will receive nothing more.", "Delete");
       if (sure && (await act(actions, remove, () => api("DELETE", "/webhooks/" + endpoint.endpoint_id)))) {
@@ -134,6 +139,7 @@ function showDeliveries(endpoint) {
     cell(row, when(d.created_at));
     const actions = cell(row, "", "actions");
     const again = button("Redeliver", "secondary small", "redeliver");
+    again.dataset.op = "post /webhooks/{endpoint_id}/deliveries/{delivery_id}/redeliver";
     again.addEventListener("click", async () => {
       const url = "/webhooks/" + endpoint.endpoint_id + "/deliveries/" + encodeURIComponent(d.delivery_id) + "/redeliver";
       if (await act($("#deliveries-box"), again, () => api("POST", url))) setTimeout(() => showDeliveries(endpoint), 600);

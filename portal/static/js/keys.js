@@ -64,22 +64,26 @@ function drawKeys() {
     if (!key.revoked) {
       // A revoked key's secret is never shown again (GET /keys/{id}/reveal answers 410).
       const reveal = button("Reveal", "secondary small");
+      reveal.dataset.op = "get /keys/{key_id}/reveal";
       reveal.setAttribute("aria-label", "Reveal key " + key.name);
       reveal.addEventListener("click", () => toggleReveal(key, code, reveal));
       actions.append(reveal);
       if (FEATURES.has("key-edit")) {
         const edit = button("Edit", "secondary small");
+        edit.dataset.op = "patch /keys/{key_id}";
         edit.setAttribute("aria-label", "Edit key " + key.name);
         edit.addEventListener("click", () => editKey(key));
         actions.append(edit);
       }
       if (FEATURES.has("key-roll") && !key.rolled_to) { // a rolled key is rolled once (409 otherwise)
         const roll = button("Roll", "secondary small");
+        roll.dataset.op = "post /keys/{key_id}/roll";
         roll.setAttribute("aria-label", "Roll key " + key.name);
         roll.addEventListener("click", () => rollKey(key, roll));
         actions.append(roll);
       }
       const revoke = button("Revoke", "danger small", "revoke-key");
+      revoke.dataset.op = "post /keys/{key_id}/revoke";
       revoke.setAttribute("aria-label", "Revoke key " + key.name);
       revoke.addEventListener("click", () => revokeKey(key, revoke));
       actions.append(revoke);

@@ -1,17 +1,23 @@
 // Signing in and out: the page's start, register and log in (with the second factor's step), log out, the
 // session's end, forgotten password and the emailed reset link (handlers/auth.py, twofactor.py, reset.py).
-import { $, $$, FEATURES } from "./dom.js";
+import { $, $$, FEATURES, el } from "./dom.js";
 import { ApiFailure, act, api, clearError, onSessionEnd, showError, state } from "./api.js";
 import { VIEWS, currentView, route } from "./views.js";
 import { loadAccount, passwordChange } from "./account.js";
 import { hideSecret } from "./keys.js";
 import { stopOrderPolling } from "./billing.js";
+import { applyRoles, loadRoles } from "./roles.js";
 
-const AUTH_PANELS = ["#auth-form", "#second-factor-form", "#forgot-form", "#reset-form"];
-const pending = { challenge: null, resetToken: null }; // the second factor's challenge, the emailed reset token
+const AUTH_PANELS = ["#auth-form", "#second-factor-form", "#forgot-form", "#reset-form", "#accept-form"];
+// the second factor's challenge, the emailed reset token, an invitation's token (/#invitation=<token>)
+const pending = { challenge: null, resetToken: null, invitation: null };
 
 export async function start() {
   FEATURES.forEach((f) => $$('[data-feature="' + f + '"]').forEach((n) => (n.hidden = false)));
+  if (takeInvitation()) {
+    showAcceptForm(document.body.dataset.signedIn === "yes");
+    return;
+  }
   if (document.body.dataset.signedIn === "yes") {
     try {
       signedIn(await api("GET", "/auth/me"));
@@ -25,19 +31,27 @@ export async function start() {
   showResetForm();
 }
 
-function signedIn(me) {
+async function signedIn(me) {
   state.me = me;
+  try {
+    await loadRoles(); // what this member's role may do: from the server's own declarations
+  } catch (err) {
+    console.warn("roles", err.message); // the server still refuses what the role cannot do
+  }
   exampleCall("USER_NAME");
   if (FEATURES.has("sandbox")) {
     // A user the development sandbox knows, so that the example answers with data.
     api("GET", "/sandbox/catalog").then((c) => c.users && c.users[0] && exampleCall(c.users[0].userName), () => {});
   }
   $("#who-email").textContent = me.email;
+  $("#who-role").textContent = me.role;
+  drawPicker(me);
   $("#view-auth").hidden = true;
   $("#nav").hidden = false;
   $("#who").hidden = false;
   $('#nav a[data-view="admin"]').hidden = !me.is_admin;
   route();
+  applyRoles(document);
   $("#main").focus();
   if (currentView() !== "overview") loadAccount(null); // the balance warning shows on every view
 }
@@ -176,3 +190,63 @@ $("#reset-form").addEventListener("submit", async (event) => {
   }
 });
 
+
+// The account picker: a person in several accounts chooses which one the session acts for (POST /portal/switch).
+function drawPicker(me) {
+  const picker = $("#account-picker");
+  picker.textContent = "";
+  me.accounts.forEach((a) => {
+    const label = a.account_id === me.person_id ? "Your account" : "Account \u2026" + a.account_id.slice(-6);
+    const option = el("option", label + " (" + a.role + ")");
+    option.value = a.account_id;
+    option.selected = a.account_id === me.account_id;
+    picker.append(option);
+  });
+  picker.hidden = me.accounts.length < 2;
+}
+$("#account-picker").addEventListener("change", async (event) => {
+  const picker = event.target;
+  try {
+    await api("POST", "/portal/switch", { account_id: picker.value });
+    signedIn(await api("GET", "/auth/me"));
+  } catch (err) {
+    picker.value = state.me.account_id;
+    showError($("#main"), err);
+  }
+});
+
+// An invitation's link: /#invitation=<token>, taken out of the address bar at once (as a reset link). Signed in,
+// joining takes one click; signed out, a password makes the new person's sign-in (or is their existing one's).
+function takeInvitation() {
+  if (!location.hash.startsWith("#invitation=")) return false;
+  pending.invitation = decodeURIComponent(location.hash.slice("#invitation=".length));
+  history.replaceState(null, "", location.pathname + location.search);
+  return true;
+}
+function showAcceptForm(withSession) {
+  signedOut("");
+  $("#accept-password-field").hidden = withSession;
+  $("#accept-help").hidden = withSession;
+  authPanel("#accept-form", withSession ? "You are invited to another account: join it with your sign-in." : "");
+}
+window.addEventListener("hashchange", () => {
+  if (takeInvitation()) showAcceptForm(state.me !== null || document.body.dataset.signedIn === "yes");
+});
+$("#accept-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = $("#accept-form");
+  const body = { token: pending.invitation };
+  if (!$("#accept-password-field").hidden) body.password = $("#accept-password").value;
+  const me = await act(form, $('button[type="submit"]', form), async () => {
+    await api("POST", "/portal/invitations/accept", body);
+    return api("GET", "/auth/me");
+  });
+  if (me) {
+    pending.invitation = null;
+    form.reset();
+    form.hidden = true;
+    $("#auth-form").hidden = false;
+    $("#auth-notice").hidden = true;
+    signedIn(me);
+  }
+});

@@ -42,6 +42,7 @@ function drawStreams(rows) {
     const actions = cell(row, "", "actions");
     const on = r.status === "inactive";
     const toggle = button(on ? "Activate" : "Pause", "secondary small", on ? "activate-stream" : "pause-stream");
+    toggle.dataset.op = "patch /streams/{rule_id}";
     toggle.addEventListener("click", async () => {
       const path = "/streams/" + r.rule_id;
       if (await act(streamForm, toggle, () => api("PATCH", path, { active: on }))) loadStreams();
@@ -49,6 +50,7 @@ function drawStreams(rows) {
     const log = button("Deliveries", "secondary small", "stream-deliveries");
     log.addEventListener("click", () => showStreamEvents(r));
     const remove = button("Delete", "danger small", "delete-stream");
+    remove.dataset.op = "delete /streams/{rule_id}";
     remove.setAttribute("aria-label", "Delete " + r.tag);
     remove.addEventListener("click", async () => {
       if (await act(streamForm, remove, () => api("DELETE", "/streams/" + r.rule_id))) loadStreams();

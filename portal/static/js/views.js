@@ -10,6 +10,7 @@ import { loadStreams } from "./streams.js";
 import { loadAdmin } from "./admin.js";
 import { loadSecurity } from "./security.js";
 import { loadAudit } from "./activity.js";
+import { loadMembers } from "./members.js";
 
 // A view's name is its section's id (#view-<name>) and its nav link's data-view.
 const LOADERS = {
@@ -22,6 +23,7 @@ const LOADERS = {
   admin: loadAdmin,
   security: loadSecurity,
   activity: () => loadAudit(false),
+  members: loadMembers,
 };
 export const VIEWS = Object.keys(LOADERS);
 

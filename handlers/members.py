@@ -1,0 +1,226 @@
+"""Members of an account and their invitations (storage/members.py; roles: security/roles.py).
+
+Who may call what is each route's least role (handlers/openapi_members.py, checked by BaseHandler.prepare);
+what the role check of a route cannot see is checked here: only an owner makes, changes or removes an owner,
+and the last owner stays one (409). A removed or demoted member's sessions lose the old rights at once, on every
+process: the session check reads the membership on every request (accounting/sessions.py).
+"""
+
+import asyncio
+import logging
+
+from handlers import auth
+from handlers.auth import AuthHandler, verified_password
+from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.errors import ValidationError, error
+from handlers.validation import Field, validate_body
+from security import passwords, roles
+from storage.accounts import DuplicateEmail
+from storage.members import INVITATION_DAYS, LastOwner
+
+log = logging.getLogger("gateway.members")
+
+
+def _a_role(value: str, loc: list) -> None:
+    if value not in roles.ROLES:
+        raise ValidationError([error(loc, f"Input should be one of {', '.join(roles.ROLES)}", "enum")])
+
+
+ROLE = Field("role", str, max_length=16, check=_a_role, description="owner, admin, developer, billing or viewer")
+INVITE = [Field("email", str, format="email", max_length=254, description="Who is invited"), ROLE]
+ROLE_CHANGE = [ROLE]
+ACCEPT = [
+    Field("token", str, min_length=1, max_length=256, description="The invitation's token (from its link)"),
+    Field(
+        "password",
+        str,
+        required=False,
+        min_length=8,
+        max_length=128,
+        check=auth._varied,
+        description="A new person: the password of their sign-in; a person with a sign-in: theirs. Not needed "
+        "with a session of the invited person",
+    ),
+]
+MEMBER_ID, INVITATION_ID = r"([0-9a-f]{24})", r"(inv_[0-9a-f]{16})"
+_LAST_OWNER = "The account's last owner cannot be removed or demoted: make another member an owner first"
+_OWNERS_ONLY = "Only an owner can make an owner, or change or remove one"
+_GONE = "This invitation is unknown, already used, revoked or expired: ask for a new one"
+_pending: set[asyncio.Task] = set()  # invitation emails under way
+
+
+def member_view(doc: dict, sign_in: dict | None) -> dict:
+    return {
+        "member_id": doc["_id"],
+        "email": doc["email"],
+        "role": doc["role"],
+        "two_factor": bool(((sign_in or {}).get("totp") or {}).get("enabled")),
+        "joined_at": doc["joined_at"],
+        "last_seen_at": doc.get("last_seen_at"),
+    }
+
+
+def invitation_view(doc: dict) -> dict:
+    return {
+        "invitation_id": doc["_id"],
+        "email": doc["email"],
+        "role": doc["role"],
+        "expires_at": doc["expires_at"],
+        "invited_by": doc.get("invited_by"),
+        "created_at": doc["created_at"],
+    }
+
+
+class MembersHandler(BaseHandler):
+    @authenticated
+    async def get(self) -> None:
+        members = await self.ctx.members.of_account(self.current_user)
+        sign_ins = await self.ctx.accounts.sign_ins([m["person_id"] for m in members])
+        self.send_json([member_view(m, sign_ins.get(m["person_id"])) for m in members])
+
+
+class MemberHandler(BaseHandler):
+    async def target(self, member_id: str) -> dict:
+        member = await self.ctx.members.get(self.current_user, member_id)
+        if member is None:
+            raise ApiError(404, "Not found")
+        return member
+
+    @authenticated
+    async def patch(self, member_id: str) -> None:
+        role = validate_body(self.json_body(), ROLE_CHANGE)["role"]
+        member = await self.target(member_id)
+        if not roles.may_assign(self.session.role, role, member["role"]):
+            raise ApiError(403, _OWNERS_ONLY)
+        try:
+            changed = await self.ctx.members.set_role(member, role)
+        except LastOwner:
+            raise ApiError(409, _LAST_OWNER) from None
+        if changed is None:
+            raise ApiError(404, "Not found")
+        details = {"member_id": member_id, "email": member["email"], "from": member["role"], "to": role}
+        await self.audit("member.role_changed", details=details)
+        sign_ins = await self.ctx.accounts.sign_ins([member["person_id"]])
+        self.send_json(member_view(changed, sign_ins.get(member["person_id"])))
+
+    @authenticated
+    async def delete(self, member_id: str) -> None:
+        member = await self.target(member_id)
+        leaving = member_id == self.session.member_id
+        if not leaving and not roles.may_assign(self.session.role, member["role"], member["role"]):
+            raise ApiError(403, _OWNERS_ONLY)
+        try:
+            removed = await self.ctx.members.remove(member)
+        except LastOwner:
+            raise ApiError(409, _LAST_OWNER) from None
+        if removed:
+            details = {"member_id": member_id, "email": member["email"], "role": member["role"]}
+            await self.audit("member.left" if leaving else "member.removed", details=details)
+        self.send_json({"ok": True})
+
+
+class InvitationsHandler(BaseHandler):
+    @authenticated
+    async def get(self) -> None:
+        self.send_json([invitation_view(i) for i in await self.ctx.members.pending(self.current_user)])
+
+    @authenticated
+    async def post(self) -> None:
+        body = validate_body(self.json_body(), INVITE)
+        email, role = body["email"].strip().lower(), body["role"]
+        if not roles.may_assign(self.session.role, role):
+            raise ApiError(403, _OWNERS_ONLY)
+        members = await self.ctx.members.of_account(self.current_user)
+        if any(m["email"] == email for m in members):
+            raise ApiError(409, "This person is already a member of the account")
+        invitation, token = await self.ctx.members.invite(self.current_user, email, role, self.member())
+        await self.audit("member.invited", details={"invitation_id": invitation["_id"], "email": email, "role": role})
+        self.send_email(invitation, token)
+        answer = {k: invitation_view(invitation)[k] for k in ("invitation_id", "email", "role", "expires_at")}
+        if not self.ctx.settings.production:
+            answer["token"] = token  # development: no inbox needed to try it
+        self.send_json(answer)
+
+    def send_email(self, invitation: dict, token: str) -> None:
+        """The link, by the alert emails' SMTP sender, after the answer (a slow SMTP server delays nobody)."""
+        mailer, s = self.ctx.outbox.mailer, self.ctx.settings
+        base = s.public_url.rstrip("/") or ("" if s.production else f"{self.request.protocol}://{self.request.host}")
+        if mailer is None or not base:
+            log.info("invitation %s made; no SMTP_URL or PUBLIC_URL, so no email sent", invitation["_id"])
+            return
+        text = (
+            f"{(self.member() or {}).get('email') or 'A member'} invites you to their account on social-gateway, "
+            f"as {invitation['role']}.\n\nAccept here (the link works once, for {INVITATION_DAYS} days):\n\n"
+            f"{base}/#invitation={token}\n\nIf you did not expect it, ignore this email.\n"
+        )
+
+        async def send() -> None:
+            try:
+                await mailer.send(invitation["email"], "[social-gateway] You are invited to an account", text)
+            except Exception as exc:  # after the answer: nobody to tell but the log (never the link)
+                log.warning("invitation email not sent: %s", type(exc).__name__)
+
+        task = asyncio.create_task(send())
+        _pending.add(task)
+        task.add_done_callback(_pending.discard)
+
+
+class InvitationHandler(BaseHandler):
+    @authenticated
+    async def delete(self, invitation_id: str) -> None:
+        if not await self.ctx.members.revoke(self.current_user, invitation_id):
+            raise ApiError(404, "Not found")
+        await self.audit("member.invitation_revoked", details={"invitation_id": invitation_id})
+        self.send_json({"ok": True})
+
+
+class AcceptHandler(AuthHandler):
+    """Joins the invitation's account: as a new person (a password makes their sign-in), as a person who has one
+    (their password, or their session), and answers a session for that account. Works once."""
+
+    async def post(self) -> None:
+        body = validate_body(self.json_body(), ACCEPT)
+        self.throttle()  # per address: hashing is expensive, as at registration
+        invitation = await self.ctx.members.find_invitation(body["token"])
+        if invitation is None:
+            raise ApiError(404, _GONE)
+        person = await self.person(invitation, body.get("password"))
+        account_id = invitation["account_id"]
+        if await self.ctx.members.role(account_id, person["_id"]) is not None:
+            raise ApiError(409, "You are already a member of this account")
+        if await self.ctx.members.spend(invitation["_id"]) is None:
+            raise ApiError(404, _GONE)  # used at the same moment by another request
+        await self.ctx.members.add(
+            account_id, person["_id"], person["email"], invitation["role"], invited_by=invitation.get("invited_by")
+        )
+        await self.home_account(person["_id"], account_id)
+        await self.audit("member.joined", details={"role": invitation["role"], "invitation_id": invitation["_id"]})
+        self.issue_session(person["_id"], person.get("session_version", 0), account_id)
+
+    async def person(self, invitation: dict, password: str | None) -> dict:
+        """Who accepts: the signed-in person, else the invited email's sign-in (its password), else a new one."""
+        if self.session is not None:
+            return await self.current_person()
+        if password is None:
+            raise ApiError(401, "Sign in, or give a password", {"WWW-Authenticate": "Bearer"})
+        email = invitation["email"]
+        existing = await self.ctx.accounts.by_email(email)
+        if existing is not None:
+            await verified_password(self, email, password)
+            return existing
+        digest = await self.hash(passwords.hash_password, password, self.ctx.settings.password_scrypt_n)
+        try:
+            return await self.ctx.accounts.create_person(email, digest)
+        except DuplicateEmail:
+            raise ApiError(409, "A sign-in with this email was made meanwhile; accept again") from None
+
+
+routes = [
+    (r"/members", MembersHandler),
+    (r"/members/invitations", InvitationsHandler),
+    (rf"/members/invitations/{INVITATION_ID}", InvitationHandler),
+    (rf"/members/{MEMBER_ID}", MemberHandler),
+    (r"/auth/invitations/accept", AcceptHandler),
+    (r"/portal/invitations/accept", AcceptHandler, {"cookie": True}),  # the web portal's: the session in its cookie
+    (r"/portal/switch", auth.SwitchHandler, {"cookie": True}),
+]
