@@ -35,6 +35,11 @@ async def test_reconcile_names_the_account_whose_credits_were_changed_by_hand(mo
     order = orjson.loads((await gw.call("POST", "/billing/crypto/checkout", checkout, **auth)).body)
     code, out, err = await cli("sandbox-pay", order["order_id"], "25", **env, UPSTREAM_URL=upstream_url)
     assert code == 0, out + err
+    # A member invited with no account of their own has a sign-in but no balance: no account to the books.
+    invite = {"email": f"m{uuid.uuid4().hex[:8]}@example.com", "role": "viewer"}
+    invitation = orjson.loads((await gw.call("POST", "/members/invitations", invite, **auth)).body)
+    accept = {"token": invitation["token"], "password": "member password 1"}
+    assert (await gw.call("POST", "/auth/invitations/accept", accept)).code == 200
     code, out, err = await cli("reconcile", **env)  # while the gateway serves: leases held, usage buffered or not
     assert code == 0 and out.startswith("reconcile OK: 3 accounts, 1 orders"), out + err
 
