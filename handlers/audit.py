@@ -24,8 +24,7 @@ CSV_COLUMNS = (
     "actor_email",
     "address",
     "details",
-    "member_id",
-    "member_email",
+    "actor_member_id",
 )
 EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 
@@ -94,7 +93,6 @@ def entry(doc: dict) -> dict:
         "actor": doc["actor"],
         "address": doc.get("address"),
         "details": doc.get("details") or {},
-        "member": doc.get("member"),  # the person who acted for the account (storage/audit.py)
     }
 
 
@@ -115,8 +113,7 @@ def _csv_line(doc: dict) -> bytes:
         actor.get("email"),
         doc.get("address"),
         orjson.dumps(doc.get("details") or {}).decode(),
-        (doc.get("member") or {}).get("member_id"),
-        (doc.get("member") or {}).get("email"),
+        actor.get("member_id"),
     )
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerow([_cell(v) for v in row])

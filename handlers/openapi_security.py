@@ -30,14 +30,11 @@ _ENTRY = obj(
         ("kind", "id"),
         kind={"enum": list(ACTOR_KINDS)},
         id=nullable(S),
-        email={"type": "string", "description": "For an admin: who"},
+        member_id={"type": "string", "description": "For an account: the member who acted for it"},
+        email={"type": "string", "description": "Who: the member who acted for an account, or the admin"},
     ),
     address=nullable({"type": "string", "description": "The client's IP address (none for the system)"}),
     details={"type": "object", "description": "What changed: ids, names, amounts; never a secret"},
-    member=nullable(
-        obj(("member_id", "email"), member_id=S, email=nullable(S))
-        | {"description": "The person who acted for the account (a member; none for the system or an admin)"}
-    ),
 )
 SECURITY_SCHEMAS = {
     "TwoFactorChallenge": obj(

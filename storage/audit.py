@@ -17,9 +17,8 @@ or, anywhere with the context (the system crediting a payment, a background task
     )
 
 An entry is {_id: ObjectId (time-ordered: the page cursor), at, account_id, action, actor: {kind: account |
-admin | system | anonymous, id, email?}, member?: {member_id, email}, address, details, expires_at, once?}.
-`member` names the person who acted for the account (storage/members.py): on an account with several members,
-`actor` says the account acted and `member` who of them. Nothing here updates or deletes an entry: the
+admin | system | anonymous, id, member_id?, email?}, address, details, expires_at, once?}. An account's actor
+names the member who acted for it (storage/members.py: `member_id` and `email`), an admin's the admin's email. Nothing here updates or deletes an entry: the
 only way out is MongoDB's TTL at `expires_at` (AUDIT_RETENTION_DAYS after the write, so a changed
 setting applies to entries written after the change). A write that fails is logged and swallowed: the
 action it records is already done, and failing its request would invite a retry that does it twice.
@@ -132,6 +131,8 @@ class AuditStore:
         so a retried or concurrent step (two processes settling one payment) leaves one entry."""
         if action not in ACTIONS or actor.get("kind") not in ACTOR_KINDS:
             raise ValueError(f"unknown audit action or actor: {action!r}, {actor.get('kind')!r}")
+        if member is not None and actor["kind"] == "account":  # who of the account's members acted
+            actor = {**actor, "member_id": member["member_id"], "email": member["email"]}
         now = datetime.now(UTC)
         doc = {
             "at": now,
@@ -144,8 +145,6 @@ class AuditStore:
         }
         if once is not None:
             doc["once"] = once
-        if member is not None:
-            doc["member"] = member
         try:
             await self.entries.insert_one(doc)
         except DuplicateKeyError:
@@ -179,7 +178,7 @@ class AuditStore:
         if actor_kind is not None:
             query["actor.kind"] = actor_kind
         if member_id is not None:
-            query["member.member_id"] = member_id
+            query["actor.member_id"] = member_id
         return query
 
     async def page(self, query: dict, before: ObjectId | None, limit: int) -> tuple[list[dict], ObjectId | None]:

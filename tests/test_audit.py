@@ -28,7 +28,14 @@ async def test_key_actions_and_logins_are_logged_for_their_account_only(api):
     actions = [e["action"] for e in body["entries"]]
     assert actions == ["login.failed", "key.revoked", "key.revealed", "key.created", "account.created"]
     created = body["entries"][-2]
-    assert created["actor"] == {"kind": "account", "id": user["account_id"]}
+    member_id = (await api.call("GET", "/auth/me", token=user["token"]))[1]["member_id"]
+    # The account acted, and of its members (one here, its owner) this one.
+    assert created["actor"] == {
+        "kind": "account",
+        "id": user["account_id"],
+        "member_id": member_id,
+        "email": user["email"],
+    }
     assert created["address"] == "127.0.0.1" and created["details"] == {"key_id": key["key_id"], "name": "reporting"}
     assert created["at"].endswith("Z") and body["next_cursor"] is None
     theirs = (await entries(api, other["token"]))["entries"]
@@ -46,7 +53,9 @@ async def test_registering_and_adding_or_deleting_a_webhook_endpoint_are_in_the_
     body = await entries(api, user["token"])
     assert [e["action"] for e in body["entries"]] == ["webhook.deleted", "webhook.created", "account.created"]
     deleted, added, created = body["entries"]
-    assert created["actor"] == {"kind": "account", "id": user["account_id"]} and created["address"] == "127.0.0.1"
+    member_id = (await api.call("GET", "/auth/me", token=user["token"]))[1]["member_id"]
+    actor = {"kind": "account", "id": user["account_id"], "member_id": member_id, "email": user["email"]}
+    assert created["actor"] == actor and created["address"] == "127.0.0.1"
     assert added["details"] == {"endpoint_id": endpoint["endpoint_id"], "host": "127.0.0.1"}
     assert deleted["details"] == {"endpoint_id": endpoint["endpoint_id"]}
     assert "receiver-secret" not in orjson.dumps(body).decode()

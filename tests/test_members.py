@@ -242,12 +242,12 @@ async def test_the_audit_log_names_the_person_and_keys_outlive_their_maker(api, 
     assert row["created_by"] == {"member_id": dev_member, "email": dev["email"]}
     status, body, _ = await api.call("GET", f"/audit?member={dev_member}", token=owner["token"])
     assert status == 200
-    assert [(e["action"], e["member"]) for e in body["entries"]][:1] == [
-        ("key.created", {"member_id": dev_member, "email": dev["email"]})
+    assert [(e["action"], e["actor"]) for e in body["entries"]][:1] == [
+        ("key.created", {"kind": "account", "id": owner["account_id"], "member_id": dev_member, "email": dev["email"]})
     ]
-    assert all(e["member"]["member_id"] == dev_member for e in body["entries"])
+    assert all(e["actor"]["member_id"] == dev_member for e in body["entries"])
     status, body, _ = await api.call("GET", "/audit?action=member.joined", token=owner["token"])
-    assert sorted(e["member"]["email"] for e in body["entries"]) == sorted(people[r]["email"] for r in OTHERS)
+    assert sorted(e["actor"]["email"] for e in body["entries"]) == sorted(people[r]["email"] for r in OTHERS)
     # The key belongs to the account: removing its maker leaves it working.
     await api.call("POST", f"/keys/{key['key_id']}/topup", {"credits": 1000}, token=owner["token"])
     assert (await api.call("DELETE", f"/members/{dev_member}", token=owner["token"]))[0] == 200
@@ -257,7 +257,7 @@ async def test_the_audit_log_names_the_person_and_keys_outlive_their_maker(api, 
     assert row["revoked"] is False and row["created_by"]["email"] == dev["email"]
     status, body, _ = await api.call("GET", "/audit?action=member.removed", token=owner["token"])
     (removed,) = body["entries"]
-    assert removed["member"]["email"] == owner["email"] and removed["details"]["email"] == dev["email"]
+    assert removed["actor"]["email"] == owner["email"] and removed["details"]["email"] == dev["email"]
 
 
 async def test_accounts_from_before_members_get_their_owner_at_start(api, ctx):
