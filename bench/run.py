@@ -68,6 +68,18 @@ def saturate(
     return figures
 
 
+def publish(result: dict, out: str, table: str, readme=None) -> None:
+    """Every benchmark's ending: the figures saved as JSON at `out`, their table printed, and with `readme`
+    (`readme(table, command)`) the table written into the docs with the command that made it."""
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(result, fh, indent=2)
+    print(table)
+    print(f"(figures: {out})")
+    if readme:
+        readme(table, "./dev bench " + " ".join(sys.argv[1:]))
+
+
 def main() -> None:
     if any(a == "--clients" or a.startswith("--clients=") for a in sys.argv[1:]):  # bench/clients.py, its options
         from bench import clients
@@ -148,14 +160,8 @@ def main() -> None:
             args.seconds = 120
         result = cache.run(args)
         out = args.out or os.path.join(HERE, "results", f"cache-w{args.workers}.json")
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        with open(out, "w") as fh:
-            json.dump(result, fh, indent=2)
-        table = cache.report(result)
-        print(table)
-        print(f"(figures: {out})")
-        if args.readme:
-            cache.write_readme(table, "./dev bench " + " ".join(sys.argv[1:]), args.workers)
+        readme = args.readme and (lambda table, command: cache.write_readme(table, command, args.workers))
+        publish(result, out, cache.report(result), readme)
         return
     if args.streams:
         from bench import streams
@@ -180,14 +186,7 @@ def main() -> None:
         args.models = [m for m in args.models.split(",") if m]
         result = latency.run(args)
         out = args.out or os.path.join(HERE, "results", "latency.json")
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        with open(out, "w") as fh:
-            json.dump(result, fh, indent=2)
-        table = latency.report(result)
-        print(table)
-        print(f"(figures: {out})")
-        if args.readme:
-            latency.write_readme(table, "./dev bench " + " ".join(sys.argv[1:]))
+        publish(result, out, latency.report(result), args.readme and latency.write_readme)
         return
     args.connections = int(args.connections or 32)
     if args.static:
@@ -198,11 +197,7 @@ def main() -> None:
         result = static.run(args)
         suffix = "-restricted" if args.restricted_keys else ""
         out = args.out or os.path.join(HERE, "results", f"static-{args.loop or 'default'}{suffix}.json")
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        with open(out, "w") as fh:
-            json.dump(result, fh, indent=2)
-        print(static.report(result))
-        print(f"(figures: {out})")
+        publish(result, out, static.report(result))
         return
     args.out = args.out or os.path.join(HERE, "results", "latest.json")
 
@@ -341,10 +336,7 @@ def main() -> None:
             "db_round_trips_per_call <= 0.02": (result["db_round_trips_per_call"] or 0) <= 0.02,
             "p99_ratio <= 1.5": result["fixed_rate"]["p99_ratio"] <= 1.5,
         }
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=2)
-        print(json.dumps(result, indent=2))
+        publish(result, args.out, json.dumps(result, indent=2))
     finally:
         for proc in procs:
             proc.terminate()
