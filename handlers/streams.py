@@ -223,6 +223,7 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
         self.conn_id = secrets.token_hex(12)
         self.replaying: list[tuple] | None = []  # live events while the missed ones are sent
         self.replayed: set[str] = set()  # ids of the events the resume sent (the tail may bring them again)
+        self.resumed_from: tuple[int, str | None] | None = None  # (ms, event id): live events up to it are not sent
         self.unsent = 0  # bytes queued for this client (waiting here or handed over) and not yet sent
         self.waiting: deque[bytes] = deque()  # frames not yet handed to the connection
         self.handed = 0  # bytes handed to the connection and not yet written to the kernel
@@ -267,21 +268,29 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
         connected = {"event_type": "connected", "timestamp": polls.millis(datetime.now(UTC))}
         missed: list[tuple[str, bytes]] = []
         if self.after != (None, None):
-            missed, connected["replay"] = await ctx.hub.missed(self.account_id, *self.after)
+            missed, connected["replay"], self.resumed_from = await ctx.hub.missed(self.account_id, *self.after)
         self._write(orjson.dumps(connected))
         for _, frame in missed:
             self._write(frame)
         # Live events that came during the replay, and later the tail's, unless the replay had them already.
         self.replayed = {event_id for event_id, _ in missed}
         waiting, self.replaying = self.replaying or [], None
-        for frame, event_id in waiting:
-            self.send(frame, event_id)
+        for frame, event_id, at in waiting:
+            self.send(frame, event_id, at)
 
-    def send(self, frame: bytes, event_id: str | None = None) -> None:
+    def send(self, frame: bytes, event_id: str | None = None, at: int | None = None) -> None:
         if self.replaying is not None:
-            self.replaying.append((frame, event_id))
-        elif event_id is None or event_id not in self.replayed:
+            self.replaying.append((frame, event_id, at))
+        elif event_id is None or not (event_id in self.replayed or self._before_resume(at, event_id)):
             self._write(frame)
+
+    def _before_resume(self, at: int | None, event_id: str) -> bool:
+        """An event at or before the point this socket resumed from: the tail of a process the client just
+        joined reads the last seconds again, which the client had from the process it left."""
+        if self.resumed_from is None or at is None:
+            return False
+        ms, mark = self.resumed_from
+        return at < ms or (at == ms and (mark is None or event_id <= mark))
 
     def _write(self, frame: bytes) -> None:
         """Queues a text frame (bytes: encoded once for every socket). A client that stops reading is closed

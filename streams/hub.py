@@ -37,7 +37,7 @@ class Socket(Protocol):
     digest: str
     conn_id: str
 
-    def send(self, frame: bytes, event_id: str | None = None) -> None: ...
+    def send(self, frame: bytes, event_id: str | None = None, at: int | None = None) -> None: ...
 
     def close_with(self, code: int, reason: str) -> None: ...
 
@@ -91,8 +91,9 @@ class Hub:
         if not targets:
             return
         frame = orjson.dumps(message(event))  # encoded once for all the account's sockets
+        at = millis(event["created_at"])
         for socket in list(targets):
-            socket.send(frame, event["_id"])
+            socket.send(frame, event["_id"], at)
         self.metrics.fanout.observe(event["kind"], time.time() - event["created_at"].timestamp())
 
     async def tail(self) -> None:
@@ -111,19 +112,23 @@ class Hub:
 
     async def missed(
         self, account_id: str, after_id: str | None, after_ms: int | None
-    ) -> tuple[list[tuple[str, bytes]], dict]:
-        """What a reconnecting socket asks for: the account's events after an event id or a time (ms), and what
-        its `connected` event says of them (`replay`: how many, and whether that is all it missed)."""
+    ) -> tuple[list[tuple[str, bytes]], dict, tuple[int, str | None] | None]:
+        """What a reconnecting socket asks for: the account's events after an event id or a time (ms), what
+        its `connected` event says of them (`replay`: how many, and whether that is all it missed), and the
+        point resumed from ((ms, event id), or None): a live event at or before it is one the client had, or
+        one the replay leaves out (the tail's overlap would bring it again)."""
         kept_since = datetime.now(UTC) - timedelta(seconds=self.store.retention)
         after, mark = None, None
         if after_id is not None:
             found = await self.store.event(after_id)
             if found is None or found["account_id"] != account_id:
                 msg = "Unknown event_id, or older than events are kept: nothing replayed; resume with since_timestamp"
-                return [], {"events": 0, "complete": False, "msg": msg}
+                return [], {"events": 0, "complete": False, "msg": msg}, None
             after, mark = found["created_at"], found["_id"]
+            point = (millis(after), mark)
         else:
             after = datetime.fromtimestamp(after_ms / 1000, UTC) + timedelta(milliseconds=1)
+            point = (after_ms, None)
         events = await self.store.events_after(account_id, after, mark, RESUME_LIMIT + 1)
         replay = {"events": min(len(events), RESUME_LIMIT), "complete": True}
         if len(events) > RESUME_LIMIT:
@@ -132,7 +137,7 @@ class Hub:
         elif after < kept_since:
             when = kept_since.strftime("%Y-%m-%d %H:%M:%S UTC")
             replay |= {"complete": False, "msg": f"Events before {when} are no longer kept"}
-        return [(e["_id"], orjson.dumps(message(e))) for e in events], replay
+        return [(e["_id"], orjson.dumps(message(e))) for e in events], replay, point
 
     # --- upkeep ----------------------------------------------------------------------------------------
     async def watch(self) -> None:
@@ -172,6 +177,11 @@ class Hub:
 
     async def close(self) -> None:
         await self.store.forget(self.owner)
+
+    def goodbye(self, code: int, reason: str) -> None:
+        """Every socket here closed with `code` (a drain: the client reconnects to another process)."""
+        for socket in [s for group in self.sockets.values() for s in group]:
+            socket.close_with(code, reason)
 
     async def hold(self, key_id: int, conn_id: str) -> bool:
         """The key's one socket, this one, unless a live socket holds it (here or in another process)."""
