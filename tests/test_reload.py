@@ -99,12 +99,15 @@ def requests_total(body: bytes) -> float:
     )
 
 
-async def test_sigusr2_replaces_the_workers_without_failing_a_call_or_missing_an_event(mongo, tmp_path):
+@pytest.mark.parametrize("workers", [2, 1], ids=["workers-2", "workers-1"])
+async def test_sigusr2_replaces_the_workers_without_failing_a_call_or_missing_an_event(mongo, tmp_path, workers):
+    """`--workers 1` is the one-process way: one worker under the supervisor that replaces it."""
     provider = SlowProvider()
     config_file = tmp_path / "gateway.toml"
     config_file.write_text("twitter_alias = false\n")
     env = {"CONFIG_FILE": str(config_file), "STREAM_MIN_INTERVAL": "0.3", "STREAM_TICK_SECONDS": "0.05"}
-    gw = await Gateway(mongo.uri, provider.url, f"reload_{uuid.uuid4().hex[:10]}", workers=2, **env).launch()
+    db_name = f"reload_{uuid.uuid4().hex[:10]}"
+    gw = await Gateway(mongo.uri, provider.url, db_name, workers=workers, supervised=True, **env).launch()
     _, keys, _ = await account_with_keys(gw, 100_000_000, 2)
     assert (await gw.call("GET", "/twitter/user/info?userName=someone", **{"X-API-Key": keys[0]})).code == 404
 
@@ -144,11 +147,11 @@ async def test_sigusr2_replaces_the_workers_without_failing_a_call_or_missing_an
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # the new workers serve, the old ones have exited
             now = workers_of(gw.proc.pid)
-            if len(now) == 2 and not now & old:
+            if len(now) == workers and not now & old:
                 break
             await asyncio.sleep(0.1)
         new = workers_of(gw.proc.pid)
-        assert len(new) == 2 and not new & old, (old, new)
+        assert len(new) == workers and not new & old, (old, new)
         served_before = len(answers)
         while len(answers) < served_before + 60:  # calls served by the new workers too
             await asyncio.sleep(0.1)
