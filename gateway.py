@@ -182,9 +182,9 @@ async def answer_open_connections(ctx: Context, server: LimitedServer, deadline:
 
 async def goodbye(ctx: Context) -> None:
     """The WebSocket clients told to reconnect (1012, Service Restart, docs/streams.md) once they have had every
-    event written until now (one last look at what other processes wrote): they resume elsewhere with
-    since_event_id, missing none. Their holds on their keys were let go before (let_go), so the reconnection
-    is not refused as a second socket of the key."""
+    event written until now (one last look at what other processes wrote), and what each had is kept on its
+    key's hold (Hub.goodbye): resuming elsewhere from its last event, a client misses none and gets none twice.
+    This process let go of those holds before (let_go): the reconnection is not refused as a second socket."""
     if not ctx.hub.count():
         return
     loop = asyncio.get_running_loop()
@@ -193,7 +193,7 @@ async def goodbye(ctx: Context) -> None:
             await ctx.hub.tail()
     except Exception as exc:
         log.warning("the last look at other processes' stream events failed (%s)", type(exc).__name__)
-    ctx.hub.goodbye(RECONNECT_CODE, "Service restart: reconnect with since_event_id")
+    await ctx.hub.goodbye(RECONNECT_CODE, "Service restart: reconnect with since_event_id")
     until = loop.time() + FINAL_WRITES_SECONDS
     while ctx.hub.count() and loop.time() < until:  # the close frames on their way
         await asyncio.sleep(0.05)
