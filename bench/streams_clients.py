@@ -65,9 +65,12 @@ class Client:
         self.refused = 0  # connection attempts closed at once (the key still held by a dead connection)
         self.incomplete_resumes = 0  # resumes whose `connected` said not everything missed is replayed
         self.closes: list[int | None] = []  # each ended connection's close code (None: lost without a close frame)
+        self.resumes: list[str] = []  # the event id each reconnection resumed from
+        self.reconnect_seconds: list[float] = []  # from each connection's loss to the next one's `connected`
         self.stopping = False
 
     async def run(self) -> None:
+        lost = None
         while not self.stopping:
             try:
                 wire = await self._connect()
@@ -78,8 +81,11 @@ class Client:
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
             self.connections += 1
+            if lost is not None:
+                self.reconnect_seconds.append(time.monotonic() - lost)
             self.wire = wire
             await wire.lost
+            lost = time.monotonic()
             self.drain()  # what it had, before a reconnect resumes after its last event
             if not self.stopping:
                 self.closes.append(wire.close_code)
@@ -89,6 +95,7 @@ class Client:
         query = ""
         if self.last_event is not None:
             query = "?since_event_id=" + self.last_event
+            self.resumes.append(self.last_event)
         elif self.connected_ms is not None:
             query = f"?since_timestamp={self.connected_ms}"
         loop = asyncio.get_running_loop()

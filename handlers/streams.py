@@ -22,11 +22,11 @@ from handlers.keys import _no_controls
 from handlers.social import api_key
 from handlers.validation import Field, validate_body
 from streams import rules as polls
-from streams.hub import TAIL_OVERLAP
+from streams.hub import HAND_OVER_WINDOW
 from streams.manage import LimitReached
 
 SCOPE = polls.SEARCH.path
-SENT_MEMORY = 2_000  # events a socket remembers having sent, for its hand-over when its process drains
+SENT_MEMORY = 5_000  # events a socket remembers having sent, for its hand-over when its process drains
 UNSENT_LIMIT = 16 * 1024 * 1024  # bytes of events waiting for one client before it is closed as too slow
 # Bytes handed to a socket's connection at once (past one frame); the rest waits in the socket's own queue,
 # which a close drops: the close frame then follows at most this much, not the whole backlog.
@@ -304,13 +304,13 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
 
     def hand_over(self) -> dict | None:
         """This process drains: what the client had, for the socket that resumes it elsewhere (Hub.missed): its
-        last event, and every event it had from TAIL_OVERLAP before that one. The key's hold stays: it carries
-        this (and its process lets go of it)."""
+        last event, and every event it had from HAND_OVER_WINDOW before that one. The key's hold stays: it
+        carries this (and its process lets go of it)."""
         self.held = False
         if not self.sent:
             return None
         last_at, last = self.sent[-1]
-        since = last_at - int(TAIL_OVERLAP.total_seconds() * 1000)
+        since = last_at - int(HAND_OVER_WINDOW.total_seconds() * 1000)
         return {"last": last, "had": [event_id for at, event_id in self.sent if at >= since]}
 
     def _write(self, frame: bytes) -> None:

@@ -28,6 +28,8 @@ TAIL_OVERLAP = timedelta(seconds=2)  # writers stamp with their own clocks (as s
 RESUME_LIMIT = 5_000  # events a reconnecting socket may be sent at once
 WATCH_SECONDS = 0.5  # how often key revocations and pings are looked at
 HOLD_BEAT = 2.0  # seconds between renewals of this process's sockets' holds on their keys
+HAND_OVER_WINDOW = timedelta(seconds=10)  # a drain's hand-over covers what was written this long before a client's
+# last event: an event stamped earlier but written later (a loaded database took seconds) is not missed
 HAND_OVER_SECONDS = 2.0  # the most a drain waits to keep its sockets' hand-overs before it closes them
 HOLD_STALE = 6.0  # a hold not renewed this long belongs to a process that died: a new socket may take it
 
@@ -121,8 +123,8 @@ class Hub:
         """What a reconnecting socket asks for: the account's events after an event id or a time (ms), as (id,
         frame, ms), and what its `connected` event says of them (`replay`: how many, and whether that is all it
         missed). `handed`: what the key's last socket had when its process drained (TweetSocket.hand_over);
-        resuming from its last event, the replay starts TAIL_OVERLAP earlier and leaves out what it had: an event
-        another process stamped earlier but wrote later is not missed, and none is sent twice. Then the third
+        resuming from its last event, the replay starts HAND_OVER_WINDOW earlier and leaves out what it had: an
+        event another process stamped earlier but wrote later is not missed, and none is sent twice. Then the third
         value, (ms, ids), tells which live events the client had: those before ms, and those ids."""
         kept_since = datetime.now(UTC) - timedelta(seconds=self.store.retention)
         after, mark, had, resume = None, None, set(), None
@@ -133,7 +135,7 @@ class Hub:
                 return [], {"events": 0, "complete": False, "msg": msg}, None
             after, mark = found["created_at"], found["_id"]
             if handed and handed.get("last") == after_id:
-                after, mark, had = after - TAIL_OVERLAP, None, {*handed["had"], after_id}
+                after, mark, had = after - HAND_OVER_WINDOW, None, {*handed["had"], after_id}
                 resume = (millis(after), had)
         else:
             after = datetime.fromtimestamp(after_ms / 1000, UTC) + timedelta(milliseconds=1)
