@@ -100,10 +100,16 @@ def _calls(results: list, since: float = 0.0, until: float = float("inf")) -> di
     def pick(q: float) -> float | None:
         return round(latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000, 1) if latencies else None
 
+    timeline: dict[int, dict[str, int]] = {}  # second since `since` -> {what went wrong: calls}
+    for at, _, outcome in chosen:
+        if outcome != "200":
+            second = timeline.setdefault(int(at - since) if since else int(at - chosen[0][0]), {})
+            second[outcome] = second.get(outcome, 0) + 1
     return {
         "calls": len(chosen),
         "failed": sum(failed.values()),
         "failed_by_kind": failed,
+        "failed_by_second": timeline,
         "p50_ms": pick(0.5),
         "p99_ms": pick(0.99),
         "max_ms": round(latencies[-1] * 1000, 1) if latencies else None,
@@ -251,7 +257,8 @@ async def _phases(stack: Stack, setup: dict, args, config_file: str, work: str) 
     sockets["lost_without_close_frame"] = closes.get("None", 0)
     return {
         "reload": reload,
-        "calls": _calls(results),
+        "calls": _calls(results, results[0][0] if results else 0.0),
+        "calls_by_second_after_signal_failed": _calls(results, signalled)["failed_by_second"],
         "calls_in_10s_after_signal": _calls(results, signalled, signalled + AFTER_SIGNAL),
         "sockets": sockets,
     }
