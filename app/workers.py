@@ -59,7 +59,9 @@ log = logging.getLogger("gateway.workers")
 MAX_RESTARTS = 100
 QUICK_DEATH = 2.0  # seconds: a worker dying sooner than this after its start is restarted after a pause
 READY_SECONDS = 60.0  # a replacement whose new workers are not all ready by then is given up
-SPEC_ENV = "SOCIAL_GATEWAY_WORKER"  # the worker's spec (JSON), in the environment of the process started
+# The worker's spec (JSON) is in the environment of the process started: its scrape secret is then readable by
+# the same user alone (/proc/<pid>/environ), as the settings' secrets are; never on its command line (ps).
+SPEC_ENV = "SOCIAL_GATEWAY_WORKER"
 WORKER_COMMAND = "__worker__"  # gateway.py's argument that makes the process a worker
 
 
