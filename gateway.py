@@ -283,9 +283,7 @@ async def serve(
     ctx.access_log.as_json = logs.json_wanted(settings.log_format, settings.env)
     server = make_server(make_app(ctx), settings)  # body, header and slow-client limits (app/server.py)
     tune_gc()
-    if seat:
-        server.add_sockets(seat.sockets)
-    else:
+    if not seat:  # a worker accepts on its parent's socket once admitted (below)
         server.listen(settings.port, settings.host, reuse_port=True, backlog=LISTEN_BACKLOG)
     metrics_server = None
     peer_server = None
@@ -307,8 +305,12 @@ async def serve(
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)  # a stop asked for during start-up is still set
     loop.add_signal_handler(signal.SIGHUP, reload, ctx)
-    if seat:
-        seat.ready()  # the parent stops the workers this one replaces
+    if seat:  # ready; it accepts once its parent admits its generation (the old one then stops)
+        seat.ready()
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait([asyncio.create_task(seat.admitted()), stopped], return_when=asyncio.FIRST_COMPLETED)
+        if not stopped.done():
+            server.add_sockets(seat.sockets)
     await stop.wait()
     log.info("shutting down: no new connections, draining calls in flight")
     server.stop()

@@ -12,7 +12,7 @@ Signals to the parent:
   all workers have.
 - SIGHUP is passed on: each worker re-reads its price and plan rules in place (gateway.reload).
 - SIGUSR2 replaces the workers, as gunicorn and nginx reload: a new generation starts, and once every new
-  worker says it is ready (it serves the inherited port), the old ones get SIGTERM: they stop accepting, answer
+  worker says it is ready, they start accepting on the inherited port together and the old ones get SIGTERM: they stop accepting, answer
   what comes on their open connections (each answer closing it), finish their calls in flight, flush usage,
   return their leases, tell their WebSocket clients to reconnect, and exit (gateway.serve). No connection is
   refused meanwhile: the listening socket is the parent's, never closed. A new worker that exits before it is
@@ -31,6 +31,7 @@ one after it (handlers/scrape.py: counters never go backwards, across a crash or
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import mmap
@@ -78,16 +79,29 @@ class Seat:
     scrape: Scrape
     fixed: dict
     ready_fd: int = -1
+    go_fd: int = -1
     db_restarts: Callable[[], int] | None = None  # the embedded database's restarts, reported by worker 0
 
     def ready(self) -> None:
-        """Tells the parent this worker serves (once)."""
+        """Tells the parent this worker can serve (once)."""
         if self.ready_fd >= 0:
             try:
                 os.write(self.ready_fd, b"r")
             finally:
                 os.close(self.ready_fd)
                 self.ready_fd = -1
+
+    async def admitted(self) -> None:
+        """Until the parent says to accept: once every worker of this generation is ready, so that they start
+        together (one that was ready seconds before the others would have taken every connection meanwhile)."""
+        loop = asyncio.get_running_loop()
+        told = loop.create_future()
+        loop.add_reader(self.go_fd, lambda: told.done() or told.set_result(None))
+        try:
+            await told
+        finally:
+            loop.remove_reader(self.go_fd)
+            os.close(self.go_fd)
 
 
 def seat() -> Seat:
@@ -116,6 +130,7 @@ def seat() -> Seat:
         scrape=scrape,
         fixed=spec["fixed"],
         ready_fd=spec["ready"],
+        go_fd=spec["go"],
         db_restarts=_counter(spec["db_restarts"]) if spec["db_restarts"] else None,
     )
 
@@ -137,8 +152,18 @@ class _Worker:
     serial: int  # this start among all of the run's (names its metrics state file)
     process: subprocess.Popen
     ready_fd: int  # the read end of its ready pipe, until it said so (or died first): then -1
+    go_fd: int  # the write end of its admission pipe, until it was told to accept: then -1
     started: float
     ready: bool = False
+
+    def admit(self) -> None:
+        if self.go_fd >= 0:
+            try:
+                os.write(self.go_fd, b"g")
+            except OSError:  # it died meanwhile
+                pass
+            os.close(self.go_fd)
+            self.go_fd = -1
 
 
 class Supervisor:
@@ -179,6 +204,7 @@ class Supervisor:
     def start(self, index: int, generation: int) -> None:
         predecessor = self.latest.get(index)
         read, write = os.pipe()
+        go_read, go_write = os.pipe()
         self.serial += 1
         spec = {
             "parent": os.getpid(),
@@ -195,16 +221,18 @@ class Supervisor:
             "state_dir": self.state_dir,
             "fixed": self.fixed,
             "ready": write,
+            "go": go_read,
             "db_restarts": self.db_restarts if index == 0 else "",  # one series, however many workers
         }
-        fds = [write, *spec["listen"], *spec["peer"], *spec["metrics"]]
+        fds = [write, go_read, *spec["listen"], *spec["peer"], *spec["metrics"]]
         try:
             process = subprocess.Popen(
                 self.command, env={**os.environ, SPEC_ENV: orjson.dumps(spec).decode()}, pass_fds=fds
             )
         finally:
             os.close(write)
-        worker = _Worker(index, generation, self.serial, process, read, time.monotonic())
+            os.close(go_read)
+        worker = _Worker(index, generation, self.serial, process, read, go_write, time.monotonic())
         self.workers[process.pid] = worker
         if generation == self.generation:
             self.latest[index] = worker
@@ -231,6 +259,8 @@ class Supervisor:
             old = [w for w in self.workers.values() if w.generation != generation]
             self.generation, self.replacing = generation, None
             self.latest = {w.index: w for w in new}
+            for worker in new:  # they accept, together; the old ones stop accepting
+                worker.admit()
             self._signal(old, signal.SIGTERM)
             log.info(
                 "workers replaced: generation %d serves (pids %s); the old ones drain (pids %s)",
@@ -264,6 +294,7 @@ class Supervisor:
                 self._reap()
                 if self.replacing:
                     self._replaced()
+                self._admit()
                 self._start_due()
                 waiting = {w.ready_fd: w for w in self.workers.values() if w.ready_fd >= 0}
                 timeout = min([1.0, *(when - time.monotonic() for when, _, _ in self.due)])
@@ -285,6 +316,14 @@ class Supervisor:
                     sock.close()
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return 0 if self.stopping else 1
+
+    def _admit(self) -> None:
+        """The serving generation's workers accept once none of them is still starting (at the start of the run,
+        or one started again after a crash)."""
+        serving = [w for w in self.workers.values() if w.generation == self.generation]
+        if all(w.ready for w in serving):
+            for worker in serving:
+                worker.admit()
 
     def _handle_signals(self) -> None:
         pending, self.signals = self.signals, []
@@ -311,6 +350,9 @@ class Supervisor:
                 self.helper_exited(pid, code)
                 continue
             worker.process.returncode = code  # reaped here: the Popen must not wait for it again
+            if worker.go_fd >= 0:
+                os.close(worker.go_fd)
+                worker.go_fd = -1
             if worker.ready_fd >= 0:
                 os.close(worker.ready_fd)
                 worker.ready_fd = -1
