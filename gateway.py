@@ -24,9 +24,9 @@ import tornado.web
 import config
 from app import commands, workers
 from app.context import build_context
-from app.embedded import DataDirBusy, EmbeddedMongo, Helpers, start_helpers
+from app.embedded import DataDirBusy, Helpers, start_helpers
 from app.preflight import database_problem, schema_problem
-from app.server import LISTEN_BACKLOG, make_server, port_problem, raise_open_file_limit
+from app.server import LISTEN_BACKLOG, LimitedServer, make_server, port_problem, raise_open_file_limit
 from app.tasks import start_background
 from config import logs
 from handlers import (
@@ -51,12 +51,13 @@ from handlers.base import NotFoundHandler
 from handlers.context import Context
 from metering.pricing import Prices
 from portal import pages
-from runtime.scrape import Scrape
 
 log = logging.getLogger("gateway")
 GC_GEN0 = 20_000
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # drain and exit
 FINAL_WRITES_SECONDS = 2.0  # the final flush's time when calls in flight took all of DRAIN_SECONDS
+CLOSE_GRACE = 1.0  # seconds a drain still answers on open connections after its last call in flight
+RECONNECT_CODE = 1012  # WebSocket close code "Service Restart": the client reconnects and resumes
 
 
 # --- 1. settings ---------------------------------------------------------------------------------
@@ -128,14 +129,23 @@ def reload(ctx: Context, environ=None) -> bool:
     return True
 
 
-async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
+async def shutdown(ctx: Context, tasks: list[asyncio.Task], server: LimitedServer | None = None) -> None:
     """Waits for calls in flight, then persists every usage record and returns every lease; all of it within
     DRAIN_SECONDS whatever the database does (or FINAL_WRITES_SECONDS after the calls in flight, when they took
-    all of it). Records the database has not taken by then are kept on local disk for the next start."""
-    ctx.draining = True
+    all of it). Records the database has not taken by then are kept on local disk for the next start. Then the
+    WebSocket clients are told to reconnect (`goodbye`).
+
+    With `server` (it stopped accepting, and each of its answers now closes its connection): first the calls
+    that come on connections already open are answered too, until none is in flight and the clients have
+    closed those connections (or CLOSE_GRACE after the last call); a client is never refused on a connection it
+    had, which would fail its call while another process serves the port (a replacement, a hand-over)."""
+    ctx.stopping = True  # readiness says draining
     ctx.poller.stopped = True  # no new polls; those under way finish with the calls
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ctx.settings.drain_seconds
+    if server is not None:
+        await answer_open_connections(ctx, server, deadline)
+    ctx.draining = True  # data calls from here on get 503
     await asyncio.sleep(0.05)  # calls between authentication and reservation reach the ledger
     while ctx.meter.ledger.in_flight() and loop.time() < deadline:
         await asyncio.sleep(0.05)
@@ -151,6 +161,7 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
     except TimeoutError:
         log.error("the database did not take the final writes by the drain deadline (DRAIN_SECONDS)")
     await keep_unwritten(ctx)
+    await goodbye(ctx)
     await ctx.outbox.close()
     ctx.upstream.close()
     ctx.executor.shutdown(wait=False)
@@ -159,6 +170,39 @@ async def shutdown(ctx: Context, tasks: list[asyncio.Task]) -> None:
             await ctx.client.close()
     except TimeoutError:
         pass
+
+
+async def answer_open_connections(ctx: Context, server: LimitedServer, deadline: float) -> None:
+    """Until no call is in flight and no connection is open (each answer closes its own), or CLOSE_GRACE after
+    the last call, or the deadline. Connections still open then are idle ones: closed."""
+    loop = asyncio.get_running_loop()
+    quiet_since = loop.time()
+    while loop.time() < deadline:
+        await asyncio.sleep(0.05)
+        if ctx.meter.ledger.in_flight():
+            quiet_since = loop.time()
+        elif not server.open_connections() or loop.time() - quiet_since >= CLOSE_GRACE:
+            break
+    await server.close_all_connections()
+
+
+async def goodbye(ctx: Context) -> None:
+    """The WebSocket clients told to reconnect (1012, Service Restart, docs/streams.md) once they have had every
+    event written until now (one last look at what other processes wrote), and what each had is kept on its
+    key's hold (Hub.goodbye): resuming elsewhere from its last event, a client misses none and gets none twice.
+    This process let go of those holds before (let_go): the reconnection is not refused as a second socket."""
+    if not ctx.hub.count():
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(FINAL_WRITES_SECONDS):
+            await ctx.hub.tail()
+    except Exception as exc:
+        log.warning("the last look at other processes' stream events failed (%s)", type(exc).__name__)
+    await ctx.hub.goodbye(RECONNECT_CODE, "Service restart: reconnect with since_event_id")
+    until = loop.time() + FINAL_WRITES_SECONDS
+    while ctx.hub.count() and loop.time() < until:  # the close frames on their way
+        await asyncio.sleep(0.05)
 
 
 async def final_flush(ctx: Context) -> None:
@@ -213,17 +257,13 @@ async def let_go(ctx: Context) -> None:
 # --- 3. serve --------------------------------------------------------------------------------------
 async def serve(
     settings: config.Settings,
-    sockets: list | None = None,
-    scrape: Scrape | None = None,
-    peer_sockets: list | None = None,
     helpers: Helpers | None = None,
-    database: EmbeddedMongo | None = None,
+    seat: workers.Seat | None = None,
 ) -> None:
-    """One gateway process; with `sockets`, a worker of `serve --workers N` (app/workers.py), `scrape` telling
-    which and where its siblings are, `peer_sockets` where it hands them its metrics. `settings` name the
-    database and upstream; `helpers` are what was started for them here (this process supervises them);
-    `database` an embedded database the parent supervises, whose restarts this worker reports."""
-    worker = scrape.index if scrape else None
+    """One gateway process; with `seat`, a worker of `serve --workers N` (app/workers.py): the sockets it
+    inherited, which worker it is and where its siblings are. `settings` name the database and upstream;
+    `helpers` are what was started for them here (this process supervises them)."""
+    worker = seat.index if seat else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -238,29 +278,30 @@ async def serve(
     # left the process's registration behind (and, were it holding any, its leases until LEASE_TIMEOUT).
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop_during_start)
-    ctx = await build_context(settings, worker)
-    if scrape:
-        ctx.scrape = scrape
-    database = helpers.embedded if helpers is not None else database
-    if database is not None:
-        ctx.embedded_db_restarts = lambda: database.restarts
+    ctx = await build_context(settings, worker, seat.generation if seat else 1)
+    if seat:
+        ctx.scrape = seat.scrape
+        ctx.embedded_db_restarts = seat.db_restarts
+    elif helpers is not None and helpers.embedded is not None:
+        ctx.embedded_db_restarts = lambda: helpers.embedded.restarts
     # main() sent logging to stderr in LOG_FORMAT: access lines go there in batches, in the same format.
     ctx.access_log.stream = sys.stderr
     ctx.access_log.as_json = logs.json_wanted(settings.log_format, settings.env)
     server = make_server(make_app(ctx), settings)  # body, header and slow-client limits (app/server.py)
     tune_gc()
-    if sockets:
-        server.add_sockets(sockets)
-    else:
+    if not seat:  # a worker accepts on its parent's socket once admitted (below)
         server.listen(settings.port, settings.host, reuse_port=True, backlog=LISTEN_BACKLOG)
     metrics_server = None
     peer_server = None
-    if peer_sockets:
+    if seat:
         peer_server = tornado.httpserver.HTTPServer(ops.peer_app(ctx))
-        peer_server.add_sockets(peer_sockets)
-    if settings.metrics_port:  # each worker of --workers N on its own port: METRICS_PORT + index
+        peer_server.add_sockets(seat.peer_sockets)
+    if settings.metrics_port:  # each worker of --workers N on its own port (the parent's): METRICS_PORT + index
         metrics_server = tornado.httpserver.HTTPServer(ops.metrics_app(ctx))
-        metrics_server.listen(settings.metrics_port + (worker or 0), settings.host)
+        if seat:
+            metrics_server.add_sockets(seat.metrics_sockets)
+        else:
+            metrics_server.listen(settings.metrics_port, settings.host)
     tasks = start_background(ctx)
     supervisor = None
     if helpers is not None:
@@ -270,17 +311,25 @@ async def serve(
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)  # a stop asked for during start-up is still set
     loop.add_signal_handler(signal.SIGHUP, reload, ctx)
+    if seat:  # ready; it accepts once its parent admits its generation (the old one then stops)
+        seat.ready()
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait([asyncio.create_task(seat.admitted()), stopped], return_when=asyncio.FIRST_COMPLETED)
+        if not stopped.done():
+            server.add_sockets(seat.sockets)
     await stop.wait()
     log.info("shutting down: no new connections, draining calls in flight")
     server.stop()
+    server.close_after_each_answer()
     for side_server in (metrics_server, peer_server):
         if side_server:
             side_server.stop()
-    await shutdown(ctx, tasks)
+    await shutdown(ctx, tasks, server)
     if supervisor is not None:
         supervisor.cancel()
     await server.close_all_connections()
     ctx.access_log.flush()  # the lines of the last calls
+    ctx.scrape.final(ops.registry(ctx))  # the counters of the drain, for the worker that replaces this one
     log.info("stopped cleanly")
 
 
@@ -315,8 +364,9 @@ def announce(settings: config.Settings, helpers: Helpers, workers_line: str = ""
         print(message, flush=True)
 
 
-def run_service(settings: config.Settings, count: int) -> int:
-    """Starts what the settings leave embedded, then one gateway here or `count` forked ones."""
+def run_service(settings: config.Settings, count: int | None) -> int:
+    """Starts what the settings leave embedded, then one gateway here, or `count` workers under this process
+    (`--workers`, one included: the supervisor that replaces them on SIGUSR2)."""
     files = raise_open_file_limit()
     log.debug("event loop %s, open-file limit %d", settings.event_loop, files)
     if files < 2 * settings.upstream_max_connections + 256:
@@ -326,7 +376,7 @@ def run_service(settings: config.Settings, count: int) -> int:
             (files - 256) // 2,
             settings.upstream_max_connections,
         )
-    if settings.event_loop == "uvloop":  # every asyncio.run below (and in forked workers) runs on uvloop
+    if settings.event_loop == "uvloop":  # the asyncio.run below runs on uvloop (a worker installs its own)
         import uvloop
 
         uvloop.install()
@@ -344,18 +394,24 @@ def run_service(settings: config.Settings, count: int) -> int:
         if problem:
             print(f"social-gateway: {problem}", file=sys.stderr)
             return 1
-        if count == 1:
+        if count is None:
             asyncio.run(serve(helpers.settings, helpers=helpers))
             return 0
-        # Worker 0 alone reports the database's restarts: one series, however many workers.
+        # What the workers do not read themselves (app/workers.py): where the parent listens, and the helpers
+        # it runs. Every other setting each worker reads at its start: a replacement (SIGUSR2) reads them anew.
+        fixed = {"host": helpers.settings.host}
+        if helpers.embedded is not None:
+            fixed["mongodb_uri"] = helpers.settings.mongodb_uri
+        if helpers.sandbox:
+            fixed["upstream_url"] = helpers.settings.upstream_url
         return workers.run(
             helpers.settings,
             count,
-            lambda s, sockets, scrape, peers: asyncio.run(
-                serve(s, sockets, scrape, peers, database=helpers.embedded if scrape.index == 0 else None)
-            ),
+            [sys.executable, os.path.abspath(__file__), workers.WORKER_COMMAND],
+            fixed,
             lambda s: announce(s, helpers, f"  workers:     {count} processes\n"),
             helpers.revive,
+            helpers.embedded,
         )
     finally:
         helpers.stop()
@@ -379,14 +435,40 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--workers",
         type=int,
-        default=1,
-        help="gateway processes sharing the port (default 1; see docs/scale-out.md for QPS_DIVISOR)",
+        help="gateway processes sharing the port under a supervising one, which replaces them on SIGUSR2 "
+        "(default: one process, no supervisor; see docs/scale-out.md for QPS_DIVISOR, docs/operations.md "
+        "for reloading)",
     )
     commands.add_commands(subcommands)
     return top
 
 
+def worker_main() -> int:
+    """A worker of `serve --workers N`, started by its parent as a fresh interpreter (app/workers.py): the code
+    on disk now, and the settings read now (CONFIG_FILE and the environment) over what the parent fixed."""
+    seat = workers.seat()
+    logs.configure_from(os.environ)
+    settings = config.load_for_command(serving=True, **seat.fixed)
+    if settings is None:
+        return 2
+    logs.configure(settings.log_level, logs.json_wanted(settings.log_format, settings.env))
+    if not settings.production:
+        settings = with_dev_secrets(settings)
+    if settings.event_loop == "uvloop":
+        import uvloop
+
+        uvloop.install()
+    try:
+        asyncio.run(serve(settings, seat=seat))
+    except BaseException:
+        log.exception("worker %d failed", seat.index)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv) == [workers.WORKER_COMMAND]:
+        return worker_main()
     args = parser().parse_args(argv)
     logs.configure_from(os.environ)
     if args.command != "serve":
@@ -397,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(settings.log_level, logs.json_wanted(settings.log_format, settings.env))
     if not settings.production:
         settings = with_dev_secrets(settings)
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         print("social-gateway: --workers must be at least 1", file=sys.stderr)
         return 2
     # Before anything starts: a busy port or an unreachable database is one clear line, not a traceback

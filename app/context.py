@@ -64,8 +64,9 @@ class RoundTrips(monitoring.CommandListener):
         pass
 
 
-async def build_context(settings: Settings, worker: int | None = None) -> Context:
-    """Connects to settings.mongodb_uri, prepares every store and service; the upstream is settings.upstream_url."""
+async def build_context(settings: Settings, worker: int | None = None, generation: int = 1) -> Context:
+    """Connects to settings.mongodb_uri, prepares every store and service; the upstream is settings.upstream_url.
+    `worker` and `generation`: its place under `serve --workers N` (app/workers.py)."""
     metrics = Metrics()
     client = database.connect(settings.mongodb_uri, event_listeners=[RoundTrips(metrics)])
     db = client[settings.mongodb_db]
@@ -73,8 +74,12 @@ async def build_context(settings: Settings, worker: int | None = None) -> Contex
     await expiry.start()
     await database.ensure_indexes(db, expiry)
     accounts, keys_, usage = AccountStore(db), KeyStore(db), UsageStore(db)
-    # A process restarted on the same node reclaims its predecessor's leases at once (Meter.start).
-    node = f"{socket.gethostname()}:{settings.port}" + (f":{worker}" if worker is not None else "")
+    # A process restarted on the same node reclaims its predecessor's leases at once (Meter.start). Generations
+    # of workers alternate between two names: a replacement must not take the leases of the worker it
+    # replaces, which returns them itself as it drains.
+    node = f"{socket.gethostname()}:{settings.port}"
+    if worker is not None:
+        node += f":{worker}" + ("" if generation % 2 else "b")
     leases = LeaseStore(db, usage, process_id=uuid.uuid4().hex, node=node)
     vault = KeyVault(settings.secrets_key)
     meter = Meter(settings, accounts, keys_, usage, leases, vault, metrics, BudgetStore(db))

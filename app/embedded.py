@@ -132,13 +132,21 @@ class EmbeddedMongo:
         # (a usage flush, the minute's last_used_at) then wait for the cores instead of the calls in flight.
         self.nice = nice
         self.process: subprocess.Popen | None = None
-        # Restarts so far, in memory shared with the processes forked after this (serve --workers: the parent
-        # restarts, a worker reports gateway_embedded_db_restarts_total).
+        # Restarts so far (serve --workers: the parent restarts, a worker reports
+        # gateway_embedded_db_restarts_total, from the file count_restarts_in names).
         self._restarts = mmap.mmap(-1, 8)
 
     @property
     def restarts(self) -> int:
         return struct.unpack_from("Q", self._restarts)[0]
+
+    def count_restarts_in(self, path: str) -> None:
+        """Keeps the restart count in the file `path` (serve --workers: its workers are separate programs,
+        which read it there: app/workers.py)."""
+        with open(path, "wb+") as fh:
+            fh.write(struct.pack("Q", self.restarts))
+            fh.flush()
+            self._restarts = mmap.mmap(fh.fileno(), 8)
 
     def _restarted(self) -> None:
         struct.pack_into("Q", self._restarts, 0, self.restarts + 1)

@@ -174,6 +174,16 @@ class LimitedServer(tornado.httpserver.HTTPServer):
             self.address_of[stream] = ip
         super().handle_stream(stream, address)
 
+    def close_after_each_answer(self) -> None:
+        """From now on every answer closes its connection (`Connection: close`): on a drain, the clients of a
+        connection open here take their next call to another process serving the port. Tornado's connections
+        share these parameters and read them at each request."""
+        self.conn_params.no_keep_alive = True
+
+    def open_connections(self) -> int:
+        """HTTP connections open here (a WebSocket is not one once upgraded)."""
+        return len(self._connections)
+
     def on_close(self, server_conn) -> None:
         ip = self.address_of.pop(getattr(server_conn, "stream", None), None)
         if ip is not None:

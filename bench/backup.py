@@ -23,7 +23,7 @@ import pymongo  # noqa: E402
 
 from app.embedded import EmbeddedMongo, free_port  # noqa: E402
 from bench import load  # noqa: E402
-from bench.stack import GatewayProcess, Stack, request  # noqa: E402
+from gateway_testing.stack import GatewayProcess, Stack, request  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "social-gateway")
 ACCOUNTS = 10

@@ -21,6 +21,9 @@ WebSockets and webhooks, the data calls' p99 with and without the rules, and exa
 across a killed worker) (bench/streams.py).
 `./dev bench --backup [--seconds 60 --rate 200 --rules 50]` takes a backup under that load with a 0.7 s provider, a
 webhook receiver down and active rules, restores it and checks the books and that everything is there (bench/backup.py).
+`./dev bench --reload [--rate 300 --sockets 100 --seconds 60]` sends SIGUSR2 to `serve --workers 2` under
+data calls to a 0.7 s provider and resuming WebSocket clients: failed calls, socket errors, events missed or
+doubled, and when the new code answered (bench/reload.py).
 """
 
 import argparse
@@ -137,7 +140,7 @@ def main() -> None:
         help="--static: every key with an expiry, an endpoint scope, an address allowlist and a credit budget",
     )
     parser.add_argument("--cache", action="store_true", help="the answer cache, a 0.7 s provider (bench/cache.py)")
-    parser.add_argument("--rate", type=float, default=300, help="--cache: calls/s of the mix (open loop)")
+    parser.add_argument("--rate", type=float, default=300, help="--cache, --reload: calls/s (open loop)")
     parser.add_argument("--memory", action="store_true", help="--cache: also RSS with the cache on and off")
     parser.add_argument("--streams", action="store_true", help="filter rules and WebSockets (bench/streams.py)")
     parser.add_argument("--rules", type=int, default=1000, help="--streams: active rules at 10 s")
@@ -152,7 +155,25 @@ def main() -> None:
     parser.add_argument(
         "--no-restart", dest="restart", action="store_false", help="--streams: with 2 workers, kill none"
     )
+    parser.add_argument(
+        "--reload", action="store_true", help="SIGUSR2 to serve --workers 2 under load (bench/reload.py)"
+    )
     args = parser.parse_args()
+    if args.reload:
+        from bench import reload
+
+        if "--seconds" not in sys.argv:
+            args.seconds = 60
+        if "--sockets" not in sys.argv:
+            args.sockets = 100
+        args.out = args.out or os.path.join(HERE, "results", "reload.json")
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        result = reload.run(args)
+        with open(args.out, "w") as fh:
+            json.dump(result, fh, indent=2, default=str)
+        print(reload.report(result))
+        print(f"(figures: {args.out})")
+        return
     if args.cache:
         from bench import cache
 

@@ -64,9 +64,13 @@ class Client:
         self.connections = 0  # accepted (1 unless dropped and resumed)
         self.refused = 0  # connection attempts closed at once (the key still held by a dead connection)
         self.incomplete_resumes = 0  # resumes whose `connected` said not everything missed is replayed
+        self.closes: list[int | None] = []  # each ended connection's close code (None: lost without a close frame)
+        self.resumes: list[str] = []  # the event id each reconnection resumed from
+        self.reconnect_seconds: list[float] = []  # from each connection's loss to the next one's `connected`
         self.stopping = False
 
     async def run(self) -> None:
+        lost = None
         while not self.stopping:
             try:
                 wire = await self._connect()
@@ -77,15 +81,21 @@ class Client:
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
             self.connections += 1
+            if lost is not None:
+                self.reconnect_seconds.append(time.monotonic() - lost)
             self.wire = wire
             await wire.lost
+            lost = time.monotonic()
             self.drain()  # what it had, before a reconnect resumes after its last event
+            if not self.stopping:
+                self.closes.append(wire.close_code)
             self.wire = None
 
     async def _connect(self) -> _Wire | None:
         query = ""
         if self.last_event is not None:
             query = "?since_event_id=" + self.last_event
+            self.resumes.append(self.last_event)
         elif self.connected_ms is not None:
             query = f"?since_timestamp={self.connected_ms}"
         loop = asyncio.get_running_loop()
@@ -148,6 +158,7 @@ class _Wire(asyncio.Protocol):
         self.early: list[tuple[bytes, float]] = []  # text frames read with the `connected` event
         self.buffer = bytearray()
         self.upgraded = False
+        self.close_code: int | None = None  # the server's close frame's code, once read
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -162,6 +173,8 @@ class _Wire(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.connected.done():  # the hot path: one stamp per chunk, nothing parsed
             self.chunks.append((data, time.time() * 1000))
+            if data[:1] == b"\x88":  # a close frame on its own (a drain's 1012): leave now, reconnect at once
+                self.close()
             return
         self.buffer += data  # the upgrade and the `connected` event, read at once
         if not self.upgraded:
@@ -187,7 +200,11 @@ class _Wire(asyncio.Protocol):
         chunks, self.chunks = self.chunks, []
         for data, ms in chunks:
             self.buffer += data
-            out += [(payload, ms) for opcode, payload in self._parse() if opcode == 1]
+            for opcode, payload in self._parse():
+                if opcode == 1:
+                    out.append((payload, ms))
+                elif opcode == 8 and len(payload) >= 2:
+                    self.close_code = int.from_bytes(payload[:2], "big")
         return out
 
     def _parse(self) -> list[tuple[int, bytes]]:

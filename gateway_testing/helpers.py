@@ -103,7 +103,9 @@ class Gateway(GatewayProcess):
 
     started: list["Gateway"] = []  # killed after each test, whatever its outcome (plugin.reap_gateways)
 
-    def __init__(self, mongo_uri: str, upstream_url: str, db_name: str, port: int = 0, workers: int = 1, **env):
+    def __init__(
+        self, mongo_uri: str, upstream_url: str, db_name: str, port: int = 0, workers: int = 1, supervised=False, **env
+    ):
         super().__init__(
             # The answer cache off, as in make_settings, unless the test turns it on.
             gateway_env(
@@ -115,6 +117,7 @@ class Gateway(GatewayProcess):
             ),
             port,
             workers,
+            supervised=supervised,
         )
 
     async def launch(self) -> "Gateway":

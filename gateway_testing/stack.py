@@ -77,10 +77,13 @@ def gateway_env(mongo_uri: str, db_name: str, upstream_url: str, upstream_key: s
 
 
 class GatewayProcess:
-    """One `gateway.py serve` process on 127.0.0.1 (`--workers N` when workers > 1)."""
+    """One `gateway.py serve` process on 127.0.0.1 (`--workers N` when workers > 1, or `supervised`)."""
 
-    def __init__(self, env: dict, port: int = 0, workers: int = 1, stdout=subprocess.DEVNULL, stderr=None):
+    def __init__(
+        self, env: dict, port: int = 0, workers: int = 1, stdout=subprocess.DEVNULL, stderr=None, supervised=False
+    ):
         self.env, self.port, self.workers = env, port or free_port(), workers
+        self.supervised = supervised  # `--workers 1`: one worker under the supervisor that replaces it on SIGUSR2
         self.stdout, self.stderr = stdout, stderr
         self.proc: subprocess.Popen | None = None
 
@@ -99,7 +102,7 @@ class GatewayProcess:
             "--port",
             str(self.port),
         ]
-        if self.workers > 1:
+        if self.workers > 1 or self.supervised:
             args += ["--workers", str(self.workers)]
         self.proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=self.stdout, stderr=self.stderr)
         wait_for(self.url + "/healthz", self.proc, seconds)

@@ -83,7 +83,8 @@ class Context:
     expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
     # Wrong second-factor codes per account, in this process (handlers/twofactor.py): 5 per 5 minutes.
     second_factor: SlidingWindows = field(default_factory=lambda: SlidingWindows(5, 300.0, 100_000))
-    draining: bool = False  # set on shutdown: data calls get 503 so in-flight ones can finish
+    stopping: bool = False  # set when a drain starts: readiness says draining (calls are still answered)
+    draining: bool = False  # set once the drain answered its open connections: data calls get 503
     scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics
     access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)
     # The embedded database's restarts by its supervisor (app/embedded.py), where this process reports them.

@@ -36,7 +36,8 @@ class ReadyHandler(BaseHandler):
         database = await ctx.admin.ping(READY_TIMEOUT)
         breaker = ctx.upstream.breaker.state
         depth, bound = len(ctx.meter.buffer), ctx.meter.buffer.max_records
-        ready = database and breaker == "closed" and depth < bound and not ctx.draining
+        draining = ctx.stopping or ctx.draining
+        ready = database and breaker == "closed" and depth < bound and not draining
         if not ready:
             self.set_header("Retry-After", "1")  # every 503 says when to look again
         self.send_json(
@@ -46,7 +47,7 @@ class ReadyHandler(BaseHandler):
                     "database": "ok" if database else "unreachable",
                     "upstream_breaker": breaker,
                     "usage_buffer": {"depth": depth, "max": bound},
-                    "draining": ctx.draining,
+                    "draining": draining,
                 },
             },
             200 if ready else 503,

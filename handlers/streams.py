@@ -22,9 +22,11 @@ from handlers.keys import _no_controls
 from handlers.social import api_key
 from handlers.validation import Field, validate_body
 from streams import rules as polls
+from streams.hub import HAND_OVER_WINDOW
 from streams.manage import LimitReached
 
 SCOPE = polls.SEARCH.path
+SENT_MEMORY = 5_000  # events a socket remembers having sent, for its hand-over when its process drains
 UNSENT_LIMIT = 16 * 1024 * 1024  # bytes of events waiting for one client before it is closed as too slow
 # Bytes handed to a socket's connection at once (past one frame); the rest waits in the socket's own queue,
 # which a close drops: the close frame then follows at most this much, not the whole backlog.
@@ -223,6 +225,9 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
         self.conn_id = secrets.token_hex(12)
         self.replaying: list[tuple] | None = []  # live events while the missed ones are sent
         self.replayed: set[str] = set()  # ids of the events the resume sent (the tail may bring them again)
+        self.had: tuple[int, set[str]] | None = None  # a handed-over resume: live events the client had (Hub.missed)
+        self.sent: deque[tuple[int, str]] = deque(maxlen=SENT_MEMORY)  # (ms, id) of the last events sent
+        self.leaving: tuple[int, str] | None = None  # a drain's close, once the frames queued here are sent
         self.unsent = 0  # bytes queued for this client (waiting here or handed over) and not yet sent
         self.waiting: deque[bytes] = deque()  # frames not yet handed to the connection
         self.handed = 0  # bytes handed to the connection and not yet written to the kernel
@@ -259,29 +264,54 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
 
     async def open(self) -> None:
         ctx = self.ctx
-        if not await ctx.hub.hold(self.key_id, self.conn_id):
+        handed = await ctx.hub.hold(self.key_id, self.conn_id)
+        if handed is None:
             self.close(1008, "Only one connection per API key")
             return
         self.held = True
         ctx.hub.add(self)
         connected = {"event_type": "connected", "timestamp": polls.millis(datetime.now(UTC))}
-        missed: list[tuple[str, bytes]] = []
+        missed: list[tuple[str, bytes, int]] = []
         if self.after != (None, None):
-            missed, connected["replay"] = await ctx.hub.missed(self.account_id, *self.after)
+            missed, connected["replay"], self.had = await ctx.hub.missed(self.account_id, *self.after, handed)
         self._write(orjson.dumps(connected))
-        for _, frame in missed:
+        for event_id, frame, at in missed:
             self._write(frame)
+            self.sent.append((at, event_id))
         # Live events that came during the replay, and later the tail's, unless the replay had them already.
-        self.replayed = {event_id for event_id, _ in missed}
+        self.replayed = {event_id for event_id, _, _ in missed}
         waiting, self.replaying = self.replaying or [], None
-        for frame, event_id in waiting:
-            self.send(frame, event_id)
+        for frame, event_id, at in waiting:
+            self.send(frame, event_id, at)
 
-    def send(self, frame: bytes, event_id: str | None = None) -> None:
+    def send(self, frame: bytes, event_id: str | None = None, at: int | None = None) -> None:
+        if self.leaving:  # handed over: the client has this from the process it resumes in
+            return
         if self.replaying is not None:
-            self.replaying.append((frame, event_id))
-        elif event_id is None or event_id not in self.replayed:
+            self.replaying.append((frame, event_id, at))
+        elif event_id is None:
             self._write(frame)
+        elif not (event_id in self.replayed or self._had(at, event_id)):
+            self._write(frame)
+            self.sent.append((at, event_id))
+
+    def _had(self, at: int | None, event_id: str) -> bool:
+        """An event the client had from the process it left (the tail of this one reads the last seconds again)."""
+        if self.had is None or at is None:
+            return False
+        since, ids = self.had
+        return at < since or event_id in ids
+
+    def hand_over(self) -> dict | None:
+        """This process drains: what the client had, for the socket that resumes it elsewhere (Hub.missed): its
+        last event, and every event it had from HAND_OVER_WINDOW before that one. The key's hold stays: it
+        carries this (and its process lets go of it)."""
+        self.held = False
+        if not self.sent:
+            return None
+        last_at, last = self.sent[-1]
+        since = last_at - int(HAND_OVER_WINDOW.total_seconds() * 1000)
+        return {"last": last, "had": [event_id for at, event_id in self.sent if at >= since]}
 
     def _write(self, frame: bytes) -> None:
         """Queues a text frame (bytes: encoded once for every socket). A client that stops reading is closed
@@ -303,6 +333,14 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
             frame = self.waiting.popleft()
             self.handed += len(frame)
             self.write_message(frame).add_done_callback(lambda done, n=len(frame): self._written(done, n))
+        if self.leaving and not self.waiting:
+            self.close(*self.leaving)
+
+    def close_when_sent(self, code: int, reason: str) -> None:
+        """Closes with `code` once every frame queued here is on the connection (a drain: the client gets all
+        that its hand-over says it had, then the close)."""
+        self.leaving = (code, reason)
+        self._hand_over()
 
     def _written(self, done, size: int) -> None:
         self.unsent -= size

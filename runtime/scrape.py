@@ -6,16 +6,20 @@ own over loopback (each worker listens on 127.0.0.1, on a port the parent bound 
 requests carry a secret of the run), then answers them all, every series labelled worker="N".
 Prometheus users sum over the label: `sum by (route) (rate(gateway_requests_total[5m]))`.
 
-Counters never go backwards, a worker restart included: before a worker reports its counters it
-writes them to a file of the run's state folder (made by the parent, removed when it exits), and a
-worker started again under the same index counts on from that file, so every value ever scraped
-stays a floor. A sibling that does not answer within PEER_TIMEOUT is left out of that scrape
+Counters never go backwards, a worker restart or replacement included: before a worker reports its
+counters it writes them to its own file of the run's state folder (made by the parent, removed when it
+exits; one file per worker start, `serial`), and the worker started next under the same index counts on
+from its predecessor's file, so every value ever scraped stays a floor. A predecessor that died is read
+once. One being replaced (SIGUSR2: it drains while its successor already serves) is read again at each of the
+successor's reports until it wrote its last one (`final`, at the end of its drain): its calls of the drain
+are counted too. A sibling that does not answer within PEER_TIMEOUT is left out of that scrape
 (gateway_scrape_worker_up{worker} 0): its series are absent for one scrape, never reset.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -42,21 +46,39 @@ class Scrape:
     peer_ports: dict[int, int] = field(default_factory=dict)  # sibling index -> its loopback port
     secret: str = ""
     state_dir: str = ""  # empty: nothing to restart from (a single process)
+    serial: int = 0  # this worker's start among the run's: its file
+    predecessor: int | None = None  # the serial of the worker before it under this index, if any
+    predecessor_live: bool = False  # that worker drains still (a replacement): read until its final report
     floor: dict[str, tuple] = field(default_factory=dict)  # family -> (type, help, {sample key: value})
 
     def __post_init__(self) -> None:
-        if self.state_dir and os.path.exists(self.path):
-            with open(self.path, "rb") as fh:
-                stored = orjson.loads(fh.read())
-            self.floor = {name: (kind, doc, dict(_keyed(samples))) for name, kind, doc, samples in stored}
+        self._count_on()
 
-    @property
-    def path(self) -> str:
-        return os.path.join(self.state_dir, f"worker-{self.index}.json")
+    def _path(self, serial: int) -> str:
+        return os.path.join(self.state_dir, f"worker-{self.index}.{serial}.json")
+
+    def _count_on(self) -> None:
+        """The floor from the predecessor's latest report, while it may still write one."""
+        if not self.state_dir or self.predecessor is None:
+            return
+        path = self._path(self.predecessor)
+        try:
+            with open(path, "rb") as fh:
+                stored = orjson.loads(fh.read())
+        except FileNotFoundError:  # it never reported: nothing to count on from
+            stored = None
+        if stored is not None:
+            families = stored["families"]
+            self.floor = {name: (kind, doc, dict(_keyed(samples))) for name, kind, doc, samples in families}
+        if not self.predecessor_live or (stored is not None and stored["final"]):  # it will not write again
+            self.predecessor = None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def own(self, registry: CollectorRegistry) -> list:
         """This worker's families as [name, type, help, [[sample name, labels, value]...]], counters counted on
         from the floor a predecessor left; written down before they are reported."""
+        self._count_on()
         report, seen = [], set()
         for family in registry.collect():
             samples = [[s.name, s.labels, s.value] for s in family.samples]
@@ -68,14 +90,20 @@ class Scrape:
             if name not in seen:
                 report.append([name, kind, doc, _raised([], floor)])
         if self.state_dir:
-            self._write([family for family in report if family[1] in CUMULATIVE])
+            self._write([family for family in report if family[1] in CUMULATIVE], final=False)
         return report
 
-    def _write(self, families: list) -> None:
+    def final(self, registry: CollectorRegistry) -> None:
+        """At the end of a drain: the last counters, for the worker that replaces this one."""
+        if self.state_dir:
+            self._write([family for family in self.own(registry) if family[1] in CUMULATIVE], final=True)
+
+    def _write(self, families: list, final: bool) -> None:
+        path = self._path(self.serial)
         try:
-            with open(self.path + ".tmp", "wb") as fh:
-                fh.write(orjson.dumps(families))
-            os.replace(self.path + ".tmp", self.path)
+            with open(path + ".tmp", "wb") as fh:
+                fh.write(orjson.dumps({"final": final, "families": families}))
+            os.replace(path + ".tmp", path)
         except OSError as exc:  # a full disk costs the restart floor, never the scrape
             log.warning("cannot keep metrics for a worker restart: %s", exc)
 

@@ -126,7 +126,9 @@ class Http1Pool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         for attempt in (0, 1):
-            connection = self.idle.popitem()[0] if self.idle else None
+            # The retry on a new connection, as said: another idle one may have been closed at the same moment
+            # (a gateway draining closes its idle connections all at once).
+            connection = self.idle.popitem()[0] if self.idle and attempt == 0 else None
             reused = connection is not None
             if connection is None:
                 connection = await self._connect()

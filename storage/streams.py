@@ -14,7 +14,7 @@ the same `poll_seq` and, finding its event written, delivers that one instead of
 
 from datetime import UTC, datetime, timedelta
 
-from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo import ASCENDING, DESCENDING, IndexModel, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
@@ -271,21 +271,30 @@ class StreamStore:
         """A process stopping: its holds are free at once."""
         await self.holders.delete_one({"_id": holder})
 
-    async def take_socket(self, key_id: int, conn_id: str, holder: str, stale: datetime) -> bool:
-        """Registers the key's socket unless a live one holds it (its process renewed since `stale`)."""
+    async def take_socket(self, key_id: int, conn_id: str, holder: str, stale: datetime) -> dict | None:
+        """Registers the key's socket unless a live one holds it (its process renewed since `stale`): None when
+        refused, else what the key's last socket handed over when its process drained (`hand_over`), or {}."""
         held = await self.sockets.find_one({"_id": key_id})
         if held is None:
             try:
                 await self.sockets.insert_one({"_id": key_id, "conn_id": conn_id, "holder": holder})
             except DuplicateKeyError:  # another socket of the key, just now
-                return False
-            return True
+                return None
+            return {}
         if await self.holders.find_one({"_id": held.get("holder"), "beat_at": {"$gte": stale}}):
-            return False
+            return None
         taken = await self.sockets.update_one(  # the dead process's hold, unless another socket took it first
-            {"_id": key_id, "conn_id": held["conn_id"]}, {"$set": {"conn_id": conn_id, "holder": holder}}
+            {"_id": key_id, "conn_id": held["conn_id"]},
+            {"$set": {"conn_id": conn_id, "holder": holder}, "$unset": {"handed": ""}},
         )
-        return bool(taken.modified_count)
+        return held.get("handed", {}) if taken.modified_count else None
+
+    async def hand_over(self, handed: list[tuple[int, str, dict]]) -> None:
+        """A draining process's sockets, (key id, conn id, what its client had): kept on each key's hold for the
+        socket that resumes it in another process (the holder is forgotten, so the hold is free)."""
+        if handed:
+            updates = [UpdateOne({"_id": k, "conn_id": c}, {"$set": {"handed": h}}) for k, c, h in handed]
+            await self.sockets.bulk_write(updates, ordered=False)
 
     async def drop_socket(self, key_id: int, conn_id: str) -> None:
         await self.sockets.delete_one({"_id": key_id, "conn_id": conn_id})

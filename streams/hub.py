@@ -28,6 +28,9 @@ TAIL_OVERLAP = timedelta(seconds=2)  # writers stamp with their own clocks (as s
 RESUME_LIMIT = 5_000  # events a reconnecting socket may be sent at once
 WATCH_SECONDS = 0.5  # how often key revocations and pings are looked at
 HOLD_BEAT = 2.0  # seconds between renewals of this process's sockets' holds on their keys
+HAND_OVER_WINDOW = timedelta(seconds=10)  # a drain's hand-over covers what was written this long before a client's
+# last event: an event stamped earlier but written later (a loaded database took seconds) is not missed
+HAND_OVER_SECONDS = 2.0  # the most a drain waits to keep its sockets' hand-overs before it closes them
 HOLD_STALE = 6.0  # a hold not renewed this long belongs to a process that died: a new socket may take it
 
 
@@ -37,9 +40,13 @@ class Socket(Protocol):
     digest: str
     conn_id: str
 
-    def send(self, frame: bytes, event_id: str | None = None) -> None: ...
+    def send(self, frame: bytes, event_id: str | None = None, at: int | None = None) -> None: ...
 
     def close_with(self, code: int, reason: str) -> None: ...
+
+    def hand_over(self) -> dict | None: ...
+
+    def close_when_sent(self, code: int, reason: str) -> None: ...
 
 
 class Hub:
@@ -91,8 +98,9 @@ class Hub:
         if not targets:
             return
         frame = orjson.dumps(message(event))  # encoded once for all the account's sockets
+        at = millis(event["created_at"])
         for socket in list(targets):
-            socket.send(frame, event["_id"])
+            socket.send(frame, event["_id"], at)
         self.metrics.fanout.observe(event["kind"], time.time() - event["created_at"].timestamp())
 
     async def tail(self) -> None:
@@ -110,21 +118,29 @@ class Hub:
                 self.publish(event)
 
     async def missed(
-        self, account_id: str, after_id: str | None, after_ms: int | None
-    ) -> tuple[list[tuple[str, bytes]], dict]:
-        """What a reconnecting socket asks for: the account's events after an event id or a time (ms), and what
-        its `connected` event says of them (`replay`: how many, and whether that is all it missed)."""
+        self, account_id: str, after_id: str | None, after_ms: int | None, handed: dict | None = None
+    ) -> tuple[list[tuple[str, bytes, int]], dict, tuple[int, set[str]] | None]:
+        """What a reconnecting socket asks for: the account's events after an event id or a time (ms), as (id,
+        frame, ms), and what its `connected` event says of them (`replay`: how many, and whether that is all it
+        missed). `handed`: what the key's last socket had when its process drained (TweetSocket.hand_over);
+        resuming from its last event, the replay starts HAND_OVER_WINDOW earlier and leaves out what it had: an
+        event another process stamped earlier but wrote later is not missed, and none is sent twice. Then the third
+        value, (ms, ids), tells which live events the client had: those before ms, and those ids."""
         kept_since = datetime.now(UTC) - timedelta(seconds=self.store.retention)
-        after, mark = None, None
+        after, mark, had, resume = None, None, set(), None
         if after_id is not None:
             found = await self.store.event(after_id)
             if found is None or found["account_id"] != account_id:
                 msg = "Unknown event_id, or older than events are kept: nothing replayed; resume with since_timestamp"
-                return [], {"events": 0, "complete": False, "msg": msg}
+                return [], {"events": 0, "complete": False, "msg": msg}, None
             after, mark = found["created_at"], found["_id"]
+            if handed and handed.get("last") == after_id:
+                after, mark, had = after - HAND_OVER_WINDOW, None, {*handed["had"], after_id}
+                resume = (millis(after), had)
         else:
             after = datetime.fromtimestamp(after_ms / 1000, UTC) + timedelta(milliseconds=1)
-        events = await self.store.events_after(account_id, after, mark, RESUME_LIMIT + 1)
+        found_events = await self.store.events_after(account_id, after, mark, RESUME_LIMIT + 1 + len(had))
+        events = [e for e in found_events if e["_id"] not in had]
         replay = {"events": min(len(events), RESUME_LIMIT), "complete": True}
         if len(events) > RESUME_LIMIT:
             events = events[:RESUME_LIMIT]
@@ -132,7 +148,7 @@ class Hub:
         elif after < kept_since:
             when = kept_since.strftime("%Y-%m-%d %H:%M:%S UTC")
             replay |= {"complete": False, "msg": f"Events before {when} are no longer kept"}
-        return [(e["_id"], orjson.dumps(message(e))) for e in events], replay
+        return [(e["_id"], orjson.dumps(message(e)), millis(e["created_at"])) for e in events], replay, resume
 
     # --- upkeep ----------------------------------------------------------------------------------------
     async def watch(self) -> None:
@@ -173,8 +189,22 @@ class Hub:
     async def close(self) -> None:
         await self.store.forget(self.owner)
 
-    async def hold(self, key_id: int, conn_id: str) -> bool:
-        """The key's one socket, this one, unless a live socket holds it (here or in another process)."""
+    async def goodbye(self, code: int, reason: str) -> None:
+        """A drain: every socket here closed with `code`, after what each client had is kept on its key's hold
+        for the socket that resumes it in another process (`missed`)."""
+        sockets = [s for group in self.sockets.values() for s in group]
+        handed = [(s.key_id, s.conn_id, h) for s in sockets if (h := s.hand_over())]
+        try:
+            async with asyncio.timeout(HAND_OVER_SECONDS):
+                await self.store.hand_over(handed)
+        except Exception as exc:  # they resume from their last event, as after a crash
+            log.warning("could not hand over %d sockets' last events (%s)", len(handed), type(exc).__name__)
+        for socket in sockets:
+            socket.close_when_sent(code, reason)
+
+    async def hold(self, key_id: int, conn_id: str) -> dict | None:
+        """The key's one socket, this one, unless a live socket holds it (here or in another process): None
+        when refused, else what the key's last socket handed over as its process drained, or {}."""
         if time.monotonic() - self._last_beat > HOLD_BEAT / 2:
             await self.renew()
         stale = datetime.now(UTC) - timedelta(seconds=HOLD_STALE)

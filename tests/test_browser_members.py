@@ -12,7 +12,7 @@ import test_browser
 from test_browser import PASSWORD, expect, register, shot
 from test_browser_security import SIZES, fits, opened, sign_in
 
-from bench.stack import Stack
+from gateway_testing.stack import Stack
 
 pytestmark = test_browser.pytestmark  # skipped, with the reason, without Chromium
 browser, watched = test_browser.browser, test_browser.watched  # the same fixtures, on this module's stack

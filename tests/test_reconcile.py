@@ -13,7 +13,7 @@ from support import UPSTREAM_KEY, Gateway, account_with_keys, cli
 
 from accounting import reconcile
 from app.embedded import free_port
-from bench.stack import GatewayProcess, gateway_env
+from gateway_testing.stack import GatewayProcess, gateway_env
 from storage import ledger
 
 pytestmark = pytest.mark.gen_test(timeout=120)
