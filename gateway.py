@@ -235,6 +235,7 @@ async def serve(
     ctx = await build_context(settings, worker)
     if scrape:
         ctx.scrape = scrape
+        ctx.calls.tiers.link(scrape.index, scrape.peer_ports, scrape.secret)  # each cache key's owner worker
     database = helpers.embedded if helpers is not None else database
     if database is not None:
         ctx.embedded_db_restarts = lambda: database.restarts

@@ -66,6 +66,8 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.pool.idle.pop(self, None)
+        if self.pool.lost is not None:
+            self.pool.lost()
         self._fail(exc or ConnectionResetError("the provider closed the connection"))
 
     # httptools callbacks
@@ -116,6 +118,7 @@ class Http1Pool:
         self.origin = f"{url.scheme}://{url.netloc}"
         self.host_line = f"Host: {url.netloc}\r\n".encode("latin-1")
         self.idle: dict[_Connection, None] = {}  # insertion ordered: popitem() takes the newest
+        self.lost = None  # called when a connection closes (accounting/tiers.py: a sibling worker that died)
 
     async def get(self, url: str, headers: bytes, timeout: float) -> Answer:
         """GET `url` (of this pool's origin, already percent-encoded) with `headers` (complete header lines).
