@@ -4,8 +4,9 @@ the stream poller (streams/poller.py) both go through it, so a call's money path
 
 The cache (docs/api.md, *The answer cache*): answers are public data, the same for every customer, so an
 answer charged once is served again at CACHE_HIT_PRICE x its price while fresh (social/answer_cache.py keeps
-them in memory, storage/answers.py shares them between processes). Identical calls in flight at once make one
-provider call (`_flights`): the call runs in a task of its own, so a caller that disconnects cancels nothing
+them in memory; accounting/tiers.py asks the key's owner worker, and the MongoDB tier between machines).
+Identical calls in flight at once make one provider call (`_flights`, here and at the key's owner worker, which
+answers its siblings through `answer_peer`): the call runs in a task of its own, so a caller that disconnects cancels nothing
 for the others, each waiter keeps its own deadline, and a failure reaches every waiter as the same uncharged
 error. Only answers that are charged are kept; while the provider fails, a kept answer no older than
 CACHE_STALE_IF_ERROR is served STALE. Stream polls read live (LIVE): never from the cache, never joined.
@@ -17,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import orjson
 
-from accounting.crawls import Crawls
+from accounting.crawls import Crawls, repeats_itself
 from accounting.meter import Meter
 from accounting.metrics import Metrics
 from accounting.tiers import PeerDown, Provided, Reply, Tiers
@@ -82,7 +83,8 @@ class Fetched:
     data: bool = True  # the provider answered with data (not an error body, a 4xx or a 5xx)
     claim: str | None = None  # the shared tier's fill claim this call holds until its answer is kept there
     share: bool = False  # kept in the shared tier too once charged (a live read is kept in this process only)
-    kept_by: tuple[int, str, float] | None = None  # the owner worker that kept it at once: (owner, key, fetched_at)
+    # The owner worker that kept it as it landed (None: this one), its key and fetched_at: dropped if not charged.
+    kept_by: tuple[int | None, str, float] | None = None
 
 
 class Calls:
@@ -163,10 +165,9 @@ class Calls:
             key=key if ttl and worth else None,
             data=provided.items is not None,
         )
-        if provided.owner is not None:  # the owner worker keeps it (and shares it through the second tier)
-            if provided.kept_at is not None:
-                fetched.kept_by = (provided.owner, key, provided.kept_at)
-        elif key is not None and not want.live and self._tiered(endpoint):
+        if provided.kept_at is not None:  # kept by the key's owner worker (and shared through the second tier)
+            fetched.kept_by = (provided.owner, key, provided.kept_at)
+        elif provided.owner is None and key is not None and not want.live and self._tiered(endpoint):
             fetched.share = True
             if source == MISS and fetched.data:
                 fetched.claim = key
@@ -281,6 +282,8 @@ class Calls:
             raise
         if shared and provided.items is None:
             self.tiers.spawn(self.store.failed(key, "failed" if provided.status >= 500 else ""))
+        if self.tiers.count > 1 and self.tiers.owner(key) is None:  # this worker owns the key
+            return self._keep_at_once(call, key, provided)
         return provided
 
     async def _provide(
@@ -307,11 +310,9 @@ class Calls:
     # --- the owner worker's side (accounting/tiers.py) ------------------------------------------------
     async def answer_peer(self, upstream: UpstreamClient, call: "Call") -> Reply:
         """A sibling's call for a key this worker owns: a fresh kept answer, or the one provider call for the key
-        (joined when under way). A fresh chargeable answer is kept here at once: the sibling charges it (and
-        says `drop_peer` when it did not), and a call meanwhile is a hit instead of a second provider call."""
+        (joined when under way), kept here as it landed (`_keep_at_once`)."""
         key = answer_key(call.endpoint.path, call.query)
-        ttl = ttl_of(call.endpoint.path, self.settings.cache_ttl)
-        if ttl and self.cache.max_bytes:
+        if ttl_of(call.endpoint.path, self.settings.cache_ttl) and self.cache.max_bytes:
             found = self.cache.get(key)
             if found is not None and found.age(time.time()) <= call.fresh:
                 return Reply(cached=found)
@@ -328,19 +329,27 @@ class Calls:
             return Reply(cached=stale, error=exc.kind, retry_after=exc.retry_after, joined=joined)
         if isinstance(provided, Cached):
             return Reply(cached=provided)
-        kept_at = None
-        worth = 0 if provided.items is None else self.prices.cost(call.endpoint.price, provided.items, call.size)
-        if ttl and worth and not _repeats_cursor(provided.response.body, call.cursor):
-            entry = Cached(provided.status, provided.response.body, worth, time.time() - provided.response.seconds)
-            if self._keep_newer(key, entry):
-                kept_at = entry.fetched_at
-                if self._tiered(call.endpoint):
-                    self.tiers.spawn(self.store.put(key, entry, self._keep(key)))
         stale = await self._stale(key, call.endpoint) if provided.items is None and provided.status >= 500 else None
-        return Reply(cached=stale, provided=replace(provided, kept_at=kept_at), joined=joined)
+        return Reply(cached=stale, provided=provided, joined=joined)
+
+    def _keep_at_once(self, call: "Call", key: str, provided: Provided) -> Provided:
+        """The owner worker keeps a chargeable answer as it lands, before any caller settles: its siblings' calls
+        for the key, arriving meanwhile, are then hits, not a second provider call. The caller that does not
+        charge it after all (a guarded page, an Idempotency-Key claim lost) has it dropped (`_unkeep`)."""
+        worth = 0 if provided.items is None else self.prices.cost(call.endpoint.price, provided.items, call.size)
+        if not worth or not ttl_of(call.endpoint.path, self.settings.cache_ttl):
+            return provided
+        if repeats_itself(provided.response.body, call.cursor):
+            return provided
+        entry = Cached(provided.status, provided.response.body, worth, time.time() - provided.response.seconds)
+        if not self._keep_newer(key, entry):
+            return provided
+        if self._tiered(call.endpoint):
+            self.tiers.spawn(self.store.put(key, entry, self._keep(key)))
+        return replace(provided, kept_at=entry.fetched_at)
 
     def drop_peer(self, key: str, kept_at: float) -> None:
-        """A sibling did not charge the answer this worker kept for it: not served to anyone else."""
+        """A call did not charge the answer this worker kept as it landed: not served to anyone else."""
         kept = self.cache.entries.get(key)
         if kept is not None and kept.fetched_at == kept_at:
             self.cache.drop(key)
@@ -351,21 +360,12 @@ class Calls:
     def _guard(self, fetched: Fetched, endpoint: Endpoint, query: str, cursor: str) -> None:
         """A page whose next cursor is the one it was asked with, or one its crawl already followed to
         another page, ends the crawl: served with no next page, not charged, not kept."""
-        try:
-            page = orjson.loads(fetched.body)
-        except orjson.JSONDecodeError:
-            return
-        if not isinstance(page, dict):
-            return
-        following = _following(page)
-        crawl = (fetched.reservation.account_id, answer_key(endpoint.path, _without_cursor(query)))
-        if not self.crawls.repeats(crawl, cursor, following):
-            return
-        page["has_next_page"], page["next_cursor"] = False, ""
-        fetched.body = orjson.dumps(page)
-        fetched.cost = fetched.worth = 0
-        fetched.key = None
-        fetched.guarded = True
+        ended = self.crawls.guard(fetched.reservation.account_id, endpoint.path, query, cursor, fetched.body)
+        if ended is not None:
+            fetched.body = ended
+            fetched.cost = fetched.worth = 0
+            fetched.key = None
+            fetched.guarded = True
 
     # --- settle --------------------------------------------------------------------------------------
     def settle(self, fetched: Fetched) -> int:
@@ -380,8 +380,8 @@ class Calls:
             if self._keep_newer(fetched.key, entry) and fetched.share:  # also ends this process's fill claim
                 self.tiers.spawn(self.store.put(fetched.key, entry, self._keep(fetched.key)))
                 stored = True
-        elif fetched.kept_by is not None:  # kept by its owner worker, but not charged (a guarded page)
-            self.tiers.drop(*fetched.kept_by)
+        elif fetched.kept_by is not None and fetched.cache == MISS:  # kept as it landed, but not charged
+            self._unkeep(fetched.kept_by)
         if fetched.claim is not None and not stored:
             # Not kept (a guarded page, a charge that did not happen): the other processes waiting for it ask
             # the provider themselves.
@@ -392,8 +392,15 @@ class Calls:
         self.meter.release(fetched.reservation)
         if fetched.claim is not None:
             self.tiers.spawn(self.store.failed(fetched.claim, ""))
-        if fetched.kept_by is not None:
-            self.tiers.drop(*fetched.kept_by)
+        if fetched.kept_by is not None and fetched.cache == MISS:
+            self._unkeep(fetched.kept_by)
+
+    def _unkeep(self, kept_by: tuple[int | None, str, float]) -> None:
+        owner, key, at = kept_by
+        if owner is None:
+            self.drop_peer(key, at)
+        else:
+            self.tiers.drop(owner, key, at)
 
     def _keep(self, key: str) -> float:
         path = key.split("?", 1)[0]
@@ -428,23 +435,3 @@ class Call:
     def args(self) -> dict:
         extra = {"cursor": self.cursor} if self.cursor else {}
         return {"size": self.size, "account": self.account, "rate": self.rate, "fresh": self.fresh, **extra}
-
-
-def _following(page: dict) -> str:
-    following = page.get("next_cursor") if page.get("has_next_page") else ""
-    return str(following) if following not in (None, "") else ""
-
-
-def _repeats_cursor(body: bytes, cursor: str | None) -> bool:
-    """A page whose next cursor is the one it was asked with (the crawl guard's own case, whoever crawls)."""
-    if not cursor:
-        return False
-    try:
-        page = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(page, dict) and _following(page) == cursor
-
-
-def _without_cursor(query: str) -> str:
-    return "&".join(part for part in query.split("&") if not part.startswith("cursor="))

@@ -27,7 +27,7 @@ import httptools
 import orjson
 
 from accounting.metrics import Metrics
-from social.http1 import Http1Pool, TooLarge
+from social.http1 import ConnectTimeout, Http1Pool, TooLarge
 from social.upstream import UpstreamError, UpstreamResponse
 from storage.answers import AnswerStore, Cached
 
@@ -45,6 +45,7 @@ SECRET_HEADER = "X-Scrape-Secret"  # the run's secret, as for /metrics (handlers
 PEER_CONNECT = 0.25  # seconds to take a loopback connection: a sibling that does not is down
 DOWN_SECONDS = 2.0  # how long a sibling that failed a call is not asked (its restart takes about that)
 MAX_ANSWER = 64 * 1024 * 1024
+OWNER_MARGIN = 2.0  # seconds past its own patience the owner gets: its own time-out (an error it sends) comes first
 
 
 class PeerDown(Exception):
@@ -115,9 +116,14 @@ class Tiers:
             answer = await self._peers[owner].get(
                 f"http://127.0.0.1:{self._peers[owner].port}{ANSWER_PATH}?{target}",
                 SECRET_HEADER.encode() + b": " + self.secret + b"\r\n",
-                patience,
+                patience + OWNER_MARGIN,
             )
-        except (OSError, httptools.HttpParserError, TooLarge) as exc:  # TimeoutError too: an OSError
+        except ConnectTimeout:
+            self._down[owner] = time.monotonic() + DOWN_SECONDS
+            raise PeerDown("connect") from None
+        except TimeoutError:  # a slow owner is no dead one: its call is under way, a second one would not help
+            raise UpstreamError("timeout", "the owner worker did not answer in time") from None
+        except (OSError, httptools.HttpParserError, TooLarge) as exc:
             self._down[owner] = time.monotonic() + DOWN_SECONDS
             raise PeerDown(type(exc).__name__) from None
         if answer.status != 200:  # a sibling draining (503) or not yet linked: as if down
