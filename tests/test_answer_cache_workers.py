@@ -1,13 +1,14 @@
 """The answer cache across the workers of one machine (`serve --workers 2`), without the database tier
 (CACHE_SHARED=false): each cache key has one owner worker, so identical calls through either worker make one
 provider call, a hit of one worker is a hit of the other (charged and recorded by the worker that took the
-call), and a dead owner fails no call."""
+call), and a dead owner fails no call; and across machines on one database, through the MongoDB tier."""
 
 import asyncio
 import hashlib
 import os
 import signal
 import urllib.parse
+import uuid
 import zlib
 
 import orjson
@@ -146,3 +147,21 @@ async def test_the_owner_worker_killed_calls_are_still_answered(mongo, provider)
     assert sorted(r["credits"] for r in records if r["cache"] == "miss") == sorted(
         [charged(first)] + [charged(a) for a in answers]
     )
+
+
+async def test_two_machines_on_one_database_share_through_the_mongodb_tier(mongo, provider):
+    """Gateways on one database (machines behind a load balancer) with CACHE_SHARED=true: what one fetched, the
+    other serves as a hit, and identical calls at once through both make one provider call (the fill claim)."""
+    db_name = f"c_{uuid.uuid4().hex[:10]}"
+    tier = {**LOCAL, "CACHE_SHARED": "true"}
+    first, second = [await Gateway(mongo.uri, provider.url, db_name, **tier).launch() for _ in range(2)]
+    _, (key,), auth = await account_with_keys(first, 10_000_000, 1)
+    fetched = await first.call("GET", "/social/user/info?userName=far", **{"X-API-Key": key})
+    again = await second.call("GET", "/social/user/info?userName=far", **{"X-API-Key": key})
+    assert (fetched.headers["X-Cache"], again.headers["X-Cache"]) == ("MISS", "HIT") and again.body == fetched.body
+    at_once_both = await asyncio.gather(
+        *[gw.call("GET", "/social/user/info?userName=both", **{"X-API-Key": key}) for gw in (first, second) * 10]
+    )
+    assert {a.code for a in at_once_both} == {200} and len({a.body for a in at_once_both}) == 1
+    assert provider.calls["user/info"] == 2
+    assert len(await log_of(first, auth, 22)) == 22
