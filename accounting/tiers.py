@@ -7,9 +7,10 @@
   provider call, and a hit of one worker is a hit of all, without a database round trip. The answer only comes
   from the owner: the caller's worker still admits, reserves, settles and records the call. A fresh answer the
   owner fetched is kept there at once (a call arriving meanwhile is a hit, not a second provider call); the
-  caller tells the owner to drop it in the rare case it did not charge it (`drop`). A sibling that does not
-  take the connection or breaks it (down, restarting) is left alone for DOWN_SECONDS: the caller fetches itself.
-  (Past that, a sibling still restarting holds a new call until it is up: the parent keeps its port bound.)
+  caller tells the owner to drop it in the rare case it did not charge it (`drop`). A sibling that closes or
+  breaks its connections (it died) is left alone for DOWN_SECONDS: the caller fetches itself (past that, one still
+  restarting holds a new call until it is up: the parent keeps its port bound). A slow one is waited for (its
+  time-out is its own provider call's, plus OWNER_MARGIN).
 - **The MongoDB tier** (storage/answers.py), shared by machines: the owner's (or a lone process's) miss claims the
   key there and keeps the answer there once charged. Its operations are bounded (TIER_CONCURRENCY, TIER_BACKLOG)
   and its first round trip waited for CLAIM_WAIT at most, so a slow database never holds the calls back.
@@ -27,7 +28,7 @@ import httptools
 import orjson
 
 from accounting.metrics import Metrics
-from social.http1 import ConnectTimeout, Http1Pool, TooLarge
+from social.http1 import Http1Pool, TooLarge
 from social.upstream import UpstreamError, UpstreamResponse
 from storage.answers import AnswerStore, Cached
 
@@ -42,7 +43,10 @@ TIER_BACKLOG = 512
 ANSWER_PATH = "/worker-answer"  # on the loopback application of each worker (handlers/ops.py peer_app)
 DROP_PATH = "/worker-drop"
 SECRET_HEADER = "X-Scrape-Secret"  # the run's secret, as for /metrics (handlers/scrape.py)
-PEER_CONNECT = 0.25  # seconds to take a loopback connection: a sibling that does not is down
+# Seconds to take a loopback connection. The parent keeps every worker's port bound, so the kernel takes it even
+# while the worker restarts: a connection that takes long is a starved machine, not a dead sibling (at 0.25 s, loop
+# stalls of a loaded machine passed owners over, and their keys were fetched twice: 1.09 x the least calls).
+PEER_CONNECT = 5.0
 DOWN_SECONDS = 2.0  # how long a sibling that failed a call is not asked (its restart takes about that)
 MAX_ANSWER = 64 * 1024 * 1024
 OWNER_MARGIN = 2.0  # seconds past its own patience the owner gets: its own time-out (an error it sends) comes first
@@ -118,10 +122,7 @@ class Tiers:
                 SECRET_HEADER.encode() + b": " + self.secret + b"\r\n",
                 patience + OWNER_MARGIN,
             )
-        except ConnectTimeout:
-            self._down[owner] = time.monotonic() + DOWN_SECONDS
-            raise PeerDown("connect") from None
-        except TimeoutError:  # a slow owner is no dead one: its call is under way, a second one would not help
+        except TimeoutError:  # a slow owner (or machine) is no dead one: a second provider call would not help
             raise UpstreamError("timeout", "the owner worker did not answer in time") from None
         except (OSError, httptools.HttpParserError, TooLarge) as exc:
             self._down[owner] = time.monotonic() + DOWN_SECONDS
