@@ -281,6 +281,7 @@ async def serve(
     ctx = await build_context(settings, worker, seat.generation if seat else 1)
     if seat:
         ctx.scrape = seat.scrape
+        ctx.calls.tiers.link(seat.scrape.index, seat.scrape.peer_ports, seat.scrape.secret)  # each key's owner
         ctx.embedded_db_restarts = seat.db_restarts
     elif helpers is not None and helpers.embedded is not None:
         ctx.embedded_db_restarts = lambda: helpers.embedded.restarts

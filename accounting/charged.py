@@ -4,40 +4,33 @@ the stream poller (streams/poller.py) both go through it, so a call's money path
 
 The cache (docs/api.md, *The answer cache*): answers are public data, the same for every customer, so an
 answer charged once is served again at CACHE_HIT_PRICE x its price while fresh (social/answer_cache.py keeps
-them in memory, storage/answers.py shares them between processes). Identical calls in flight at once make one
-provider call (`_flights`): the call runs in a task of its own, so a caller that disconnects cancels nothing
+them in memory; accounting/tiers.py asks the key's owner worker, and the MongoDB tier between machines).
+Identical calls in flight at once make one provider call (`_flights`, here and at the key's owner worker, which
+answers its siblings through `answer_peer`): the call runs in a task of its own, so a caller that disconnects cancels nothing
 for the others, each waiter keeps its own deadline, and a failure reaches every waiter as the same uncharged
 error. Only answers that are charged are kept; while the provider fails, a kept answer no older than
 CACHE_STALE_IF_ERROR is served STALE. Stream polls read live (LIVE): never from the cache, never joined.
 """
 
 import asyncio
-import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
 from accounting.crawls import Crawls
 from accounting.meter import Meter
+from accounting.tiers import PeerDown, Provided, Reply, Tiers
 from config.settings import Settings
 from metering.ledger import Reservation
 from metering.pricing import Prices
 from runtime.metrics import Metrics
 from social.answer_cache import AnswerCache, answer_key, ttl_of
 from social.endpoints import Endpoint, read_answer, read_parsed
-from social.upstream import UpstreamClient, UpstreamError, UpstreamResponse
+from social.upstream import UpstreamClient, UpstreamError
 from storage.answers import AnswerStore, Cached
 
-log = logging.getLogger("gateway.cache")
 MISS, HIT, COALESCED, STALE = "miss", "hit", "coalesced", "stale"
-CLAIM_WAIT = 1.0  # seconds a miss waits for the shared tier's first answer before it asks the provider anyway
-# The shared tier's database operations under way at once, and its writes waiting: bounded so that a burst of
-# misses never queues ahead of the heartbeat and the usage flushes for the driver's connections (unbounded, a
-# bench --cache run went without a heartbeat for 15 s and stopped spending: 503). Past the backlog a
-# write is dropped: a cache entry the other processes will not share.
-TIER_CONCURRENCY = 16
-TIER_BACKLOG = 512
 
 
 @dataclass(frozen=True)
@@ -72,17 +65,6 @@ class Joined(UpstreamError):
     call (its account's failure budget does not count it)."""
 
 
-@dataclass(frozen=True)
-class Provided:
-    """One provider answer as every waiter of the call shares it: the response and what it is worth."""
-
-    response: UpstreamResponse
-    status: int  # the provider's, or 502 for a 2xx that is not a JSON object
-    items: int | None  # the item count it is charged for; None: not chargeable (an error body, a 4xx, a 5xx)
-    page: object = None  # the parsed page, when the caller asked for it (the poller reads its tweets)
-    following: str = ""  # the page's next cursor, read with the count (the crawl guard needs nothing more of it)
-
-
 @dataclass
 class Fetched:
     """A call's answer with its reservation, priced, not yet charged (`Calls.settle` or `Calls.release`)."""
@@ -101,6 +83,8 @@ class Fetched:
     data: bool = True  # the provider answered with data (not an error body, a 4xx or a 5xx)
     claim: str | None = None  # the shared tier's fill claim this call holds until its answer is kept there
     share: bool = False  # kept in the shared tier too once charged (a live read is kept in this process only)
+    # The owner worker that kept it as it landed (None: this one), its key and fetched_at: dropped if not charged.
+    kept_by: tuple[int | None, str, float] | None = None
 
 
 class Calls:
@@ -109,9 +93,8 @@ class Calls:
         ttls = [ttl_of(path, settings.cache_ttl) for path in settings.cache_ttl] + [900]
         self.cache = AnswerCache(settings.cache_max_bytes, max(max(ttls), settings.cache_stale_if_error))
         self.crawls = Crawls()
+        self.tiers = Tiers(metrics, store)
         self._flights: dict[str, asyncio.Future] = {}
-        self._background: set[asyncio.Task] = set()
-        self._tier = asyncio.Semaphore(TIER_CONCURRENCY)
 
     # --- reserve ------------------------------------------------------------------------------------
     def bounds(self, endpoint: Endpoint, size: int) -> tuple[int, int]:
@@ -150,7 +133,8 @@ class Calls:
             if key is None or want.live:
                 provided, source = await self._provide(upstream, endpoint, query, reservation.account_id, rate, parse)
             else:
-                provided, source = await self._shared(upstream, endpoint, query, key, reservation, rate, fresh)
+                call = Call(endpoint, query, size, reservation.account_id, rate, fresh, cursor)
+                provided, source = await self._shared(upstream, call, key)
         except UpstreamError:
             stale = await self._stale(key, endpoint) if not (parse or want.live) else None
             if stale is not None:
@@ -160,8 +144,8 @@ class Calls:
         except BaseException:
             self.meter.release(reservation)
             raise
-        if isinstance(provided, Cached):  # another process's answer, through the second tier
-            self.cache.put(key, provided)
+        if isinstance(provided, Cached):  # another process's answer: the owner worker's, or the second tier's
+            self._keep_newer(key, provided)
             return self._served(reservation, provided, HIT)
         if provided.items is None and provided.status >= 500:
             stale = await self._stale(key, endpoint) if not (parse or want.live) else None
@@ -181,7 +165,9 @@ class Calls:
             key=key if ttl and worth else None,
             data=provided.items is not None,
         )
-        if key is not None and not want.live and self._tiered(endpoint):
+        if provided.kept_at is not None:  # kept by the key's owner worker (and shared through the second tier)
+            fetched.kept_by = (provided.owner, key, provided.kept_at)
+        elif provided.owner is None and key is not None and not want.live and self._tiered(endpoint):
             fetched.share = True
             if source == MISS and fetched.data:
                 fetched.claim = key
@@ -210,43 +196,47 @@ class Calls:
             return None
         found = self.cache.get(key)
         if found is None and self.store is not None:
-            found = await self._limited(self.store.get(key, window))
+            found = await self.tiers.limited(self.store.get(key, window))
         return found if found is not None and found.age(time.time()) <= window else None
 
-    async def _shared(
-        self,
-        upstream: UpstreamClient,
-        endpoint: Endpoint,
-        query: str,
-        key: str,
-        reservation: Reservation,
-        rate: float,
-        fresh: float,
-    ) -> tuple[Provided | Cached, str]:
-        """One provider call for identical calls under way at once in this process (and, through the second
-        tier's fill claim, across processes). The call runs in a task of its own: the first caller leaving
-        cancels nothing; each waiter waits at most the provider's time-out from its own start."""
+    def _keep_newer(self, key: str, entry: Cached) -> bool:
+        """Keeps `entry` in this process unless what is kept is as new (the first of a call's waiters keeps it; a
+        newer answer, a live read or a refetch once the kept one went stale, replaces an older one)."""
+        kept = self.cache.entries.get(key)
+        if kept is not None and kept.fetched_at >= entry.fetched_at - 0.5:
+            return False
+        self.cache.put(key, entry)
+        return True
+
+    async def _shared(self, upstream: UpstreamClient, call: "Call", key: str) -> tuple[Provided | Cached, str]:
+        """One provider call for identical calls under way at once in this process (and, through the key's owner
+        worker or the second tier's fill claim, across processes). The call runs in a task of its own: the first
+        caller leaving cancels nothing; each waiter waits at most the provider's time-out from its own start."""
         flight = self._flights.get(key)
         source = COALESCED
         if flight is None:
             source = MISS
-            flight = asyncio.ensure_future(
-                self._fill(upstream, endpoint, query, key, reservation.account_id, rate, fresh)
-            )
-            self._flights[key] = flight
-            flight.add_done_callback(lambda done: self._landed(key, done))
+            flight = self._fly(key, self._fill(upstream, call, key))
         try:
             provided = await asyncio.wait_for(asyncio.shield(flight), self._patience())
         except TimeoutError:
             raise UpstreamError("timeout", "waiting for an identical call") from None
         except UpstreamError as exc:
-            if source == COALESCED:  # an exception of its own for each waiter, not one shared by all
+            if source == COALESCED or isinstance(exc, Joined):  # its own exception for each waiter
                 raise Joined(exc.kind, "an identical call failed", exc.retry_after) from None
             raise
+        if source == MISS and isinstance(provided, Provided) and provided.joined:
+            source = COALESCED  # the owner worker had the provider call under way already
         if source == COALESCED and isinstance(provided, Provided):
             self.metrics.cache_requests[COALESCED] += 1
             self.metrics.provider_calls_saved += 1
         return provided, source
+
+    def _fly(self, key: str, work) -> asyncio.Future:
+        flight = asyncio.ensure_future(work)
+        self._flights[key] = flight
+        flight.add_done_callback(lambda done: self._landed(key, done))
+        return flight
 
     def _patience(self) -> float:
         return self.settings.upstream_timeout + self.settings.upstream_connect_timeout + 1
@@ -257,45 +247,44 @@ class Calls:
         if not flight.cancelled():
             flight.exception()  # seen: every waiter got it, or none was left
 
-    async def _fill(
-        self, upstream: UpstreamClient, endpoint: Endpoint, query: str, key: str, account: str, rate: float, fresh
-    ) -> Provided | Cached:
-        """The shared call: the second tier first (another process may have it, or be fetching it), then the
-        provider."""
+    async def _fill(self, upstream: UpstreamClient, call: "Call", key: str, route: bool = True) -> Provided | Cached:
+        """The shared call: the key's owner worker when it is another (unless down), else the second tier first
+        (another machine may have it, or be fetching it), then the provider."""
+        owner = self.tiers.owner(key) if route else None
+        if owner is not None and self.tiers.up(owner):
+            try:
+                reply = await self.tiers.ask(owner, call.endpoint.path, call.query, call.args(), self._patience())
+            except PeerDown:
+                pass  # fetched here: the sibling is down or restarting
+            else:
+                if reply.error:
+                    if reply.cached is not None:  # a kept answer that may stand in (fetch's _stale finds it)
+                        self._keep_newer(key, reply.cached)
+                    raise (Joined if reply.joined else UpstreamError)(
+                        reply.error, "the owner worker's provider call failed", reply.retry_after
+                    )
+                if reply.cached is not None and reply.provided is not None:  # a 5xx, and what may stand in
+                    self._keep_newer(key, reply.cached)
+                return reply.provided or reply.cached
+        endpoint = call.endpoint
         shared = self._tiered(endpoint)
         if shared:
-            found = await self._claim(key, fresh)
+            found = await self.tiers.claim(key, call.fresh, self._patience())
             if isinstance(found, str):  # the process holding the claim failed: the same uncharged error here
                 raise UpstreamError(found, "an identical call in another process failed")
             if found is not None:
                 return found
         try:
-            provided, _ = await self._provide(upstream, endpoint, query, account, rate, False)
+            provided, _ = await self._provide(upstream, endpoint, call.query, call.account, call.rate, False)
         except UpstreamError as exc:
             if shared:
-                self._spawn(self.store.failed(key, exc.kind))
+                self.tiers.spawn(self.store.failed(key, exc.kind))
             raise
         if shared and provided.items is None:
-            self._spawn(self.store.failed(key, "failed" if provided.status >= 500 else ""))
+            self.tiers.spawn(self.store.failed(key, "failed" if provided.status >= 500 else ""))
+        if self.tiers.count > 1 and self.tiers.owner(key) is None:  # this worker owns the key
+            return self._keep_at_once(call, key, provided)
         return provided
-
-    async def _claim(self, key: str, fresh: float) -> Cached | str | None:
-        """The shared tier's answer or fill claim. Its first round trip is waited for CLAIM_WAIT at most: a
-        database slower than that (overloaded) must not hold every miss back; the call then goes to the
-        provider without the claim (the write goes on, and the answer kept later ends it)."""
-        patience = self._patience()
-        first = asyncio.ensure_future(self._limited(self.store.claim(key, patience)))
-        done, _ = await asyncio.wait({first}, timeout=CLAIM_WAIT)
-        if not done:
-            first.add_done_callback(_seen)
-            self.metrics.cache_claims_skipped += 1
-            return None
-        try:
-            doc = first.result()
-            return None if doc is None else await self.store.wait(key, doc, fresh, patience)
-        except Exception as exc:  # the shared tier is an optimisation: without it, the provider is asked
-            log.debug("the shared answer cache could not be read: %s", type(exc).__name__)
-            return None
 
     async def _provide(
         self, upstream: UpstreamClient, endpoint: Endpoint, query: str, account: str, rate: float, parse: bool
@@ -317,6 +306,55 @@ class Calls:
             elif not counted[0]:
                 items, following = counted[1], counted[2]
         return Provided(response, status, items, page, following), MISS
+
+    # --- the owner worker's side (accounting/tiers.py) ------------------------------------------------
+    async def answer_peer(self, upstream: UpstreamClient, call: "Call") -> Reply:
+        """A sibling's call for a key this worker owns: a fresh kept answer, or the one provider call for the key
+        (joined when under way), kept here as it landed (`_keep_at_once`)."""
+        key = answer_key(call.endpoint.path, call.query)
+        if ttl_of(call.endpoint.path, self.settings.cache_ttl) and self.cache.max_bytes:
+            found = self.cache.get(key)
+            if found is not None and found.age(time.time()) <= call.fresh:
+                return Reply(cached=found)
+        flight = self._flights.get(key)
+        joined = flight is not None
+        if flight is None:
+            flight = self._fly(key, self._fill(upstream, call, key, route=False))
+        try:
+            provided = await asyncio.wait_for(asyncio.shield(flight), self._patience())
+        except TimeoutError:
+            return Reply(cached=await self._stale(key, call.endpoint), error="timeout", joined=joined)
+        except UpstreamError as exc:
+            stale = await self._stale(key, call.endpoint)
+            return Reply(cached=stale, error=exc.kind, retry_after=exc.retry_after, joined=joined)
+        if isinstance(provided, Cached):
+            return Reply(cached=provided)
+        stale = await self._stale(key, call.endpoint) if provided.items is None and provided.status >= 500 else None
+        return Reply(cached=stale, provided=provided, joined=joined)
+
+    def _keep_at_once(self, call: "Call", key: str, provided: Provided) -> Provided:
+        """The owner worker keeps a chargeable answer as it lands, before any caller settles: its siblings' calls
+        for the key, arriving meanwhile, are then hits, not a second provider call. The caller that does not
+        charge it after all (a guarded page, an Idempotency-Key claim lost) has it dropped (`_unkeep`)."""
+        worth = 0 if provided.items is None else self.prices.cost(call.endpoint.price, provided.items, call.size)
+        if not worth or not ttl_of(call.endpoint.path, self.settings.cache_ttl):
+            return provided
+        if call.cursor and provided.following == call.cursor:  # a loop whoever crawls: not kept
+            return provided
+        entry = Cached(provided.status, provided.response.body, worth, time.time() - provided.response.seconds)
+        if not self._keep_newer(key, entry):
+            return provided
+        if self._tiered(call.endpoint):
+            self.tiers.spawn(self.store.put(key, entry, self._keep(key)))
+        return replace(provided, kept_at=entry.fetched_at)
+
+    def drop_peer(self, key: str, kept_at: float) -> None:
+        """A call did not charge the answer this worker kept as it landed: not served to anyone else."""
+        kept = self.cache.entries.get(key)
+        if kept is not None and kept.fetched_at == kept_at:
+            self.cache.drop(key)
+            if self.store is not None:
+                self.tiers.spawn(self.store.drop(key, kept_at))
 
     # --- the crawl guard -----------------------------------------------------------------------------
     def _guard(self, fetched: Fetched, key: str, cursor: str, following: str) -> None:
@@ -346,25 +384,32 @@ class Calls:
             self.meter.release(fetched.reservation)
         stored = False
         if charged and fetched.key is not None and fetched.cache in (MISS, COALESCED):
-            entry = Cached(fetched.status, fetched.body, fetched.worth, time.time() - (fetched.seconds or 0))
-            kept = self.cache.entries.get(fetched.key)
-            # The first of a call's waiters to settle keeps it; a newer answer (a live read, a refetch once the
-            # kept one went stale) replaces an older one.
-            if kept is None or kept.fetched_at < entry.fetched_at - 0.5:
-                self.cache.put(fetched.key, entry)
-                if fetched.share:  # also ends this process's fill claim
-                    self._spawn(self.store.put(fetched.key, entry, self._keep(fetched.key)))
-                    stored = True
+            at = fetched.kept_by[2] if fetched.kept_by else time.time() - (fetched.seconds or 0)
+            entry = Cached(fetched.status, fetched.body, fetched.worth, at)
+            if self._keep_newer(fetched.key, entry) and fetched.share:  # also ends this process's fill claim
+                self.tiers.spawn(self.store.put(fetched.key, entry, self._keep(fetched.key)))
+                stored = True
+        elif fetched.kept_by is not None and fetched.cache == MISS:  # kept as it landed, but not charged
+            self._unkeep(fetched.kept_by)
         if fetched.claim is not None and not stored:
             # Not kept (a guarded page, a charge that did not happen): the other processes waiting for it ask
             # the provider themselves.
-            self._spawn(self.store.failed(fetched.claim, ""))
+            self.tiers.spawn(self.store.failed(fetched.claim, ""))
         return charged
 
     def release(self, fetched: Fetched) -> None:
         self.meter.release(fetched.reservation)
         if fetched.claim is not None:
-            self._spawn(self.store.failed(fetched.claim, ""))
+            self.tiers.spawn(self.store.failed(fetched.claim, ""))
+        if fetched.kept_by is not None and fetched.cache == MISS:
+            self._unkeep(fetched.kept_by)
+
+    def _unkeep(self, kept_by: tuple[int | None, str, float]) -> None:
+        owner, key, at = kept_by
+        if owner is None:
+            self.drop_peer(key, at)
+        else:
+            self.tiers.drop(owner, key, at)
 
     def _keep(self, key: str) -> float:
         path = key.split("?", 1)[0]
@@ -380,33 +425,25 @@ class Calls:
             key, route, status, charged, request_id, upstream_seconds=fetched.seconds, cache=fetched.cache, saved=saved
         )
 
-    async def _limited(self, work):
-        async with self._tier:
-            return await work
-
-    def _spawn(self, work) -> None:
-        """A write to the shared tier, off the request path (dropped past TIER_BACKLOG)."""
-        if len(self._background) >= TIER_BACKLOG:
-            work.close()
-            self.metrics.cache_writes_dropped += 1
-            return
-        task = asyncio.create_task(self._quietly(work))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _quietly(self, work) -> None:
-        try:
-            await self._limited(work)
-        except Exception as exc:  # the second tier is an optimisation: a failed write only costs later hits
-            log.debug("the shared answer cache could not be written: %s", type(exc).__name__)
-
     async def close(self) -> None:
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.tiers.close()
 
 
-def _seen(task: asyncio.Future) -> None:
-    if not task.cancelled():
-        task.exception()  # a late claim's failure: nobody waits for it any more
+@dataclass(frozen=True)
+class Call:
+    """What the one provider call for a key needs, here or at the key's owner worker."""
+
+    endpoint: Endpoint
+    query: str
+    size: int
+    account: str
+    rate: float
+    fresh: float
+    cursor: str | None = None
+
+    def args(self) -> dict:
+        extra = {"cursor": self.cursor} if self.cursor else {}
+        return {"size": self.size, "account": self.account, "rate": self.rate, "fresh": self.fresh, **extra}
 
 
 def _without_cursor(key: str) -> str:

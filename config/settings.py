@@ -531,9 +531,10 @@ class Settings:
         at_least=0,
     )
     cache_shared: bool = setting(
-        True,
-        "Share answers between processes and machines through MongoDB (a second tier behind each process's "
-        "memory), with one provider call per key at a time across them.",
+        False,
+        "Share answers between machines through MongoDB (a second tier behind each machine's workers), with one "
+        "provider call per key at a time across them; the workers of one machine share through each key's owner "
+        "worker without it.",
         "CACHE_SHARED",
         group="Answer cache",
     )

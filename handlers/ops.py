@@ -10,7 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from config import VERSION
-from handlers import openapi, openapi_operations
+from handlers import openapi, openapi_operations, owner
 from handlers.base import ApiError, BaseHandler, NotFoundHandler
 from handlers.context import Context
 from runtime import scrape
@@ -324,9 +324,11 @@ def metrics_app(ctx: Context) -> tornado.web.Application:
 
 
 def peer_app(ctx: Context) -> tornado.web.Application:
-    """The loopback application through which a worker hands its series to the sibling answering a scrape."""
+    """The loopback application through which a worker hands its series to the sibling answering a scrape, and
+    answers its siblings' calls for the cache keys it owns (handlers/owner.py)."""
     return tornado.web.Application(
-        [(scrape.PEER_PATH, WorkerMetricsHandler, {"ctx": ctx})],
+        [(scrape.PEER_PATH, WorkerMetricsHandler, {"ctx": ctx})]
+        + [(path, handler, {"ctx": ctx}) for path, handler in owner.routes],  # the answer cache's owner link
         default_handler_class=NotFoundHandler,
         default_handler_args={"ctx": ctx},
         log_function=lambda handler: None,

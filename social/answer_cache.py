@@ -94,6 +94,10 @@ class AnswerCache:
         while self.bytes > self.max_bytes:
             self._drop(next(iter(self.entries)))
 
+    def drop(self, key: str) -> None:
+        if key in self.entries:
+            self._drop(key)
+
     def _drop(self, key: str) -> None:
         entry = self.entries.pop(key)
         self.bytes -= _size(key, entry)

@@ -50,10 +50,14 @@ class _Connection(asyncio.Protocol):
         self.answered = False  # a byte of the current answer arrived
         self.keep_alive = False  # read at the answer's end: the parser forgets it for the next one
         self.closed = False
+        self.ended = False  # the other side closed the connection
 
     # asyncio.Protocol
     def connection_made(self, transport) -> None:
         self.transport = transport
+
+    def eof_received(self) -> None:
+        self.ended = True  # and the transport closes
 
     def data_received(self, data: bytes) -> None:
         self.answered = True
@@ -66,6 +70,8 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.pool.idle.pop(self, None)
+        if self.pool.lost is not None and (exc is not None or self.ended):  # the other side ended it, not us
+            self.pool.lost()
         self._fail(exc or ConnectionResetError("the provider closed the connection"))
 
     # httptools callbacks
@@ -116,6 +122,7 @@ class Http1Pool:
         self.origin = f"{url.scheme}://{url.netloc}"
         self.host_line = f"Host: {url.netloc}\r\n".encode("latin-1")
         self.idle: dict[_Connection, None] = {}  # insertion ordered: popitem() takes the newest
+        self.lost = None  # called when the other side closes a connection (accounting/tiers.py: a sibling that died)
 
     async def get(self, url: str, headers: bytes, timeout: float) -> Answer:
         """GET `url` (of this pool's origin, already percent-encoded) with `headers` (complete header lines).

@@ -68,6 +68,10 @@ class AnswerStore:
             upsert=True,
         )
 
+    async def drop(self, key: str, fetched_at: float) -> None:
+        """Forgets an answer that was kept for a call that did not charge it after all (not a newer one)."""
+        await self.answers.delete_one({"_id": key, "fetched_at": fetched_at})
+
     async def claim(self, key: str, patience: float) -> dict | None:
         """Claims the key if nothing is kept for it (None: the claim is this process's); else what is there."""
         until = datetime.now(UTC) + timedelta(seconds=patience)

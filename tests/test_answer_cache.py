@@ -311,7 +311,8 @@ async def test_memory_stays_within_cache_max_bytes_and_operators_see_the_cache(m
 
 @pytest.mark.gen_test(timeout=120)
 async def test_two_workers_share_their_answers(mongo, provider):
-    """--workers 2: what one worker fetched, the other serves (the shared tier); never a second provider call."""
+    """--workers 2: what one worker fetched, the other serves (from the key's owner worker); never a second provider
+    call."""
     gw = await served(mongo, provider, workers=2, **CACHE_ON)
     _, keys, _ = await account_with_keys(gw, 1_000_000, 1)
     paths = [f"/social/user/info?userName={urllib.parse.quote(f'p{i}')}" for i in range(10)]
