@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import httptools
 import orjson
 
-from accounting.metrics import Metrics
+from runtime.metrics import Metrics
 from social.http1 import Http1Pool, TooLarge
 from social.upstream import UpstreamError, UpstreamResponse
 from storage.answers import AnswerStore, Cached
@@ -42,7 +42,7 @@ TIER_CONCURRENCY = 16
 TIER_BACKLOG = 512
 ANSWER_PATH = "/worker-answer"  # on the loopback application of each worker (handlers/ops.py peer_app)
 DROP_PATH = "/worker-drop"
-SECRET_HEADER = "X-Scrape-Secret"  # the run's secret, as for /metrics (handlers/scrape.py)
+SECRET_HEADER = "X-Scrape-Secret"  # the run's secret, as for /metrics (runtime/scrape.py)
 # Seconds to take a loopback connection. The parent keeps every worker's port bound, so the kernel takes it even
 # while the worker restarts: a connection that takes long is a starved machine, not a dead sibling (at 0.25 s, loop
 # stalls of a loaded machine passed owners over, and their keys were fetched twice: 1.09 x the least calls).
