@@ -146,6 +146,7 @@ async def test_key_lifecycle(api):
         "credit_limit",
         "credit_limit_period",
         "credits_used",
+        "created_by",  # the member who made it (issue 37); the key is the account's
     }
     assert created["key"] not in str(listed)
     status, revealed, _ = await api.call("GET", f"/keys/{created['key_id']}/reveal", token=token)
