@@ -15,6 +15,7 @@ from storage import db as database
 
 pytestmark = pytest.mark.gen_test(timeout=120)
 PRICE = 18  # user/info
+LEAST = 15  # the per-call minimum (metering/pricing.py)
 QUICK = {
     "ALERT_CHECK_SECONDS": "0.2",
     "WEBHOOK_POLL_SECONDS": "0.3",
@@ -131,7 +132,9 @@ async def spend(gw: Gateway, key: str, path: str, calls: int) -> None:
             *[gw.call("GET", path, **{"X-API-Key": key}) for _ in range(min(20, calls - done))]
         )
         assert {r.code for r in responses} <= {200, 402}, [r.body for r in responses]
-        assert all(r.headers["X-Credits-Charged"] == str(PRICE) for r in responses if r.code == 200)
+        # Each call is charged its price, or what its process still holds when that is less but at least the
+        # call's minimum (docs/api.md, "reserves what is left and the charge is capped at it"); never more.
+        assert all(LEAST <= int(r.headers["X-Credits-Charged"]) <= PRICE for r in responses if r.code == 200)
         done += sum(r.code == 200 for r in responses)
         if done == calls:
             return
