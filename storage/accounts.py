@@ -9,6 +9,10 @@ from pymongo.errors import DuplicateKeyError
 
 from storage.clock import now_utc
 
+# A sign-in of an invited person (create_person) shares the accounts collection but is no account: no balance, not
+# a signup, not listed, not in the books.
+ACCOUNTS_ONLY = {"person": {"$ne": True}}
+
 
 class DuplicateEmail(Exception):
     pass
@@ -42,11 +46,7 @@ class AccountStore:
         return True
 
     async def create(self, email: str, password_hash: str, credits: int) -> dict:
-        doc = {
-            "_id": str(ObjectId()),
-            "email": email,
-            "password_hash": password_hash,
-            "created_at": now_utc(),
+        account = {
             "credits": credits,
             "credits_added": credits,  # the ledger of additions (storage/ledger.py): signup credits first
             "leases": {},
@@ -57,22 +57,21 @@ class AccountStore:
             "internal": False,
             **funding(credits),  # signup credits are the first reference of percentage balance alerts
         }
-        try:
-            await self.accounts.insert_one(doc)
-        except DuplicateKeyError as exc:
-            raise DuplicateEmail(email) from exc
-        return doc
+        return await self._sign_in(email, password_hash, account)
 
     async def create_person(self, email: str, password_hash: str) -> dict:
         """A sign-in without an account of its own (an invited person, storage/members.py): the same identity
         fields as an account's, marked `person`, no balance; it is no account (never listed as one)."""
+        return await self._sign_in(email, password_hash, {"person": True, "is_admin": False})
+
+    async def _sign_in(self, email: str, password_hash: str, fields: dict) -> dict:
+        """Inserts a sign-in (an account's, or a person's alone) under a unique email: DuplicateEmail if taken."""
         doc = {
             "_id": str(ObjectId()),
             "email": email,
             "password_hash": password_hash,
             "created_at": now_utc(),
-            "person": True,
-            "is_admin": False,
+            **fields,
         }
         try:
             await self.accounts.insert_one(doc)

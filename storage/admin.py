@@ -30,6 +30,7 @@ from pymongo import ASCENDING, DESCENDING, IndexModel, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
+from storage.accounts import ACCOUNTS_ONLY
 from storage.db import only_duplicates
 
 log = logging.getLogger("gateway.admin")
@@ -65,11 +66,6 @@ INDEXES = {
     "admin_accounts": [IndexModel([("last_ts", DESCENDING)])],
     "orders": [IndexModel([("updated_at", DESCENDING)])],
 }
-
-
-# A sign-in of an invited person (storage/members.py) shares the accounts collection but is no account: not a
-# signup, not listed.
-ACCOUNTS_ONLY = {"person": {"$ne": True}}
 
 
 def search_filter(text: str) -> dict:

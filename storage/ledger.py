@@ -19,7 +19,8 @@ import orjson
 import pymongo
 from pymongo.client_session import ClientSession
 
-ACCOUNTS = {"person": {"$ne": True}}  # a member's sign-in of its own (storage/members.py) holds no credits
+from storage.accounts import ACCOUNTS_ONLY
+
 ACCOUNT_FIELDS = {"email": 1, "credits": 1, "leases": 1, "credits_added": 1, "credits_unpaid": 1, "applied_credits": 1}
 RETRIES = 20  # reads of an account whose leases moved while its usage was summed (no snapshot)
 
@@ -51,11 +52,11 @@ def accounts_with_usage(db, session: ClientSession | None) -> tuple[list[dict], 
     `credits` or leases moved in between (a lease taken, given back or closed while the sum ran) is read again
     alone until it stands still; usage written meanwhile to a lease the account holds changes nothing (the
     lease's unspent part and the charge move together)."""
-    before = {doc["_id"]: doc for doc in db.accounts.find(ACCOUNTS, ACCOUNT_FIELDS, session=session)}
+    before = {doc["_id"]: doc for doc in db.accounts.find(ACCOUNTS_ONLY, ACCOUNT_FIELDS, session=session)}
     usage = usage_by_lease(db, session)
     if session is not None:
         return list(before.values()), usage
-    after = {doc["_id"]: doc for doc in db.accounts.find(ACCOUNTS, ACCOUNT_FIELDS)}
+    after = {doc["_id"]: doc for doc in db.accounts.find(ACCOUNTS_ONLY, ACCOUNT_FIELDS)}
     for account_id, doc in after.items():
         for _ in range(RETRIES):
             if _moves(before.get(account_id)) == _moves(doc):
