@@ -25,6 +25,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
 from security.roles import OWNER
+from storage.accounts import ACCOUNTS_ONLY
 from storage.clock import now_utc
 
 INVITATION_DAYS = 7
@@ -58,7 +59,7 @@ class MemberStore:
         run by every starting process, concurrently too); how many accounts it changed."""
         changed = 0
         async for account in self.accounts.find(
-            {"owners": {"$exists": False}, "person": {"$ne": True}, "password_hash": {"$exists": True}},
+            {"owners": {"$exists": False}, **ACCOUNTS_ONLY, "password_hash": {"$exists": True}},
             {"email": 1, "created_at": 1},
         ):
             await self.make_owner(account["_id"], account["email"], account.get("created_at"))
