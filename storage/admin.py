@@ -68,12 +68,14 @@ INDEXES = {
 }
 
 
-def search_filter(text: str) -> dict:
-    """The accounts an admin's search names: the one with that id, and those whose email contains it."""
+def search_filter(text: str, member_of: list[str] = ()) -> dict:
+    """The accounts an admin's search names: the one with that id, those whose email contains it, and
+    `member_of`: those with a member whose email contains it (an invited person has no account of their own)."""
     text = text.strip()
     if not text:
         return {}
-    return {"$or": [{"_id": text}, {"email": {"$regex": re.escape(text), "$options": "i"}}]}
+    named = [{"_id": text}, {"email": {"$regex": re.escape(text), "$options": "i"}}]
+    return {"$or": named + ([{"_id": {"$in": list(member_of)}}] if member_of else [])}
 
 
 def day_start(day: str) -> datetime:
@@ -181,6 +183,7 @@ class AdminStore:
         self.db = db
         self.accounts, self.keys, self.buckets, self.orders = db.accounts, db.keys, db.usage_buckets, db.orders
         self.days, self.rollup_accounts, self.state = db.admin_days, db.admin_accounts, db.admin_state
+        self.members = db.members
 
     async def ensure_indexes(self) -> None:
         for name, indexes in INDEXES.items():
@@ -362,6 +365,11 @@ class AdminStore:
         return len({row["_id"]["a"] for row in pairs} - {a for a, last in seen.items() if last >= since})
 
     # --- /admin/users ------------------------------------------------------------------------
+    async def members_matching(self, text: str) -> list[str]:
+        """The accounts with a member whose email contains `text` (any case)."""
+        query = {"email": {"$regex": re.escape(text.strip()), "$options": "i"}}
+        return await self.members.distinct("account_id", query)
+
     async def users(
         self,
         include_internal: bool,
@@ -371,12 +379,13 @@ class AdminStore:
         search: str = "",
     ) -> tuple[list[dict], bool]:
         """A page of accounts, newest signup first (keyset on created_at, _id), with their lifetime counters;
-        `search`: only the account with that id and those whose email contains it (any case).
+        `search`: only the account with that id and those whose email, or a member's, contains it (any case).
 
         Accounts are read in widening created_at windows: the embedded server's cost is the number of
         documents in the scanned range, whatever the limit, so one page reads about a page of documents."""
         skip = set() if include_internal else {a["_id"] for a in await self.internal_accounts(admin_emails)}
-        match = {**search_filter(search), **ACCOUNTS_ONLY}
+        member_of = await self.members_matching(search) if search.strip() else []
+        match = {**search_filter(search, member_of), **ACCOUNTS_ONLY}
         page: list[dict] = []
         want = lambda: limit + 1 - len(page) + len(skip)  # noqa: E731 - over-fetch what the filter may drop
         if after:  # the rest of the cursor's own instant first

@@ -65,6 +65,25 @@ async def test_search_detail_and_the_empty_state_count(api, ctx):
     assert status == 404 and body == {"detail": "Account not found"}
 
 
+async def test_search_finds_an_account_by_a_members_email(api, ctx):
+    """An invited person has no account of their own: the admin searching their email finds the accounts they
+    are a member of (and only once an invitation is accepted)."""
+    token = await admin_token(api, ctx)
+    owner = await api.register("team.owner@example.com")
+    account_id = (await api.call("GET", "/account", token=owner["token"]))[1]["account_id"]
+    status, invitation, _ = await api.call(
+        "POST", "/members/invitations", {"email": "Dev.Person@Example.com", "role": "developer"}, token=owner["token"]
+    )
+    assert status == 200, invitation
+    assert (await api.call("GET", "/admin/users?q=dev.person", token=token))[1]["users"] == []  # not yet a member
+    accept = {"token": invitation["token"], "password": "a long new password"}
+    assert (await api.call("POST", "/auth/invitations/accept", accept))[0] == 200
+    for q in ("dev.person", "DEV.PERSON@example"):
+        status, page, _ = await api.call("GET", f"/admin/users?q={q}", token=token)
+        assert status == 200 and [u["account_id"] for u in page["users"]] == [account_id], q
+        assert page["users"][0]["email"] == "team.owner@example.com"  # the account, named by its own email
+
+
 async def test_credit_and_debit_need_a_reason_are_idempotent_audited_and_never_go_below_zero(api, ctx):
     token = await admin_token(api, ctx)
     user = await api.register()
