@@ -59,6 +59,17 @@ async def served_by(gw: Gateway) -> dict[str, float]:
     }
 
 
+async def claims_skipped(gw: Gateway) -> float:
+    """Misses of `gw` that asked the provider without waiting for the shared tier's fill claim, from /metrics."""
+    body = (await gw.call("GET", "/metrics")).body.decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.name == "gateway_cache_claims_skipped_total"
+    )
+
+
 def owner_of(path: str, workers: int = 2) -> int:
     """The worker owning a call's cache key (accounting/tiers.py)."""
     route, _, query = path.partition("?")
@@ -176,5 +187,8 @@ async def test_two_machines_on_one_database_share_through_the_mongodb_tier(mongo
         *[gw.call("GET", "/social/user/info?userName=both", **{"X-API-Key": key}) for gw in (first, second) * 10]
     )
     assert {a.code for a in at_once_both} == {200} and len({a.body for a in at_once_both}) == 1
-    assert provider.calls["user/info"] == 2
+    # One provider call for the burst, unless a database slower than CLAIM_WAIT (a busy machine) let a miss go
+    # without the fill claim, which /metrics counts (accounting/tiers.py).
+    skipped = sum([await claims_skipped(gw) for gw in (first, second)])
+    assert 2 <= provider.calls["user/info"] <= 2 + skipped
     assert len(await log_of(first, auth, 22)) == 22
