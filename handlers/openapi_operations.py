@@ -36,6 +36,9 @@ class Operation:
     # walks every operation against every role from here.
     role: str | None = None
     or_self: str | None = None  # a path parameter: any member may call it on their own member id (leaving)
+    # OpenAPI links: how this answer's ids feed the next call (stateful fuzzing follows them):
+    # name -> (the next operation's operationId, the answer's field that is its parameter)
+    links: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.security == "bearer") != (self.role is not None):

@@ -28,6 +28,7 @@ OPERATIONS: list[Operation] = [
         errors=(401, 413, 422, 429, 502, 503),
         idempotent=True,
         role=roles.BILLING,
+        links={"GetOrder": ("get_billing_crypto_orders_order_id", "order_id")},
     ),
     Operation(
         "get",

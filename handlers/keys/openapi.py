@@ -101,6 +101,13 @@ OPERATIONS: list[Operation] = [
         errors=(401, 409, 413, 422),
         idempotent=True,
         role=roles.DEVELOPER,
+        links={
+            "RevealKey": ("get_keys_key_id_reveal", "key_id"),
+            "RevokeKey": ("post_keys_key_id_revoke", "key_id"),
+            "TopUpKey": ("post_keys_key_id_topup", "key_id"),
+            "ChangeKey": ("patch_keys_key_id", "key_id"),
+            "RollKey": ("post_keys_key_id_roll", "key_id"),
+        },
     ),
     Operation(
         "patch",
@@ -134,6 +141,7 @@ OPERATIONS: list[Operation] = [
         params=(KEY_ID,),
         errors=(401, 404, 410, 422),
         role=roles.DEVELOPER,
+        links={"RevokeKey": ("post_keys_key_id_revoke", "key_id")},
     ),
     Operation(
         "post",
@@ -144,6 +152,7 @@ OPERATIONS: list[Operation] = [
         params=(KEY_ID,),
         errors=(401, 404, 422),
         role=roles.DEVELOPER,
+        links={"RevealRevokedKey": ("get_keys_key_id_reveal", "key_id")},
     ),
     Operation(
         "post",
