@@ -2,13 +2,23 @@
 known to this process's caches at once and in force on every process before the answer (`Meter.in_force`), a
 budget's run opened before any key carries it, and the key rows with what each key's budget spent."""
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from accounting.meter import Meter
 from security.apikeys import KeyVault
 from storage.keys import BUDGET_FIELDS, PROPERTIES, KeyStore
 
-__all__ = ["BUDGET_FIELDS", "PROPERTIES", "KeyService", "row"]
+__all__ = ["BUDGET_FIELDS", "PROPERTIES", "KeyService", "Refused", "row"]
+
+_TOO_MANY = "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT); revoke one to create another"
+_ROLL_AT_CAP = (
+    "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT): during a grace the old and the new key"
+    " both count; roll with grace_seconds 0 or revoke a key first"
+)
+
+
+class Refused(Exception):
+    """What the key's state or the account's key cap does not allow, in words for the caller (a 409)."""
 
 
 def row(key: dict, qps: float, credits_used: int, seen: datetime | None = None) -> dict:
@@ -33,8 +43,11 @@ def row(key: dict, qps: float, credits_used: int, seen: datetime | None = None) 
 
 
 class KeyService:
-    def __init__(self, store: KeyStore, meter: Meter, vault: KeyVault):
-        self.store, self.meter, self.vault = store, meter, vault
+    """`most`: MAX_KEYS_PER_ACCOUNT, the active keys an account may hold; created keys and rolls count against it,
+    across processes: created first, then the newest past the cap give way."""
+
+    def __init__(self, store: KeyStore, meter: Meter, vault: KeyVault, most: int):
+        self.store, self.meter, self.vault, self.most = store, meter, vault, most
 
     def one_at_a_time(self, name: tuple):
         """One holder of `name` at a time in this process (creates of an account; changes of its keys)."""
@@ -42,12 +55,6 @@ class KeyService:
 
     async def get(self, account_id: str, key_id: int) -> dict | None:
         return await self.store.get(account_id, key_id)
-
-    async def count_active(self, account_id: str, up_to: int | None = None) -> int:
-        return await self.store.count_active(account_id, up_to=up_to)
-
-    async def delete(self, key_id: int) -> None:
-        await self.store.delete(key_id)
 
     async def qps(self, account_id: str) -> float:
         return (await self.meter.account_view(account_id)).plan.qps
@@ -63,7 +70,7 @@ class KeyService:
         seen = self.meter.last_used.at
         return [row(k, qps, used[k["key_id"]], seen(k["key_id"])) for k in keys if only is None or k["key_id"] == only]
 
-    async def issue(self, account_id: str, name: str, properties: dict, created_by: dict | None) -> tuple[str, dict]:
+    async def _issue(self, account_id: str, name: str, properties: dict, created_by: dict | None) -> tuple[str, dict]:
         """A new key with a fresh secret; the secret is returned, never stored in clear."""
         vault = self.vault
         properties = {**properties, "created_by": created_by}
@@ -77,6 +84,68 @@ class KeyService:
             properties,
         )
         return secret, key
+
+    async def create(self, account_id: str, name: str, properties: dict, created_by: dict | None) -> tuple[str, dict]:
+        """A new key under the account's key cap (Refused past it); the secret is returned once."""
+        most = self.most
+        async with self.store.one_at_a_time(("create", account_id)):
+            if await self.store.count_active(account_id) >= most:
+                raise Refused(_TOO_MANY.format(most))
+            secret, key = await self._issue(account_id, name, properties, created_by)
+            # Other processes may create at the same moment: the highest ids past the cap give way.
+            if await self.store.count_active(account_id, up_to=key["key_id"]) > most:
+                await self.store.delete(key["key_id"])
+                raise Refused(_TOO_MANY.format(most))
+        return secret, key
+
+    async def roll(self, old: dict, grace: int, created_by: dict | None) -> tuple[str, dict]:
+        """A new secret with the old key's properties and budget; the old key ends after `grace` seconds. The
+        caller holds the account's ("key changes") turn, so that the new key copies the budget as the last change
+        left it; the old key's end is in force here, and everywhere once the caller's `in_force` returns."""
+        now = datetime.now(UTC)
+        if old["revoked"]:
+            raise Refused("A revoked key cannot be rolled")
+        if old.get("expires_at") is not None and old["expires_at"] <= now:
+            raise Refused("An expired key cannot be rolled")
+        if old.get("rolled_to") is not None:
+            raise Refused(f"This key was rolled already; roll key {old['rolled_to']} instead")
+        async with self.store.one_at_a_time(("create", old["account_id"])):
+            return await self._roll(old, now, grace, await self.meter.others(), created_by)
+
+    async def _roll(
+        self, old: dict, now: datetime, grace: int, others: list[str], created_by: dict | None
+    ) -> tuple[str, dict]:
+        """The new key, counted against the key cap with the old one while its grace lasts."""
+        account_id, most = old["account_id"], self.most
+        if grace and await self.store.count_active(account_id) >= most:
+            raise Refused(_ROLL_AT_CAP.format(most))
+        ends = now + timedelta(seconds=grace)
+        if old.get("expires_at") is not None and old["expires_at"] < ends:
+            ends = old["expires_at"]
+        if not grace:
+            await self._ends(old, {"expires_at": ends}, others)  # before the new key exists: never both at once
+        properties = {name: old.get(name) for name in PROPERTIES}
+        # The new key spends from the same budget: rolling does not grant a fresh one.
+        properties["budget_id"] = old.get("budget_id", old["key_id"])
+        properties["budget_epoch"] = old.get("budget_epoch")
+        secret, new = await self._issue(account_id, old["name"], properties, created_by)
+        # rolled_to: a rolled key is never revived (PATCH) nor rolled again.
+        ended = await self._ends(old, {"expires_at": ends, "rolled_to": new["key_id"]}, others)
+        if await self.store.count_active(account_id, up_to=new["key_id"]) > most:
+            # Another process created or rolled at the same moment: the highest ids past the cap give way.
+            await self.store.delete(new["key_id"])
+            await self._ends(old, {"expires_at": old.get("expires_at"), "rolled_to": None}, others)
+            raise Refused(_ROLL_AT_CAP.format(most))
+        # A PATCH through another process may have changed the budget between the read and the insert: the
+        # new key takes the budget as it is now (a later PATCH finds it among the budget's keys).
+        current = {name: ended.get(name) for name in BUDGET_FIELDS} if ended else {}
+        if current and any(properties.get(name) != value for name, value in current.items()):
+            await self.update(account_id, new["key_id"], current, [])  # known nowhere else yet
+        return secret, new
+
+    async def _ends(self, old: dict, changes: dict, others: list[str]) -> dict | None:
+        """Changes the old key's end (and roll mark), in force here before the answer; the key as it is now."""
+        return await self.update(old["account_id"], old["key_id"], changes, others)
 
     async def others(self) -> list[str]:
         """The other live processes, whose caches a change must reach."""

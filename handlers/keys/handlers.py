@@ -11,13 +11,13 @@ import re
 import time
 import unicodedata
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error, missing
 from handlers.idempotent import idempotent
 from handlers.validation import Field, parse_int, validate_body
-from services.keys import BUDGET_FIELDS, PROPERTIES, row
+from services.keys import BUDGET_FIELDS, PROPERTIES, Refused, row
 from social.endpoints import BY_PATH, GROUPS
 
 PERIODS = ("day", "month", "total")
@@ -86,11 +86,6 @@ CURSOR = Field(
     minimum=1,
     maximum=10**17,  # far past any key id the counter will reach
     description="X-Next-Cursor of the previous page: the keys after it",
-)
-_TOO_MANY = "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT); revoke one to create another"
-_ROLL_AT_CAP = (
-    "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT): during a grace the old and the new key"
-    " both count; roll with grace_seconds 0 or revoke a key first"
 )
 
 
@@ -223,16 +218,12 @@ class KeysHandler(KeysBase):
         account_id = self.current_user
         body = properties_of(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
         check_budget(body)
-        most = self.ctx.settings.max_keys_per_account
-        service = self.ctx.key_service
-        async with service.one_at_a_time(("create", account_id)):
-            if await service.count_active(account_id) >= most:
-                raise ApiError(409, _TOO_MANY.format(most))
-            secret, key = await service.issue(account_id, body.pop("name", None) or "default", body, self.member())
-            # Other processes may create at the same moment: the highest ids past the cap give way.
-            if await service.count_active(account_id, up_to=key["key_id"]) > most:
-                await service.delete(key["key_id"])
-                raise ApiError(409, _TOO_MANY.format(most))
+        try:
+            secret, key = await self.ctx.key_service.create(
+                account_id, body.pop("name", None) or "default", body, self.member()
+            )
+        except Refused as exc:
+            raise ApiError(409, str(exc)) from None
         self.log_fields["key_id"] = key["key_id"]
         await self.audit("key.created", details={"key_id": key["key_id"], "name": key["name"]})
         # 200, not 201: the spec says every success is HTTP 200.
@@ -321,15 +312,10 @@ class RollHandler(KeysBase):
         service = self.ctx.key_service
         async with service.one_at_a_time(("key changes", account_id)):
             old = await self.owned_key(key_id)
-            now = datetime.now(UTC)
-            if old["revoked"]:
-                raise ApiError(409, "A revoked key cannot be rolled")
-            if old.get("expires_at") is not None and old["expires_at"] <= now:
-                raise ApiError(409, "An expired key cannot be rolled")
-            if old.get("rolled_to") is not None:
-                raise ApiError(409, f"This key was rolled already; roll key {old['rolled_to']} instead")
-            async with service.one_at_a_time(("create", account_id)):
-                secret, new = await self._roll(old, now, grace, await service.others())
+            try:
+                secret, new = await service.roll(old, grace, self.member())
+            except Refused as exc:
+                raise ApiError(409, str(exc)) from None
         await service.in_force([old["key_id"]])  # the old key's end, applied everywhere (bounded)
         self.log_fields["key_id"] = new["key_id"]
         await self.audit(
@@ -337,39 +323,6 @@ class RollHandler(KeysBase):
         )
         rows = {r["key_id"]: r for r in await self.rows(account_id)}
         self.send_json({**rows[new["key_id"]], "key": secret, "rolled_from": old["key_id"]})
-
-    async def _roll(self, old: dict, now: datetime, grace: int, others: list[str]) -> tuple[str, dict]:
-        """The new key, counted against the key cap with the old one while its grace lasts."""
-        account_id, most, service = old["account_id"], self.ctx.settings.max_keys_per_account, self.ctx.key_service
-        if grace and await service.count_active(account_id) >= most:
-            raise ApiError(409, _ROLL_AT_CAP.format(most))
-        ends = now + timedelta(seconds=grace)
-        if old.get("expires_at") is not None and old["expires_at"] < ends:
-            ends = old["expires_at"]
-        if not grace:
-            await self._ends(old, {"expires_at": ends}, others)  # before the new key exists: never both at once
-        properties = {name: old.get(name) for name in PROPERTIES}
-        # The new key spends from the same budget: rolling does not grant a fresh one.
-        properties["budget_id"] = old.get("budget_id", old["key_id"])
-        properties["budget_epoch"] = old.get("budget_epoch")
-        secret, new = await service.issue(account_id, old["name"], properties, self.member())
-        # rolled_to: a rolled key is never revived (PATCH) nor rolled again.
-        ended = await self._ends(old, {"expires_at": ends, "rolled_to": new["key_id"]}, others)
-        if await service.count_active(account_id, up_to=new["key_id"]) > most:
-            # Another process created or rolled at the same moment: the highest ids past the cap give way.
-            await service.delete(new["key_id"])
-            await self._ends(old, {"expires_at": old.get("expires_at"), "rolled_to": None}, others)
-            raise ApiError(409, _ROLL_AT_CAP.format(most))
-        # A PATCH through another process may have changed the budget between the read and the insert: the
-        # new key takes the budget as it is now (a later PATCH finds it among the budget's keys).
-        current = {name: ended.get(name) for name in BUDGET_FIELDS} if ended else {}
-        if current and any(properties.get(name) != value for name, value in current.items()):
-            await service.update(account_id, new["key_id"], current, [])  # known nowhere else yet
-        return secret, new
-
-    async def _ends(self, old: dict, changes: dict, others: list[str]) -> dict | None:
-        """Changes the old key's end (and roll mark), in force here before the answer; the key as it is now."""
-        return await self.ctx.key_service.update(old["account_id"], old["key_id"], changes, others)
 
 
 class RevealHandler(KeysBase):

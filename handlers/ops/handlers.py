@@ -1,4 +1,5 @@
-"""Operations: liveness, readiness, Prometheus metrics and the OpenAPI document (its interactive page: portal/pages.py)."""
+"""Operations: liveness, readiness, Prometheus metrics and the OpenAPI document (its interactive page: portal/pages.py);
+what readiness checks and /metrics reports is read in services/ops.py."""
 
 import hmac
 
