@@ -142,10 +142,8 @@ async def _run(settings: config.Settings, args: argparse.Namespace) -> dict:
         if order is None or order["provider"] != "sandbox":
             raise SandboxRefused(f"No sandbox order {args.order_id} in {settings.mongodb_db}")
         if args.command == "sandbox-pay":
-            low, high = (
-                AMOUNT_USD.exclusive_minimum,
-                AMOUNT_USD.maximum,
-            )  # the endpoint's bounds (handlers/billing/handlers.py)
+            # The endpoint's bounds (handlers/billing/handlers.py).
+            low, high = AMOUNT_USD.exclusive_minimum, AMOUNT_USD.maximum
             if not low < args.amount_usd <= high:
                 raise SandboxRefused(f"amount_usd must be above {low} and at most {high}")
             tx, order = await payments.sandbox_pay(order, round(args.amount_usd, 2), not args.unconfirmed)
