@@ -21,6 +21,7 @@ COPY portal portal
 COPY runtime runtime
 COPY sandbox sandbox
 COPY security security
+COPY services services
 COPY social social
 COPY storage storage
 COPY streams streams

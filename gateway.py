@@ -32,7 +32,6 @@ from config import logs
 from handlers import (
     account,
     admin,
-    admin_accounts,
     alerts,
     audit,
     auth,
@@ -92,7 +91,6 @@ def make_app(ctx: Context) -> tornado.web.Application:
     routes += auth.routes + keys.routes + account.routes + billing.routes + admin.routes + ops.routes + sandbox.routes
     routes += alerts.routes + streams.routes
     routes += audit.routes + twofactor.routes + reset.routes  # account security: the audit log, 2FA, reset
-    routes += admin_accounts.routes  # the admin console's account actions (issue 26)
     routes += pages.routes  # the web portal at /, its files, and the interactive docs at /docs
     if not ctx.settings.metrics_port:
         routes += ops.metrics_routes

@@ -53,7 +53,7 @@ class KeyBudgets:
         self.leases, self.clock, self.spawn = leases, clock, spawn
         self._reported: dict[int, int] = {}  # budget id -> the newest run this process opened or reported to
         # (budget id, limit, period, epoch) -> this process's slice. Keys rolled from one another share a
-        # budget id and its settings (handlers/keys.py); while a change reaches a process, a key may still
+        # budget id and its settings (services/keys.py); while a change reaches a process, a key may still
         # carry the old ones, and is checked with them against the shared spend.
         self.budgets: dict[tuple, Budget] = {}
         # budget id -> the slot of its newest run (highest epoch) this process knows: a call whose key entry

@@ -40,7 +40,7 @@ CLAIM_WAIT = 1.0  # seconds a miss waits for the shared tier's first answer befo
 # write is dropped: a cache entry the other processes will not share.
 TIER_CONCURRENCY = 16
 TIER_BACKLOG = 512
-ANSWER_PATH = "/worker-answer"  # on the loopback application of each worker (handlers/ops.py peer_app)
+ANSWER_PATH = "/worker-answer"  # on the loopback application of each worker (handlers/ops/handlers.py peer_app)
 DROP_PATH = "/worker-drop"
 SECRET_HEADER = "X-Scrape-Secret"  # the run's secret, as for /metrics (runtime/scrape.py)
 # Seconds to take a loopback connection. The parent keeps every worker's port bound, so the kernel takes it even

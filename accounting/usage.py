@@ -3,7 +3,7 @@ records this process still buffers (metering/usage.py), each call counted once."
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
 from config.settings import Settings
@@ -126,6 +126,19 @@ class UsageReads:
             if "ms" in r:
                 samples.setdefault(r["endpoint"], []).append(r["ms"])
         return {endpoint: percentiles(values) for endpoint, values in samples.items()}
+
+    async def export(self, account_id: str, since: datetime, until: datetime) -> AsyncIterator[dict]:
+        """Every record of the account in [since, until]: the stored ones as the store streams them, then what this
+        process has not written yet, from memory; each record once, even if a flush writes some of them while the
+        stored records stream (they are skipped there). Never the whole period in memory."""
+        buffered = self.buffer.for_account(account_id)
+        skip = {r["_id"] for r in buffered}
+        async for record in self.usage.stream(account_id, since, until):
+            if record["id"] not in skip:
+                yield record
+        for record in buffered:
+            if since <= record["ts"] <= until:
+                yield record
 
     async def recent(self, account_id: str, since: datetime, limit: int) -> list[dict]:
         """The account's newest `limit` records since `since`, buffered or stored, newest first."""

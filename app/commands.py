@@ -13,8 +13,8 @@ import sandbox
 from app import operations
 from app.embedded import DataDirBusy, start_helpers
 from handlers.base import dumps
-from handlers.billing import AMOUNT_USD
-from handlers.keys import CREDITS
+from handlers.billing.handlers import AMOUNT_USD
+from handlers.keys.handlers import CREDITS
 from payments.sandbox_chain import SandboxRefused
 from payments.service import build_payments, view
 from storage import db as database
@@ -84,7 +84,7 @@ def run_admin(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        # The bounds of the development top-up endpoint (handlers/keys.py).
+        # The bounds of the development top-up endpoint (handlers/keys/handlers.py).
         if not CREDITS.minimum <= args.credits <= CREDITS.maximum:
             print(f"social-gateway: credits must be between {CREDITS.minimum} and {CREDITS.maximum}", file=sys.stderr)
             return 2
@@ -142,7 +142,8 @@ async def _run(settings: config.Settings, args: argparse.Namespace) -> dict:
         if order is None or order["provider"] != "sandbox":
             raise SandboxRefused(f"No sandbox order {args.order_id} in {settings.mongodb_db}")
         if args.command == "sandbox-pay":
-            low, high = AMOUNT_USD.exclusive_minimum, AMOUNT_USD.maximum  # the endpoint's bounds (handlers/billing.py)
+            # The endpoint's bounds (handlers/billing/handlers.py).
+            low, high = AMOUNT_USD.exclusive_minimum, AMOUNT_USD.maximum
             if not low < args.amount_usd <= high:
                 raise SandboxRefused(f"amount_usd must be above {low} and at most {high}")
             tx, order = await payments.sandbox_pay(order, round(args.amount_usd, 2), not args.unconfirmed)

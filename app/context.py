@@ -21,6 +21,10 @@ from runtime.metrics import Metrics
 from security import passwords
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
+from services.account import AccountService
+from services.admin import AdminService
+from services.audit import AuditService
+from services.keys import KeyService
 from social.pool import InFlight
 from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database
@@ -181,4 +185,10 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         poller=poller,
         calls=calls,
         expiry=expiry,
+        key_service=KeyService(keys_, meter, vault, settings.max_keys_per_account),
+        account_service=AccountService(meter),
+        audit_service=AuditService(audit),
+        admin_service=AdminService(
+            admin_store, accounts, meter, payments, AuditService(audit), members, stream_store, poller, upstream
+        ),
     )

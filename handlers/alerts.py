@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from alerts import rules as kinds
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error, missing
-from handlers.keys import _no_controls, _one_of
+from handlers.keys.handlers import _no_controls, _one_of
 from handlers.validation import Field, validate_body
 from security import roles
 from webhooks.guard import Refused, check_host, check_url

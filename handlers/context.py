@@ -21,6 +21,10 @@ from runtime.metrics import Metrics
 from runtime.scrape import Scrape
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle, SlidingWindows
+from services.account import AccountService
+from services.admin import AdminService
+from services.audit import AuditService
+from services.keys import KeyService
 from social.pool import InFlight
 from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
@@ -81,6 +85,10 @@ class Context:
     poller: Poller  # the poll scheduler (streams/poller.py)
     calls: Calls  # the charged data call and the answer cache (accounting/charged.py), data calls and polls alike
     expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
+    key_service: KeyService  # keys' rules over the key store and the meter (services/keys.py)
+    account_service: AccountService  # the balance, the plan and the usage reads (services/account.py)
+    audit_service: AuditService  # the audit log's reads (services/audit.py)
+    admin_service: AdminService  # the admin console's figures and account actions (services/admin.py)
     # Wrong second-factor codes per account, in this process (handlers/twofactor.py): 5 per 5 minutes.
     second_factor: SlidingWindows = field(default_factory=lambda: SlidingWindows(5, 300.0, 100_000))
     stopping: bool = False  # set when a drain starts: readiness says draining (calls are still answered)

@@ -1,9 +1,10 @@
 """The OpenAPI 3.1.0 document, built from tables.
 
 Data paths come from social.endpoints.ENDPOINTS, the table the data plane runs on
-(handlers/openapi_paths.py renders them); every other path is one `Operation` in
-handlers/openapi_operations.py, whose request bodies (handlers/openapi_components.py) and
-query parameters are the very `Field` declarations its handler validates with.
+(handlers/openapi_paths.py renders them); every other path is one `Operation`, declared by its area
+(handlers/<area>/openapi.py, or handlers/openapi_operations.py and the other openapi_* files for
+the areas not yet in a folder), whose request bodies and query parameters are the very `Field`
+declarations its handler validates with. This module only puts the areas' parts together.
 """
 
 import functools
@@ -11,6 +12,11 @@ import re
 
 import orjson
 
+from handlers.account import openapi as account
+from handlers.admin import openapi as admin
+from handlers.audit import openapi as audit
+from handlers.billing import openapi as billing
+from handlers.keys import openapi as keys
 from handlers.openapi_alerts import ALERT_OPERATIONS, ALERT_SCHEMAS
 from handlers.openapi_components import SCHEMAS
 from handlers.openapi_members import MEMBER_OPERATIONS, MEMBER_SCHEMAS
@@ -18,13 +24,16 @@ from handlers.openapi_operations import OPERATIONS
 from handlers.openapi_paths import data_operation, portal_operation
 from handlers.openapi_security import SECURITY_OPERATIONS, SECURITY_SCHEMAS
 from handlers.openapi_streams import STREAM_OPERATIONS, STREAM_SCHEMAS, socket_operations
+from handlers.ops import openapi as ops
 from security import roles
 from social.endpoints import ENDPOINTS
 
 VERSION = "0.1.0"
 
 
-PORTAL_OPERATIONS = OPERATIONS + ALERT_OPERATIONS + SECURITY_OPERATIONS + STREAM_OPERATIONS + MEMBER_OPERATIONS
+AREAS = (keys, account, billing, admin, ops, audit)  # each area's part: OPERATIONS and SCHEMAS
+PORTAL_OPERATIONS = [op for area in AREAS for op in area.OPERATIONS] + OPERATIONS
+PORTAL_OPERATIONS += ALERT_OPERATIONS + SECURITY_OPERATIONS + STREAM_OPERATIONS + MEMBER_OPERATIONS
 
 
 def route_operations(rules: list) -> dict:
@@ -87,7 +96,14 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
         # cannot do from this and the operations' declarations, the very ones the server enforces.
         "x-role-grants": {least: [r for r in roles.ROLES if r in members] for least, members in roles.GRANTS.items()},
         "components": {
-            "schemas": {**SCHEMAS, **ALERT_SCHEMAS, **SECURITY_SCHEMAS, **STREAM_SCHEMAS, **MEMBER_SCHEMAS},
+            "schemas": {
+                **SCHEMAS,
+                **{name: schema for area in AREAS for name, schema in area.SCHEMAS.items()},
+                **ALERT_SCHEMAS,
+                **SECURITY_SCHEMAS,
+                **STREAM_SCHEMAS,
+                **MEMBER_SCHEMAS,
+            },
             "securitySchemes": {
                 "bearerAuth": {
                     "type": "http",

@@ -99,33 +99,16 @@ def _error(status: int, schema: str) -> dict:
     return response
 
 
-# OpenAPI links: how one answer's ids feed the next call (stateful fuzzing follows them):
-# create key -> reveal / revoke / top up; revoke -> reveal; checkout -> the order.
-_LINKS = {
-    ("post", "/keys"): {
-        "RevealKey": ("get_keys_key_id_reveal", "key_id"),
-        "RevokeKey": ("post_keys_key_id_revoke", "key_id"),
-        "TopUpKey": ("post_keys_key_id_topup", "key_id"),
-        "ChangeKey": ("patch_keys_key_id", "key_id"),
-        "RollKey": ("post_keys_key_id_roll", "key_id"),
-    },
-    ("get", "/keys/{key_id}/reveal"): {"RevokeKey": ("post_keys_key_id_revoke", "key_id")},
-    ("post", "/keys/{key_id}/revoke"): {"RevealRevokedKey": ("get_keys_key_id_reveal", "key_id")},
-    ("post", "/billing/crypto/checkout"): {"GetOrder": ("get_billing_crypto_orders_order_id", "order_id")},
-}
-
-
 def portal_operation(op: Operation) -> dict:
     content = {media: {"schema": op.response} for media in (op.media, *op.also)}
     responses = {str(op.status): {"description": "Success", "content": content}}
     headers = {**op.headers, **(_REPLAYED if op.idempotent else {})}
     if headers:
         responses[str(op.status)]["headers"] = headers
-    links = _LINKS.get((op.method, op.path))
-    if links:
+    if op.links:
         responses[str(op.status)]["links"] = {
             name: {"operationId": operation_id, "parameters": {field: f"$response.body#/{field}"}}
-            for name, (operation_id, field) in links.items()
+            for name, (operation_id, field) in op.links.items()
         }
     errors = sorted({*op.errors, 409}) if op.idempotent else op.errors
     if op.role is not None and op.role != roles.VIEWER:  # refused to the roles below it (BaseHandler.prepare)

@@ -1,6 +1,6 @@
 """The owner worker's side of the answer cache's loopback link (accounting/tiers.py): a sibling worker asks for
 the answer of a key this worker owns, or tells it to drop one it kept for a call that was not charged. Served
-on the loopback application of `serve --workers N` (handlers/ops.py peer_app), with the run's secret."""
+on the loopback application of `serve --workers N` (handlers/ops/handlers.py peer_app), with the run's secret."""
 
 import hmac
 from dataclasses import replace

@@ -18,7 +18,7 @@ import tornado.websocket
 
 from handlers.base import Anonymous, ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error
-from handlers.keys import _no_controls
+from handlers.keys.handlers import _no_controls
 from handlers.social import api_key
 from handlers.validation import Field, validate_body
 from streams import rules as polls

@@ -9,7 +9,7 @@ which order to re-read.
 import logging
 import math
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -115,6 +115,18 @@ class Payments:
         await self.orders.insert(order)
         log.info("order %s: %s USD in %s for account %s", order_id, price_usd, currency.code, account_id)
         return order
+
+    async def order_of(self, account_id: str, order_id: str) -> dict | None:
+        """The order, only if `account_id` placed it."""
+        return await self.orders.owned(account_id, order_id)
+
+    async def orders_of(self, account_id: str, limit: int) -> list[dict]:
+        """The account's orders, newest first."""
+        return await self.orders.for_account(account_id, limit)
+
+    async def open_orders(self, account_id: str, now: datetime) -> int:
+        """The account's orders still waiting for a payment and not yet expired (MAX_OPEN_ORDERS counts them)."""
+        return await self.orders.count_open(account_id, now)
 
     async def refresh(self, order: dict) -> dict:
         """Re-reads the order's payment from the processor and applies it; raises ProviderError."""

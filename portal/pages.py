@@ -16,7 +16,7 @@ from typing import Any
 
 import tornado.web
 
-from handlers import auth, openapi_operations
+from handlers import auth, openapi
 from handlers.base import Anonymous, BaseHandler
 from handlers.context import Context
 
@@ -114,7 +114,7 @@ class PortalHandler(PageHandler):
 
     def get(self) -> None:
         signed_in = self.session is not None  # checked by BaseHandler.prepare: logged-out tokens count as out
-        served = {(op.method, op.path) for op in openapi_operations.OPERATIONS}
+        served = {(op.method, op.path) for op in openapi.PORTAL_OPERATIONS}
         features = [name for name, operation in OPTIONAL.items() if operation in served]
         sandbox = not self.ctx.settings.production and self.ctx.payments.chain is not None
         if sandbox:

@@ -167,7 +167,7 @@ class AccountStore:
         )
         return result.matched_count == 1
 
-    # --- the admin console (handlers/admin_accounts.py) -----------------------------------------------
+    # --- the admin console (handlers/admin/accounts.py) -----------------------------------------------
     async def debit(self, account_id: str, debit_id: str, credits: int) -> tuple[str, dict | None]:
         """Takes `credits` from the unleased balance at most once per debit id, and only if that much is there
         (the condition and the decrement are one atomic write: never below zero, whatever runs alongside).

@@ -1,4 +1,4 @@
-"""The admin console's account actions (handlers/admin_accounts.py): search, one account's detail, credit and
+"""The admin console's account actions (handlers/admin/accounts.py): search, one account's detail, credit and
 debit with a reason (ledger, audit log, Idempotency-Key, never below zero, exact with data calls in flight),
 suspend and resume (403 on data calls here at once, in another process through coherence)."""
 

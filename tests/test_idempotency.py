@@ -14,7 +14,7 @@ import tornado.web
 from support import FAST, balance, use_upstream
 from tornado.testing import bind_unused_port
 
-from handlers.openapi_operations import OPERATIONS
+from handlers.openapi import PORTAL_OPERATIONS as OPERATIONS
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 

@@ -1,4 +1,4 @@
-// The Activity view: the audit log (handlers/audit.py) with its filters, pages of 50, and CSV and JSON exports of what
+// The Activity view: the audit log (handlers/audit/handlers.py) with its filters, pages of 50, and CSV and JSON exports of what
 // the filters select; an admin may read every account's.
 import { $, $$, cell, el, labelCells, when } from "./dom.js";
 import { act, api, state } from "./api.js";

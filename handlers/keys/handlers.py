@@ -11,15 +11,14 @@ import re
 import time
 import unicodedata
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error, missing
 from handlers.idempotent import idempotent
 from handlers.validation import Field, parse_int, validate_body
-from security.apikeys import KeyVault
+from services.keys import BUDGET_FIELDS, PROPERTIES, Refused, row
 from social.endpoints import BY_PATH, GROUPS
-from storage.keys import BUDGET_FIELDS, PROPERTIES
 
 PERIODS = ("day", "month", "total")
 MAX_ENDPOINTS, MAX_IPS, MAX_CREDIT_LIMIT, MAX_GRACE = 100, 100, 10**15, 604_800
@@ -66,7 +65,7 @@ def _items(maximum: int) -> Callable:
 
 
 # The list items, the future date and the period are checked by `properties_of` and `check`; the OpenAPI
-# document states them (handlers/openapi_components.py KEY_PROPERTIES).
+# document states them (KEY_PROPERTIES in handlers/keys/openapi.py).
 PROPERTY_FIELDS = [
     Field("expires_at", str, required=False, min_length=1, max_length=64, description="ISO 8601, in the future"),
     Field("allowed_endpoints", list, required=False, check=_items(MAX_ENDPOINTS)),
@@ -87,11 +86,6 @@ CURSOR = Field(
     minimum=1,
     maximum=10**17,  # far past any key id the counter will reach
     description="X-Next-Cursor of the previous page: the keys after it",
-)
-_TOO_MANY = "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT); revoke one to create another"
-_ROLL_AT_CAP = (
-    "This account already has {} active API keys (MAX_KEYS_PER_ACCOUNT): during a grace the old and the new key"
-    " both count; roll with grace_seconds 0 or revoke a key first"
 )
 
 
@@ -190,45 +184,17 @@ class KeysBase(BaseHandler):
         account_id = self.current_user
         if re.fullmatch(r"[+-]?\d+", key_id) and not (len(key_id) <= 19 and 0 < int(key_id) < 10**18):
             raise ApiError(404, "Key not found")  # an integer no key can have is unknown, like any other
-        key = await self.ctx.keys.get(account_id, parse_int(key_id, ["path", "key_id"], 1))
+        key = await self.ctx.key_service.get(account_id, parse_int(key_id, ["path", "key_id"], 1))
         if key is None:
             raise ApiError(404, "Key not found")
         return key
-
-    async def qps_of(self, account_id: str) -> float:
-        view = await self.ctx.meter.account_view(account_id)
-        return view.plan.qps
 
     async def rows(
         self, account_id: str, only: int | None = None, limit: int = 0, before: int | None = None
     ) -> list[dict]:
         """The account's key rows, newest first (or the one key `only`; or `limit` of them with ids below
         `before`) with credits_used in each key's period."""
-        keys = await self.ctx.keys.list(account_id, limit, before)
-        used = await self.ctx.meter.reads.credits_used(account_id, keys)
-        qps = await self.qps_of(account_id)
-        seen = self.ctx.meter.last_used.at
-        return [_row(k, qps, used[k["key_id"]], seen(k["key_id"])) for k in keys if only is None or k["key_id"] == only]
-
-
-def _row(key: dict, qps: float, credits_used: int, seen: datetime | None = None) -> dict:
-    """`seen`: this process's newest use of the key, which may be newer than the stored last_used_at
-    (stored as the minute of the newest use, at most once a minute: accounting/keys.py)."""
-    stored = key.get("last_used_at")
-    return {
-        "key_id": key["key_id"],
-        "name": key["name"],
-        "prefix": key["prefix"],
-        "qps_limit": qps,
-        "revoked": key["revoked"],
-        "created_at": key["created_at"],
-        "last_used_at": max(stored, seen) if stored and seen else stored or seen,
-        **{name: key.get(name) for name in PROPERTIES},
-        "rolled_to": key.get("rolled_to"),  # set: this key's expires_at is the end of its roll's grace
-        "credits_used": credits_used,
-        # The member who made it (or rolled it): keys belong to the account and outlive their maker's membership.
-        "created_by": key.get("created_by"),
-    }
+        return await self.ctx.key_service.rows(account_id, only, limit, before)
 
 
 class KeysHandler(KeysBase):
@@ -252,35 +218,16 @@ class KeysHandler(KeysBase):
         account_id = self.current_user
         body = properties_of(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
         check_budget(body)
-        most = self.ctx.settings.max_keys_per_account
-        async with self.ctx.keys.one_at_a_time(("create", account_id)):
-            if await self.ctx.keys.count_active(account_id) >= most:
-                raise ApiError(409, _TOO_MANY.format(most))
-            secret, key = await issue(self.ctx, account_id, body.pop("name", None) or "default", body, self.member())
-            # Other processes may create at the same moment: the highest ids past the cap give way.
-            if await self.ctx.keys.count_active(account_id, up_to=key["key_id"]) > most:
-                await self.ctx.keys.delete(key["key_id"])
-                raise ApiError(409, _TOO_MANY.format(most))
+        try:
+            secret, key = await self.ctx.key_service.create(
+                account_id, body.pop("name", None) or "default", body, self.member()
+            )
+        except Refused as exc:
+            raise ApiError(409, str(exc)) from None
         self.log_fields["key_id"] = key["key_id"]
         await self.audit("key.created", details={"key_id": key["key_id"], "name": key["name"]})
         # 200, not 201: the spec says every success is HTTP 200.
-        self.send_json({**_row(key, await self.qps_of(account_id), 0), "key": secret})
-
-
-async def issue(ctx, account_id: str, name: str, properties: dict, created_by: dict | None) -> tuple[str, dict]:
-    """A new key with a fresh secret; the secret is returned, never stored in clear."""
-    vault = ctx.vault
-    properties = {**properties, "created_by": created_by}
-    secret = vault.generate()
-    key = await ctx.keys.create(
-        account_id,
-        name,
-        vault.digest(secret),
-        KeyVault.display_prefix(secret),
-        lambda key_id: vault.encrypt(secret, key_id),
-        properties,
-    )
-    return secret, key
+        self.send_json({**row(key, await self.ctx.key_service.qps(account_id), 0), "key": secret})
 
 
 class KeyHandler(KeysBase):
@@ -290,10 +237,11 @@ class KeyHandler(KeysBase):
     async def patch(self, key_id: str) -> None:
         # One PATCH of an account's keys at a time here: keys rolled from one another share one budget,
         # and each change of it must decide from the budget as the one before left it.
-        async with self.ctx.keys.one_at_a_time(("key changes", self.current_user)):
+        service = self.ctx.key_service
+        async with service.one_at_a_time(("key changes", self.current_user)):
             key = await self.owned_key(key_id)
             changes = properties_of(self.json_body(), KEY_PATCH)
-            others = await self.ctx.meter.others()
+            others = await service.others()
             if "name" in changes and changes["name"] is None:
                 raise ValidationError([error(["body", "name"], "Input should be a valid string", "string_type")])
             if "credit_limit" in changes and changes["credit_limit"] is None:
@@ -313,7 +261,7 @@ class KeyHandler(KeysBase):
             if "budget_epoch" in budget:
                 # Its document first, counting what the keys spent (calls in flight included, in every process):
                 # no key carries the run before it exists.
-                await self.ctx.meter.key_budgets.open_run(
+                await service.open_budget_run(
                     key["account_id"],
                     budget_id,
                     final["credit_limit"],
@@ -323,14 +271,11 @@ class KeyHandler(KeysBase):
                 )
             if budget:
                 # A change to the budget is a change for all its keys, in one statement.
-                for member in await self.ctx.keys.update_budget(key["account_id"], budget_id, budget, others):
-                    self.ctx.meter.key_changed(member)
-                    changed.append(member["key_id"])
-            doc = await self.ctx.keys.update(key["account_id"], key["key_id"], changes, others)
+                changed += await service.change_budget(key["account_id"], budget_id, budget, others)
+            doc = await service.update(key["account_id"], key["key_id"], changes, others)  # in force here at once
         if doc is None:
             raise ApiError(404, "Key not found")
-        self.ctx.meter.key_changed(doc)
-        await self.ctx.meter.in_force(changed)  # applied by every process before the answer (bounded)
+        await service.in_force(changed)  # applied by every process before the answer (bounded)
         await self._audit_edit(key, changes, budget)
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
 
@@ -364,62 +309,20 @@ class RollHandler(KeysBase):
         account_id = self.current_user
         # Under the lock PATCHes take: the new key copies the budget as the last change left it, and no change
         # decided before the new key exists can miss it.
-        async with self.ctx.keys.one_at_a_time(("key changes", account_id)):
+        service = self.ctx.key_service
+        async with service.one_at_a_time(("key changes", account_id)):
             old = await self.owned_key(key_id)
-            now = datetime.now(UTC)
-            if old["revoked"]:
-                raise ApiError(409, "A revoked key cannot be rolled")
-            if old.get("expires_at") is not None and old["expires_at"] <= now:
-                raise ApiError(409, "An expired key cannot be rolled")
-            if old.get("rolled_to") is not None:
-                raise ApiError(409, f"This key was rolled already; roll key {old['rolled_to']} instead")
-            async with self.ctx.keys.one_at_a_time(("create", account_id)):
-                secret, new = await self._roll(old, now, grace, await self.ctx.meter.others())
-        await self.ctx.meter.in_force([old["key_id"]])  # the old key's end, applied everywhere (bounded)
+            try:
+                secret, new = await service.roll(old, grace, self.member())
+            except Refused as exc:
+                raise ApiError(409, str(exc)) from None
+        await service.in_force([old["key_id"]])  # the old key's end, applied everywhere (bounded)
         self.log_fields["key_id"] = new["key_id"]
         await self.audit(
             "key.rolled", details={"key_id": old["key_id"], "new_key_id": new["key_id"], "grace_seconds": grace}
         )
         rows = {r["key_id"]: r for r in await self.rows(account_id)}
         self.send_json({**rows[new["key_id"]], "key": secret, "rolled_from": old["key_id"]})
-
-    async def _roll(self, old: dict, now: datetime, grace: int, others: list[str]) -> tuple[str, dict]:
-        """The new key, counted against the key cap with the old one while its grace lasts."""
-        account_id, most = old["account_id"], self.ctx.settings.max_keys_per_account
-        if grace and await self.ctx.keys.count_active(account_id) >= most:
-            raise ApiError(409, _ROLL_AT_CAP.format(most))
-        ends = now + timedelta(seconds=grace)
-        if old.get("expires_at") is not None and old["expires_at"] < ends:
-            ends = old["expires_at"]
-        if not grace:
-            await self._ends(old, {"expires_at": ends}, others)  # before the new key exists: never both at once
-        properties = {name: old.get(name) for name in PROPERTIES}
-        # The new key spends from the same budget: rolling does not grant a fresh one.
-        properties["budget_id"] = old.get("budget_id", old["key_id"])
-        properties["budget_epoch"] = old.get("budget_epoch")
-        secret, new = await issue(self.ctx, account_id, old["name"], properties, self.member())
-        # rolled_to: a rolled key is never revived (PATCH) nor rolled again.
-        ended = await self._ends(old, {"expires_at": ends, "rolled_to": new["key_id"]}, others)
-        if await self.ctx.keys.count_active(account_id, up_to=new["key_id"]) > most:
-            # Another process created or rolled at the same moment: the highest ids past the cap give way.
-            await self.ctx.keys.delete(new["key_id"])
-            await self._ends(old, {"expires_at": old.get("expires_at"), "rolled_to": None}, others)
-            raise ApiError(409, _ROLL_AT_CAP.format(most))
-        # A PATCH through another process may have changed the budget between the read and the insert: the
-        # new key takes the budget as it is now (a later PATCH finds it among the budget's keys).
-        current = {name: ended.get(name) for name in BUDGET_FIELDS} if ended else {}
-        if current and any(properties.get(name) != value for name, value in current.items()):
-            doc = await self.ctx.keys.update(account_id, new["key_id"], current, [])  # known nowhere else yet
-            if doc is not None:
-                self.ctx.meter.key_changed(doc)
-        return secret, new
-
-    async def _ends(self, old: dict, changes: dict, others: list[str]) -> dict | None:
-        """Changes the old key's end (and roll mark), in force here before the answer; the key as it is now."""
-        doc = await self.ctx.keys.update(old["account_id"], old["key_id"], changes, others)
-        if doc is not None:
-            self.ctx.meter.key_changed(doc)
-        return doc
 
 
 class RevealHandler(KeysBase):
@@ -431,7 +334,7 @@ class RevealHandler(KeysBase):
         if key["revoked"]:
             raise ApiError(410, "This key is revoked: its secret is no longer shown")
         await self.audit("key.revealed", details={"key_id": key["key_id"]})  # it hands out the secret
-        self.send_json({"key_id": key["key_id"], "key": self.ctx.vault.decrypt(key["sealed"], key["key_id"])})
+        self.send_json({"key_id": key["key_id"], "key": self.ctx.key_service.secret(key)})
 
 
 class RevokeHandler(KeysBase):
@@ -440,9 +343,7 @@ class RevokeHandler(KeysBase):
     @authenticated
     async def post(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
-        await self.ctx.keys.revoke(key["account_id"], key["key_id"], await self.ctx.meter.others())
-        self.ctx.meter.key_revoked(key["digest"])
-        await self.ctx.meter.in_force([key["key_id"]])  # and in every other process (bounded: Meter.in_force)
+        await self.ctx.key_service.revoke(key)  # here, and in every other process (bounded: Meter.in_force)
         if not key["revoked"]:  # revoking again changes nothing: no second entry
             await self.audit("key.revoked", details={"key_id": key["key_id"], "name": key["name"]})
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
@@ -458,13 +359,13 @@ class TopUpHandler(KeysBase):
             raise ApiError(403, "Direct top-ups are disabled in production; buy credits with a crypto payment")
         key = await self.owned_key(key_id)
         body = validate_body(self.json_body(), TOP_UP)
-        view = await self.ctx.meter.add_credits(key["account_id"], body["credits"], topup_credits=body["credits"])
+        view = await self.ctx.key_service.top_up(key["account_id"], body["credits"])
         await self.audit("credit.applied", details={"credits": body["credits"], "via": "development top-up"})
         self.send_json(
             {
                 "account_id": key["account_id"],
                 "credits_added": body["credits"],
-                "credits": await self.ctx.meter.balance(key["account_id"]),
+                "credits": await self.ctx.key_service.balance(key["account_id"]),
                 "plan": view.plan.name,
                 "qps_limit": view.plan.qps,
             }

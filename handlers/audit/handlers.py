@@ -12,7 +12,7 @@ import orjson
 from handlers.base import BaseHandler, admin_only, authenticated, dumps, timestamp
 from handlers.errors import ValidationError, error
 from handlers.validation import Field
-from storage.audit import ACTIONS, ACTOR_KINDS, cursor_id
+from services.audit import ACTIONS, ACTOR_KINDS, cursor_id
 
 EXPORT_CHUNK = 500  # entries per write + flush: an export is never held in memory
 CSV_COLUMNS = (
@@ -129,7 +129,7 @@ class AuditBase(BaseHandler):
         actor = None
         if self.admin_view:
             account_id, actor = self.query_arg(ACCOUNT), self.query_arg(ACTOR)
-        return self.ctx.audit.query(
+        return self.ctx.audit_service.query(
             account_id,
             actions,
             _moment(self.query_arg(SINCE)),
@@ -140,7 +140,7 @@ class AuditBase(BaseHandler):
 
     async def list(self, account_id: str | None) -> None:
         query = self.filters(account_id)
-        rows, more = await self.ctx.audit.page(query, cursor_id(self.query_arg(CURSOR)), self.query_arg(LIMIT))
+        rows, more = await self.ctx.audit_service.page(query, cursor_id(self.query_arg(CURSOR)), self.query_arg(LIMIT))
         self.send_json(
             {
                 "entries": [entry(r) for r in rows],
@@ -156,7 +156,7 @@ class AuditBase(BaseHandler):
         self.set_header("Content-Disposition", f'attachment; filename="audit-{datetime.now(UTC):%Y%m%d}.{fmt}"')
         chunk = [(",".join(CSV_COLUMNS) + "\n").encode()] if fmt == "csv" else [b"["]
         first = True
-        async for doc in self.ctx.audit.stream(query):
+        async for doc in self.ctx.audit_service.stream(query):
             if fmt == "csv":
                 chunk.append(_csv_line(doc))
             else:

@@ -1,59 +1,35 @@
-"""Operations: liveness, readiness, Prometheus metrics and the OpenAPI document (its interactive page: portal/pages.py)."""
+"""What operations read of a gateway process: readiness (the database, the upstream breaker, the usage buffer, a
+drain) and the gateway's own /metrics figures, gathered at scrape time from the counters the service keeps anyway.
 
-import hmac
+`ctx` is the gateway's Context (handlers/context.py): these read every part of the process, and nothing else."""
+
 import time
 
-import orjson
-import tornado.web
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from config import VERSION
-from handlers import openapi, openapi_operations, owner
-from handlers.base import ApiError, BaseHandler, NotFoundHandler
-from handlers.context import Context
-from runtime import scrape
 
 READY_TIMEOUT = 1.0  # seconds: a load balancer must learn quickly that the database is gone
 BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
 
 
-class HealthHandler(BaseHandler):
-    """The process is alive; touches nothing else."""
-
-    def get(self) -> None:
-        self.send_json({"status": "ok"})
-
-    head = get  # load balancers probe with HEAD too; Tornado sends the headers only
-
-
-class ReadyHandler(BaseHandler):
-    """Ready for traffic: database answers, upstream breaker closed, usage buffer under its bound, not draining."""
-
-    async def get(self) -> None:
-        ctx = self.ctx
-        database = await ctx.admin.ping(READY_TIMEOUT)
-        breaker = ctx.upstream.breaker.state
-        depth, bound = len(ctx.meter.buffer), ctx.meter.buffer.max_records
-        draining = ctx.stopping or ctx.draining
-        ready = database and breaker == "closed" and depth < bound and not draining
-        if not ready:
-            self.set_header("Retry-After", "1")  # every 503 says when to look again
-        self.send_json(
-            {
-                "status": "ready" if ready else "not ready",
-                "checks": {
-                    "database": "ok" if database else "unreachable",
-                    "upstream_breaker": breaker,
-                    "usage_buffer": {"depth": depth, "max": bound},
-                    "draining": draining,
-                },
-            },
-            200 if ready else 503,
-        )
-
-    head = get
+async def readiness(ctx) -> tuple[bool, dict]:
+    """Ready for traffic: database answers, upstream breaker closed, usage buffer under its bound, not draining;
+    and each check's state."""
+    database = await ctx.admin.ping(READY_TIMEOUT)
+    breaker = ctx.upstream.breaker.state
+    depth, bound = len(ctx.meter.buffer), ctx.meter.buffer.max_records
+    draining = ctx.stopping or ctx.draining
+    ready = database and breaker == "closed" and depth < bound and not draining
+    checks = {
+        "database": "ok" if database else "unreachable",
+        "upstream_breaker": breaker,
+        "usage_buffer": {"depth": depth, "max": bound},
+        "draining": draining,
+    }
+    return ready, checks
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
@@ -68,7 +44,7 @@ class GatewayCollector:
     """Reads, at scrape time, the counters the service keeps anyway: no work is added to the request path
     except the one latency observation in BaseHandler.on_finish."""
 
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx):
         self.ctx = ctx
 
     def collect(self):
@@ -254,82 +230,9 @@ class GatewayCollector:
         )
 
 
-class MetricsHandler(BaseHandler):
-    """Prometheus text format; needs `Authorization: Bearer METRICS_TOKEN` when that is set."""
-
-    async def get(self) -> None:
-        settings = self.ctx.settings
-        token = settings.metrics_token
-        if not token and settings.production and not settings.metrics_port:
-            # In production the figures (routes, volumes, cache ratios) are not for the public internet.
-            raise ApiError(401, "Set METRICS_TOKEN, or serve /metrics on METRICS_PORT", {"WWW-Authenticate": "Bearer"})
-        if token:
-            scheme, _, given = self.request.headers.get("Authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
-                raise ApiError(401, "Not authenticated", {"WWW-Authenticate": "Bearer"})
-        content_type, body = scrape.render(
-            await self.ctx.scrape.gather(registry(self.ctx)), self.request.headers.get("Accept", "")
-        )
-        self.set_header("Content-Type", content_type)
-        self.finish(body)
-
-
-class WorkerMetricsHandler(BaseHandler):
-    """One worker's own series, for the sibling answering a scrape (runtime/scrape.py); loopback only."""
-
-    def get(self) -> None:
-        given = self.request.headers.get(scrape.SECRET_HEADER, "")
-        if not self.ctx.scrape.secret or not hmac.compare_digest(given.encode(), self.ctx.scrape.secret.encode()):
-            raise ApiError(401, "Not authenticated")
-        self.set_header("Content-Type", "application/json")
-        self.finish(orjson.dumps(self.ctx.scrape.own(registry(self.ctx))))
-
-    def on_finish(self) -> None:
-        """A hand-over between workers, not a request to the service: neither counted nor logged."""
-
-
-def registry(ctx: Context) -> CollectorRegistry:
+def registry(ctx) -> CollectorRegistry:
     """This process's collectors: the gateway's figures and the process's own (CPU, memory, files)."""
     collectors = CollectorRegistry(auto_describe=False)
     collectors.register(GatewayCollector(ctx))
     ProcessCollector(registry=collectors)
     return collectors
-
-
-class OpenAPIHandler(BaseHandler):
-    """The OpenAPI 3.1.0 document of this application: each data endpoint once (/social), unless ?aliases=true."""
-
-    def get(self) -> None:
-        settings = self.ctx.settings
-        aliases = settings.twitter_alias and self.query_arg(openapi_operations.ALIASES)
-        self.finish(openapi.serialized(aliases, not settings.metrics_port))
-
-
-routes = [
-    (r"/healthz", HealthHandler),
-    (r"/readyz", ReadyHandler),
-    (r"/openapi\.json", OpenAPIHandler),
-]
-# On the main application only when METRICS_PORT is unset; otherwise on metrics_app's own port.
-metrics_routes = [(r"/metrics", MetricsHandler)]
-
-
-def metrics_app(ctx: Context) -> tornado.web.Application:
-    """The separate application serving /metrics alone on METRICS_PORT."""
-    return tornado.web.Application(
-        [(r"/metrics", MetricsHandler, {"ctx": ctx})],
-        default_handler_class=NotFoundHandler,
-        default_handler_args={"ctx": ctx},
-    )
-
-
-def peer_app(ctx: Context) -> tornado.web.Application:
-    """The loopback application through which a worker hands its series to the sibling answering a scrape, and
-    answers its siblings' calls for the cache keys it owns (handlers/owner.py)."""
-    return tornado.web.Application(
-        [(scrape.PEER_PATH, WorkerMetricsHandler, {"ctx": ctx})]
-        + [(path, handler, {"ctx": ctx}) for path, handler in owner.routes],  # the answer cache's owner link
-        default_handler_class=NotFoundHandler,
-        default_handler_args={"ctx": ctx},
-        log_function=lambda handler: None,
-    )

@@ -1,5 +1,5 @@
 """The admin console's account actions: one account's detail, a credit or debit with a reason, suspend and resume.
-Admins only (401 without a session, 403 for everyone else); each action writes the audit log (storage/audit.py).
+Admins only (401 without a session, 403 for everyone else); each action writes the audit log (BaseHandler.audit).
 
 Credits and debits go to the ledger the way payments do: one atomic write of the account's unleased balance that
 records its id in `applied_credits` (storage/accounts.py), so a repeat with the same Idempotency-Key changes it once,
@@ -9,11 +9,11 @@ processes are spent by calls in flight, and taking them would let a balance go b
 
 from bson import ObjectId
 
-from handlers.audit import entry
+from handlers.audit.handlers import entry
 from handlers.base import ApiError, admin_only
 from handlers.errors import ValidationError, error
 from handlers.idempotent import idempotency_key, idempotent
-from handlers.keys import CREDITS, KeysBase
+from handlers.keys.handlers import CREDITS, KeysBase
 from handlers.members import member_view
 from handlers.validation import Field, validate_body
 from payments.service import view as order_view
@@ -34,18 +34,18 @@ RESUME = [Field("reason", str, required=False, max_length=500, description="Why,
 
 class AccountAdminBase(KeysBase):
     async def target(self, account_id: str) -> dict:
-        account = await self.ctx.accounts.get(account_id)
+        account = await self.ctx.admin_service.account(account_id)
         if account is None:
             raise ApiError(404, "Account not found")
         return account
 
     async def summary(self, account: dict) -> dict:
-        view = await self.ctx.meter.account_view(account["_id"])
+        view = await self.ctx.admin_service.view(account["_id"])
         return {
             "account_id": account["_id"],
             "email": account["email"],
             "created_at": account["created_at"],
-            "credits": await self.ctx.meter.balance(account["_id"]),
+            "credits": await self.ctx.admin_service.balance(account["_id"]),
             "plan": view.plan.name,
             "total_paid_usd": round(account.get("paid_usd", 0.0), 2),
             "is_admin": bool(account.get("is_admin")),
@@ -65,18 +65,14 @@ class AccountDetailHandler(AccountAdminBase):
 
     @admin_only
     async def get(self, account_id: str) -> None:
-        ctx = self.ctx
         account = await self.target(account_id)
-        orders = await ctx.payments.orders.for_account(account_id, RECENT)
-        calls = await ctx.meter.reads.recent(account_id, account["created_at"], RECENT)
-        audit, _ = await ctx.audit.page(ctx.audit.query(account_id), None, RECENT)
-        members = await ctx.members.of_account(account_id)
-        sign_ins = await ctx.accounts.sign_ins([m["person_id"] for m in members])
+        found = await self.ctx.admin_service.detail(account, RECENT)
+        sign_ins = found["sign_ins"]
         self.send_json(
             {
                 **await self.summary(account),
                 "keys": await self.rows(account_id, limit=RECENT),
-                "orders": [order_view(o) for o in orders],
+                "orders": [order_view(o) for o in found["orders"]],
                 "recent_calls": [
                     {
                         "timestamp": r["ts"],
@@ -86,10 +82,10 @@ class AccountDetailHandler(AccountAdminBase):
                         "key_id": r["key_id"],
                         "request_id": r["request_id"],
                     }
-                    for r in calls
+                    for r in found["calls"]
                 ],
-                "audit": [entry(doc) for doc in audit],
-                "members": [member_view(m, sign_ins.get(m["person_id"])) for m in members],
+                "audit": [entry(doc) for doc in found["audit"]],
+                "members": [member_view(m, sign_ins.get(m["person_id"])) for m in found["members"]],
             }
         )
 
@@ -102,7 +98,7 @@ class CreditHandler(AccountAdminBase):
     async def post(self, account_id: str) -> None:
         body = validate_body(self.json_body(), ADJUST)
         await self.target(account_id)
-        await self.ctx.meter.apply_credit(account_id, self.adjustment_id("credit"), body["credits"], 0.0)
+        await self.ctx.admin_service.credit(account_id, self.adjustment_id("credit"), body["credits"])
         details = {"credits": body["credits"], "reason": body["reason"]}
         await self.audit("admin.credit", account_id=account_id, details=details, admin=True)
         account = await self.target(account_id)
@@ -117,7 +113,7 @@ class DebitHandler(AccountAdminBase):
     async def post(self, account_id: str) -> None:
         body = validate_body(self.json_body(), ADJUST)
         await self.target(account_id)
-        outcome, doc = await self.ctx.meter.apply_debit(account_id, self.adjustment_id("debit"), body["credits"])
+        outcome, doc = await self.ctx.admin_service.debit(account_id, self.adjustment_id("debit"), body["credits"])
         if outcome == "missing":
             raise ApiError(404, "Account not found")
         if outcome == "short":
@@ -146,16 +142,10 @@ class SuspendHandler(AccountAdminBase):
         body = validate_body(self.json_body(), SUSPEND if self.suspend else RESUME)
         await self.target(account_id)
         reason = body.get("reason")
-        doc = await self.ctx.accounts.set_suspended(account_id, (reason or "suspended") if self.suspend else None)
+        # In force here at once, elsewhere through coherence; the account's stream rules stop or resume with it.
+        doc = await self.ctx.admin_service.suspend(account_id, (reason or "suspended") if self.suspend else None)
         if doc is None:
             raise ApiError(404, "Account not found")
-        self.ctx.meter.account_changed(account_id, doc)  # here at once; elsewhere through coherence
-        # Its rules stop polling on every process (the claim takes only active ones) and resume as they were;
-        # its sockets are closed by each process's Hub.watch.
-        if self.suspend:
-            await self.ctx.stream_store.suspend(account_id)
-        elif await self.ctx.stream_store.resume(account_id):
-            self.ctx.poller.nudge()
         action = "admin.suspend" if self.suspend else "admin.resume"
         await self.audit(action, account_id=account_id, details={"reason": reason}, admin=True)
         self.send_json(await self.summary(doc))

@@ -38,7 +38,7 @@ class BillingBase(BaseHandler):
     async def owned_order(self, order_id: str) -> dict:
         """The caller's order; another account's order or an unknown id is 404 (no existence oracle)."""
         account_id = self.current_user
-        order = await self.ctx.payments.orders.owned(account_id, order_id) if ORDER_ID.fullmatch(order_id) else None
+        order = await self.ctx.payments.order_of(account_id, order_id) if ORDER_ID.fullmatch(order_id) else None
         if order is None:
             raise ApiError(404, "Order not found")
         return order
@@ -81,7 +81,7 @@ class CheckoutHandler(BillingBase):
             raise ApiError(429, "Too many checkouts; retry later", {"Retry-After": str(wait)})
         try:
             most = self.ctx.settings.max_open_orders
-            if await payments.orders.count_open(account_id, datetime.now(UTC)) >= most:
+            if await payments.open_orders(account_id, datetime.now(UTC)) >= most:
                 raise ApiError(
                     429,
                     f"This account already has {most} unpaid orders (MAX_OPEN_ORDERS); pay one or wait until it expires",
@@ -104,7 +104,7 @@ class OrdersHandler(BillingBase):
 
     @authenticated
     async def get(self) -> None:
-        orders = await self.ctx.payments.orders.for_account(self.current_user, self.query_arg(ORDERS_LIMIT))
+        orders = await self.ctx.payments.orders_of(self.current_user, self.query_arg(ORDERS_LIMIT))
         self.send_json([view(o) for o in orders])
 
 

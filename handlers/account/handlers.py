@@ -11,7 +11,7 @@ import orjson
 from handlers.base import BaseHandler, authenticated, timestamp
 from handlers.errors import ValidationError, error
 from handlers.validation import Field
-from storage.usage import log_order
+from services.account import log_order
 
 GROUPS = {"day": "day", "endpoint": "endpoint", "key": "key_id"}  # group_by value -> row field
 EXPORT_COLUMNS = ("timestamp", "key_id", "endpoint", "status", "credits", "request_id", "replay_of")
@@ -42,12 +42,13 @@ class AccountHandler(BaseHandler):
     @authenticated
     async def get(self) -> None:
         account = await self.current_account()
-        view = await self.ctx.meter.account_view(account["_id"])
+        service = self.ctx.account_service
+        view = await service.view(account["_id"])
         self.send_json(
             {
                 "account_id": account["_id"],
                 "email": account["email"],
-                "credits": await self.ctx.meter.balance(account["_id"], account),
+                "credits": await service.balance(account["_id"], account),
                 "plan": view.plan.name,
                 "qps_limit": view.plan.qps,  # per key
                 "account_qps_limit": view.plan.account_qps,  # all the account's keys together
@@ -65,7 +66,7 @@ class UsageHandler(BaseHandler):
     @authenticated
     async def get(self) -> None:
         since = datetime.now(UTC) - timedelta(days=self.query_arg(DAYS))
-        records = await self.ctx.meter.reads.recent(self.current_user, since, self.query_arg(LIMIT))
+        records = await self.ctx.account_service.recent(self.current_user, since, self.query_arg(LIMIT))
         self.send_json(
             [
                 {
@@ -99,7 +100,7 @@ class UsageSummaryHandler(BaseHandler):
             raise ValidationError([error(["query", "group_by"], "Input should be 'day', 'endpoint' or 'key'", "enum")])
         fields = tuple(dict.fromkeys(GROUPS[n] for n in names or ["day"]))
         since_day = (datetime.now(UTC).date() - timedelta(days=days - 1)).isoformat()
-        sums = await self.ctx.meter.reads.summary(account_id, since_day, fields)
+        sums = await self.ctx.account_service.summary(account_id, since_day, fields)
         rows = [
             {**dict(zip(fields, group, strict=True)), "calls": n, "credits": c, "errors": x}
             for group, (n, c, x) in sums.items()
@@ -107,7 +108,7 @@ class UsageSummaryHandler(BaseHandler):
         if fields == ("endpoint",):
             # Per endpoint alone: the provider's answer times too (forwarded calls; null where there were none).
             since = datetime.combine(date.fromisoformat(since_day), time.min, UTC)
-            latency = await self.ctx.meter.reads.latency(account_id, since)
+            latency = await self.ctx.account_service.latency(account_id, since)
             none = {"p50_ms": None, "p95_ms": None, "samples": 0}
             rows = [{**r, **latency.get(r["endpoint"], none)} for r in rows]
         # Newest day first; within a day (or without days) the biggest spend first.
@@ -217,7 +218,7 @@ class UsageLogHandler(BaseHandler):
         if after is not None:
             until = min(until, after[0] + timedelta(milliseconds=1))  # the match does the exact cut
         # One more than asked: whether a next page exists, without a count of the whole period.
-        page = await self.ctx.meter.reads.log(self.current_user, since, until, match, limit + 1)
+        page = await self.ctx.account_service.log(self.current_user, since, until, match, limit + 1)
         more = len(page) > limit
         page = page[:limit]
         self.send_json(
@@ -257,22 +258,17 @@ class UsageExportHandler(BaseHandler):
         until = datetime.now(UTC)
         # The same UTC days as /usage/summary (today included), so an export adds up to the summary.
         since = datetime.combine(until.date() - timedelta(days=days - 1), time.min, UTC)
-        # What this process has not written yet: exported from memory, and skipped if a flush writes it
-        # while the stored records stream (each record exactly once).
-        buffered = self.ctx.meter.buffer.for_account(account_id)
-        skip = {r["_id"] for r in buffered}
         self.set_header("Content-Type", FORMATS[fmt])
         name = f"usage-{since:%Y%m%d}-{until:%Y%m%d}.{fmt}"
         self.set_header("Content-Disposition", f'attachment; filename="{name}"')
         chunk = [(",".join(EXPORT_COLUMNS) + "\n").encode()] if fmt == "csv" else []
-        async for record in self.ctx.usage.stream(account_id, since, until):
-            if record["id"] not in skip:
-                chunk.append(_line(fmt, record["ts"], record))
-                if len(chunk) >= EXPORT_CHUNK:
-                    self.write(b"".join(chunk))
-                    chunk = []
-                    await self.flush()  # waits for the client: a slow reader slows the read, not memory
-        chunk.extend(_line(fmt, r["ts"], r) for r in buffered if since <= r["ts"] <= until)
+        # Stored records, then what this process has not written yet (each record exactly once).
+        async for record in self.ctx.account_service.export(account_id, since, until):
+            chunk.append(_line(fmt, record["ts"], record))
+            if len(chunk) >= EXPORT_CHUNK:
+                self.write(b"".join(chunk))
+                chunk = []
+                await self.flush()  # waits for the client: a slow reader slows the read, not memory
         self.finish(b"".join(chunk))
 
 

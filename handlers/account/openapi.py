@@ -1,0 +1,145 @@
+"""The account and usage area's part of the OpenAPI document: its operations (each with its least role) and
+schemas, the query parameters being the very `Field` declarations handlers/account/handlers.py validates with."""
+
+from handlers.account import handlers as account
+from handlers.openapi_operations import Operation
+from handlers.openapi_schema import TIME, B, I, N, S, array, nullable, obj, query, query_param, ref
+from security import roles
+
+# A repeat answered with the first answer to its Idempotency-Key: a record of its own, 0 credits.
+REPLAY_OF = nullable({"type": "string", "description": "The first call's request_id, for a replay (Idempotency-Key)"})
+
+OPERATIONS: list[Operation] = [
+    Operation("get", "/account", "Credit balance and plan", "account", ref("Account"), role=roles.VIEWER),
+    Operation(
+        "get",
+        "/usage",
+        "Per-call history, newest first",
+        "account",
+        array(ref("UsageRecord")),
+        params=(query_param(account.DAYS), query_param(account.LIMIT)),
+        errors=(401, 422),
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "get",
+        "/usage/summary",
+        "Calls, credits and errors per UTC day, endpoint and/or key (stored and buffered), newest first",
+        "account",
+        array(ref("UsageSummaryRow")),
+        params=(
+            query_param(account.PERIOD_DAYS),
+            {
+                "name": "group_by",
+                "in": "query",
+                "required": False,
+                "schema": array({"enum": list(account.GROUPS)}),
+                "style": "form",
+                "explode": True,
+                "description": "Repeat it or separate with commas to group by several; default day",
+            },
+        ),
+        errors=(401, 422),
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "get",
+        "/usage/log",
+        "The request log: calls filtered by key, endpoint, status, time or request id, newest first, paged",
+        "account",
+        ref("UsageLogPage"),
+        params=tuple(query_param(f) for f in account.LOG_FIELDS),
+        errors=(401, 422),
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "get",
+        "/usage/export",
+        "Every call of the period, one row each, streamed as CSV (with a header line) or JSON lines",
+        "account",
+        ref("UsageExportRow"),
+        params=(
+            query_param(account.PERIOD_DAYS),
+            query("format", {"enum": list(account.FORMATS), "default": "csv"}, account.FORMAT.description),
+        ),
+        errors=(401, 422),
+        media="text/csv",
+        also=("application/x-ndjson",),
+        headers={
+            "Content-Disposition": {
+                "schema": S,
+                "description": 'attachment; filename="usage-<from>-<to>.<format>"',
+            }
+        },
+        role=roles.VIEWER,
+    ),
+]
+
+SCHEMAS: dict = {
+    "Account": obj(
+        ("account_id", "credits", "plan", "qps_limit", "account_qps_limit", "max_keys"),
+        account_id=S,
+        email=S,
+        credits=I,
+        plan=S,
+        qps_limit=N,
+        account_qps_limit={"type": "number", "description": "Calls per second of all the account's keys together"},
+        max_keys={"type": "integer", "description": "Active keys the account may hold"},
+        total_paid_usd=N,
+        credits_per_usd=I,
+        created_at=TIME,
+    ),
+    "UsageRecord": obj(
+        ("endpoint", "timestamp", "credits", "status"),
+        endpoint=S,
+        timestamp=TIME,
+        credits=I,
+        status=I,
+        key_id=I,
+        request_id=S,
+        replay_of=REPLAY_OF,
+        cache=nullable(
+            {
+                "type": "string",
+                "enum": ["hit", "miss", "coalesced", "stale"],
+                "description": "How the answer cache answered the data call (X-Cache); null: not a data call's answer",
+            }
+        ),
+        credits_saved={"type": "integer", "description": "Credits a cached answer (hit, stale) was not charged"},
+    ),
+    "UsageSummaryRow": obj(
+        ("calls", "credits", "errors"),
+        day={"type": "string", "format": "date", "description": "UTC day (when grouped by day)"},
+        endpoint={"type": "string", "description": "Data route, e.g. /social/user/info (when grouped by endpoint)"},
+        key_id={"type": "integer", "description": "When grouped by key"},
+        calls=I,
+        credits=I,
+        errors={"type": "integer", "description": "Calls answered with a status other than 2xx"},
+        p50_ms=nullable({"type": "number", "description": "group_by=endpoint alone: median provider answer time"}),
+        p95_ms=nullable({"type": "number", "description": "group_by=endpoint alone: 95th percentile, ms"}),
+        samples={"type": "integer", "description": "group_by=endpoint alone: forwarded calls timed"},
+    ),
+    "UsageLogPage": obj(
+        ("records", "has_next_page", "next_cursor"),
+        records=array(
+            {
+                "allOf": [
+                    ref("UsageRecord"),
+                    obj((), upstream_ms=nullable({"type": "number", "description": "Provider answer ms; null: none"})),
+                ]
+            }
+        ),
+        has_next_page=B,
+        next_cursor={"type": "string", "description": "Pass as cursor for the next page; empty on the last"},
+    ),
+    "UsageExportRow": obj(
+        ("timestamp", "key_id", "endpoint", "status", "credits", "request_id", "replay_of"),
+        timestamp=TIME,
+        key_id=I,
+        endpoint=S,
+        status=I,
+        credits=I,
+        request_id=S,
+        replay_of=REPLAY_OF,
+    ),
+}

@@ -1,0 +1,6 @@
+"""The admin console: metrics and the accounts list (metrics.py), one account's detail and actions (accounts.py),
+and their part of the OpenAPI document (openapi.py)."""
+
+from handlers.admin import accounts, metrics
+
+routes = metrics.routes + accounts.routes

@@ -1,0 +1,192 @@
+"""The admin area's part of the OpenAPI document (metrics, the accounts list, one account's detail and actions):
+its operations and schemas, the parameters and bodies being the `Field` declarations of handlers/admin/."""
+
+from handlers.admin import accounts, metrics
+from handlers.openapi_operations import Operation
+from handlers.openapi_schema import TIME, B, I, N, S, array, body_schema, nullable, obj, path_param, query_param, ref
+from security import roles
+
+ACCOUNT_ID = path_param("account_id", S, "The account's id")
+
+OPERATIONS: list[Operation] = [
+    Operation(
+        "get",
+        "/admin/metrics",
+        "Per-day series and totals for the window (admins only)",
+        "admin",
+        ref("AdminMetrics"),
+        params=(query_param(metrics.DAYS), query_param(metrics.INCLUDE_INTERNAL)),
+        errors=(401, 403, 422),
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "get",
+        "/admin/users",
+        "One row per account, newest signup first (admins only)",
+        "admin",
+        ref("AdminUsersPage"),
+        params=tuple(
+            query_param(f) for f in (metrics.INCLUDE_INTERNAL, metrics.SEARCH, metrics.USERS_LIMIT, metrics.CURSOR)
+        ),
+        errors=(401, 403, 422),
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "get",
+        "/admin/accounts/{account_id}",
+        "One account: balance, plan, keys, orders, recent calls and audit entries (admins only)",
+        "admin",
+        ref("AdminAccountDetail"),
+        params=(ACCOUNT_ID,),
+        errors=(401, 403, 404),
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "post",
+        "/admin/accounts/{account_id}/credit",
+        "Add credits, with a reason (ledger and audit log; the plan does not change)",
+        "admin",
+        ref("AdminAccount"),
+        params=(ACCOUNT_ID,),
+        body="AdminAdjust",
+        errors=(401, 403, 404, 413, 422),
+        idempotent=True,
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "post",
+        "/admin/accounts/{account_id}/debit",
+        "Take credits, with a reason; 409 past the unleased balance (never below zero)",
+        "admin",
+        ref("AdminAccount"),
+        params=(ACCOUNT_ID,),
+        body="AdminAdjust",
+        errors=(401, 403, 404, 409, 413, 422),
+        idempotent=True,
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "post",
+        "/admin/accounts/{account_id}/suspend",
+        "Suspend the account: its keys answer 403 on every process (within a second)",
+        "admin",
+        ref("AdminAccount"),
+        params=(ACCOUNT_ID,),
+        body="AdminSuspend",
+        errors=(401, 403, 404, 413, 422),
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "post",
+        "/admin/accounts/{account_id}/resume",
+        "Resume a suspended account",
+        "admin",
+        ref("AdminAccount"),
+        params=(ACCOUNT_ID,),
+        body="AdminResume",
+        body_required=False,
+        errors=(401, 403, 404, 413, 422),
+        role=roles.VIEWER,
+    ),
+]
+
+SCHEMAS: dict = {
+    "StatusClasses": obj((), **{name: I for name in ("2xx", "3xx", "4xx", "5xx")}),
+    "EndpointTotal": obj(("endpoint", "calls", "credits"), endpoint=S, calls=I, credits=I),
+    "MetricsDay": obj(
+        ("date", "calls"),
+        date={"type": "string", "format": "date"},
+        signups=I,
+        active_accounts=I,
+        calls=I,
+        calls_by_status=ref("StatusClasses"),
+        credits_spent=I,
+        revenue_usd=N,
+    ),
+    "AdminMetrics": obj(
+        ("window", "totals", "series", "top_endpoints", "upstream"),
+        window=obj(
+            (),
+            days=I,
+            include_internal=B,
+            **{"from": {"type": "string", "format": "date"}, "to": {"type": "string", "format": "date"}},
+        ),
+        totals=obj(
+            (),
+            signups=I,
+            active_accounts=I,
+            calls=I,
+            calls_by_status=ref("StatusClasses"),
+            credits_spent=I,
+            revenue_usd=N,
+        ),
+        series=array(ref("MetricsDay")),
+        top_endpoints=obj((), by_calls=array(ref("EndpointTotal")), by_credits=array(ref("EndpointTotal"))),
+        upstream=obj(
+            (),
+            calls=I,
+            errors=I,
+            error_rate=N,
+            latency_ms=obj((), p50=nullable(N), p90=nullable(N), p99=nullable(N), samples=I, scope=S),
+        ),
+        rolled_up_until=nullable(TIME),
+        generated_at=TIME,
+    ),
+    "AdminUser": obj(
+        ("account_id", "email", "created_at"),
+        account_id=S,
+        email=S,
+        created_at=TIME,
+        keys=obj((), active=I, revoked=I),
+        calls=I,
+        credits_spent=I,
+        total_paid_usd=N,
+        balance=I,
+        first_touch_source=nullable(S),
+        last_activity=nullable(TIME),
+        is_admin=B,
+        internal=B,
+        suspended=B,
+    ),
+    "AdminUsersPage": obj(
+        ("users", "has_next_page", "next_cursor"),
+        users=array(ref("AdminUser")),
+        has_next_page=B,
+        next_cursor=S,
+        internal_hidden={
+            "type": "integer",
+            "description": "Admin and internal accounts left out (include_internal=false): what an empty page hides",
+        },
+    ),
+    "AdminAccount": obj(
+        ("account_id", "email", "credits", "plan", "suspended"),
+        account_id=S,
+        email=S,
+        created_at=TIME,
+        credits={"type": "integer", "description": "The balance, leases included"},
+        plan=S,
+        total_paid_usd=N,
+        is_admin=B,
+        internal=B,
+        suspended={"type": "boolean", "description": "Its keys answer 403 on every process"},
+        suspended_reason=nullable(S),
+        credited={"type": "integer", "description": "After a credit: the credits added"},
+        debited={"type": "integer", "description": "After a debit: the credits taken"},
+    ),
+    "AdminAccountDetail": {
+        "allOf": [
+            ref("AdminAccount"),
+            obj(
+                ("keys", "orders", "recent_calls", "audit", "members"),
+                keys=array(ref("Key")),
+                orders=array(ref("Order")),
+                recent_calls=array(ref("UsageRecord")),
+                audit=array({"type": "object", "description": "Audit-log entries, newest first"}),
+                members=array(ref("Member")),
+            ),
+        ]
+    },
+    "AdminAdjust": body_schema(accounts.ADJUST),
+    "AdminSuspend": body_schema(accounts.SUSPEND),
+    "AdminResume": body_schema(accounts.RESUME),
+}

@@ -1,0 +1,129 @@
+"""The billing area's part of the OpenAPI document (crypto top-ups): its operations (each with its least role)
+and schemas, the request bodies being the very `Field` declarations handlers/billing/handlers.py validates with."""
+
+from handlers.billing import handlers as billing
+from handlers.openapi_operations import Operation
+from handlers.openapi_schema import TIME, I, N, S, array, body_schema, obj, path_param, query_param, ref
+from security import roles
+
+BILLING = "/billing/crypto"
+
+OPERATIONS: list[Operation] = [
+    Operation(
+        "get",
+        f"{BILLING}/config",
+        "Accepted currencies with their minimum order (public)",
+        "billing",
+        ref("BillingConfig"),
+        security=None,
+        errors=(),
+    ),
+    Operation(
+        "post",
+        f"{BILLING}/checkout",
+        "Create a top-up order; returns the payment address",
+        "billing",
+        ref("Order"),
+        body="Checkout",
+        errors=(401, 413, 422, 429, 502, 503),
+        idempotent=True,
+        role=roles.BILLING,
+        links={"GetOrder": ("get_billing_crypto_orders_order_id", "order_id")},
+    ),
+    Operation(
+        "get",
+        f"{BILLING}/orders",
+        "The account's orders, newest first",
+        "billing",
+        array(ref("Order")),
+        params=(query_param(billing.ORDERS_LIMIT),),
+        errors=(401, 422),
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "get",
+        f"{BILLING}/orders/{{order_id}}",
+        "One order with amounts received and credits applied",
+        "billing",
+        ref("Order"),
+        params=(path_param("order_id", S),),
+        errors=(401, 404),
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "get",
+        f"{BILLING}/orders/{{order_id}}/qr",
+        "A QR code (SVG) of the order's payment_uri",
+        "billing",
+        {"type": "string"},
+        params=(path_param("order_id", S),),
+        errors=(401, 404),
+        media="image/svg+xml",
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "post",
+        f"{BILLING}/ipn",
+        "The payment processor's signed notification",
+        "billing",
+        obj(("status",), status={"enum": ["ok", "ignored"]}),
+        security=None,
+        params=(
+            {
+                "name": "x-nowpayments-sig",
+                "in": "header",
+                "required": True,
+                "schema": S,
+                "description": "Hex HMAC-SHA512 of the sorted JSON body",
+            },
+        ),
+        body=None,
+        errors=(401, 503),
+    ),
+    Operation(
+        "post",
+        f"{BILLING}/sandbox/pay",
+        "Send a simulated payment to an order (development only)",
+        "billing",
+        obj(("tx", "order"), tx={"type": "object"}, order=ref("Order")),
+        body="SandboxPay",
+        errors=(401, 404, 409, 413, 422),
+        role=roles.BILLING,
+    ),
+    Operation(
+        "post",
+        f"{BILLING}/sandbox/confirm",
+        "Confirm an order's pending simulated payments (development only)",
+        "billing",
+        obj(("confirmed_payments", "order"), confirmed_payments=I, order=ref("Order")),
+        body="SandboxConfirm",
+        errors=(401, 404, 409, 413, 422),
+        role=roles.BILLING,
+    ),
+]
+
+SCHEMAS: dict = {
+    "Currency": obj(("code", "min_usd"), code=S, name=S, network=S, min_usd=N),
+    "BillingConfig": obj(("currencies",), currencies=array(ref("Currency")), credits_per_usd=I),
+    "Checkout": body_schema(billing.CHECKOUT),
+    "Amount": obj(("amount", "usd"), amount=N, usd=N),
+    "Order": obj(
+        ("order_id", "status", "credits_applied"),
+        order_id=S,
+        status=S,
+        pay_address=S,
+        pay_currency=S,
+        pay_amount=N,
+        payment_uri={"type": "string", "description": "network:address?amount=coins, what a wallet scans"},
+        price_usd=N,
+        credits_expected=I,
+        created_at=TIME,
+        expires_at=TIME,
+        updated_at=TIME,
+        amount_received=ref("Amount"),
+        amount_confirmed=ref("Amount"),
+        credits_applied=I,
+    ),
+    "SandboxPay": body_schema(billing.SANDBOX_PAY),
+    "SandboxConfirm": body_schema(billing.SANDBOX_CONFIRM),
+}
