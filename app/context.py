@@ -21,6 +21,7 @@ from runtime.metrics import Metrics
 from security import passwords
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
+from services.alerts import Alerts
 from social.pool import InFlight
 from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database
@@ -129,6 +130,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         stream_store, meter.key_cache, meter.account_cache, metrics, settings.stream_ping_seconds, leases.process_id
     )
     poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, calls, owner=leases.process_id)
+    limits = Limits(db)
     return Context(
         settings=settings,
         client=client,
@@ -173,7 +175,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         outbox=outbox,
         alerts=detector,
         signin=SignInStore(db),
-        limits=Limits(db),
+        limits=limits,
         audit=audit,
         stream_store=stream_store,
         streams=Manager(settings, stream_store, prices, poller.nudge),
@@ -181,4 +183,5 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         poller=poller,
         calls=calls,
         expiry=expiry,
+        alert_service=Alerts(settings, alert_store, webhook_store, limits, outbox, detector, vault),
     )

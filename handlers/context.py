@@ -21,6 +21,7 @@ from runtime.metrics import Metrics
 from runtime.scrape import Scrape
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle, SlidingWindows
+from services.alerts import Alerts
 from social.pool import InFlight
 from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
@@ -81,6 +82,7 @@ class Context:
     poller: Poller  # the poll scheduler (streams/poller.py)
     calls: Calls  # the charged data call and the answer cache (accounting/charged.py), data calls and polls alike
     expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
+    alert_service: Alerts  # alert rules and webhook endpoints (services/alerts.py)
     # Wrong second-factor codes per account, in this process (handlers/twofactor.py): 5 per 5 minutes.
     second_factor: SlidingWindows = field(default_factory=lambda: SlidingWindows(5, 300.0, 100_000))
     stopping: bool = False  # set when a drain starts: readiness says draining (calls are still answered)

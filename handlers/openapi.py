@@ -11,20 +11,27 @@ import re
 
 import orjson
 
-from handlers.openapi_alerts import ALERT_OPERATIONS, ALERT_SCHEMAS
+from handlers.alerts import openapi as alerts
 from handlers.openapi_components import SCHEMAS
 from handlers.openapi_members import MEMBER_OPERATIONS, MEMBER_SCHEMAS
 from handlers.openapi_operations import OPERATIONS
 from handlers.openapi_paths import data_operation, portal_operation
 from handlers.openapi_security import SECURITY_OPERATIONS, SECURITY_SCHEMAS
 from handlers.openapi_streams import STREAM_OPERATIONS, STREAM_SCHEMAS, socket_operations
+from handlers.sandbox import openapi as sandbox
 from security import roles
 from social.endpoints import ENDPOINTS
 
 VERSION = "0.1.0"
 
 
-PORTAL_OPERATIONS = OPERATIONS + ALERT_OPERATIONS + SECURITY_OPERATIONS + STREAM_OPERATIONS + MEMBER_OPERATIONS
+# The areas that keep their part of the document beside their handlers (handlers/<area>/openapi.py): each has its
+# OPERATIONS and the SCHEMAS they name.
+AREAS = (sandbox, alerts)
+AREA_OPERATIONS = [op for area in AREAS for op in area.OPERATIONS]
+AREA_SCHEMAS = {name: schema for area in AREAS for name, schema in area.SCHEMAS.items()}
+PORTAL_OPERATIONS = OPERATIONS + SECURITY_OPERATIONS + STREAM_OPERATIONS + MEMBER_OPERATIONS
+PORTAL_OPERATIONS += AREA_OPERATIONS
 
 
 def route_operations(rules: list) -> dict:
@@ -87,7 +94,7 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
         # cannot do from this and the operations' declarations, the very ones the server enforces.
         "x-role-grants": {least: [r for r in roles.ROLES if r in members] for least, members in roles.GRANTS.items()},
         "components": {
-            "schemas": {**SCHEMAS, **ALERT_SCHEMAS, **SECURITY_SCHEMAS, **STREAM_SCHEMAS, **MEMBER_SCHEMAS},
+            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS, **STREAM_SCHEMAS, **MEMBER_SCHEMAS} | AREA_SCHEMAS,
             "securitySchemes": {
                 "bearerAuth": {
                     "type": "http",

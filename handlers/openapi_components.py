@@ -364,18 +364,6 @@ SCHEMAS: dict = {
         status={"enum": ["ready", "not ready"]},
         checks=obj((), database=S, upstream_breaker=S, draining=B, usage_buffer=obj((), depth=I, max=I)),
     ),
-    "Catalog": obj(
-        ("users",),
-        users=array(obj(("userName", "id"), userName=S, id=S)),
-        tweets=array(S),
-        lists=array(S),
-        empty_lists=array(S),
-        communities=array(S),
-        spaces=array(S),
-        big_accounts=array(S),
-        live_users=array(S),
-        articles=array(S),
-    ),
     # --- data ----------------------------------------------------------------------------------------
     "User": obj(
         ("type", "id", "userName"),

@@ -435,15 +435,6 @@ OPERATIONS: list[Operation] = [
     Operation("get", "/healthz", "The process is alive", "operations", ref("Health"), security=None, errors=()),
     Operation(
         "get",
-        "/sandbox/catalog",
-        "Development only: valid ids of the sandbox upstream's world (404 in production)",
-        "operations",
-        ref("Catalog"),
-        security=None,
-        errors=(404, 502),
-    ),
-    Operation(
-        "get",
         "/readyz",
         "Database reachable, upstream breaker closed, usage buffer under its bound",
         "operations",

@@ -1,0 +1,1 @@
+"""Services: what the handlers call; each owns one area's rules over the stores below."""
