@@ -17,8 +17,8 @@ from handlers.openapi_members import MEMBER_OPERATIONS, MEMBER_SCHEMAS
 from handlers.openapi_operations import OPERATIONS
 from handlers.openapi_paths import data_operation, portal_operation
 from handlers.openapi_security import SECURITY_OPERATIONS, SECURITY_SCHEMAS
-from handlers.openapi_streams import STREAM_OPERATIONS, STREAM_SCHEMAS, socket_operations
 from handlers.sandbox import openapi as sandbox
+from handlers.streams import openapi as streams
 from security import roles
 from social.endpoints import ENDPOINTS
 
@@ -27,10 +27,10 @@ VERSION = "0.1.0"
 
 # The areas that keep their part of the document beside their handlers (handlers/<area>/openapi.py): each has its
 # OPERATIONS and the SCHEMAS they name.
-AREAS = (sandbox, alerts)
+AREAS = (sandbox, alerts, streams)
 AREA_OPERATIONS = [op for area in AREAS for op in area.OPERATIONS]
 AREA_SCHEMAS = {name: schema for area in AREAS for name, schema in area.SCHEMAS.items()}
-PORTAL_OPERATIONS = OPERATIONS + SECURITY_OPERATIONS + STREAM_OPERATIONS + MEMBER_OPERATIONS
+PORTAL_OPERATIONS = OPERATIONS + SECURITY_OPERATIONS + MEMBER_OPERATIONS
 PORTAL_OPERATIONS += AREA_OPERATIONS
 
 
@@ -60,7 +60,7 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
     for prefix, tag in prefixes:
         for endpoint in ENDPOINTS:
             paths[prefix + endpoint.path] = {"get": data_operation(endpoint, prefix, tag)}
-        paths[prefix + "/tweet/websocket"] = {"get": socket_operations(prefix)}
+        paths[prefix + "/tweet/websocket"] = {"get": streams.socket_operations(prefix)}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -94,7 +94,7 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
         # cannot do from this and the operations' declarations, the very ones the server enforces.
         "x-role-grants": {least: [r for r in roles.ROLES if r in members] for least, members in roles.GRANTS.items()},
         "components": {
-            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS, **STREAM_SCHEMAS, **MEMBER_SCHEMAS} | AREA_SCHEMAS,
+            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS, **MEMBER_SCHEMAS} | AREA_SCHEMAS,
             "securitySchemes": {
                 "bearerAuth": {
                     "type": "http",
