@@ -22,6 +22,7 @@ from security import passwords
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
 from services.alerts import Alerts
+from services.auth import Auth
 from social.pool import InFlight
 from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database
@@ -130,7 +131,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         stream_store, meter.key_cache, meter.account_cache, metrics, settings.stream_ping_seconds, leases.process_id
     )
     poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, calls, owner=leases.process_id)
-    limits = Limits(db)
+    limits, signin = Limits(db), SignInStore(db)
     return Context(
         settings=settings,
         client=client,
@@ -174,7 +175,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         webhook_store=webhook_store,
         outbox=outbox,
         alerts=detector,
-        signin=SignInStore(db),
+        signin=signin,
         limits=limits,
         audit=audit,
         stream_store=stream_store,
@@ -184,4 +185,5 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         calls=calls,
         expiry=expiry,
         alert_service=Alerts(settings, alert_store, webhook_store, limits, outbox, detector, vault),
+        auth_service=Auth(settings, accounts, members, signin, limits, audit, meter.account_cache, vault, outbox),
     )

@@ -20,8 +20,9 @@ from runtime.cache import LoadingCache
 from runtime.metrics import Metrics
 from runtime.scrape import Scrape
 from security.apikeys import KeyVault
-from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle, SlidingWindows
+from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
 from services.alerts import Alerts
+from services.auth import Auth
 from social.pool import InFlight
 from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
@@ -83,8 +84,7 @@ class Context:
     calls: Calls  # the charged data call and the answer cache (accounting/charged.py), data calls and polls alike
     expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
     alert_service: Alerts  # alert rules and webhook endpoints (services/alerts.py)
-    # Wrong second-factor codes per account, in this process (handlers/twofactor.py): 5 per 5 minutes.
-    second_factor: SlidingWindows = field(default_factory=lambda: SlidingWindows(5, 300.0, 100_000))
+    auth_service: Auth  # sign-in: registration, 2FA, password resets (services/auth.py)
     stopping: bool = False  # set when a drain starts: readiness says draining (calls are still answered)
     draining: bool = False  # set once the drain answered its open connections: data calls get 503
     scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics

@@ -9,8 +9,8 @@ process: the session check reads the membership on every request (accounting/ses
 import asyncio
 import logging
 
-from handlers import auth
-from handlers.auth import AuthHandler, verified_password
+from handlers.auth import handlers as auth
+from handlers.auth.handlers import AuthHandler, verified_password
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error
 from handlers.validation import Field, validate_body

@@ -12,6 +12,7 @@ import re
 import orjson
 
 from handlers.alerts import openapi as alerts
+from handlers.auth import openapi as auth
 from handlers.openapi_components import SCHEMAS
 from handlers.openapi_members import MEMBER_OPERATIONS, MEMBER_SCHEMAS
 from handlers.openapi_operations import OPERATIONS
@@ -27,7 +28,7 @@ VERSION = "0.1.0"
 
 # The areas that keep their part of the document beside their handlers (handlers/<area>/openapi.py): each has its
 # OPERATIONS and the SCHEMAS they name.
-AREAS = (sandbox, alerts, streams)
+AREAS = (auth, sandbox, alerts, streams)
 AREA_OPERATIONS = [op for area in AREAS for op in area.OPERATIONS]
 AREA_SCHEMAS = {name: schema for area in AREAS for name, schema in area.SCHEMAS.items()}
 PORTAL_OPERATIONS = OPERATIONS + SECURITY_OPERATIONS + MEMBER_OPERATIONS

@@ -1,7 +1,8 @@
 """The OpenAPI operations and schemas of members, their roles and invitations (handlers/members.py), and of a
 person's accounts (/auth/switch)."""
 
-from handlers import auth, members
+from handlers import members
+from handlers.auth import handlers as auth
 from handlers.openapi_operations import Operation
 from handlers.openapi_schema import TIME, B, S, array, body_schema, nullable, obj, path_param, ref, with_properties
 from security import roles

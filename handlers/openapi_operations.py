@@ -54,57 +54,6 @@ ACCOUNT_ID = path_param("account_id", S, "The account's id")
 BILLING, KEY_ID = "/billing/crypto", path_param("key_id", I, "The key's integer id")
 
 OPERATIONS: list[Operation] = [
-    # auth
-    Operation(
-        "post",
-        "/auth/register",
-        "Create an account; returns a session token",
-        "auth",
-        ref("Session"),
-        security=None,
-        body="Credentials",
-        errors=(409, 413, 422, 429),
-    ),
-    Operation(
-        "post",
-        "/auth/login",
-        "Log in; returns a session token, or with two-factor sign-in a challenge for /auth/login/2fa",
-        "auth",
-        {"oneOf": [ref("Session"), ref("TwoFactorChallenge")]},
-        security=None,
-        body="Login",
-        errors=(401, 413, 422, 429),
-    ),
-    Operation(
-        "post",
-        "/auth/logout",
-        "End this session token (other sessions go on)",
-        "auth",
-        ref("LoggedOut"),
-        body=None,
-        role=roles.VIEWER,
-    ),
-    Operation(
-        "post",
-        "/auth/password",
-        "Change the password; every earlier session token stops working; returns a new one",
-        "auth",
-        ref("Session"),
-        body="PasswordChange",
-        errors=(401, 403, 413, 422, 429),
-        role=roles.VIEWER,
-    ),
-    Operation("get", "/auth/me", "The account behind the token", "auth", ref("Me"), role=roles.VIEWER),
-    Operation(
-        "post",
-        "/auth/attribution",
-        "Store first-touch data once and link earlier anonymous events",
-        "auth",
-        ref("AttributionResult"),
-        body="Attribution",
-        errors=(401, 413, 422),
-        role=roles.VIEWER,
-    ),
     # keys
     Operation(
         "get",

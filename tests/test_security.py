@@ -20,7 +20,9 @@ from tornado.testing import bind_unused_port
 
 import config
 from app.server import make_server
-from handlers import auth, billing, keys, reset, twofactor
+from handlers import billing, keys
+from handlers.auth import handlers as auth
+from handlers.auth import reset, twofactor
 from security.apikeys import KeyVault
 from security.throttle import LoginThrottle
 from social.endpoints import ENDPOINTS
