@@ -23,6 +23,7 @@ from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
 from services.alerts import Alerts
 from services.auth import Auth
+from services.members import Members
 from social.pool import InFlight
 from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database
@@ -186,4 +187,5 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         expiry=expiry,
         alert_service=Alerts(settings, alert_store, webhook_store, limits, outbox, detector, vault),
         auth_service=Auth(settings, accounts, members, signin, limits, audit, meter.account_cache, vault, outbox),
+        member_service=Members(settings, members, accounts, outbox),
     )

@@ -23,6 +23,7 @@ from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
 from services.alerts import Alerts
 from services.auth import Auth
+from services.members import Members
 from social.pool import InFlight
 from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
@@ -85,6 +86,7 @@ class Context:
     expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
     alert_service: Alerts  # alert rules and webhook endpoints (services/alerts.py)
     auth_service: Auth  # sign-in: registration, 2FA, password resets (services/auth.py)
+    member_service: Members  # members, their roles and invitations (services/members.py)
     stopping: bool = False  # set when a drain starts: readiness says draining (calls are still answered)
     draining: bool = False  # set once the drain answered its open connections: data calls get 503
     scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics

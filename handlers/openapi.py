@@ -13,8 +13,8 @@ import orjson
 
 from handlers.alerts import openapi as alerts
 from handlers.auth import openapi as auth
+from handlers.members import openapi as members
 from handlers.openapi_components import SCHEMAS
-from handlers.openapi_members import MEMBER_OPERATIONS, MEMBER_SCHEMAS
 from handlers.openapi_operations import OPERATIONS
 from handlers.openapi_paths import data_operation, portal_operation
 from handlers.openapi_security import SECURITY_OPERATIONS, SECURITY_SCHEMAS
@@ -28,10 +28,10 @@ VERSION = "0.1.0"
 
 # The areas that keep their part of the document beside their handlers (handlers/<area>/openapi.py): each has its
 # OPERATIONS and the SCHEMAS they name.
-AREAS = (auth, sandbox, alerts, streams)
+AREAS = (auth, sandbox, alerts, streams, members)
 AREA_OPERATIONS = [op for area in AREAS for op in area.OPERATIONS]
 AREA_SCHEMAS = {name: schema for area in AREAS for name, schema in area.SCHEMAS.items()}
-PORTAL_OPERATIONS = OPERATIONS + SECURITY_OPERATIONS + MEMBER_OPERATIONS
+PORTAL_OPERATIONS = OPERATIONS + SECURITY_OPERATIONS
 PORTAL_OPERATIONS += AREA_OPERATIONS
 
 
@@ -95,7 +95,7 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
         # cannot do from this and the operations' declarations, the very ones the server enforces.
         "x-role-grants": {least: [r for r in roles.ROLES if r in members] for least, members in roles.GRANTS.items()},
         "components": {
-            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS, **MEMBER_SCHEMAS} | AREA_SCHEMAS,
+            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS} | AREA_SCHEMAS,
             "securitySchemes": {
                 "bearerAuth": {
                     "type": "http",
