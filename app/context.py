@@ -10,7 +10,6 @@ from pymongo import monitoring
 from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
-from accounting.sessions import Sessions
 from alerts.detector import Detector
 from config.settings import Settings
 from handlers.context import Context
@@ -24,6 +23,7 @@ from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
 from services.alerts import Alerts
 from services.auth import Auth
 from services.members import Members
+from services.sessions import Sessions
 from social.pool import InFlight
 from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database

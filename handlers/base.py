@@ -298,7 +298,7 @@ class BaseHandler(Anonymous):
         # The session is checked here, before any handler code, where I/O is possible: a token whose
         # account is gone, that was logged out, or that predates a password change, or whose claims
         # have the wrong types, leaves no current user, so @authenticated answers 401 before anything
-        # is read or written. From memory on the usual path (accounting/sessions.py).
+        # is read or written. From memory on the usual path (services/sessions.py).
         token = self.bearer_token()
         if token is not None:
             self.session = await self.ctx.sessions.check(token)

@@ -9,7 +9,6 @@ from pymongo import AsyncMongoClient
 from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
-from accounting.sessions import Sessions
 from alerts.detector import Detector
 from config.settings import Settings
 from metering.limiter import RateLimiter
@@ -24,6 +23,7 @@ from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
 from services.alerts import Alerts
 from services.auth import Auth
 from services.members import Members
+from services.sessions import Sessions
 from social.pool import InFlight
 from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
@@ -66,7 +66,7 @@ class Context:
     signup_throttle: SignupThrottle  # registrations per client network (429)
     checkout_throttle: CheckoutThrottle  # checkouts per account per minute, one at a time (429)
     admin: AdminStore  # /admin queries and usage rollups (storage/admin.py)
-    sessions: Sessions  # session token checks, logout, password change (accounting/sessions.py)
+    sessions: Sessions  # session token checks, logout, password change (services/sessions.py)
     members: MemberStore  # members, their roles, invitations (storage/members.py)
     failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)
     in_flight: InFlight  # per account: upstream calls under way, capped (429) so none holds the shared pool

@@ -3,7 +3,7 @@
 Who may call what is each route's least role (handlers/members/openapi.py, checked by BaseHandler.prepare);
 what the role check of a route cannot see is checked here: only an owner makes, changes or removes an owner,
 and the last owner stays one (409). A removed or demoted member's sessions lose the old rights at once, on every
-process: the session check reads the membership on every request (accounting/sessions.py).
+process: the session check reads the membership on every request (services/sessions.py).
 """
 
 from handlers.auth import handlers as auth
