@@ -1,9 +1,10 @@
 """The OpenAPI 3.1.0 document, built from tables.
 
 Data paths come from social.endpoints.ENDPOINTS, the table the data plane runs on
-(handlers/openapi_paths.py renders them); every other path is one `Operation` in
-handlers/openapi_operations.py, whose request bodies (handlers/openapi_components.py) and
-query parameters are the very `Field` declarations its handler validates with.
+(handlers/openapi_paths.py renders them); every other path is one `Operation`, in its area's part beside its
+handlers (handlers/<area>/openapi.py, with the schemas it names) or in handlers/openapi_operations.py, whose
+request bodies (handlers/openapi_components.py) and query parameters are the very `Field` declarations its
+handler validates with.
 """
 
 import functools

@@ -1,7 +1,8 @@
 """Every path but the data plane's: one `Operation` each, its parameters the handlers' `Field` declarations.
 
-A new route needs its Operation here: tests/test_ops.py compares the document with the
-application's route table in both directions.
+A new route needs its Operation here, or in its area's part (handlers/<area>/openapi.py, assembled by
+handlers/openapi.py): tests/test_ops.py compares the document with the application's route table in both
+directions.
 """
 
 from dataclasses import dataclass, field
