@@ -28,13 +28,10 @@ from social.pool import InFlight
 from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
-from storage.alerts import AlertStore
 from storage.audit import AuditStore
 from storage.expiry import Expiry
 from storage.keys import KeyStore
-from storage.limits import Limits
 from storage.members import MemberStore
-from storage.signin import SignInStore
 from storage.streams import StreamStore
 from storage.usage import UsageStore
 from storage.webhooks import WebhookStore
@@ -71,12 +68,9 @@ class Context:
     failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)
     in_flight: InFlight  # per account: upstream calls under way, capped (429) so none holds the shared pool
     idempotency: Idempotency  # Idempotency-Key claims and kept answers (accounting/idempotency.py)
-    alert_store: AlertStore  # alert rules (storage/alerts.py)
     webhook_store: WebhookStore  # endpoints, events, deliveries (storage/webhooks.py)
     outbox: Outbox  # events in, signed deliveries out (webhooks/outbox.py)
     alerts: Detector  # the crossing detector (alerts/detector.py)
-    signin: SignInStore  # two-factor state and the reset's conditional password write (storage/signin.py)
-    limits: Limits  # rate limits across processes: reset emails, webhook test events (storage/limits.py)
     audit: AuditStore  # the append-only audit log (storage/audit.py; handlers write through BaseHandler.audit)
     stream_store: StreamStore  # filter rules, monitors and their events (storage/streams.py)
     streams: Manager  # adding and changing rules and monitors (streams/manage.py)
