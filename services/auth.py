@@ -21,7 +21,8 @@ from storage.members import MemberStore
 from storage.signin import SignInStore
 from webhooks.outbox import Outbox
 
-__all__ = ["Auth", "DuplicateEmail", "TooManyCodes", "CHALLENGE_TTL", "RESETS_PER_EMAIL"]
+# DuplicateEmail: registering an email that has a sign-in (the handlers answer 409).
+__all__ = ["Auth", "DuplicateEmail", "TooManyCodes", "enabled", "CHALLENGE_TTL", "RESETS_PER_EMAIL"]
 
 log = logging.getLogger("gateway.reset")
 
