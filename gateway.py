@@ -40,11 +40,9 @@ from handlers import (
     members,
     openapi,
     ops,
-    reset,
     sandbox,
     social,
     streams,
-    twofactor,
 )
 from handlers.base import NotFoundHandler
 from handlers.context import Context
@@ -90,7 +88,7 @@ def make_app(ctx: Context) -> tornado.web.Application:
     routes = routes + social.routes + (social.alias_routes if ctx.settings.twitter_alias else [])
     routes += auth.routes + keys.routes + account.routes + billing.routes + admin.routes + ops.routes + sandbox.routes
     routes += alerts.routes + streams.routes
-    routes += audit.routes + twofactor.routes + reset.routes  # account security: the audit log, 2FA, reset
+    routes += audit.routes  # the audit log
     routes += pages.routes  # the web portal at /, its files, and the interactive docs at /docs
     if not ctx.settings.metrics_port:
         routes += ops.metrics_routes

@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 from pymongo.errors import InvalidOperation, OperationFailure, PyMongoError
 
 from accounting.meter import Meter
-from accounting.sessions import Sessions
 from config.settings import Settings
+from security.sessions import SessionTokens
 from storage.changes import Change, ChangeFeed
 
 log = logging.getLogger("gateway.coherence")
@@ -34,7 +34,7 @@ PLAN_FIELDS = frozenset(("changed_at", "paid_usd", "topup_credits", "is_admin"))
 
 
 class Coherence:
-    def __init__(self, settings: Settings, feed: ChangeFeed, meter: Meter, sessions: Sessions):
+    def __init__(self, settings: Settings, feed: ChangeFeed, meter: Meter, sessions: SessionTokens):
         self.settings, self.feed, self.meter, self.sessions = settings, feed, meter, sessions
         self._failing = False
 

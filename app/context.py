@@ -10,7 +10,6 @@ from pymongo import monitoring
 from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
-from accounting.sessions import Sessions
 from alerts.detector import Detector
 from config.settings import Settings
 from handlers.context import Context
@@ -25,6 +24,10 @@ from services.account import AccountService
 from services.admin import AdminService
 from services.audit import AuditService
 from services.keys import KeyService
+from services.alerts import Alerts
+from services.auth import Auth
+from services.members import Members
+from services.sessions import Sessions
 from social.pool import InFlight
 from social.upstream import Breaker, FailureBudget, UpstreamClient
 from storage import db as database
@@ -133,6 +136,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         stream_store, meter.key_cache, meter.account_cache, metrics, settings.stream_ping_seconds, leases.process_id
     )
     poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, calls, owner=leases.process_id)
+    limits, signin = Limits(db), SignInStore(db)
     return Context(
         settings=settings,
         client=client,
@@ -172,12 +176,9 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         failure_budget=FailureBudget(settings.account_failure_budget, settings.account_failure_window),
         in_flight=InFlight(settings.account_max_in_flight, settings.upstream_max_connections // 2),
         idempotency=Idempotency(settings, IdempotencyStore(db), metrics),
-        alert_store=alert_store,
         webhook_store=webhook_store,
         outbox=outbox,
         alerts=detector,
-        signin=SignInStore(db),
-        limits=Limits(db),
         audit=audit,
         stream_store=stream_store,
         streams=Manager(settings, stream_store, prices, poller.nudge),
@@ -191,4 +192,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         admin_service=AdminService(
             admin_store, accounts, meter, payments, AuditService(audit), members, stream_store, poller, upstream
         ),
+        alert_service=Alerts(settings, alert_store, webhook_store, limits, outbox, detector, vault),
+        auth_service=Auth(settings, accounts, members, signin, limits, audit, meter.account_cache, vault, outbox),
+        member_service=Members(settings, members, accounts, outbox),
     )

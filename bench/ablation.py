@@ -5,7 +5,7 @@ without either) one after another at the same fixed rate of `user/info` calls, a
 process's CPU per call (from /proc) and the embedded database's, with p50/p99. A fixed rate below
 saturation separates the gateway's own work from the queueing that saturation adds.
 
-    .venv/bin/python bench/ablation.py [--rate 400] [--seconds 6]
+    .venv/bin/python -m bench.ablation [--rate 400] [--seconds 6]
 """
 
 import argparse
@@ -16,12 +16,10 @@ import sys
 import tempfile
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from app.embedded import EmbeddedMongo, free_port  # noqa: E402
-from bench import load  # noqa: E402
-from bench.measure import cpu_seconds, http, spawn  # noqa: E402
-from gateway_testing.stack import wait_for  # noqa: E402
+from app.embedded import EmbeddedMongo, free_port
+from bench import load
+from bench.measure import cpu_seconds, http, spawn
+from gateway_testing.stack import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = "ablation-upstream-key"

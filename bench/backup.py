@@ -17,13 +17,11 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import pymongo
 
-import pymongo  # noqa: E402
-
-from app.embedded import EmbeddedMongo, free_port  # noqa: E402
-from bench import load  # noqa: E402
-from gateway_testing.stack import GatewayProcess, Stack, request  # noqa: E402
+from app.embedded import EmbeddedMongo, free_port
+from bench import load
+from gateway_testing.stack import GatewayProcess, Stack, request
 
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "social-gateway")
 ACCOUNTS = 10

@@ -20,7 +20,7 @@ Reported per (model, in flight, client): 2xx/s and the ratio to nginx, p50/p99 a
 nginx's, errors, the proxy process's CPU ms per call (/proc) and its RSS per call in flight (RSS under load minus
 idle, over the calls in flight). Writes bench/results/clients.json and prints a Markdown table.
 
-    .venv/bin/python bench/clients.py [--seconds 10] [--warmup 3] [--in-flight 100,400,1000,2000]
+    .venv/bin/python -m bench.clients [--seconds 10] [--warmup 3] [--in-flight 100,400,1000,2000]
         [--models longtail,fixed] [--clients curl,curl-4x,aiohttp,httptools,h2]    # the defaults: ~15 minutes
     ./dev bench --clients [curl,h2] [the other options]
 
@@ -45,10 +45,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from app.server import LISTEN_BACKLOG, raise_open_file_limit  # noqa: E402
-from bench.measure import HERE, UPSTREAM_KEY, rss_bytes, start_nginx  # noqa: E402
+from app.server import LISTEN_BACKLOG, raise_open_file_limit
+from bench.measure import HERE, UPSTREAM_KEY, rss_bytes, start_nginx
 
 CLIENTS = ("curl", "curl-4x", "aiohttp", "httptools", "h2", "curl-h2")
 HEADERS = {"X-API-Key": UPSTREAM_KEY, "Accept": "application/json"}
@@ -184,9 +182,9 @@ def start_proxy(work: str, client: str, upstream: str, in_flight: int) -> tuple[
 
     port = free_port()
     log = open(os.path.join(work, f"proxy-{client}.log"), "ab")
-    command = [sys.executable, os.path.abspath(__file__), "--serve", client, "--port", str(port)]
+    command = [sys.executable, "-m", "bench.clients", "--serve", client, "--port", str(port)]
     command += ["--upstream", upstream, "--max-clients", str(in_flight)]
-    proc = subprocess.Popen(command, stdout=log, stderr=log)
+    proc = subprocess.Popen(command, stdout=log, stderr=log, cwd=os.path.dirname(HERE))  # the project: bench.*
     log.close()
     wait_for(f"http://127.0.0.1:{port}/ready", proc, seconds=30)
     for i in range(5):  # the client's first connections and lazy set-up, before the idle RSS

@@ -4,7 +4,7 @@ same gateway. Reports CPU per call of the gateway and of the database (from /pro
 call (the gateway's /metrics), and what the key adds. A fixed rate, well under saturation, keeps the run light
 and the two kinds comparable; `./dev bench --static` measures the calls without the header at saturation.
 
-    .venv/bin/python bench/idempotency.py [--rate 200] [--seconds 8] [--rounds 2]
+    .venv/bin/python -m bench.idempotency [--rate 200] [--seconds 8] [--rounds 2]
 """
 
 import argparse
@@ -17,15 +17,14 @@ import sys
 import tempfile
 import uuid
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from app.embedded import EmbeddedMongo, free_port
+from bench import load
+from bench.measure import UPSTREAM_KEY, cpu_seconds, db_commands, http
+from bench.static import record_page, start_upstream
+from config.settings import load as load_settings
+from gateway_testing.stack import wait_for
 
-from app.embedded import EmbeddedMongo, free_port  # noqa: E402
-from bench import load  # noqa: E402
-from bench.measure import UPSTREAM_KEY, cpu_seconds, db_commands, http  # noqa: E402
-from bench.static import record_page, start_upstream  # noqa: E402
-from config.settings import load as load_settings  # noqa: E402
-from gateway_testing.stack import wait_for  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ACCOUNTS, KEYS_PER_ACCOUNT = 4, 5
 

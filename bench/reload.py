@@ -33,14 +33,12 @@ import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import pymongo
 
-import pymongo  # noqa: E402
-
-from bench.measure import children  # noqa: E402
-from bench.streams_clients import Client, tally  # noqa: E402
-from gateway_testing.stack import GatewayProcess, Stack  # noqa: E402
-from social.http1 import Http1Pool  # noqa: E402
+from bench.measure import children
+from bench.streams_clients import Client, tally
+from gateway_testing.stack import GatewayProcess, Stack
+from social.http1 import Http1Pool
 
 LATENCY_MS = 700
 RULES = 10  # busy rules (`lang:en`) feeding the sockets
@@ -201,13 +199,15 @@ async def _phases(stack: Stack, setup: dict, args, config_file: str, work: str) 
         json.dump(setup["plan"], fh)
     load = await asyncio.create_subprocess_exec(
         sys.executable,
-        os.path.abspath(__file__),
+        "-m",
+        "bench.reload",
         "load",
         str(stack.port),
         str(args.rate),
         str(args.seconds),
         plan_path,
         stdout=asyncio.subprocess.PIPE,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the project: bench.* imports from there
     )
     await asyncio.sleep(args.seconds / 3)
     reload = await _reload(stack, config_file)

@@ -35,12 +35,10 @@ import sys
 import tempfile
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from app.embedded import EmbeddedMongo, free_port  # noqa: E402
-from bench import load  # noqa: E402
-from bench.measure import HERE, UPSTREAM_KEY, children, cpu_seconds, db_commands, http, spawn, wrk  # noqa: E402
-from gateway_testing.stack import wait_for  # noqa: E402
+from app.embedded import EmbeddedMongo, free_port
+from bench import load
+from bench.measure import HERE, UPSTREAM_KEY, children, cpu_seconds, db_commands, http, spawn, wrk
+from gateway_testing.stack import wait_for
 
 
 def request_paths(catalog: dict) -> list[str]:

@@ -148,7 +148,7 @@ def http_date() -> str:
 
 class BaseHandler(Anonymous):
     ctx: Context
-    acting: dict | None = None  # the member a sign-in acts as, before it has a session (handlers/auth.py)
+    acting: dict | None = None  # the member a sign-in acts as, before it has a session (handlers/auth/)
     held: list | None = None  # an idempotent write's answer, held by send_json until kept (handlers/idempotent.py)
 
     def initialize(self, ctx: Context, **kwargs: Any) -> None:
@@ -298,7 +298,7 @@ class BaseHandler(Anonymous):
         # The session is checked here, before any handler code, where I/O is possible: a token whose
         # account is gone, that was logged out, or that predates a password change, or whose claims
         # have the wrong types, leaves no current user, so @authenticated answers 401 before anything
-        # is read or written. From memory on the usual path (accounting/sessions.py).
+        # is read or written. From memory on the usual path (services/sessions.py).
         token = self.bearer_token()
         if token is not None:
             self.session = await self.ctx.sessions.check(token)
@@ -343,7 +343,7 @@ class BaseHandler(Anonymous):
         session = self.session
         if session is not None and session.member_id:
             return {"member_id": session.member_id, "email": session.email}
-        return self.acting  # signing in: the member the new session is for (handlers/auth.py)
+        return self.acting  # signing in: the member the new session is for (handlers/auth/)
 
     async def audit(
         self, action: str, account_id: str | None = None, details: dict | None = None, admin: bool = False

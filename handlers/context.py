@@ -9,7 +9,6 @@ from pymongo import AsyncMongoClient
 from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
-from accounting.sessions import Sessions
 from alerts.detector import Detector
 from config.settings import Settings
 from metering.limiter import RateLimiter
@@ -20,22 +19,23 @@ from runtime.cache import LoadingCache
 from runtime.metrics import Metrics
 from runtime.scrape import Scrape
 from security.apikeys import KeyVault
-from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle, SlidingWindows
+from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
 from services.account import AccountService
 from services.admin import AdminService
+from services.alerts import Alerts
 from services.audit import AuditService
+from services.auth import Auth
 from services.keys import KeyService
+from services.members import Members
+from services.sessions import Sessions
 from social.pool import InFlight
 from social.upstream import FailureBudget, UpstreamClient
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
-from storage.alerts import AlertStore
 from storage.audit import AuditStore
 from storage.expiry import Expiry
 from storage.keys import KeyStore
-from storage.limits import Limits
 from storage.members import MemberStore
-from storage.signin import SignInStore
 from storage.streams import StreamStore
 from storage.usage import UsageStore
 from storage.webhooks import WebhookStore
@@ -67,17 +67,14 @@ class Context:
     signup_throttle: SignupThrottle  # registrations per client network (429)
     checkout_throttle: CheckoutThrottle  # checkouts per account per minute, one at a time (429)
     admin: AdminStore  # /admin queries and usage rollups (storage/admin.py)
-    sessions: Sessions  # session token checks, logout, password change (accounting/sessions.py)
+    sessions: Sessions  # session token checks, logout, password change (services/sessions.py)
     members: MemberStore  # members, their roles, invitations (storage/members.py)
     failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)
     in_flight: InFlight  # per account: upstream calls under way, capped (429) so none holds the shared pool
     idempotency: Idempotency  # Idempotency-Key claims and kept answers (accounting/idempotency.py)
-    alert_store: AlertStore  # alert rules (storage/alerts.py)
     webhook_store: WebhookStore  # endpoints, events, deliveries (storage/webhooks.py)
     outbox: Outbox  # events in, signed deliveries out (webhooks/outbox.py)
     alerts: Detector  # the crossing detector (alerts/detector.py)
-    signin: SignInStore  # two-factor state and the reset's conditional password write (storage/signin.py)
-    limits: Limits  # rate limits across processes: reset emails, webhook test events (storage/limits.py)
     audit: AuditStore  # the append-only audit log (storage/audit.py; handlers write through BaseHandler.audit)
     stream_store: StreamStore  # filter rules, monitors and their events (storage/streams.py)
     streams: Manager  # adding and changing rules and monitors (streams/manage.py)
@@ -89,8 +86,9 @@ class Context:
     account_service: AccountService  # the balance, the plan and the usage reads (services/account.py)
     audit_service: AuditService  # the audit log's reads (services/audit.py)
     admin_service: AdminService  # the admin console's figures and account actions (services/admin.py)
-    # Wrong second-factor codes per account, in this process (handlers/twofactor.py): 5 per 5 minutes.
-    second_factor: SlidingWindows = field(default_factory=lambda: SlidingWindows(5, 300.0, 100_000))
+    alert_service: Alerts  # alert rules and webhook endpoints (services/alerts.py)
+    auth_service: Auth  # sign-in: registration, 2FA, password resets (services/auth.py)
+    member_service: Members  # members, their roles and invitations (services/members.py)
     stopping: bool = False  # set when a drain starts: readiness says draining (calls are still answered)
     draining: bool = False  # set once the drain answered its open connections: data calls get 503
     scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics

@@ -1,10 +1,10 @@
 """The OpenAPI 3.1.0 document, built from tables.
 
 Data paths come from social.endpoints.ENDPOINTS, the table the data plane runs on
-(handlers/openapi_paths.py renders them); every other path is one `Operation`, declared by its area
-(handlers/<area>/openapi.py, or handlers/openapi_operations.py and the other openapi_* files for
-the areas not yet in a folder), whose request bodies and query parameters are the very `Field`
-declarations its handler validates with. This module only puts the areas' parts together.
+(handlers/openapi_paths.py renders them); every other path is one `Operation`, declared by its area beside its
+handlers (handlers/<area>/openapi.py, with the schemas it names) or, for the portal's own few, in
+handlers/openapi_operations.py, whose request bodies and query parameters are the very `Field` declarations its
+handler validates with. This module only puts the areas' parts together.
 """
 
 import functools
@@ -14,26 +14,28 @@ import orjson
 
 from handlers.account import openapi as account
 from handlers.admin import openapi as admin
+from handlers.alerts import openapi as alerts
 from handlers.audit import openapi as audit
+from handlers.auth import openapi as auth
 from handlers.billing import openapi as billing
 from handlers.keys import openapi as keys
-from handlers.openapi_alerts import ALERT_OPERATIONS, ALERT_SCHEMAS
+from handlers.members import openapi as members
 from handlers.openapi_components import SCHEMAS
-from handlers.openapi_members import MEMBER_OPERATIONS, MEMBER_SCHEMAS
 from handlers.openapi_operations import OPERATIONS
 from handlers.openapi_paths import data_operation, portal_operation
-from handlers.openapi_security import SECURITY_OPERATIONS, SECURITY_SCHEMAS
-from handlers.openapi_streams import STREAM_OPERATIONS, STREAM_SCHEMAS, socket_operations
 from handlers.ops import openapi as ops
+from handlers.sandbox import openapi as sandbox
+from handlers.streams import openapi as streams
 from security import roles
 from social.endpoints import ENDPOINTS
 
 VERSION = "0.1.0"
 
 
-AREAS = (keys, account, billing, admin, ops, audit)  # each area's part: OPERATIONS and SCHEMAS
+# Each area's part of the document, beside its handlers (handlers/<area>/openapi.py): its OPERATIONS and the
+# SCHEMAS they name.
+AREAS = (keys, account, billing, admin, ops, audit, auth, sandbox, alerts, streams, members)
 PORTAL_OPERATIONS = [op for area in AREAS for op in area.OPERATIONS] + OPERATIONS
-PORTAL_OPERATIONS += ALERT_OPERATIONS + SECURITY_OPERATIONS + STREAM_OPERATIONS + MEMBER_OPERATIONS
 
 
 def route_operations(rules: list) -> dict:
@@ -62,7 +64,7 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
     for prefix, tag in prefixes:
         for endpoint in ENDPOINTS:
             paths[prefix + endpoint.path] = {"get": data_operation(endpoint, prefix, tag)}
-        paths[prefix + "/tweet/websocket"] = {"get": socket_operations(prefix)}
+        paths[prefix + "/tweet/websocket"] = {"get": streams.socket_operations(prefix)}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -96,14 +98,7 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
         # cannot do from this and the operations' declarations, the very ones the server enforces.
         "x-role-grants": {least: [r for r in roles.ROLES if r in members] for least, members in roles.GRANTS.items()},
         "components": {
-            "schemas": {
-                **SCHEMAS,
-                **{name: schema for area in AREAS for name, schema in area.SCHEMAS.items()},
-                **ALERT_SCHEMAS,
-                **SECURITY_SCHEMAS,
-                **STREAM_SCHEMAS,
-                **MEMBER_SCHEMAS,
-            },
+            "schemas": {**SCHEMAS, **{name: schema for area in AREAS for name, schema in area.SCHEMAS.items()}},
             "securitySchemes": {
                 "bearerAuth": {
                     "type": "http",

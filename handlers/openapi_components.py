@@ -1,13 +1,11 @@
-"""The document's component schemas: request bodies from the handlers' `Field` declarations, answers by hand."""
+"""The document's shared component schemas: the error shapes, the portal's cookie session and the data plane's
+objects; each area's own are in handlers/<area>/openapi.py."""
 
-from handlers import auth
 from handlers.openapi_schema import (
-    TIME,
     B,
     I,
     S,
     array,
-    body_schema,
     nullable,
     obj,
     ref,
@@ -22,32 +20,6 @@ SCHEMAS: dict = {
         detail=array(obj(("loc", "msg", "type"), loc=array({"type": ["string", "integer"]}), msg=S, type=S)),
     ),
     "CookieSession": obj(("account_id", "expires_in"), account_id=S, expires_in=I),
-    # --- portal --------------------------------------------------------------------------------------
-    "Credentials": body_schema(auth.CREDENTIALS),
-    "Login": body_schema(auth.LOGIN),
-    "Session": obj(
-        ("token", "token_type", "account_id", "expires_in"),
-        token=S,
-        token_type={"const": "bearer"},
-        account_id=S,
-        expires_in=I,
-    ),
-    "LoggedOut": obj(("ok",), ok=B),
-    "PasswordChange": body_schema(auth.PASSWORD_CHANGE),
-    "Me": obj(
-        ("account_id", "email", "is_admin", "created_at", "two_factor", "person_id", "member_id", "role", "accounts"),
-        account_id={"type": "string", "description": "The account this session acts for"},
-        email={"type": "string", "description": "The signed-in person's email"},
-        is_admin=B,
-        created_at=TIME,
-        two_factor={"type": "boolean", "description": "Two-factor sign-in is on (the person's)"},
-        person_id={"type": "string", "description": "The signed-in person"},
-        member_id={"type": "string", "description": "The person's membership of this account"},
-        role={"enum": ["owner", "admin", "developer", "billing", "viewer"], "description": "Their role here"},
-        accounts=array(ref("MemberAccount")),
-    ),
-    "Attribution": body_schema(auth.ATTRIBUTION),
-    "AttributionResult": obj(("ok", "stored"), ok=B, stored=B),
     # --- data ----------------------------------------------------------------------------------------
     "User": obj(
         ("type", "id", "userName"),

@@ -1,14 +1,14 @@
 """`Operation`, the one declaration of a portal path (validation's fields, the least role, the document), and the
-operations of sign-in and the portal's cookie variants; each area declares its own in handlers/<area>/openapi.py.
+operations of the web portal's page and cookie variants; each area declares its own in handlers/<area>/openapi.py.
 
-A new route needs its Operation: tests/test_ops.py compares the document with the
-application's route table in both directions.
+A new route needs its Operation here, or in its area's part (handlers/<area>/openapi.py, assembled by
+handlers/openapi.py): tests/test_ops.py compares the document with the application's route table in both
+directions.
 """
 
 from dataclasses import dataclass, field
 
 from handlers.openapi_schema import B, obj, ref
-from security import roles
 
 
 @dataclass(frozen=True)
@@ -46,57 +46,6 @@ class Operation:
 
 
 OPERATIONS: list[Operation] = [
-    # auth
-    Operation(
-        "post",
-        "/auth/register",
-        "Create an account; returns a session token",
-        "auth",
-        ref("Session"),
-        security=None,
-        body="Credentials",
-        errors=(409, 413, 422, 429),
-    ),
-    Operation(
-        "post",
-        "/auth/login",
-        "Log in; returns a session token, or with two-factor sign-in a challenge for /auth/login/2fa",
-        "auth",
-        {"oneOf": [ref("Session"), ref("TwoFactorChallenge")]},
-        security=None,
-        body="Login",
-        errors=(401, 413, 422, 429),
-    ),
-    Operation(
-        "post",
-        "/auth/logout",
-        "End this session token (other sessions go on)",
-        "auth",
-        ref("LoggedOut"),
-        body=None,
-        role=roles.VIEWER,
-    ),
-    Operation(
-        "post",
-        "/auth/password",
-        "Change the password; every earlier session token stops working; returns a new one",
-        "auth",
-        ref("Session"),
-        body="PasswordChange",
-        errors=(401, 403, 413, 422, 429),
-        role=roles.VIEWER,
-    ),
-    Operation("get", "/auth/me", "The account behind the token", "auth", ref("Me"), role=roles.VIEWER),
-    Operation(
-        "post",
-        "/auth/attribution",
-        "Store first-touch data once and link earlier anonymous events",
-        "auth",
-        ref("AttributionResult"),
-        body="Attribution",
-        errors=(401, 413, 422),
-        role=roles.VIEWER,
-    ),
     # the web portal (cookie sessions; portal/pages.py)
     Operation(
         "get",

@@ -16,7 +16,8 @@ from typing import Any
 
 import tornado.web
 
-from handlers import auth, openapi
+from handlers import openapi
+from handlers.auth import handlers as auth
 from handlers.base import Anonymous, BaseHandler
 from handlers.context import Context
 

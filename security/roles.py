@@ -8,7 +8,7 @@ other: an operation for developers is not one for billing, and the reverse."""
 OWNER, ADMIN, DEVELOPER, BILLING, VIEWER = "owner", "admin", "developer", "billing", "viewer"
 ROLES = (OWNER, ADMIN, DEVELOPER, BILLING, VIEWER)
 # Alert rules: developers write them all, billing members those about money (BILLING_ALERTS, checked in
-# handlers/alerts.py); the route's least role admits both.
+# handlers/alerts/handlers.py); the route's least role admits both.
 DEVELOPER_OR_BILLING = "developer or billing"
 BILLING_ALERTS = frozenset(("balance_below", "daily_spend_above", "order_status"))
 

@@ -21,7 +21,7 @@ class Session:
     token_id: str | None  # None: a token issued before tokens had ids
     expires: int  # unix seconds
     person_id: str = ""  # who signed in ("" only before it is read: session_of always sets it)
-    role: str | None = None  # the person's role in the account, set by the session check (accounting/sessions.py)
+    role: str | None = None  # the person's role in the account, set by the session check (services/sessions.py)
     member_id: str | None = None
     email: str | None = None  # the member's email
 

@@ -209,3 +209,7 @@ class Hub:
             await self.renew()
         stale = datetime.now(UTC) - timedelta(seconds=HOLD_STALE)
         return await self.store.take_socket(key_id, conn_id, self.owner, stale)
+
+    async def let_go(self, key_id: int, conn_id: str) -> None:
+        """The key's socket closed: another may connect (its hold is this socket's only)."""
+        await self.store.drop_socket(key_id, conn_id)

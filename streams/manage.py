@@ -1,6 +1,6 @@
-"""Creating, changing and removing rules and monitors, shared by the provider-compatible API and the portal
-(handlers/streams.py): the account's limits, what switching on means (polls from now, never the past), and
-each rule's row with its cost per day."""
+"""The streams service: reading, creating, changing and removing rules and monitors, shared by the
+provider-compatible API and the portal (handlers/streams/): the account's limits, what switching on means (polls
+from now, never the past), each rule's row with its cost per day, and its recent events."""
 
 import asyncio
 import secrets
@@ -68,6 +68,26 @@ class Manager:
         if active:
             self.switched_on()
         return doc
+
+    async def rules(self, account_id: str, kind: str | None = None) -> list[dict]:
+        """The account's rules and monitors (of `kind`, if given)."""
+        return await self.store.account_rules(account_id, kind)
+
+    async def rule(self, account_id: str, rule_id: str) -> dict | None:
+        """The account's rule or monitor; None for another account's."""
+        return await self.store.rule(account_id, rule_id)
+
+    async def monitor_of(self, account_id: str, user_name: str) -> dict | None:
+        """The account's monitor of this handle (any case)."""
+        return await self.store.monitor_of(account_id, user_name)
+
+    async def delete(self, account_id: str, rule_id: str, kind: str) -> bool:
+        """Deletes the account's rule or monitor, only if it is of `kind`; its place under the limit is free."""
+        return await self.store.delete(account_id, rule_id, kind)
+
+    async def events(self, rule_id: str, limit: int) -> list[dict]:
+        """A rule's recent events, newest first."""
+        return await self.store.rule_events(rule_id, limit)
 
     async def _same_monitor(self, account_id: str, monitor_id: str, active: bool) -> dict:
         """Adding a handle monitored already is the same monitor (switched on when asked). A concurrent add holds

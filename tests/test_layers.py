@@ -51,7 +51,7 @@ def modules() -> list[pathlib.Path]:
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_imports_only_go_down(path):
-    own = path.stem if path.parent == ROOT else path.relative_to(ROOT).parts[0]
+    own = path.stem if path.parent == ROOT else path.relative_to(ROOT).parts[0]  # an area's folder: its package
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {name}"
         for line, name in project_imports(path)
@@ -60,6 +60,37 @@ def test_imports_only_go_down(path):
     # The sandbox stands in for the provider: only composition (app/) may start it.
     wrong = [w for w in wrong if not (own == "app" and w.endswith("imports sandbox"))]
     assert not wrong, "imports that run back up (or sideways) the layers:\n" + "\n".join(wrong)
+
+
+def context_stores() -> set[str]:
+    """The fields of the handlers' Context (handlers/context.py) whose type is a store (imported from storage/)."""
+    tree = ast.parse((ROOT / "handlers" / "context.py").read_text())
+    store_types = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("storage")
+        for alias in node.names
+    }
+    context = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Context")
+    return {
+        node.target.id
+        for node in context.body
+        if isinstance(node, ast.AnnAssign) and ast.unparse(node.annotation) in store_types
+    }
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("handlers/*/*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_handlers_of_an_area_talk_to_services_not_to_stores(path):
+    # An area's folder (handlers/<area>/) reaches the database through its service (services/): no store imported,
+    # none called through the context.
+    text = path.read_text()
+    wrong = [f"line {line} imports storage" for line, name in project_imports(path) if name == "storage"]
+    wrong += [f"ctx.{name}" for name in sorted(context_stores()) if re.search(rf"\bctx\.{name}\b", text)]
+    assert not wrong, f"{path.relative_to(ROOT)} reaches a store: {wrong}"
+
+
+def test_the_store_check_knows_the_contexts_stores():
+    assert {"accounts", "keys", "stream_store", "webhook_store"} <= context_stores()
 
 
 def test_the_layer_check_sees_a_wrong_import(tmp_path):

@@ -20,7 +20,8 @@ from tornado.testing import bind_unused_port
 
 import config
 from app.server import make_server
-from handlers import auth, reset, twofactor
+from handlers.auth import handlers as auth
+from handlers.auth import reset, twofactor
 from handlers.billing import handlers as billing
 from handlers.keys import handlers as keys
 from security.apikeys import KeyVault

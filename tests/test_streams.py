@@ -714,7 +714,7 @@ async def test_a_client_that_stops_reading_is_dropped_and_the_others_keep_receiv
     """A socket whose client reads nothing: once more than the limit of events waits for it, the gateway closes
     it (and drops the connection when the close goes unanswered), so its backlog does not grow in memory; the
     account's other socket gets every event meanwhile."""
-    monkeypatch.setattr("handlers.streams.UNSENT_LIMIT", 8 << 20)
+    monkeypatch.setattr("handlers.streams.handlers.UNSENT_LIMIT", 8 << 20)
     user, key = await api.funded_key(100_000_000)
     reader = await socket(base_url, (await api.new_key(user["token"]))["key"])
     await reader.read_message()

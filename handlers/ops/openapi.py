@@ -1,8 +1,8 @@
 """The operations area's part of the OpenAPI document: liveness, readiness, /metrics, this document and its
-interactive page, and the development catalog."""
+interactive page (the development catalog's is handlers/sandbox/openapi.py)."""
 
 from handlers.openapi_operations import Operation
-from handlers.openapi_schema import B, I, S, array, obj, query_param, ref
+from handlers.openapi_schema import B, I, S, obj, query_param, ref
 from handlers.validation import Field
 
 ALIASES = Field(
@@ -15,15 +15,6 @@ ALIASES = Field(
 
 OPERATIONS: list[Operation] = [
     Operation("get", "/healthz", "The process is alive", "operations", ref("Health"), security=None, errors=()),
-    Operation(
-        "get",
-        "/sandbox/catalog",
-        "Development only: valid ids of the sandbox upstream's world (404 in production)",
-        "operations",
-        ref("Catalog"),
-        security=None,
-        errors=(404, 502),
-    ),
     Operation(
         "get",
         "/readyz",
@@ -71,17 +62,5 @@ SCHEMAS: dict = {
         ("status", "checks"),
         status={"enum": ["ready", "not ready"]},
         checks=obj((), database=S, upstream_breaker=S, draining=B, usage_buffer=obj((), depth=I, max=I)),
-    ),
-    "Catalog": obj(
-        ("users",),
-        users=array(obj(("userName", "id"), userName=S, id=S)),
-        tweets=array(S),
-        lists=array(S),
-        empty_lists=array(S),
-        communities=array(S),
-        spaces=array(S),
-        big_accounts=array(S),
-        live_users=array(S),
-        articles=array(S),
     ),
 }

@@ -1,5 +1,5 @@
 // The members view: who shares this account's balance and with which role, their invitations, and the changes an
-// owner or admin makes (handlers/members.py). Who may change what is the server's to say: a refused change shows
+// owner or admin makes (handlers/members/). Who may change what is the server's to say: a refused change shows
 // its words in the row; controls a role cannot use at all are disabled with the reason (roles.js).
 import { $, button, cell, confirmAction, el, fillTable, rowError, when } from "./dom.js";
 import { act, api, showError, state } from "./api.js";

@@ -1,5 +1,5 @@
 // Signing in and out: the page's start, register and log in (with the second factor's step), log out, the
-// session's end, forgotten password and the emailed reset link (handlers/auth.py, twofactor.py, reset.py).
+// session's end, forgotten password and the emailed reset link (handlers/auth/: handlers.py, twofactor.py, reset.py).
 import { $, $$, FEATURES, el } from "./dom.js";
 import { ApiFailure, act, api, clearError, onSessionEnd, showError, state } from "./api.js";
 import { VIEWS, currentView, route } from "./views.js";

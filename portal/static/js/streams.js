@@ -5,7 +5,7 @@ import { ApiFailure, act, api, clearError, showError, showRecent } from "./api.j
 const streamForm = $("#stream-form");
 const LEAST_PER_POLL = 15; // the search's per-call minimum (metering/pricing.py); rows carry the server's figure
 const MIN_INTERVAL = Number(document.body.dataset.streamMinInterval) || 10; // this server's STREAM_MIN_INTERVAL
-// The server's own check (handlers/streams.py checked_interval), in its words: an interval it would refuse is
+// The server's own check (handlers/streams/handlers.py checked_interval), in its words: an interval it would refuse is
 // neither priced nor sent.
 function intervalProblem(every) {
   return every >= MIN_INTERVAL && every <= 86400 ? "" : "Choose from " + MIN_INTERVAL +

@@ -5,12 +5,12 @@ Rules: GET/POST /alerts, DELETE /alerts/{rule_id}, GET /alerts/events (what fire
 /webhooks/{id}/roll (a new secret, shown once; the previous one signs too for a day), POST
 /webhooks/{id}/test (TESTS_PER_MINUTE per account, then 429), GET /webhooks/{id}/deliveries, POST
 /webhooks/{id}/deliveries/{delivery_id}/redeliver.
-Another account's rule, endpoint or delivery is 404.
+Another account's rule, endpoint or delivery is 404. What they do: services/alerts.py; their part of the OpenAPI
+document: handlers/alerts/openapi.py.
 """
 
-import secrets
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from alerts import rules as kinds
@@ -19,12 +19,8 @@ from handlers.errors import ValidationError, error, missing
 from handlers.keys.handlers import _no_controls, _one_of
 from handlers.validation import Field, validate_body
 from security import roles
-from webhooks.guard import Refused, check_host, check_url
-from webhooks.outbox import PREVIOUS_SECRET_SECONDS, secret_aad
-from webhooks.signing import new_secret
+from services.alerts import MAX_ENDPOINTS, MAX_RULES, TESTS_PER_MINUTE
 
-MAX_RULES, MAX_ENDPOINTS = 50, 10
-TESTS_PER_MINUTE = 10  # test events per account, across processes (each is an attempt on a customer's receiver)
 MAX_CREDITS, MAX_USD = 10**15, 10**9
 
 
@@ -156,38 +152,31 @@ class AlertsBase(BaseHandler):
             )
 
     async def owned_endpoint(self, endpoint_id: str) -> dict:
-        endpoint = await self.ctx.webhook_store.endpoint(self.current_user, endpoint_id)
+        endpoint = await self.ctx.alert_service.endpoint(self.current_user, endpoint_id)
         if endpoint is None:
             raise ApiError(404, "Webhook endpoint not found")
         return endpoint
 
     async def checked_url(self, url: str) -> str:
         """422 for a URL this service will not call (README, SSRF rules); checked again at every connection."""
-        settings = self.ctx.settings
-        try:
-            host = check_url(url, settings.production)
-            if settings.production and not settings.webhook_allow_private:
-                await check_host(host, 443, allow_private=False)
-        except Refused as exc:
-            raise ValidationError([error(["body", "url"], f"Refused: {exc}", "value_error")]) from None
+        refused = await self.ctx.alert_service.refused(url)
+        if refused is not None:
+            raise ValidationError([error(["body", "url"], f"Refused: {refused}", "value_error")])
         return url
 
 
 class AlertRulesHandler(AlertsBase):
     @authenticated
     async def get(self) -> None:
-        self.send_json([rule_row(r) for r in await self.ctx.alert_store.account_rules(self.current_user)])
+        self.send_json([rule_row(r) for r in await self.ctx.alert_service.account_rules(self.current_user)])
 
     @authenticated
     async def post(self) -> None:
         rule = rule_of(validate_body(self.json_body(), RULE_FIELDS))
         self.billing_may(rule["kind"])
-        account_id = self.current_user
-        doc = {"_id": "al_" + secrets.token_hex(8), "account_id": account_id, **rule, "created_at": datetime.now(UTC)}
-        doc["created_by"] = self.member()  # who made it: the rule is the account's and outlives their membership
-        if not await self.ctx.alert_store.add(doc, MAX_RULES):  # the cap holds under concurrency (storage/caps.py)
+        doc = await self.ctx.alert_service.add_rule(self.current_user, rule, self.member())
+        if doc is None:
             raise ApiError(409, f"An account may have {MAX_RULES} alert rules; delete one first")
-        self.ctx.alerts.touch(account_id)
         self.send_json(rule_row({**doc, "arm_seq": 0, "fired_seq": -1}))
 
 
@@ -195,12 +184,10 @@ class AlertRuleHandler(AlertsBase):
     @authenticated
     async def delete(self, rule_id: str) -> None:
         if self.session.role == roles.BILLING:
-            rule = next(
-                (r for r in await self.ctx.alert_store.account_rules(self.current_user) if r["_id"] == rule_id), None
-            )
+            rule = await self.ctx.alert_service.rule(self.current_user, rule_id)
             if rule is not None:
                 self.billing_may(rule["kind"])
-        if not await self.ctx.alert_store.delete(self.current_user, rule_id):
+        if not await self.ctx.alert_service.delete_rule(self.current_user, rule_id):
             raise ApiError(404, "Alert rule not found")
         self.send_json({"ok": True})
 
@@ -209,34 +196,26 @@ class AlertEventsHandler(AlertsBase):
     @authenticated
     async def get(self) -> None:
         limit = self.query_arg(EVENTS_LIMIT)
-        self.send_json([event_row(e) for e in await self.ctx.webhook_store.account_events(self.current_user, limit)])
+        self.send_json([event_row(e) for e in await self.ctx.alert_service.events(self.current_user, limit)])
 
 
 class WebhooksHandler(AlertsBase):
     @authenticated
     async def get(self) -> None:
-        rows = await self.ctx.webhook_store.account_endpoints(self.current_user)
+        rows = await self.ctx.alert_service.endpoints(self.current_user)
         self.send_json([endpoint_row(e) for e in rows])
 
     @authenticated
     async def post(self) -> None:
         body = validate_body(self.json_body(), ENDPOINT_FIELDS)
         url = await self.checked_url(body["url"])
-        account_id = self.current_user
-        endpoint_id, secret = "we_" + secrets.token_hex(8), new_secret()
-        doc = {
-            "_id": endpoint_id,
-            "account_id": account_id,
-            "url": url,
-            "description": body.get("description", ""),
-            "secret": self.ctx.vault.encrypt(secret, secret_aad(endpoint_id)),
-            "enabled": True,
-            "failing_since": None,
-            "created_at": datetime.now(UTC),
-            "created_by": self.member(),  # who added it; the endpoint is the account's
-        }
-        if not await self.ctx.webhook_store.add_endpoint(doc, MAX_ENDPOINTS):  # under concurrency too (storage/caps.py)
+        added = await self.ctx.alert_service.add_endpoint(
+            self.current_user, url, body.get("description", ""), self.member()
+        )
+        if added is None:
             raise ApiError(409, f"An account may have {MAX_ENDPOINTS} webhook endpoints; delete one first")
+        doc, secret = added
+        endpoint_id = doc["_id"]
         # The host only: a receiver's URL may carry its own token in the path or query.
         await self.audit("webhook.created", details={"endpoint_id": endpoint_id, "host": urlsplit(url).hostname})
         self.send_json({**endpoint_row(doc), "secret": secret})
@@ -247,25 +226,21 @@ class WebhookHandler(AlertsBase):
     async def patch(self, endpoint_id: str) -> None:
         await self.owned_endpoint(endpoint_id)
         body = validate_body(self.json_body(), ENDPOINT_PATCH)
-        fields: dict = {}
-        unset: tuple = ()
+        changes: dict = {}
         if "url" in body:
-            fields["url"] = await self.checked_url(body["url"])
+            changes["url"] = await self.checked_url(body["url"])
         if "description" in body:
-            fields["description"] = body["description"]
+            changes["description"] = body["description"]
         if "enabled" in body:
-            fields["enabled"] = body["enabled"]
-            if body["enabled"]:
-                fields["failing_since"] = None
-                unset = ("disabled_reason", "disabled_at")
-        updated = await self.ctx.webhook_store.update_endpoint(self.current_user, endpoint_id, fields, unset)
+            changes["enabled"] = body["enabled"]
+        updated = await self.ctx.alert_service.change_endpoint(self.current_user, endpoint_id, changes)
         if updated is None:
             raise ApiError(404, "Webhook endpoint not found")
         self.send_json(endpoint_row(updated))
 
     @authenticated
     async def delete(self, endpoint_id: str) -> None:
-        if not await self.ctx.webhook_store.delete_endpoint(self.current_user, endpoint_id):
+        if not await self.ctx.alert_service.delete_endpoint(self.current_user, endpoint_id):
             raise ApiError(404, "Webhook endpoint not found")
         await self.audit("webhook.deleted", details={"endpoint_id": endpoint_id})
         self.send_json({"ok": True})
@@ -275,16 +250,10 @@ class WebhookRollHandler(AlertsBase):
     @authenticated
     async def post(self, endpoint_id: str) -> None:
         endpoint = await self.owned_endpoint(endpoint_id)
-        secret, now = new_secret(), datetime.now(UTC)
-        fields = {
-            "secret": self.ctx.vault.encrypt(secret, secret_aad(endpoint_id)),
-            "previous_secret": endpoint["secret"],
-            "previous_until": now + timedelta(seconds=PREVIOUS_SECRET_SECONDS),
-            "secret_rolled_at": now,
-        }
-        updated = await self.ctx.webhook_store.update_endpoint(self.current_user, endpoint_id, fields)
-        if updated is None:
+        rolled = await self.ctx.alert_service.roll_secret(self.current_user, endpoint)
+        if rolled is None:
             raise ApiError(404, "Webhook endpoint not found")
+        updated, secret = rolled
         self.send_json({**endpoint_row(updated), "secret": secret})
 
 
@@ -292,16 +261,13 @@ class WebhookTestHandler(AlertsBase):
     @authenticated
     async def post(self, endpoint_id: str) -> None:
         endpoint = await self.owned_endpoint(endpoint_id)
-        wait = await self.ctx.limits.take(f"webhook-test:{self.current_user}", TESTS_PER_MINUTE, 60.0)
+        wait = await self.ctx.alert_service.send_test(self.current_user, endpoint)
         if wait:
             raise ApiError(
                 429,
                 f"At most {TESTS_PER_MINUTE} test events a minute; try again in {wait} s",
                 {"Retry-After": str(wait)},
             )
-        crossing = f"test|{endpoint_id}|{secrets.token_hex(8)}"
-        data = {"endpoint_id": endpoint_id, "summary": "A test event from the portal"}
-        await self.ctx.outbox.emit(crossing, endpoint["account_id"], "webhook.test", data, only=endpoint_id)
         self.send_json({"ok": True})
 
 
@@ -310,7 +276,7 @@ class WebhookDeliveriesHandler(AlertsBase):
     async def get(self, endpoint_id: str) -> None:
         await self.owned_endpoint(endpoint_id)
         limit = self.query_arg(EVENTS_LIMIT)
-        rows = await self.ctx.webhook_store.endpoint_deliveries(endpoint_id, limit)
+        rows = await self.ctx.alert_service.deliveries(endpoint_id, limit)
         self.send_json([delivery_row(d) for d in rows])
 
 
@@ -318,11 +284,9 @@ class WebhookRedeliverHandler(AlertsBase):
     @authenticated
     async def post(self, endpoint_id: str, delivery_id: str) -> None:
         await self.owned_endpoint(endpoint_id)
-        until = datetime.now(UTC) + timedelta(seconds=self.ctx.settings.webhook_retry_for)
-        delivery = await self.ctx.webhook_store.redeliver(endpoint_id, delivery_id, until)
+        delivery = await self.ctx.alert_service.redeliver(endpoint_id, delivery_id)
         if delivery is None:
             raise ApiError(404, "Delivery not found, or an attempt is under way")
-        self.ctx.outbox.wake.set()
         self.send_json(delivery_row(delivery))
 
 

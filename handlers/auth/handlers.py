@@ -1,13 +1,15 @@
-"""Accounts and sessions: register, login, logout, password change, me, attribution."""
+"""Accounts and sessions: register, login, logout, password change, me, switch, attribution; and what every
+sign-in handler shares (`AuthHandler`: the throttle, the account a session acts for, issuing it, the second factor's
+check). What they do with the stores: services/auth.py; their part of the OpenAPI document:
+handlers/auth/openapi.py."""
 
 import asyncio
 import time
 
-from handlers import secondfactor
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.validation import Field, ValidationError, error, no_operators, validate_body
 from security import passwords
-from storage.accounts import DuplicateEmail
+from services.auth import DuplicateEmail, TooManyCodes, enabled
 
 
 def _varied(value: str, loc: list) -> None:
@@ -71,7 +73,7 @@ class AuthHandler(BaseHandler):
         """The account a new session of the person acts for: `account_id` if they are its member, else their own
         account, else the first they joined; 403 when they are a member of none. Sets it as this request's
         account, and its member as the one acting (the audit log)."""
-        memberships = await self.ctx.members.of_person(person_id)
+        memberships = await self.ctx.auth_service.memberships(person_id)
         chosen = next((m for m in memberships if m["account_id"] == (account_id or person_id)), None)
         if chosen is None and account_id is not None:
             raise ApiError(404, "Not found")  # not one of theirs: as if it did not exist
@@ -80,7 +82,7 @@ class AuthHandler(BaseHandler):
             raise ApiError(403, "You are not a member of any account any more: ask an owner for an invitation")
         self.account_id, self.person_id = chosen["account_id"], person_id
         self.acting = {"member_id": chosen["_id"], "email": chosen.get("email")}
-        await self.ctx.members.seen(chosen["account_id"], person_id)
+        await self.ctx.auth_service.seen(chosen["account_id"], person_id)
         return chosen["account_id"]
 
     def issue_session(self, person_id: str, version: int = 0, account_id: str | None = None) -> None:
@@ -111,12 +113,28 @@ class AuthHandler(BaseHandler):
             self.log_fields["delayed_s"] = delay
             await asyncio.sleep(delay)
 
+    async def checked_code(self, account_id: str, code: str, recovery: bool = True) -> str:
+        """Accepts a current TOTP code (once per time step) or, when `recovery`, an unused recovery code; what
+        was used ("totp" or "recovery_code"). Throttled per account (429); a wrong code is 401 and audited."""
+        try:
+            used, left = await self.ctx.auth_service.check_code(account_id, code, recovery)
+        except TooManyCodes as exc:
+            self.log_fields["throttled"] = True
+            wait = str(max(1, int(exc.wait) + 1))
+            raise ApiError(429, "Too many wrong codes; retry later", {"Retry-After": wait}) from None
+        if used == "recovery_code":
+            await self.audit("2fa.recovery_used", account_id, {"recovery_codes_left": left})
+        if used is None:
+            await self.audit("2fa.failed", account_id)
+            raise ApiError(401, "Incorrect or already used code")
+        return used
+
 
 async def verified_password(handler: AuthHandler, email: str, password: str) -> None:
     """403 unless `password` is the account's (a signed-in user confirming a sensitive change); throttled as
     logins are, so a stolen session cannot become a way to guess the password."""
     handler.throttle(email)
-    stored = await handler.ctx.accounts.by_email(email)
+    stored = await handler.ctx.auth_service.by_email(email)
     ok = stored is not None and await handler.hash(passwords.verify_password, password, stored["password_hash"])
     if not ok:
         await handler.slow_down(email)
@@ -137,16 +155,12 @@ class RegisterHandler(AuthHandler):
             self.log_fields["throttled"] = True
             raise ApiError(429, "Too many registrations from your network; retry later", {"Retry-After": str(wait)})
         digest = await self.hash(passwords.hash_password, body["password"], self.ctx.settings.password_scrypt_n)
-        credits = self.ctx.settings.signup_credits
-        if credits and not await self.ctx.accounts.claim_signup_credits(
-            self.ctx.signup_throttle.network(address), self.ctx.settings.signup_credited_per_network
-        ):
-            credits = 0  # this network's signup credits for today are used up: the account starts empty
-        try:
-            account = await self.ctx.accounts.create(email, digest, credits)
+        try:  # the one who registers owns the account; signup credits while the network has its share
+            account, credits = await self.ctx.auth_service.register(
+                email, digest, self.ctx.signup_throttle.network(address)
+            )
         except DuplicateEmail:
             raise ApiError(409, "An account with this email already exists") from None
-        await self.ctx.members.make_owner(account["_id"], email)  # the one who registers owns the account
         await self.home_account(account["_id"])
         await self.audit("account.created", details={"credits": credits})
         self.issue_session(account["_id"])
@@ -159,7 +173,7 @@ class LoginHandler(AuthHandler):
         body = validate_body(self.json_body(), LOGIN)
         email = body["email"].strip().lower()
         self.throttle(email)  # counted as a failure until proven right, known email or not
-        account = await self.ctx.accounts.by_email(email)
+        account = await self.ctx.auth_service.by_email(email)
         stored = account["password_hash"] if account else self.ctx.decoy_hash
         ok = await self.hash(passwords.verify_password, body["password"], stored)
         if not (ok and account):
@@ -171,11 +185,11 @@ class LoginHandler(AuthHandler):
             self.ctx.login_throttle.succeeded(email, self.client_ip())
         self.account_id = account["_id"]
         method = None
-        if secondfactor.enabled(account):
-            if "code" not in body:  # the second step: POST /auth/login/2fa (handlers/twofactor.py)
-                self.send_json(secondfactor.challenge(self, account))
+        if enabled(account):
+            if "code" not in body:  # the second step: POST /auth/login/2fa (handlers/auth/twofactor.py)
+                self.send_json(self.ctx.auth_service.challenge(account))
                 return
-            method = await secondfactor.check_code(self, account["_id"], body["code"])
+            method = await self.checked_code(account["_id"], body["code"])
         await self.home_account(account["_id"])
         await self.audit("login", details={"second_factor": method} if method else None)
         self.issue_session(account["_id"], account.get("session_version", 0))
@@ -226,7 +240,7 @@ class MeHandler(BaseHandler):
                 "role": session.role,
                 "accounts": [
                     {"account_id": m["account_id"], "role": m["role"]}
-                    for m in await self.ctx.members.of_person(person["_id"])
+                    for m in await self.ctx.auth_service.memberships(person["_id"])
                 ],
             }
         )
@@ -254,7 +268,7 @@ class AttributionHandler(BaseHandler):
         validate_body({name: None for name in data} if isinstance(data, dict) else data, ATTRIBUTION)
         try:
             body = validate_body(data, ATTRIBUTION)
-            stored = await self.ctx.accounts.set_attribution(
+            stored = await self.ctx.auth_service.set_attribution(
                 account_id, body.get("first_touch"), body.get("anonymous_id")
             )
         except Exception:  # best effort by contract: never fails the caller once authenticated

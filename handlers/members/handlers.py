@@ -1,24 +1,19 @@
-"""Members of an account and their invitations (storage/members.py; roles: security/roles.py).
+"""Members of an account and their invitations (services/members.py; roles: security/roles.py).
 
-Who may call what is each route's least role (handlers/openapi_members.py, checked by BaseHandler.prepare);
+Who may call what is each route's least role (handlers/members/openapi.py, checked by BaseHandler.prepare);
 what the role check of a route cannot see is checked here: only an owner makes, changes or removes an owner,
 and the last owner stays one (409). A removed or demoted member's sessions lose the old rights at once, on every
-process: the session check reads the membership on every request (accounting/sessions.py).
+process: the session check reads the membership on every request (services/sessions.py).
 """
 
-import asyncio
-import logging
-
-from handlers import auth
-from handlers.auth import AuthHandler, verified_password
+from handlers.auth import handlers as auth
+from handlers.auth.handlers import AuthHandler, verified_password
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error
 from handlers.validation import Field, validate_body
 from security import passwords, roles
-from storage.accounts import DuplicateEmail
-from storage.members import INVITATION_DAYS, LastOwner
-
-log = logging.getLogger("gateway.members")
+from services.auth import DuplicateEmail
+from services.members import LastOwner
 
 
 def _a_role(value: str, loc: list) -> None:
@@ -46,7 +41,6 @@ MEMBER_ID, INVITATION_ID = r"([0-9a-f]{24})", r"(inv_[0-9a-f]{16})"
 _LAST_OWNER = "The account's last owner cannot be removed or demoted: make another member an owner first"
 _OWNERS_ONLY = "Only an owner can make an owner, or change or remove one"
 _GONE = "This invitation is unknown, already used, revoked or expired: ask for a new one"
-_pending: set[asyncio.Task] = set()  # invitation emails under way
 
 
 def member_view(doc: dict, sign_in: dict | None) -> dict:
@@ -74,14 +68,13 @@ def invitation_view(doc: dict) -> dict:
 class MembersHandler(BaseHandler):
     @authenticated
     async def get(self) -> None:
-        members = await self.ctx.members.of_account(self.current_user)
-        sign_ins = await self.ctx.accounts.sign_ins([m["person_id"] for m in members])
-        self.send_json([member_view(m, sign_ins.get(m["person_id"])) for m in members])
+        members = await self.ctx.member_service.of_account(self.current_user)
+        self.send_json([member_view(m, sign_in) for m, sign_in in members])
 
 
 class MemberHandler(BaseHandler):
     async def target(self, member_id: str) -> dict:
-        member = await self.ctx.members.get(self.current_user, member_id)
+        member = await self.ctx.member_service.get(self.current_user, member_id)
         if member is None:
             raise ApiError(404, "Not found")
         return member
@@ -93,15 +86,14 @@ class MemberHandler(BaseHandler):
         if not roles.may_assign(self.session.role, role, member["role"]):
             raise ApiError(403, _OWNERS_ONLY)
         try:
-            changed = await self.ctx.members.set_role(member, role)
+            changed = await self.ctx.member_service.set_role(member, role)
         except LastOwner:
             raise ApiError(409, _LAST_OWNER) from None
         if changed is None:
             raise ApiError(404, "Not found")
         details = {"member_id": member_id, "email": member["email"], "from": member["role"], "to": role}
         await self.audit("member.role_changed", details=details)
-        sign_ins = await self.ctx.accounts.sign_ins([member["person_id"]])
-        self.send_json(member_view(changed, sign_ins.get(member["person_id"])))
+        self.send_json(member_view(changed, await self.ctx.member_service.sign_in(member)))
 
     @authenticated
     async def delete(self, member_id: str) -> None:
@@ -110,7 +102,7 @@ class MemberHandler(BaseHandler):
         if not leaving and not roles.may_assign(self.session.role, member["role"], member["role"]):
             raise ApiError(403, _OWNERS_ONLY)
         try:
-            removed = await self.ctx.members.remove(member)
+            removed = await self.ctx.member_service.remove(member)
         except LastOwner:
             raise ApiError(409, _LAST_OWNER) from None
         if removed:
@@ -122,7 +114,7 @@ class MemberHandler(BaseHandler):
 class InvitationsHandler(BaseHandler):
     @authenticated
     async def get(self) -> None:
-        self.send_json([invitation_view(i) for i in await self.ctx.members.pending(self.current_user)])
+        self.send_json([invitation_view(i) for i in await self.ctx.member_service.pending(self.current_user)])
 
     @authenticated
     async def post(self) -> None:
@@ -130,10 +122,10 @@ class InvitationsHandler(BaseHandler):
         email, role = body["email"].strip().lower(), body["role"]
         if not roles.may_assign(self.session.role, role):
             raise ApiError(403, _OWNERS_ONLY)
-        members = await self.ctx.members.of_account(self.current_user)
-        if any(m["email"] == email for m in members):
+        invited = await self.ctx.member_service.invite(self.current_user, email, role, self.member())
+        if invited is None:
             raise ApiError(409, "This person is already a member of the account")
-        invitation, token = await self.ctx.members.invite(self.current_user, email, role, self.member())
+        invitation, token = invited
         await self.audit("member.invited", details={"invitation_id": invitation["_id"], "email": email, "role": role})
         self.send_email(invitation, token)
         answer = {k: invitation_view(invitation)[k] for k in ("invitation_id", "email", "role", "expires_at")}
@@ -142,33 +134,17 @@ class InvitationsHandler(BaseHandler):
         self.send_json(answer)
 
     def send_email(self, invitation: dict, token: str) -> None:
-        """The link, by the alert emails' SMTP sender, after the answer (a slow SMTP server delays nobody)."""
-        mailer, s = self.ctx.outbox.mailer, self.ctx.settings
+        """The link, emailed after the answer; without PUBLIC_URL, development links point at the host the request
+        named, and production sends none."""
+        s = self.ctx.settings
         base = s.public_url.rstrip("/") or ("" if s.production else f"{self.request.protocol}://{self.request.host}")
-        if mailer is None or not base:
-            log.info("invitation %s made; no SMTP_URL or PUBLIC_URL, so no email sent", invitation["_id"])
-            return
-        text = (
-            f"{(self.member() or {}).get('email') or 'A member'} invites you to their account on social-gateway, "
-            f"as {invitation['role']}.\n\nAccept here (the link works once, for {INVITATION_DAYS} days):\n\n"
-            f"{base}/#invitation={token}\n\nIf you did not expect it, ignore this email.\n"
-        )
-
-        async def send() -> None:
-            try:
-                await mailer.send(invitation["email"], "[social-gateway] You are invited to an account", text)
-            except Exception as exc:  # after the answer: nobody to tell but the log (never the link)
-                log.warning("invitation email not sent: %s", type(exc).__name__)
-
-        task = asyncio.create_task(send())
-        _pending.add(task)
-        task.add_done_callback(_pending.discard)
+        self.ctx.member_service.send_invitation(invitation, token, base, (self.member() or {}).get("email"))
 
 
 class InvitationHandler(BaseHandler):
     @authenticated
     async def delete(self, invitation_id: str) -> None:
-        if not await self.ctx.members.revoke(self.current_user, invitation_id):
+        if not await self.ctx.member_service.revoke(self.current_user, invitation_id):
             raise ApiError(404, "Not found")
         await self.audit("member.invitation_revoked", details={"invitation_id": invitation_id})
         self.send_json({"ok": True})
@@ -181,17 +157,17 @@ class AcceptHandler(AuthHandler):
     async def post(self) -> None:
         body = validate_body(self.json_body(), ACCEPT)
         self.throttle()  # per address: hashing is expensive, as at registration
-        invitation = await self.ctx.members.find_invitation(body["token"])
+        invitation = await self.ctx.member_service.find_invitation(body["token"])
         if invitation is None:
             raise ApiError(404, _GONE)
         person = await self.person(invitation, body.get("password"))
         account_id = invitation["account_id"]
-        if await self.ctx.members.role(account_id, person["_id"]) is not None:
+        if await self.ctx.member_service.role(account_id, person["_id"]) is not None:
             raise ApiError(409, "You are already a member of this account")
-        if await self.ctx.members.spend(invitation["_id"]) is None:
+        if await self.ctx.member_service.spend(invitation["_id"]) is None:
             raise ApiError(404, _GONE)  # used at the same moment by another request
-        await self.ctx.members.add(
-            account_id, person["_id"], person["email"], invitation["role"], invited_by=invitation.get("invited_by")
+        await self.ctx.member_service.add(
+            account_id, person["_id"], person["email"], invitation["role"], invitation.get("invited_by")
         )
         await self.home_account(person["_id"], account_id)
         await self.audit("member.joined", details={"role": invitation["role"], "invitation_id": invitation["_id"]})
@@ -204,13 +180,13 @@ class AcceptHandler(AuthHandler):
         if password is None:
             raise ApiError(401, "Sign in, or give a password", {"WWW-Authenticate": "Bearer"})
         email = invitation["email"]
-        existing = await self.ctx.accounts.by_email(email)
+        existing = await self.ctx.auth_service.by_email(email)
         if existing is not None:
             await verified_password(self, email, password)
             return existing
         digest = await self.hash(passwords.hash_password, password, self.ctx.settings.password_scrypt_n)
         try:
-            return await self.ctx.accounts.create_person(email, digest)
+            return await self.ctx.auth_service.create_person(email, digest)
         except DuplicateEmail:
             raise ApiError(409, "A sign-in with this email was made meanwhile; accept again") from None
 

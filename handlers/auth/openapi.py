@@ -1,23 +1,39 @@
-"""The OpenAPI operations and schemas of account security: two-factor sign-in (handlers/twofactor.py) and password
-reset (handlers/reset.py); the audit log's are in handlers/audit/openapi.py."""
+"""The OpenAPI operations and schemas of signing in (handlers/auth/): register, login, logout, the password, me and
+attribution (`handlers.py`), two-factor sign-in and the login's second step (`twofactor.py`), and the password reset
+(`reset.py`). The portal's cookie variants of register, login and password are the portal's (handlers/openapi_operations.py)."""
 
-from handlers import reset, twofactor
+from handlers.auth import handlers as auth
+from handlers.auth import reset, twofactor
 from handlers.openapi_operations import Operation
-from handlers.openapi_schema import (
-    TIME,
-    B,
-    I,
-    S,
-    array,
-    body_schema,
-    nullable,
-    obj,
-    ref,
-    with_properties,
-)
+from handlers.openapi_schema import TIME, B, I, S, array, body_schema, nullable, obj, ref, with_properties
 from security import roles
 
-SECURITY_SCHEMAS = {
+SCHEMAS = {
+    "Credentials": body_schema(auth.CREDENTIALS),
+    "Login": body_schema(auth.LOGIN),
+    "Session": obj(
+        ("token", "token_type", "account_id", "expires_in"),
+        token=S,
+        token_type={"const": "bearer"},
+        account_id=S,
+        expires_in=I,
+    ),
+    "LoggedOut": obj(("ok",), ok=B),
+    "PasswordChange": body_schema(auth.PASSWORD_CHANGE),
+    "Me": obj(
+        ("account_id", "email", "is_admin", "created_at", "two_factor", "person_id", "member_id", "role", "accounts"),
+        account_id={"type": "string", "description": "The account this session acts for"},
+        email={"type": "string", "description": "The signed-in person's email"},
+        is_admin=B,
+        created_at=TIME,
+        two_factor={"type": "boolean", "description": "Two-factor sign-in is on (the person's)"},
+        person_id={"type": "string", "description": "The signed-in person"},
+        member_id={"type": "string", "description": "The person's membership of this account"},
+        role={"enum": ["owner", "admin", "developer", "billing", "viewer"], "description": "Their role here"},
+        accounts=array(ref("MemberAccount")),
+    ),
+    "Attribution": body_schema(auth.ATTRIBUTION),
+    "AttributionResult": obj(("ok", "stored"), ok=B, stored=B),
     "TwoFactorChallenge": obj(
         ("two_factor_required", "challenge", "expires_in"),
         two_factor_required={"const": True},
@@ -62,7 +78,57 @@ SECURITY_SCHEMAS = {
     "PasswordResetDone": obj(("ok", "detail"), ok=B, detail=S),
 }
 
-SECURITY_OPERATIONS = [
+OPERATIONS = [
+    Operation(
+        "post",
+        "/auth/register",
+        "Create an account; returns a session token",
+        "auth",
+        ref("Session"),
+        security=None,
+        body="Credentials",
+        errors=(409, 413, 422, 429),
+    ),
+    Operation(
+        "post",
+        "/auth/login",
+        "Log in; returns a session token, or with two-factor sign-in a challenge for /auth/login/2fa",
+        "auth",
+        {"oneOf": [ref("Session"), ref("TwoFactorChallenge")]},
+        security=None,
+        body="Login",
+        errors=(401, 413, 422, 429),
+    ),
+    Operation(
+        "post",
+        "/auth/logout",
+        "End this session token (other sessions go on)",
+        "auth",
+        ref("LoggedOut"),
+        body=None,
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "post",
+        "/auth/password",
+        "Change the password; every earlier session token stops working; returns a new one",
+        "auth",
+        ref("Session"),
+        body="PasswordChange",
+        errors=(401, 403, 413, 422, 429),
+        role=roles.VIEWER,
+    ),
+    Operation("get", "/auth/me", "The account behind the token", "auth", ref("Me"), role=roles.VIEWER),
+    Operation(
+        "post",
+        "/auth/attribution",
+        "Store first-touch data once and link earlier anonymous events",
+        "auth",
+        ref("AttributionResult"),
+        body="Attribution",
+        errors=(401, 413, 422),
+        role=roles.VIEWER,
+    ),
     Operation(
         "post",
         "/auth/login/2fa",

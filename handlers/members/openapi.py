@@ -1,7 +1,8 @@
-"""The OpenAPI operations and schemas of members, their roles and invitations (handlers/members.py), and of a
+"""The OpenAPI operations and schemas of members, their roles and invitations (handlers/members/handlers.py), and of a
 person's accounts (/auth/switch)."""
 
-from handlers import auth, members
+from handlers.auth import handlers as auth
+from handlers.members import handlers as members
 from handlers.openapi_operations import Operation
 from handlers.openapi_schema import TIME, B, S, array, body_schema, nullable, obj, path_param, ref, with_properties
 from security import roles
@@ -11,7 +12,7 @@ _BY = nullable(obj(("member_id", "email"), member_id=S, email=nullable(S)))
 _MEMBER_ID = path_param("member_id", {"type": "string", "pattern": "^[0-9a-f]{24}$"}, "The member's id")
 _INVITATION_ID = path_param("invitation_id", {"type": "string", "pattern": "^inv_[0-9a-f]{16}$"}, "The invitation's id")
 
-MEMBER_SCHEMAS = {
+SCHEMAS = {
     "Member": obj(
         ("member_id", "email", "role", "two_factor", "joined_at", "last_seen_at"),
         member_id=S,
@@ -46,7 +47,7 @@ MEMBER_SCHEMAS = {
     "Removed": obj(("ok",), ok=B),
 }
 
-MEMBER_OPERATIONS = [
+OPERATIONS = [
     Operation(
         "post",
         "/auth/switch",

@@ -6,7 +6,8 @@ DELETE (the provider's method) or POST /oapi/tweet_filter/delete_rule, GET /oapi
 POST /oapi/x_user_stream/add_user_to_monitor_tweet and remove_user_to_monitor_tweet (by the provider's
 id_for_user, or by x_user_name); answers {"status", "msg", ...} as the provider's. The WebSocket at
 /twitter/tweet/websocket and /social/tweet/websocket. The portal (session token): GET/POST /streams,
-PATCH/DELETE /streams/{rule_id}, GET /streams/{rule_id}/events. Another account's rule is 404.
+PATCH/DELETE /streams/{rule_id}, GET /streams/{rule_id}/events. Another account's rule is 404. What they do:
+streams/manage.py (`ctx.streams`); their part of the OpenAPI document: handlers/streams/openapi.py.
 """
 
 import secrets
@@ -156,7 +157,7 @@ class DeleteRuleHandler(ProviderApi):
     async def delete(self) -> None:  # the provider's method, with a JSON body
         key = await self.key()
         body = validate_body(self.json_body(), DELETE_RULE)
-        if not await self.ctx.stream_store.delete(key.account_id, body["rule_id"], "rule"):  # a monitor's: 404
+        if not await self.ctx.streams.delete(key.account_id, body["rule_id"], "rule"):  # a monitor's: 404
             raise ApiError(404, "Rule not found")
         self.ok()
 
@@ -166,7 +167,7 @@ class DeleteRuleHandler(ProviderApi):
 class GetRulesHandler(ProviderApi):
     async def get(self) -> None:
         key = await self.key()
-        rows = [self.ctx.streams.row(r) for r in await self.ctx.stream_store.account_rules(key.account_id, "rule")]
+        rows = [self.ctx.streams.row(r) for r in await self.ctx.streams.rules(key.account_id, "rule")]
         self.ok(rules=[{**row, "interval_seconds": whole(row["interval_seconds"])} for row in rows])
 
 
@@ -174,8 +175,7 @@ class AddMonitorHandler(ProviderApi):
     async def post(self) -> None:
         key = await self.key()
         name = user_name(validate_body(self.json_body(), MONITOR)["x_user_name"], ["body", "x_user_name"])
-        store = self.ctx.stream_store
-        found = await store.monitor_of(key.account_id, name)
+        found = await self.ctx.streams.monitor_of(key.account_id, name)
         if found is not None:  # added twice: the same monitor, switched on
             await self.ctx.streams.change(key.account_id, found["_id"], {}, True)
             return self.ok(id_for_user=found["_id"])
@@ -188,16 +188,16 @@ class RemoveMonitorHandler(ProviderApi):
     async def post(self) -> None:
         """The provider's body names the monitor by the id add_user_to_monitor_tweet answered; by handle too."""
         key = await self.key()
-        data, store = self.json_body(), self.ctx.stream_store
+        data, streams = self.json_body(), self.ctx.streams
         if isinstance(data, dict) and "x_user_name" not in data:
-            found = await store.rule(key.account_id, validate_body(data, [MONITOR_ID])["id_for_user"])
+            found = await streams.rule(key.account_id, validate_body(data, [MONITOR_ID])["id_for_user"])
         else:
             name = user_name(validate_body(data, MONITOR)["x_user_name"], ["body", "x_user_name"])
-            found = await store.monitor_of(key.account_id, name)
+            found = await streams.monitor_of(key.account_id, name)
         if (
             found is None
             or found["kind"] != "monitor"
-            or not await store.delete(key.account_id, found["_id"], "monitor")
+            or not await streams.delete(key.account_id, found["_id"], "monitor")
         ):
             raise ApiError(404, "This account is not monitored")
         self.ok()
@@ -362,7 +362,7 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
         self.ctx.hub.remove(self)
         if self.held:
             self.held = False
-            self.ctx.hub.spawn(self.ctx.stream_store.drop_socket(self.key_id, self.conn_id))
+            self.ctx.hub.spawn(self.ctx.hub.let_go(self.key_id, self.conn_id))
 
     def write_error(self, status_code: int, **kwargs) -> None:
         """Other methods (405, with the Allow header) and failures in the data plane's error shape."""
@@ -379,7 +379,7 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
 class StreamsHandler(BaseHandler):
     @authenticated
     async def get(self) -> None:
-        rows = await self.ctx.stream_store.account_rules(self.current_user)
+        rows = await self.ctx.streams.rules(self.current_user)
         self.send_json([self.ctx.streams.row(r) for r in rows])
 
     @authenticated
@@ -410,7 +410,7 @@ class StreamHandler(BaseHandler):
             fields["interval_seconds"] = checked_interval(
                 self.ctx.settings, body["interval_seconds"], ["body", "interval_seconds"]
             )
-        current = await self.ctx.stream_store.rule(self.current_user, rule_id)
+        current = await self.ctx.streams.rule(self.current_user, rule_id)
         if current is not None and current["kind"] == "monitor" and "value" in fields:
             raise ApiError(409, "A monitor's account cannot change: add a monitor of the other account")
         await not_suspended(self, body.get("active"))
@@ -421,9 +421,9 @@ class StreamHandler(BaseHandler):
 
     @authenticated
     async def delete(self, rule_id: str) -> None:
-        store = self.ctx.stream_store
-        current = await store.rule(self.current_user, rule_id)  # a rule or a monitor: its kind's place is freed
-        if current is None or not await store.delete(self.current_user, rule_id, current["kind"]):
+        streams = self.ctx.streams
+        current = await streams.rule(self.current_user, rule_id)  # a rule or a monitor: its kind's place is freed
+        if current is None or not await streams.delete(self.current_user, rule_id, current["kind"]):
             raise ApiError(404, "Rule not found")
         self.send_json({"ok": True})
 
@@ -431,10 +431,10 @@ class StreamHandler(BaseHandler):
 class StreamEventsHandler(BaseHandler):
     @authenticated
     async def get(self, rule_id: str) -> None:
-        if await self.ctx.stream_store.rule(self.current_user, rule_id) is None:
+        if await self.ctx.streams.rule(self.current_user, rule_id) is None:
             raise ApiError(404, "Rule not found")
         limit = self.query_arg(EVENTS_LIMIT)
-        events = await self.ctx.stream_store.rule_events(rule_id, limit)
+        events = await self.ctx.streams.events(rule_id, limit)
         self.send_json([{**polls.message(e), "created_at": e["created_at"]} for e in events])
 
 

@@ -4,50 +4,43 @@ current one (a password change ends every earlier token), the token must not hav
 
 The person part comes from the account-view cache the data plane uses (kept coherent across processes). The
 membership is read from the database on every request (one indexed read): a removed or demoted member loses the
-old rights at once, on every process, with no cache to wait for. Ended tokens: this process knows at once; another process through the change feed
-(accounting/coherence.py, within a second), and at the latest after NEGATIVE_CACHE_TTL (the time a
-"not ended" answer is remembered per token) if the feed is down."""
+old rights at once, on every process, with no cache to wait for. Ended tokens: this process knows at once; another
+process through the change feed (accounting/coherence.py, within a second), and at the latest after
+NEGATIVE_CACHE_TTL (the time a "not ended" answer is remembered per token) if the feed is down. The tokens themselves
+and that memory: security/sessions.py."""
 
 import dataclasses
 
 from accounting.meter import Meter
 from config.settings import Settings
-from runtime.cache import LoadingCache
-from security import tokens
+from security.sessions import SessionTokens
 from security.tokens import Session
 from storage.accounts import AccountStore
 from storage.members import MemberStore
 from storage.sessions import SessionStore
 
 
-class Sessions:
+class Sessions(SessionTokens):
     def __init__(
         self, settings: Settings, accounts: AccountStore, store: SessionStore, meter: Meter, members: MemberStore
     ):
-        self.settings, self.accounts, self.store, self.meter = settings, accounts, store, meter
-        self.members = members
-        self.ended = LoadingCache(
-            store.is_ended, settings.key_cache_size, settings.token_ttl_seconds, settings.negative_cache_ttl
-        )
+        super().__init__(settings, store.is_ended)
+        self.accounts, self.store, self.meter, self.members = accounts, store, meter, members
 
     async def check(self, token: str) -> Session | None:
         """The token's session if it is valid now, else None (the caller answers 401)."""
-        session = tokens.session_of(self.settings.jwt_secret, token)
+        session = self.read(token)
         if session is None:
             return None
         view = await self.meter.account_cache.get(session.person_id)
         if view is None or view.session_version != session.version:
             return None  # the person is gone, or their password changed since
-        if session.token_id is not None and await self.ended.get(session.token_id):
+        if await self.was_ended(session):
             return None
         member = await self.members.role(session.account_id, session.person_id)
         if member is None:
             return None  # no longer a member of this account
         return dataclasses.replace(session, role=member["role"], member_id=member["_id"], email=member["email"])
-
-    def issue(self, person_id: str, version: int, account_id: str | None = None) -> str:
-        s = self.settings
-        return tokens.issue(s.jwt_secret, person_id, s.token_ttl_seconds, version=version, account_id=account_id)
 
     async def end(self, session: Session) -> None:
         """POST /auth/logout: this token only (a token without an id: every session of the account)."""
@@ -56,11 +49,7 @@ class Sessions:
             self.meter.account_cache.invalidate(session.person_id)
             return
         await self.store.end(session.token_id, session.person_id, session.expires)
-        self.ended.put(session.token_id, True)
-
-    def ended_elsewhere(self, token_id: str) -> None:
-        """Another process ended this token (accounting/coherence.py)."""
-        self.ended.put(token_id, True)
+        self.ended_here(session.token_id)
 
     async def password_changed(self, account_id: str, password_hash: str) -> int | None:
         """Stores the new hash; every earlier token stops working here at once. The new version."""

@@ -9,17 +9,17 @@ answers the session; a challenge opens one session (spent in MongoDB by its firs
 a second use is 401). A login may also carry the code at once ({email, password, code}). Sessions and bearer
 tokens are unchanged: the second factor is asked when one is issued, never on each request.
 
-Wrong codes are throttled per account and process (5 per 5 minutes, then 429: ctx.second_factor)."""
+Wrong codes are throttled per account and process (5 per 5 minutes, then 429: services/auth.py `check_code`)."""
 
 import asyncio
 from datetime import UTC, datetime
 
-from handlers.auth import AuthHandler, verified_password
+from handlers.auth.handlers import AuthHandler, verified_password
 from handlers.base import ApiError, authenticated
 from handlers.errors import ValidationError, error
-from handlers.secondfactor import check_code, enabled, pepper, sealed_for, secret_of
 from handlers.validation import Field, validate_body
-from security import tokens, totp
+from security import totp
+from services.auth import enabled
 
 CODE = Field("code", str, min_length=6, max_length=32, description="A current 6-digit code, or a recovery code")
 SETUP = [Field("password", str, min_length=1, max_length=128, description="The account's password")]
@@ -41,7 +41,7 @@ class StatusHandler(AuthHandler):
 
     @authenticated
     async def get(self) -> None:
-        state = await self.ctx.signin.state(self.person_id) or {}
+        state = await self.ctx.auth_service.two_factor(self.person_id) or {}
         factor = state.get("totp") or {}
         on = enabled(state)
         self.send_json(
@@ -62,8 +62,8 @@ class SetupHandler(AuthHandler):
         body = validate_body(self.json_body(), SETUP)
         account = await self.current_person()
         await verified_password(self, account["email"], body["password"])
-        secret = totp.new_secret()
-        if not await self.ctx.signin.begin(account["_id"], self.ctx.vault.encrypt(secret, sealed_for(account["_id"]))):
+        secret = await self.ctx.auth_service.begin_enrolment(account["_id"])
+        if secret is None:
             raise ApiError(409, "Two-factor sign-in is already on; disable it first to enrol another authenticator")
         uri = totp.provisioning_uri(secret, account["email"])
         qr = await asyncio.get_running_loop().run_in_executor(self.ctx.executor, totp.qr_data_uri, uri)
@@ -79,13 +79,13 @@ class EnableHandler(AuthHandler):
     async def post(self) -> None:
         code = validate_body(self.json_body(), ENABLE)["code"]
         account_id = self.person_id
-        state = await self.ctx.signin.state(account_id) or {}
+        state = await self.ctx.auth_service.two_factor(account_id) or {}
         if enabled(state):
             raise ApiError(409, "Two-factor sign-in is already on")
         pending = state.get("totp_pending")
         if pending is None:
             raise ApiError(409, "No enrolment to confirm: start with POST /auth/2fa/setup")
-        step = totp.matching_step(secret_of(self, account_id, pending["sealed"]), code)
+        step = self.ctx.auth_service.enrolment_step(account_id, pending, code)
         if step is None:
             raise ValidationError(
                 [
@@ -96,11 +96,9 @@ class EnableHandler(AuthHandler):
                     )
                 ]
             )
-        codes = totp.new_recovery_codes()
-        digests = [totp.recovery_digest(pepper(self), c) for c in codes]
-        if not await self.ctx.signin.enable(account_id, pending["sealed"], step, digests):
+        codes = await self.ctx.auth_service.enable(account_id, pending, step)
+        if codes is None:
             raise ApiError(409, "This enrolment was replaced or confirmed meanwhile; start again")
-        self.ctx.account_cache.invalidate(account_id)
         await self.audit("2fa.enabled")
         self.send_json({"enabled": True, "recovery_codes": codes})
 
@@ -112,11 +110,10 @@ class RecoveryCodesHandler(AuthHandler):
     async def post(self) -> None:
         code = validate_body(self.json_body(), RECOVERY)["code"]
         account_id = self.person_id
-        if not enabled(await self.ctx.signin.state(account_id)):
+        if not enabled(await self.ctx.auth_service.two_factor(account_id)):
             raise ApiError(409, "Two-factor sign-in is off")
-        await check_code(self, account_id, code, recovery=False)
-        codes = totp.new_recovery_codes()
-        await self.ctx.signin.replace_recovery(account_id, [totp.recovery_digest(pepper(self), c) for c in codes])
+        await self.checked_code(account_id, code, recovery=False)
+        codes = await self.ctx.auth_service.new_recovery_codes(account_id)
         await self.audit("2fa.recovery_regenerated")
         self.send_json({"recovery_codes": codes})
 
@@ -131,15 +128,14 @@ class DisableHandler(AuthHandler):
         if not body:
             raise ValidationError([error(["body"], "Give a current code or the password", "value_error")])
         account = await self.current_person()
-        if not enabled(await self.ctx.signin.state(account["_id"])):
+        if not enabled(await self.ctx.auth_service.two_factor(account["_id"])):
             raise ApiError(409, "Two-factor sign-in is off")
         if "code" in body:
-            method = await check_code(self, account["_id"], body["code"])
+            method = await self.checked_code(account["_id"], body["code"])
         else:
             await verified_password(self, account["email"], body["password"])
             method = "password"
-        await self.ctx.signin.disable(account["_id"])
-        self.ctx.account_cache.invalidate(account["_id"])
+        await self.ctx.auth_service.disable(account["_id"])
         await self.audit("2fa.disabled", details={"confirmed_with": method})
         self.send_json({"enabled": False})
 
@@ -149,18 +145,19 @@ class SecondStepHandler(AuthHandler):
 
     async def post(self) -> None:
         body = validate_body(self.json_body(), SECOND_STEP)
-        claims = tokens.purpose_of(self.ctx.settings.jwt_secret, tokens.CHALLENGE, body["challenge"])
+        auth = self.ctx.auth_service
+        claims = auth.challenge_claims(body["challenge"])
         if claims is None:
             raise ApiError(401, "This sign-in expired; enter your email and password again")
-        account_id, version, signin = claims.account_id, claims.version, self.ctx.signin
-        state = await signin.state(account_id)
+        account_id, version = claims.account_id, claims.version
+        state = await auth.two_factor(account_id)
         if state is None or state.get("session_version", 0) != version or claims.token_id is None:
             raise ApiError(401, "This sign-in expired; enter your email and password again")
-        if await signin.challenge_spent(claims.token_id):  # before the code: a refused reuse spends none
+        if await auth.challenge_spent(claims.token_id):  # before the code: a refused reuse spends none
             raise ApiError(401, _USED)
-        method = await check_code(self, account_id, body["code"])
+        method = await self.checked_code(account_id, body["code"])
         expires = datetime.fromtimestamp(claims.expires, UTC)
-        if not await signin.spend_challenge(claims.token_id, account_id, expires):  # used at once elsewhere
+        if not await auth.spend_challenge(claims.token_id, account_id, expires):  # used at once elsewhere
             raise ApiError(401, _USED)
         await self.home_account(account_id)  # the person's: the account their new session acts for
         await self.audit("login", details={"second_factor": method})

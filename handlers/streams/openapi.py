@@ -1,9 +1,9 @@
-"""The OpenAPI operations and schemas of filter rules, monitors and the WebSocket (handlers/streams.py)."""
+"""The OpenAPI operations and schemas of filter rules, monitors and the WebSocket (handlers/streams/handlers.py)."""
 
 from config.settings import fields
-from handlers import streams
 from handlers.openapi_operations import Operation
 from handlers.openapi_schema import TIME, I, N, S, array, body_schema, nullable, obj, path_param, query_param, ref
+from handlers.streams import handlers as streams
 from security import roles
 
 _OK = {"status": {"const": "success"}, "msg": S}
@@ -29,7 +29,7 @@ _ROW = obj(
     polled_at={"anyOf": [TIME, {"type": "null"}]},
     created_at=TIME,
 )
-# What the validators check beyond the declarations' limits (handlers/streams.py): an interval between
+# What the validators check beyond the declarations' limits (handlers/streams/handlers.py): an interval between
 # STREAM_MIN_INTERVAL (its default here) and a day, an X handle, no control characters in a tag or a search.
 _LEAST = next(f.default for f in fields() if f.name == "stream_min_interval")
 _INTERVAL = {"type": "number", "minimum": _LEAST, "maximum": 86400, "description": "Seconds; answered as an integer"}
@@ -53,7 +53,7 @@ def _schema(declared: list, **kinds) -> dict:
     return schema
 
 
-STREAM_SCHEMAS = {
+SCHEMAS = {
     "StreamRule": _ROW,
     "AddRule": _schema(streams.ADD_RULE),
     "UpdateRule": _schema(streams.UPDATE_RULE),
@@ -98,7 +98,7 @@ def _provider(method: str, path: str, summary: str, body: str | None, response: 
     )
 
 
-STREAM_OPERATIONS = [
+OPERATIONS = [
     _provider(
         "post",
         "/oapi/tweet_filter/add_rule",

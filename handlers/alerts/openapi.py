@@ -1,7 +1,7 @@
-"""The OpenAPI operations and schemas of alert rules and webhook endpoints (handlers/alerts.py)."""
+"""The OpenAPI operations and schemas of alert rules and webhook endpoints (handlers/alerts/handlers.py)."""
 
 from alerts import rules as kinds
-from handlers import alerts
+from handlers.alerts import handlers as alerts
 from handlers.openapi_operations import Operation
 from handlers.openapi_schema import TIME, B, I, N, S, array, field_schema, nullable, obj, path_param, query_param, ref
 from security import roles
@@ -24,7 +24,7 @@ _URL = {
     "description": "https; in development also http and loopback. Production refuses hosts that resolve to "
     "loopback, private, link-local or metadata addresses (422), and checks again at every connection",
 }
-ALERT_SCHEMAS = {
+SCHEMAS = {
     "AlertRuleCreate": {
         "oneOf": [
             *(_rule_body("balance_below", **{name: _AMOUNTS[name]}) for name in ("credits", "usd", "percent")),
@@ -120,7 +120,7 @@ _DELIVERY_ID = path_param("delivery_id", {"type": "string", "pattern": "^[A-Za-z
 _LIMIT = query_param(alerts.EVENTS_LIMIT)
 _E = "/webhooks/{endpoint_id}"
 
-ALERT_OPERATIONS = [
+OPERATIONS = [
     Operation("get", "/alerts", "The account's alert rules", "alerts", array(ref("AlertRule")), role=roles.VIEWER),
     Operation(
         "post",
