@@ -22,10 +22,10 @@ from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
 from services.account import AccountService
 from services.admin import AdminService
-from services.audit import AuditService
-from services.keys import KeyService
 from services.alerts import Alerts
+from services.audit import AuditService
 from services.auth import Auth
+from services.keys import KeyService
 from services.members import Members
 from services.sessions import Sessions
 from social.pool import InFlight

@@ -62,37 +62,6 @@ def test_imports_only_go_down(path):
     assert not wrong, "imports that run back up (or sideways) the layers:\n" + "\n".join(wrong)
 
 
-def context_stores() -> set[str]:
-    """The fields of the handlers' Context (handlers/context.py) whose type is a store (imported from storage/)."""
-    tree = ast.parse((ROOT / "handlers" / "context.py").read_text())
-    store_types = {
-        alias.asname or alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("storage")
-        for alias in node.names
-    }
-    context = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Context")
-    return {
-        node.target.id
-        for node in context.body
-        if isinstance(node, ast.AnnAssign) and ast.unparse(node.annotation) in store_types
-    }
-
-
-@pytest.mark.parametrize("path", sorted(ROOT.glob("handlers/*/*.py")), ids=lambda p: str(p.relative_to(ROOT)))
-def test_the_handlers_of_an_area_talk_to_services_not_to_stores(path):
-    # An area's folder (handlers/<area>/) reaches the database through its service (services/): no store imported,
-    # none called through the context.
-    text = path.read_text()
-    wrong = [f"line {line} imports storage" for line, name in project_imports(path) if name == "storage"]
-    wrong += [f"ctx.{name}" for name in sorted(context_stores()) if re.search(rf"\bctx\.{name}\b", text)]
-    assert not wrong, f"{path.relative_to(ROOT)} reaches a store: {wrong}"
-
-
-def test_the_store_check_knows_the_contexts_stores():
-    assert {"accounts", "keys", "stream_store", "webhook_store"} <= context_stores()
-
-
 def test_the_layer_check_sees_a_wrong_import(tmp_path):
     bad = tmp_path / "storage_bad.py"
     bad.write_text("from handlers.base import BaseHandler\nimport metering.ledger\n")

@@ -98,7 +98,7 @@ async def stream_key(handler, scope: str | None = SCOPE):
     """The X-API-Key checked as for the search every poll makes (handlers/social.api_key), and its account not
     suspended: 403, as its data calls (its rules wait and its sockets are closed meanwhile: docs/streams.md)."""
     key = await api_key(handler, scope)
-    if (await handler.ctx.meter.account_view(key.account_id)).suspended:
+    if (await handler.ctx.account_service.view(key.account_id)).suspended:
         raise ApiError(403, SUSPENDED)
     return key
 
@@ -106,7 +106,7 @@ async def stream_key(handler, scope: str | None = SCOPE):
 async def not_suspended(handler, active: bool | None) -> None:
     """A portal call switching a rule on while the account is suspended: 403, nothing written (its rules wait for
     the resume; one switched on now would only be claimed and set aside at every tick)."""
-    if active and (await handler.ctx.meter.account_view(handler.current_user)).suspended:
+    if active and (await handler.ctx.account_service.view(handler.current_user)).suspended:
         raise ApiError(403, "This account is suspended: rules cannot be switched on until an admin resumes it")
 
 
@@ -210,7 +210,7 @@ class MyInfoHandler(ProviderApi):
 
     async def get(self) -> None:
         key = await stream_key(self, None)
-        self.send_json({"recharge_credits": await self.ctx.meter.balance(key.account_id)})
+        self.send_json({"recharge_credits": await self.ctx.account_service.balance(key.account_id)})
 
 
 class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
