@@ -7,6 +7,7 @@ the wording users know from the reference API.
 """
 
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,24 @@ def length(minimum: int, maximum: int) -> Callable[[str, list], None]:
 
 _TRUE, _FALSE = {"true", "1"}, {"false", "0"}
 _BOOL = _TRUE | _FALSE
+
+
+def no_controls(value: str, loc: list) -> None:
+    # A name is shown in lists, logs and CSV exports: NUL, line breaks and other control characters have no place.
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        raise ValidationError([error(loc, "Input should not contain control characters", "string_pattern_mismatch")])
+
+
+no_controls.pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"  # the same rule, for OpenAPI (openapi_schema.py)
+
+
+def one_of(choices: tuple) -> Callable:
+    def check(value: str, loc: list) -> None:
+        if value not in choices:
+            expected = ", ".join(f"'{c}'" for c in choices)
+            raise ValidationError([error(loc, f"Input should be {expected}", "enum")])
+
+    return check
 
 
 def parse_bool(raw: str, loc: list) -> bool:

@@ -16,8 +16,7 @@ from urllib.parse import urlsplit
 from alerts import rules as kinds
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error, missing
-from handlers.keys.handlers import _no_controls, _one_of
-from handlers.validation import Field, validate_body
+from handlers.validation import Field, no_controls, one_of, validate_body
 from security import roles
 from services.alerts import MAX_ENDPOINTS, MAX_RULES, TESTS_PER_MINUTE
 
@@ -41,7 +40,7 @@ def _subset(choices: tuple) -> Callable:
 
 
 RULE_FIELDS = [
-    Field("kind", str, check=_one_of(kinds.KINDS), description=" | ".join(kinds.KINDS)),
+    Field("kind", str, check=one_of(kinds.KINDS), description=" | ".join(kinds.KINDS)),
     Field("credits", int, required=False, minimum=1, maximum=MAX_CREDITS, description="Threshold in credits"),
     Field("usd", float, required=False, exclusive_minimum=0, maximum=MAX_USD, description="Threshold in USD"),
     Field("percent", int, required=False, minimum=1, maximum=99, description="balance_below: % of the last top-up"),
@@ -51,11 +50,11 @@ RULE_FIELDS = [
 ]
 ENDPOINT_FIELDS = [
     Field("url", str, min_length=8, max_length=2000, description="https (http and loopback in development)"),
-    Field("description", str, required=False, max_length=200, check=_no_controls),
+    Field("description", str, required=False, max_length=200, check=no_controls),
 ]
 ENDPOINT_PATCH = [
     Field("url", str, required=False, min_length=8, max_length=2000),
-    Field("description", str, required=False, max_length=200, check=_no_controls),
+    Field("description", str, required=False, max_length=200, check=no_controls),
     Field("enabled", bool, required=False, description="true re-enables a disabled endpoint"),
 ]
 EVENTS_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500)

@@ -9,14 +9,13 @@ allowed_endpoints (data paths or group names), allowed_ips (addresses or CIDRs) 
 import ipaddress
 import re
 import time
-import unicodedata
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from handlers.base import ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error, missing
 from handlers.idempotent import idempotent
-from handlers.validation import Field, parse_int, validate_body
+from handlers.validation import Field, no_controls, one_of, parse_int, validate_body
 from services.keys import BUDGET_FIELDS, PROPERTIES, Refused, row
 from social.endpoints import BY_PATH, GROUPS
 
@@ -25,33 +24,15 @@ MAX_ENDPOINTS, MAX_IPS, MAX_CREDIT_LIMIT, MAX_GRACE = 100, 100, 10**15, 604_800
 MAX_IP_TEXT = 64  # characters of one allowed_ips entry
 
 
-def _no_controls(value: str, loc: list) -> None:
-    # A name is shown in lists, logs and CSV exports: NUL, line breaks and other control characters have no place.
-    if any(unicodedata.category(c) == "Cc" for c in value):
-        raise ValidationError([error(loc, "Input should not contain control characters", "string_pattern_mismatch")])
-
-
-_no_controls.pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"  # the same rule, for OpenAPI (openapi_schema.py)
-
-
 NAME = Field(
     "name",
     str,
     required=False,
     min_length=1,
     max_length=100,
-    check=_no_controls,
+    check=no_controls,
     description='Absent or null: "default"',
 )
-
-
-def _one_of(choices: tuple) -> Callable:
-    def check(value: str, loc: list) -> None:
-        if value not in choices:
-            expected = ", ".join(f"'{c}'" for c in choices)
-            raise ValidationError([error(loc, f"Input should be {expected}", "enum")])
-
-    return check
 
 
 def _items(maximum: int) -> Callable:
@@ -71,7 +52,7 @@ PROPERTY_FIELDS = [
     Field("allowed_endpoints", list, required=False, check=_items(MAX_ENDPOINTS)),
     Field("allowed_ips", list, required=False, check=_items(MAX_IPS)),
     Field("credit_limit", int, required=False, minimum=1, maximum=MAX_CREDIT_LIMIT),
-    Field("credit_limit_period", str, required=False, check=_one_of(PERIODS)),
+    Field("credit_limit_period", str, required=False, check=one_of(PERIODS)),
 ]
 KEY_CREATE = [NAME, *PROPERTY_FIELDS]
 KEY_PATCH = KEY_CREATE

@@ -19,9 +19,8 @@ import tornado.websocket
 
 from handlers.base import Anonymous, ApiError, BaseHandler, authenticated
 from handlers.errors import ValidationError, error
-from handlers.keys.handlers import _no_controls
 from handlers.social import api_key
-from handlers.validation import Field, validate_body
+from handlers.validation import Field, no_controls, validate_body
 from streams import rules as polls
 from streams.hub import HAND_OVER_WINDOW
 from streams.manage import LimitReached
@@ -33,8 +32,8 @@ UNSENT_LIMIT = 16 * 1024 * 1024  # bytes of events waiting for one client before
 # which a close drops: the close frame then follows at most this much, not the whole backlog.
 WINDOW = 256 * 1024
 EVENTS_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500)
-TAG = Field("tag", str, min_length=1, max_length=255, check=_no_controls, description="Your label for the rule")
-VALUE = Field("value", str, min_length=1, max_length=512, check=_no_controls, description="An advanced_search query")
+TAG = Field("tag", str, min_length=1, max_length=255, check=no_controls, description="Your label for the rule")
+VALUE = Field("value", str, min_length=1, max_length=512, check=no_controls, description="An advanced_search query")
 INTERVAL = Field("interval_seconds", float, description="Seconds between polls (STREAM_MIN_INTERVAL to 86400)")
 RULE_ID = Field("rule_id", str, min_length=1, max_length=64)
 IS_EFFECT = Field("is_effect", int, minimum=0, maximum=1, description="1: active (polled), 0: inactive")
@@ -55,11 +54,11 @@ OPTIONAL_INTERVAL = Field(
 )
 # The portal's create: a rule has a tag and a search, a monitor an account (its tag defaults to @handle).
 RULE_CREATE = [KIND, TAG, VALUE, OPTIONAL_INTERVAL, ACTIVE]
-MONITOR_CREATE = [KIND, USER, Field("tag", str, required=False, min_length=1, max_length=255, check=_no_controls)]
+MONITOR_CREATE = [KIND, USER, Field("tag", str, required=False, min_length=1, max_length=255, check=no_controls)]
 MONITOR_CREATE += [OPTIONAL_INTERVAL, ACTIVE]
 PORTAL_PATCH = [
-    Field("tag", str, required=False, min_length=1, max_length=255, check=_no_controls),
-    Field("value", str, required=False, min_length=1, max_length=512, check=_no_controls, description="rules only"),
+    Field("tag", str, required=False, min_length=1, max_length=255, check=no_controls),
+    Field("value", str, required=False, min_length=1, max_length=512, check=no_controls, description="rules only"),
     Field("interval_seconds", float, required=False),
     Field("active", bool, required=False, description="true: polled from now; false: paused"),
 ]
