@@ -1,7 +1,7 @@
 """The backup goal at its full size (issue 38): a backup taken during SECONDS of RATE calls/s on a 0.7 s provider
 (`serve --workers 2`), with RULES active filter rules and a webhook receiver that is down, restored into a fresh
 database: the gateway starts on it, `reconcile` exits 0 before and after, every key answers, every rule and every
-pending delivery is there. tests/test_backup.py is the same at the suite's size.
+pending delivery is there. tests/operations/test_backup.py is the same at the suite's size.
 
     ./dev bench --backup [--seconds 60 --rate 200 --rules 50]
 

@@ -10,7 +10,7 @@ saves the figures: operations, test cases, failures by check.
 
     .venv/bin/python bench/fuzz.py [--max-examples 100] [--max-time 600] [--seed 3] [--workers 1]
 
-tests/test_fuzz.py runs the same with a CI-sized budget.
+tests/data/test_fuzz.py runs the same with a CI-sized budget.
 """
 
 from __future__ import annotations
@@ -103,12 +103,12 @@ include-operation-id = [
 checks.positive_data_acceptance.enabled = false
 
 # A WebSocket opens only with the handshake's headers (Upgrade, Sec-WebSocket-Key, -Version), which the
-# fuzzer does not send: without them the answer is 400, whatever the parameters (tests/test_streams.py opens it).
+# fuzzer does not send: without them the answer is 400, whatever the parameters (tests/streams/test_streams.py opens it).
 [[operations]]
 include-operation-id = ["social_tweet_websocket", "twitter_tweet_websocket"]
 checks.positive_data_acceptance.enabled = false
 
-# Logging out would end the one session token the whole run uses: walked by hand in tests/test_isolation.py.
+# Logging out would end the one session token the whole run uses: walked by hand in tests/data/test_isolation.py.
 [[operations]]
 include-operation-id = "post_auth_logout"
 enabled = false

@@ -1,5 +1,5 @@
 """The settings as people read them, rendered from their declarations (config/settings.py): the table
-`social-gateway --help` prints, and docs/configuration.md (`./dev settings-doc` writes it; tests/test_settings.py
+`social-gateway --help` prints, and docs/configuration.md (`./dev settings-doc` writes it; tests/operations/test_settings.py
 fails when it is not what the declarations say)."""
 
 from __future__ import annotations

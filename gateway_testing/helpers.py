@@ -27,7 +27,7 @@ def make_settings(**overrides) -> config.Settings:
         data_dir="/nonexistent",
         port=0,
         # Tests that count charges or provider calls mean live reads: the answer cache is off unless a test
-        # turns it on (tests/test_answer_cache.py). Identical calls in flight at once still make one call.
+        # turns it on (tests/data/test_answer_cache.py). Identical calls in flight at once still make one call.
         cache_max_bytes=0,
     )
     return config.load(environ={}, **{**base, **overrides})

@@ -182,7 +182,7 @@ class Stack:
             LOGIN_MAX_ATTEMPTS_PER_ADDRESS="1000000",
             LOGIN_MAX_FAILURES_PER_EMAIL="1000000",
             # Load and fuzzing come from one address: the per-network and per-address limits would
-            # measure themselves (tests/test_isolation.py tests them).
+            # measure themselves (tests/data/test_isolation.py tests them).
             SIGNUP_MAX_PER_NETWORK="1000000",
             LOGIN_SLOWDOWN_AFTER="1000000",
             MAX_CONNECTIONS_PER_ADDRESS="1000000",

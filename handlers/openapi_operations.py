@@ -2,7 +2,7 @@
 operations of the web portal's page and cookie variants; each area declares its own in handlers/<area>/openapi.py.
 
 A new route needs its Operation here, or in its area's part (handlers/<area>/openapi.py, assembled by
-handlers/openapi.py): tests/test_ops.py compares the document with the application's route table in both
+handlers/openapi.py): tests/operations/test_ops.py compares the document with the application's route table in both
 directions.
 """
 
@@ -29,10 +29,10 @@ class Operation:
     headers: dict = field(default_factory=dict)  # headers of the success answer
     extra: dict = field(default_factory=dict)  # further responses: status -> response object
     idempotent: bool = (
-        False  # takes an Idempotency-Key (the handler's method is @idempotent: tests/test_idempotency.py)
+        False  # takes an Idempotency-Key (the handler's method is @idempotent: tests/data/test_idempotency.py)
     )
     # The least role of a member that may call it (security/roles.py): every bearer operation names one. The
-    # server enforces it for the route (BaseHandler.prepare), the document shows it, and tests/test_members.py
+    # server enforces it for the route (BaseHandler.prepare), the document shows it, and tests/auth/test_members.py
     # walks every operation against every role from here.
     role: str | None = None
     or_self: str | None = None  # a path parameter: any member may call it on their own member id (leaving)

@@ -503,7 +503,7 @@ def count_items(endpoint: Endpoint, body: dict) -> int:
 # ~120 us. (msgspec with a struct per envelope and raw items took ~40 us but does not check UTF-8 in
 # skipped strings; adding that check cost another ~25 us.) Whatever simdjson refuses or reads differently
 # from orjson (a byte-order mark, duplicate keys, 64-bit limits, an object or array where the next cursor
-# belongs) goes to the full parse, so both paths give the same answer; tests/test_answer_reading.py
+# belongs) goes to the full parse, so both paths give the same answer; tests/data/test_answer_reading.py
 # compares them over every page of every sandbox endpoint.
 _PARSER = simdjson.Parser()  # reused: one document at a time, read before the next parse
 _BOM = b"\xef\xbb\xbf"

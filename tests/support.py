@@ -3,6 +3,7 @@ queries, a recording upstream, accounts on a gateway process, a webhook receiver
 the gateway process and the SMTP inbox the fixtures use too are gateway_testing/helpers.py's, offered here as well."""
 
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import orjson
 import tornado.httpserver
 import tornado.testing
 import tornado.web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from gateway_testing.helpers import FAST, PASSWORD, UPSTREAM_KEY, Gateway, Inbox, balance, gathered, make_settings
 from social.upstream import Breaker, UpstreamClient
@@ -29,6 +31,7 @@ __all__ = [
     "Receiver",
     "SearchProvider",
     "account_with_keys",
+    "charged",
     "balance",
     "count_key_lookups",
     "gathered",
@@ -36,6 +39,7 @@ __all__ = [
     "make_settings",
     "qs",
     "recorder",
+    "storm",
     "use_upstream",
     "valid_query",
 ]
@@ -275,3 +279,24 @@ async def cli(*argv: str, **env: str) -> tuple[int, str, str]:
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert b"Traceback" not in err, err.decode()
     return proc.returncode, out.decode(), err.decode()
+
+
+async def storm(targets: list[tuple[Gateway, str]], path: str, count: int) -> list:
+    """`count` concurrent calls, round-robin over (gateway, key) pairs; None where the connection died."""
+    client = AsyncHTTPClient(force_instance=True, max_clients=count)
+
+    async def one(gw: Gateway, key: str):
+        try:
+            return await client.fetch(
+                HTTPRequest(f"http://127.0.0.1:{gw.port}{path}", headers={"X-API-Key": key}, request_timeout=30),
+                raise_error=False,
+            )
+        except (OSError, HTTPClientError):
+            return None
+
+    pairs = itertools.cycle(targets)
+    return [asyncio.ensure_future(one(*next(pairs))) for _ in range(count)]
+
+
+def charged(responses) -> int:
+    return sum(int(r.headers["X-Credits-Charged"]) for r in responses if r is not None and r.code == 200)

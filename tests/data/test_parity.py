@@ -85,7 +85,7 @@ async def test_the_openapi_document_has_the_endpoints_and_filters(api):
     assert ok["properties"]["article"] == {"anyOf": [{"$ref": "#/components/schemas/Article"}, {"type": "null"}]}
 
 
-# Recorded answers (tests/answers/*.json): the sandbox's, in the spec's shape, and the provider's
+# Recorded answers (tests/data/answers/*.json): the sandbox's, in the spec's shape, and the provider's
 # current documented shape, for every place the two disagree (docs/spec.md).
 SHAPES = [
     ("/trends", "trends", {}, 15),

@@ -1,7 +1,7 @@
 """Retries (issue 22), in one process: an Idempotency-Key makes a repeated call answer what the first did, charged
 once; the same key with another request is 422; answers not charged are not kept; portal creates are not repeated;
 refused calls take no rate-limit token; every 429 and 503 says when to retry. The races (client gone, 50 at once,
-two processes, restarts, a crash) are attacked on served gateways in tests/test_idempotency_races.py."""
+two processes, restarts, a crash) are attacked on served gateways in tests/data/test_idempotency_races.py."""
 
 import asyncio
 import re

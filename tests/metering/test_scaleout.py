@@ -4,7 +4,6 @@ the key in the others within a second; a killed process's lease goes back to the
 LEASE_TIMEOUT and the ledger reconciles; `serve --workers N` drains all workers on SIGTERM."""
 
 import asyncio
-import itertools
 import os
 import signal
 import socket
@@ -15,8 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
-from support import Gateway, account_with_keys, ledger_of
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from support import Gateway, account_with_keys, charged, ledger_of, storm
 
 from accounting.keys import KeyEntry
 from storage import db as database
@@ -27,27 +25,6 @@ PRICE = 18  # user/info, one profile
 
 async def start_all(*gateways: Gateway) -> None:
     await asyncio.gather(*(g.launch() for g in gateways))
-
-
-async def storm(targets: list[tuple[Gateway, str]], path: str, count: int) -> list:
-    """`count` concurrent calls, round-robin over (gateway, key) pairs; None where the connection died."""
-    client = AsyncHTTPClient(force_instance=True, max_clients=count)
-
-    async def one(gw: Gateway, key: str):
-        try:
-            return await client.fetch(
-                HTTPRequest(f"http://127.0.0.1:{gw.port}{path}", headers={"X-API-Key": key}, request_timeout=30),
-                raise_error=False,
-            )
-        except (OSError, HTTPClientError):
-            return None
-
-    pairs = itertools.cycle(targets)
-    return [asyncio.ensure_future(one(*next(pairs))) for _ in range(count)]
-
-
-def charged(responses) -> int:
-    return sum(int(r.headers["X-Credits-Charged"]) for r in responses if r is not None and r.code == 200)
 
 
 async def process_ids(mongo_uri: str, db_name: str) -> dict[str, str]:

@@ -24,7 +24,7 @@ import pytest
 import gateway
 from app.embedded import EmbeddedMongo, free_port
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/ -> the project
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "social-gateway")  # the installed console script
 DOCUMENTS = (
     "README.md",

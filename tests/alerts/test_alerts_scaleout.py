@@ -8,8 +8,7 @@ import uuid
 
 import orjson
 import pytest
-from support import Gateway, Receiver, account_with_keys
-from test_scaleout import charged, storm
+from support import Gateway, Receiver, account_with_keys, charged, storm
 
 from storage import db as database
 

@@ -1,7 +1,7 @@
 """Account security in a real browser, at a desktop's 1280×800 and a phone's 390×844: enrol two-factor sign-in
 and sign in with a code, reset a forgotten password through the link a real SMTP server received, and read
 the audit log (filter, export). Each flow fails on a page wider than the screen, and saves screenshots
-under the test's tmp_path. The browser helpers are tests/test_browser.py's; this module runs its own
+under the test's tmp_path. The browser helpers are tests/portal/test_browser.py's; this module runs its own
 gateway, with SMTP_URL at an SMTP server in this process."""
 
 import email

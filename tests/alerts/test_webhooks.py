@@ -2,7 +2,7 @@
 signed (the receiver verifies with the `standardwebhooks` verifier), retried until a 2xx, logged per endpoint;
 a top-up re-arms a low-balance rule; tampered and replayed deliveries fail verification; production refuses
 private receivers at registration and at connection time; an endpoint failing too long is disabled with a
-notice. The same across processes: tests/test_alerts_scaleout.py."""
+notice. The same across processes: tests/alerts/test_alerts_scaleout.py."""
 
 import asyncio
 import email

@@ -185,7 +185,7 @@ async def test_a_claim_left_by_a_killed_process_ends_with_its_lease(mongo):
 def readme_client():
     """The documented example client (docs/api.md, Retries and idempotency): its code block up to the line that
     makes a client."""
-    text = (pathlib.Path(__file__).parent.parent / "docs" / "api.md").read_text()
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "api.md").read_text()
     block = text.split("### Retries and idempotency", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict = {}
     exec(block.split("\nclient = ", 1)[0], namespace)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # tests/project/ -> the project
 
 # Top to bottom. Packages on one line are one layer and must not import each other.
 LAYERS = [

@@ -17,7 +17,7 @@ async def test_register_login_me(api):
     status, me, _ = await api.call("GET", "/auth/me", token=body["token"])
     assert status == 200
     assert me["account_id"] == user["account_id"] and me["email"] == "alice@example.com" and me["is_admin"] is False
-    assert me["created_at"].endswith("Z")  # UTC, one format everywhere (tests/test_contract.py)
+    assert me["created_at"].endswith("Z")  # UTC, one format everywhere (tests/data/test_contract.py)
 
 
 async def test_duplicate_email_is_409(api):

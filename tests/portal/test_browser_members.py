@@ -2,7 +2,7 @@
 from the Members view, the developer joins through the link with a password of their own, sees what their role
 cannot do disabled with the reason, is demoted and then removed (locked out at their next page load); a person
 in two accounts switches between them with the account picker. Each step fails on a page wider than the screen.
-The browser helpers are tests/test_browser.py's; this module runs its own gateway."""
+The browser helpers are tests/portal/test_browser.py's; this module runs its own gateway."""
 
 import re
 import uuid

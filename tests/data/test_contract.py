@@ -429,7 +429,7 @@ async def test_no_sandbox_catalog_in_production(api):
 
 
 def test_the_spec_page_lists_every_endpoint_and_parameter_of_the_table():
-    with open(__file__.replace("tests/test_contract.py", "docs/spec.md")) as fh:
+    with open(__file__.replace("tests/data/test_contract.py", "docs/spec.md")) as fh:
         rows = {line.split("|")[1].strip(" `"): line for line in fh if line.startswith("| `/social/")}
     assert set(rows) == {"/social" + e.path for e in ENDPOINTS}
     for endpoint in ENDPOINTS:

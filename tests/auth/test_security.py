@@ -460,7 +460,7 @@ def _caps():
                 yield e, p.name, ",".join(str(10**6 + i) for i in range(p.maximum + 1)), "too_long"
             elif p.kind == "int" and p.maximum is not None:
                 yield e, p.name, str(p.maximum + 1), "less_than_equal"
-            elif p.kind in ("str", "cursor") and not p.choices:  # enumerations: tests/test_contract.py
+            elif p.kind in ("str", "cursor") and not p.choices:  # enumerations: tests/data/test_contract.py
                 yield e, p.name, "x" * 1001, "string_too_long"
 
 

@@ -115,7 +115,7 @@ def test_the_configuration_page_is_what_the_declarations_say():
 
 # --- the command line an operator meets (the installed console script) ------------------------------------
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "social-gateway")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/ -> the project
 PRODUCTION = {
     "GATEWAY_ENV": "production",
     "GATEWAY_HOST": "0.0.0.0",

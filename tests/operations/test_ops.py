@@ -327,7 +327,7 @@ async def test_metrics_exposition(api, ctx, catalog, http_client, base_url):
     response = await http_client.fetch(base_url + "/metrics")
     assert response.headers["Content-Type"].startswith("text/plain")
     values = samples(response.body.decode())
-    # A single process is worker 0 (serve --workers N: tests/test_scrape.py).
+    # A single process is worker 0 (serve --workers N: tests/operations/test_scrape.py).
     get = lambda name, **labels: values.get((name, frozenset({**labels, "worker": "0"}.items())))
     assert get("gateway_build_info", version=config.VERSION) == 1
     assert get("gateway_requests_total", route="/social/user/info", status="200") == 1

@@ -1,6 +1,6 @@
 """Crypto top-ups: checkout, the sandbox chain, signed notifications, crediting rules, reconciliation.
 
-The real-protocol client runs against tests/fake_processor.py served in the test loop;
+The real-protocol client runs against tests/billing/fake_processor.py served in the test loop;
 notifications are signed exactly as the processor signs them.
 """
 
@@ -29,7 +29,7 @@ from storage.orders import CONFIRMED, FINAL, STATUSES
 pytestmark = pytest.mark.gen_test(timeout=30)
 
 API_KEY, IPN_SECRET = "fake-processor-api-key", "fake-processor-ipn-secret"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/ -> the project
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The portal's HTTP contract: the page and its policy, cookie sessions that scripts cannot read, XSRF on
 every cookie-authenticated write, bearer tokens unchanged, and the order QR code. The browser tests
-(tests/test_browser.py) drive the same page in Chromium."""
+(tests/portal/test_browser.py) drive the same page in Chromium."""
 
 import re
 import uuid

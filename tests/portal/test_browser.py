@@ -1189,7 +1189,7 @@ def test_a_daily_spend_rule_under_a_cent_reads_so_and_says_when_it_fired(watched
 @pytest.mark.parametrize("width", SCREENS)
 def test_an_interval_the_server_refuses_is_not_priced_and_is_explained_in_plain_words(watched, stack, width):
     """5 s on a server whose shortest interval is 10 s: no "At least 259,200 credits a day", then a refusal
-    naming no server setting; the same words the server uses (tests/test_portal.py)."""
+    naming no server setting; the same words the server uses (tests/portal/test_portal.py)."""
     w = watched(**SCREENS[width])
     page = w.page
     register(page, stack)

@@ -28,7 +28,7 @@ from security import tokens
 from social.upstream import Breaker
 
 pytestmark = pytest.mark.gen_test(timeout=120)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/ -> the project
 
 
 def wide(api):
@@ -341,7 +341,7 @@ async def test_many_keys_do_not_multiply_the_account_rate(api, ctx):
     assert (await api.call("GET", path, key=other_key["key"]))[0] != 429
 
 
-# --- nobody becomes admin by registering: tests/test_admin.py (the configured address registered by an attacker)
+# --- nobody becomes admin by registering: tests/admin/test_admin.py (the configured address registered by an attacker)
 
 
 # --- free credits and lockouts cannot be farmed ------------------------------------------------------------------

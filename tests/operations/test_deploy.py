@@ -23,7 +23,7 @@ import config
 from app.embedded import free_port
 from gateway_testing.stack import wait_for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/<area>/ -> the project
 DEPLOY = os.path.join(ROOT, "deploy")
 COMPOSE = yaml.safe_load(open(os.path.join(DEPLOY, "compose.yaml")))
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
