@@ -217,11 +217,14 @@ async def test_a_provider_failure_reaches_every_waiter_uncharged_and_is_never_se
     gw = await served(mongo, provider, workers=workers, **CACHE_ON)
     _, keys, auth = await account_with_keys(gw, 1_000_000, 4)
     before = await balance(gw, auth)
+    # The failure is slow to come, so all 60 calls meet it in flight even on a busy machine (a failure is
+    # remembered for a second only: a call arriving later is a new provider call, as it should be).
+    provider.delay = 3.0
     answers = await asyncio.gather(*[gw.call("GET", INFO, **{"X-API-Key": keys[i % 4]}) for i in range(60)])
     assert {a.code for a in answers} == {502}
     assert {charged(a) for a in answers} == {0}
     assert provider.calls["user/info"] == 1
-    provider.status = 200
+    provider.status, provider.delay = 200, DELAY
     await asyncio.sleep(1.1)  # a failed fill answers its other-process waiters for a second at most
     healthy = await gw.call("GET", INFO, **{"X-API-Key": keys[0]})
     assert healthy.code == 200 and healthy.headers["X-Cache"] == "MISS" and provider.calls["user/info"] == 2
