@@ -46,6 +46,7 @@ from handlers import (
 )
 from handlers.base import NotFoundHandler
 from handlers.context import Context
+from handlers.data_plane import DataPlane
 from metering.pricing import Prices
 from portal import pages
 
@@ -94,7 +95,10 @@ def make_app(ctx: Context) -> tornado.web.Application:
         routes += ops.metrics_routes
     routes += members.routes  # members, roles and invitations (issue 37)
     bound = [(route[0], route[1], {"ctx": ctx, **(route[2] if len(route) > 2 else {})}) for route in routes]
-    app = tornado.web.Application(
+    # A data GET is served before routing, straight on its connection (handlers/data_plane.py).
+    app = DataPlane(
+        ctx,
+        social.data_paths(ctx.settings.twitter_alias),
         bound,
         default_handler_class=NotFoundHandler,
         default_handler_args={"ctx": ctx},

@@ -1,6 +1,6 @@
 """CPU per call of the key restrictions in the data plane: a restricted key against an unrestricted one.
 
-Runs the data handler's own check path (handlers/social.py DataHandler.authenticate: key lookup in
+Runs the data call's own check path (handlers/social.py check_key, as handlers/data_call.py calls it: key lookup in
 the cache, revoked, expired, client address, endpoint scope) and the credit reservation and
 settlement (accounting/meter.py Meter.reserve / settle: the account lease, plus the key's budget
 slice for a key with a credit_limit) in a loop, in process, with nothing else: no HTTP, no
@@ -18,13 +18,13 @@ import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
-import tornado.web
-from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
+from tornado.httputil import HTTPHeaders
 
 import config
 from accounting.keys import KeyEntry
 from accounting.meter import Meter
-from handlers.social import DataHandler
+from handlers.data_call import DataCall
+from handlers.social import check_key
 from metering.ledger import Budget, budget_period
 from runtime.metrics import Metrics
 from social.endpoints import BY_PATH, scope_of
@@ -69,16 +69,10 @@ def entries() -> dict[str, KeyEntry]:
 
 async def per_call(meter: Meter, entry: KeyEntry, calls: int) -> float:
     """CPU microseconds per call of authenticate + reserve + settle for `entry`."""
-    app = tornado.web.Application()
     ctx = SimpleNamespace(meter=CachedKeys(meter, entry), settings=meter.settings)
-    request = HTTPServerRequest(
-        start_line=RequestStartLine("GET", "/social/user/info?userName=x", "HTTP/1.1"),
-        headers=HTTPHeaders({"X-API-Key": SECRET, "Host": "bench"}),
-        connection=SimpleNamespace(set_close_callback=lambda cb: None, context=None),
-    )
-    request.remote_ip = "127.0.0.1"
-    handler = DataHandler.__new__(DataHandler)
-    tornado.web.RequestHandler.__init__(handler, app, request, ctx=ctx, endpoint=BY_PATH["/user/info"])
+    connection = SimpleNamespace(context=SimpleNamespace(remote_ip="127.0.0.1"))
+    headers = HTTPHeaders({"X-API-Key": SECRET, "Host": "bench"})
+    call = DataCall(ctx, connection, BY_PATH["/user/info"], headers, "/social/user/info", "userName=x")
     if entry.credit_limit is not None:  # the budget slice is held too, as for a busy key
         period = budget_period(entry.period, datetime.now(UTC))[0]
         slot = (entry.budget_id, entry.credit_limit, period, entry.budget_epoch)
@@ -86,11 +80,11 @@ async def per_call(meter: Meter, entry: KeyEntry, calls: int) -> float:
             entry.budget_id, period, entry.credit_limit, entry.budget_epoch, granted=10**15
         )
     for _ in range(1000):  # warm up
-        key = await handler.authenticate()
+        key = await check_key(call, headers, call.endpoint.path)
         meter.settle(await meter.reserve("acct", PRICE, 15, key), PRICE)
     started = time.process_time()
     for _ in range(calls):
-        key = await handler.authenticate()
+        key = await check_key(call, headers, call.endpoint.path)
         meter.settle(await meter.reserve("acct", PRICE, 15, key), PRICE)
     return (time.process_time() - started) / calls * 1e6
 

@@ -197,25 +197,15 @@ class BaseHandler(Anonymous):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, ConnectionFailure):
-            exc, status_code = DATABASE_UNAVAILABLE, DATABASE_UNAVAILABLE.status_code
-            self.set_status(status_code)
         self.clear_header("Retry-After")
-        if isinstance(exc, ValidationError):
-            body = {"detail": exc.errors}
-        else:
-            if isinstance(exc, ApiError):
-                message = exc.message
-                for name, value in exc.extra_headers.items():
-                    self.set_header(name, value)
-            else:
-                message = REASONS.get(status_code, self._reason)
-            body = self.error_body(status_code, message)
-        if status_code in (429, 503) and "Retry-After" not in self._headers:
-            self.set_header("Retry-After", "1")  # every 429 and 503 says when to retry
-        if status_code == 405:  # RFC 9110: a 405 lists the methods the resource supports
+        status, headers, body = error_answer(exc, status_code, self._reason, self.error_body)
+        if status != status_code:
+            self.set_status(status)
+        for name, value in headers.items():
+            self.set_header(name, value)
+        if status == 405:  # RFC 9110: a 405 lists the methods the resource supports
             self.set_header("Allow", ", ".join(self.allowed_methods()))
-        self.finish(orjson.dumps(body))
+        self.finish(body)
 
     def allowed_methods(self) -> list[str]:
         return [
@@ -225,24 +215,7 @@ class BaseHandler(Anonymous):
         ]
 
     def log_exception(self, typ, value, tb) -> None:
-        if isinstance(value, tornado.web.HTTPError):  # ApiError and ValidationError included: client errors
-            return
-        if isinstance(value, ConnectionFailure):
-            log.warning(
-                "database unavailable in %s %s (request %s): %s",
-                self.request.method,
-                self.request.path,
-                getattr(self, "request_id", "-"),
-                typ.__name__,
-            )
-            return
-        log.error(
-            "unhandled error in %s %s (request %s)",
-            self.request.method,
-            self.request.path,
-            getattr(self, "request_id", "-"),
-            exc_info=(typ, value, tb),
-        )
+        log_failure(self.request.method, self.request.path, getattr(self, "request_id", "-"), value)
 
     # --- bodies ---------------------------------------------------------------------------
     def json_body(self) -> Any:
@@ -368,22 +341,7 @@ class BaseHandler(Anonymous):
     # --- client address -------------------------------------------------------------------------
     def client_ip(self) -> str:
         """The caller's address; X-Forwarded-For / X-Real-IP count only when the peer is in TRUSTED_PROXIES."""
-        peer = self.request.remote_ip
-        networks = _networks(self.ctx.settings.trusted_proxies)
-        if not networks or not within(parse_address(peer), networks):
-            return peer
-        hops = [h.strip() for h in self.request.headers.get("X-Forwarded-For", "").split(",") if h.strip()]
-        real = self.request.headers.get("X-Real-IP", "").strip()
-        hops = hops or ([real] if real else [])
-        # Walk back from the nearest hop: the first address that is not one of our proxies is the client;
-        # anything left of it was written by the client and proves nothing.
-        for hop in reversed(hops):
-            address = parse_address(hop)
-            if address is None:
-                return peer
-            if not within(address, networks):
-                return str(address)
-        return str(parse_address(hops[0])) if hops else peer
+        return client_address(self.request.remote_ip, self.request.headers, self.ctx.settings.trusted_proxies)
 
     def route_label(self) -> str:
         """The matched route pattern, not the path: metric labels must not grow with key or order ids."""
@@ -403,25 +361,88 @@ class BaseHandler(Anonymous):
         return _ROUTE_LABELS[cls] or self.request.path
 
     def on_finish(self) -> None:
-        status = self.get_status()
-        route = self.route_label()
-        seconds = time.perf_counter() - self.started
-        ctx = self.ctx
-        ctx.metrics.requests[(route, status)] += 1
-        ctx.metrics.latency.observe(route, seconds)
-        if ctx.settings.access_log and ctx.access_log.enabled:
-            ctx.access_log.write(
-                {
-                    "request_id": getattr(self, "request_id", None),
-                    "method": self.request.method,
-                    "route": route,
-                    "status": status,
-                    "ms": round(seconds * 1000, 2),
-                    "ip": self.client_ip(),
-                    "account": self.account_id,
-                    **self.log_fields,
-                }
-            )
+        answered(
+            self.ctx,
+            self.request.method,
+            self.route_label(),
+            self.get_status(),
+            self.started,
+            getattr(self, "request_id", None),
+            self.client_ip,
+            self.account_id,
+            self.log_fields,
+        )
+
+
+def answered(ctx, method, route, status, started, request_id, client_ip, account_id, log_fields) -> None:
+    """An answer sent: its count and latency in /metrics, and its access line (`client_ip` is called only for
+    the line). BaseHandler.on_finish and the data plane's calls (handlers/data_call.py) alike."""
+    seconds = time.perf_counter() - started
+    ctx.metrics.requests[(route, status)] += 1
+    ctx.metrics.latency.observe(route, seconds)
+    if ctx.settings.access_log and ctx.access_log.enabled:
+        ctx.access_log.write(
+            {
+                "request_id": request_id,
+                "method": method,
+                "route": route,
+                "status": status,
+                "ms": round(seconds * 1000, 2),
+                "ip": client_ip(),
+                "account": account_id,
+                **log_fields,
+            }
+        )
+
+
+def error_answer(exc, status: int, reason: str, error_body) -> tuple[int, dict, bytes]:
+    """The answer to an error (the one error path, after Tornado's own set the status and `reason`, its phrase):
+    its status, the headers it adds and its JSON body, in the part's shape (`error_body`)."""
+    if isinstance(exc, ConnectionFailure):
+        exc, status = DATABASE_UNAVAILABLE, DATABASE_UNAVAILABLE.status_code
+    headers = {}
+    if isinstance(exc, ValidationError):
+        body = {"detail": exc.errors}
+    else:
+        if isinstance(exc, ApiError):
+            message = exc.message
+            headers.update(exc.extra_headers)
+        else:
+            message = REASONS.get(status, reason)
+        body = error_body(status, message)
+    if status in (429, 503) and "Retry-After" not in headers:
+        headers["Retry-After"] = "1"  # every 429 and 503 says when to retry
+    return status, headers, orjson.dumps(body)
+
+
+def log_failure(method: str, path: str, request_id: str, value: BaseException) -> None:
+    """An exception that ended a request: client errors are not logged, a database away is a warning, anything
+    else an error with its traceback."""
+    if isinstance(value, tornado.web.HTTPError):  # ApiError and ValidationError included: client errors
+        return
+    if isinstance(value, ConnectionFailure):
+        log.warning("database unavailable in %s %s (request %s): %s", method, path, request_id, type(value).__name__)
+        return
+    log.error("unhandled error in %s %s (request %s)", method, path, request_id, exc_info=value)
+
+
+def client_address(peer: str, headers, trusted: tuple) -> str:
+    """The caller's address; X-Forwarded-For / X-Real-IP count only when the peer is in `trusted` (proxies)."""
+    networks = _networks(trusted)
+    if not networks or not within(parse_address(peer), networks):
+        return peer
+    hops = [h.strip() for h in headers.get("X-Forwarded-For", "").split(",") if h.strip()]
+    real = headers.get("X-Real-IP", "").strip()
+    hops = hops or ([real] if real else [])
+    # Walk back from the nearest hop: the first address that is not one of our proxies is the client;
+    # anything left of it was written by the client and proves nothing.
+    for hop in reversed(hops):
+        address = parse_address(hop)
+        if address is None:
+            return peer
+        if not within(address, networks):
+            return str(address)
+    return str(parse_address(hops[0])) if hops else peer
 
 
 _ROUTE_LABELS: dict[type, str | None] = {}

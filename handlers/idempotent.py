@@ -32,10 +32,10 @@ _PRINTABLE = re.compile(PATTERN)
 _LOC = ["header", HEADER]
 
 
-def idempotency_key(handler) -> str | None:
-    """The request's key, None without the header; 422 for an empty, too long or non-printable one (`" a "` too).
+def idempotency_key(headers) -> str | None:
+    """The key in a request's `headers`, None without the header; 422 for an empty, too long or non-printable one (`" a "` too).
     The draft's quoted form (`"abc"`, a structured-field string) names the same key as `abc`."""
-    value = handler.request.headers.get(HEADER)
+    value = headers.get(HEADER)
     if value is None:
         return None
     if len(value) >= 2 and value[0] == value[-1] == '"':
@@ -113,7 +113,7 @@ def idempotent(method):
 
     @functools.wraps(method)
     async def wrapper(self, *args) -> None:
-        key = idempotency_key(self)
+        key = idempotency_key(self.request.headers)
         if key is None:
             return await method(self, *args)
         found = await start(self, self.current_user, key, _request(self))

@@ -1,4 +1,6 @@
-"""The 30 data endpoints (the spec's 24, six from the provider's documentation): one handler driven by the endpoint table.
+"""The 30 data endpoints (the spec's 24, six from the provider's documentation), driven by the endpoint table:
+their parameters, the API key's check, the answers' wording, and their routes. A GET is served by
+handlers/data_call.py, which runs the checks in this order:
 
 Order of checks: key (401) -> expired (401) -> client address (403) -> endpoint
 scope (403) -> rate limits of the key and its account (429) -> the account's upstream
@@ -17,16 +19,10 @@ import time
 import urllib.parse
 from datetime import UTC, datetime
 
-from accounting.budgets import BudgetExhausted
-from accounting.charged import MISS, Joined, wanted
-from accounting.idempotency import Answer, Claim
 from accounting.keys import KeyEntry
-from accounting.meter import LeasesExpired
 from handlers.base import ApiError, BaseHandler, NotFoundHandler
-from handlers.idempotent import idempotency_key, kept_body, send_replay, start
 from handlers.validation import ValidationError, check_length, error, missing, parse_bool, parse_int
-from metering.ledger import Reservation, period_end
-from metering.limiter import Decision
+from metering.ledger import period_end
 from metering.plans import Plan
 from social.endpoints import (
     CURSOR_MAX,
@@ -35,10 +31,7 @@ from social.endpoints import (
     ID_PART,
     STRING_MAX,
     Endpoint,
-    page_size,
 )
-from social.query import normalized_query
-from social.upstream import UpstreamError
 
 
 def parse_args(endpoint: Endpoint, arguments: dict[str, list[bytes]]) -> dict:
@@ -133,239 +126,69 @@ def _canonical(value, raw: bytes) -> bytes:
 
 
 async def api_key(handler, path: str | None) -> KeyEntry:
-    """The X-API-Key of a request, checked as for a data call to `path` (the endpoint its scope must allow):
-    401 missing, unknown, revoked or expired; 403 from an address or for an endpoint the key does not allow.
-    Also used by the real-time API (handlers/streams.py), whose polls call `path` (None: no endpoint, as the
+    """The X-API-Key of a request to a RequestHandler, checked as for a data call to `path` (`check_key`).
+    Used by the real-time API (handlers/streams/handlers.py), whose polls call `path` (None: no endpoint, as the
     provider's balance call)."""
-    secret = handler.request.headers.get("X-API-Key", "").strip()
+    return await check_key(handler, handler.request.headers, path)
+
+
+async def check_key(caller, headers, path: str | None) -> KeyEntry:
+    """The X-API-Key in `headers`, checked as for a data call to `path` (the endpoint its scope must allow):
+    401 missing, unknown, revoked or expired; 403 from an address or for an endpoint the key does not allow.
+    `caller` is a handler or a data call (handlers/data_call.py): its ctx, client_ip(), account_id and
+    log_fields, which name the key's account and id from the moment the key is known."""
+    secret = headers.get("X-API-Key", "").strip()
     if not secret:
         raise ApiError(401, "Missing API key: send it in the X-API-Key header")
-    key = await handler.ctx.meter.authenticate(secret)
+    key = await caller.ctx.meter.authenticate(secret)
     if key is None:
         raise ApiError(401, "Invalid API key")
     if key.revoked:
         raise ApiError(401, "This API key has been revoked")
-    handler.account_id = key.account_id
-    handler.log_fields["key_id"] = key.key_id
+    caller.account_id = key.account_id
+    caller.log_fields["key_id"] = key.key_id
     if key.expires_at is not None and time.time() >= key.expires_at:
         raise ApiError(401, "This API key has expired")
-    if key.networks is not None and not key.allows(handler.client_ip()):
+    if key.networks is not None and not key.allows(caller.client_ip()):
         raise ApiError(403, "This API key is not allowed from this address")
     if key.scope is not None and path is not None and path not in key.scope:
         raise ApiError(403, "This API key may not call this endpoint")
     return key
 
 
+def data_error(status: int, message: str) -> dict:
+    """The data plane's error body (the portal's is {"detail": ...})."""
+    return {"status": "error", "msg": message}
+
+
 class DataHandler(BaseHandler):
-    """A data endpoint: authenticate, limit, validate, reserve, forward, settle, record."""
+    """A data endpoint's path for any method but GET: 405 (Allow: GET). A GET is served without web.Application
+    (handlers/data_plane.py hands it to handlers/data_call.py)."""
 
     def initialize(self, ctx, endpoint: Endpoint) -> None:
         super().initialize(ctx)
-        self.endpoint = endpoint
         self.log_fields["route"] = "/social" + endpoint.path
 
     def error_body(self, status: int, message: str) -> dict:
-        return {"status": "error", "msg": message}
+        return data_error(status, message)
 
     def prepare(self) -> None:
-        """No session: a data call is authenticated by its API key alone (BaseHandler.prepare reads the bearer
-        token and the cookies for the portal)."""
+        """No session: nothing here needs one (BaseHandler.prepare reads the bearer token and the cookies)."""
 
     async def get(self) -> None:
-        ctx = self.ctx
-        if ctx.draining:
-            self.keep_header("Connection", "close")
-            raise ApiError(503, "The gateway is restarting; retry shortly", {"Retry-After": "1"})
-        key = await self.authenticate()
-        view = await ctx.meter.account_view(key.account_id)
-        if view.suspended:  # by an admin (handlers/admin_accounts.py); reaches every process (coherence)
-            raise ApiError(403, "This account is suspended; its keys are refused until an admin resumes it")
-        self.rate_limit(key, view.plan)
-        try:
-            await self.serve(key, view.plan)
-        except Exception as exc:
-            # Only a call the provider answered (its data, its 4xx, the 502/504 of its failures) or a replay
-            # keeps the tokens it took: a refused call gives them back, so refusals never cost a client its rate.
-            if not (isinstance(exc, ApiError) and exc.status_code in (502, 504)):
-                key_rate, account_rate = _rates(view.plan, ctx.settings.qps_divisor)
-                self.rate_headers(
-                    *ctx.limiter.give_back_both(key.key_id, key_rate, key.account_id, account_rate, time.monotonic()),
-                    key_rate,
-                    account_rate,
-                )
-            raise
-
-    async def serve(self, key: KeyEntry, plan: Plan) -> None:
-        ctx, endpoint = self.ctx, self.endpoint
-        self.failure_budget(key.account_id)
-        args = parse_args(endpoint, self.request.query_arguments)
-        idempotency = idempotency_key(self)
-        if not endpoint.available:
-            ctx.meter.record(key, self.log_fields["route"], 501, 0, self.request_id)
-            raise ApiError(501, "This endpoint is announced but not available yet; it is never charged")
-        if ctx.meter.buffer.full:
-            raise ApiError(503, "Usage cannot be recorded right now; retry shortly", {"Retry-After": "1"})
-        query = upstream_query(endpoint, self.request.query_arguments, args)
-        if idempotency is None:
-            return await self.call(key, plan, args, query, None)
-        # The endpoint and the query as forwarded, in its normal form: a repeat spelling them differently (another
-        # order, encoding or prefix) is the same request.
-        found = await start(self, key.account_id, idempotency, f"GET {endpoint.path}?{normalized_query(query)}")
-        if isinstance(found, Answer):
-            return self.replay(key, found)
-        try:
-            await self.call(key, plan, args, query, found)
-        finally:
-            if not found.ended:
-                await ctx.idempotency.end(found, None)  # nothing kept: a retry with the key runs again
-
-    def replay(self, key: KeyEntry, answer: Answer) -> None:
-        """A repeat of a kept answer: charged 0, recorded as a call of its own that points at the first."""
-        body = kept_body(answer)
-        self.ctx.meter.record(key, self.log_fields["route"], answer.status, 0, self.request_id, answer.request_id)
-        self.log_fields["credits"] = 0
-        self.set_header("X-Credits-Charged", "0")
-        send_replay(self, answer, body)
-
-    async def call(self, key: KeyEntry, plan: Plan, args: dict, query: str, claim: Claim | None) -> None:
-        ctx, endpoint = self.ctx, self.endpoint
-        size = page_size(endpoint, args)
-        _, least = ctx.calls.bounds(endpoint, size)
-        rate = plan.account_qps / ctx.settings.qps_divisor
-        limit = ctx.in_flight.limit(rate, ctx.upstream.latency.horizon)
-        if not ctx.in_flight.enter(key.account_id, limit):
-            raise ApiError(
-                429,
-                f"Too many calls of this account under way at once (at most {limit}); retry shortly",
-                {"Retry-After": "1"},
-            )
-        try:
-            try:
-                reservation = await ctx.calls.reserve(key.account_id, endpoint, size, key)
-            except LeasesExpired:
-                raise ApiError(
-                    503, "Credits cannot be checked right now; retry shortly", {"Retry-After": "1"}
-                ) from None
-            except BudgetExhausted:
-                raise ApiError(402, _budget_message(key, least)) from None
-            if reservation is None:
-                raise ApiError(
-                    402, f"Insufficient credits: this call needs at least {least} credits; top up your account"
-                )
-            await self.forward(key, reservation, size, query, rate, claim, args.get("cursor"))
-        finally:
-            ctx.in_flight.leave(key.account_id)
-
-    async def authenticate(self) -> KeyEntry:
-        return await api_key(self, self.endpoint.path)
-
-    def rate_limit(self, key: KeyEntry, plan: Plan) -> None:
-        key_rate, account_rate = _rates(plan, self.ctx.settings.qps_divisor)
-        per_key, per_account = self.ctx.limiter.take_both(
-            key.key_id, key_rate, key.account_id, account_rate, time.monotonic()
-        )
-        self.rate_headers(per_key, per_account, key_rate, account_rate)
-        if not per_key.allowed:
-            raise ApiError(
-                429,
-                f"Rate limit exceeded: {plan.qps:g} requests per second for this key",
-                {"Retry-After": str(per_key.retry_after)},
-            )
-        if not per_account.allowed:
-            raise ApiError(
-                429,
-                f"Rate limit exceeded: {plan.account_qps:g} requests per second for this account (all its keys)",
-                {"Retry-After": str(per_account.retry_after)},
-            )
-
-    def rate_headers(self, per_key: Decision, per_account: Decision, key_rate: float, account_rate: float) -> None:
-        # The IETF httpapi draft's fields (structured fields), and the X-RateLimit-* that clients know.
-        self.keep_header("RateLimit-Policy", _policy(per_key.limit, key_rate, per_account.limit, account_rate))
-        self.keep_header(
-            "RateLimit",
-            f'"key";r={per_key.remaining};t={per_key.reset}, "account";r={per_account.remaining};t={per_account.reset}',
-        )
-        # Strings, not ints: Tornado checks a non-str value against numbers.Integral (an ABC check) per header.
-        self.keep_header("X-RateLimit-Limit", str(per_key.limit))
-        self.keep_header("X-RateLimit-Remaining", str(per_key.remaining))
-        self.keep_header("X-RateLimit-Reset", str(per_key.reset))
-        self.keep_header("X-RateLimit-Account-Limit", str(per_account.limit))
-        self.keep_header("X-RateLimit-Account-Remaining", str(per_account.remaining))
-        self.keep_header("X-RateLimit-Account-Reset", str(per_account.reset))
-
-    def failure_budget(self, account_id: str) -> None:
-        # Failed calls are free: an account whose calls keep failing upstream is slowed down on its own.
-        wait = self.ctx.failure_budget.retry_after(account_id, time.monotonic())
-        if wait:
-            raise ApiError(
-                429,
-                "Too many of this account's calls failed at the data provider; retry later",
-                {"Retry-After": str(wait)},
-            )
-
-    async def forward(
-        self,
-        key: KeyEntry,
-        reservation: Reservation,
-        size: int,
-        query: str,
-        rate: float,
-        claim: Claim | None,
-        cursor: str | None,
-    ) -> None:
-        ctx, endpoint, route = self.ctx, self.endpoint, self.log_fields["route"]
-        calls = ctx.calls
-        want = wanted(self.request.headers.get("Cache-Control", ""))
-        try:
-            fetched = await calls.fetch(
-                ctx.upstream, reservation, endpoint, query, size, rate, want=want, cursor=cursor
-            )
-        except UpstreamError as exc:  # the reservation is released
-            self.keep_header("X-Cache", "MISS")
-            if exc.kind in ("timeout", "failed") and not isinstance(exc, Joined):
-                ctx.failure_budget.failed(key.account_id, time.monotonic())
-            status, message = _UPSTREAM_ERRORS.get(exc.kind, _UPSTREAM_FAILED)
-            calls.record(key, route, None, status, 0, self.request_id)
-            if status != 429:
-                ctx.metrics.upstream_errors += 1
-            retry = {"Retry-After": str(exc.retry_after)} if status in (429, 503) else None
-            raise ApiError(status, message, retry) from None
-        self.keep_header("X-Cache", fetched.cache.upper())
-        if fetched.age is not None:
-            self.set_header("Age", str(fetched.age))
-        status = fetched.status
-        if status in (401, 402, 403) or status >= 500:
-            # The provider refusing our key (credentials, credit) is ours, not the client's: never pass it
-            # off as a bad client key or an empty balance.
-            calls.release(fetched)
-            if status >= 500 and fetched.cache == MISS:  # the call that reached the provider, not its joiners
-                ctx.failure_budget.failed(key.account_id, time.monotonic())
-            calls.record(key, route, fetched, 502, 0, self.request_id)
-            ctx.metrics.upstream_errors += 1
-            raise ApiError(502, "The data provider failed; you were not charged")
-        # A keyed answer is kept before it is charged and recorded: a repeat can then only find it kept.
-        # One that cannot be kept (its claim taken over) is not charged: a repeat may run and be charged.
-        if fetched.cost and claim is not None:
-            if not await ctx.idempotency.end(claim, Answer(status, fetched.body, fetched.cost, self.request_id)):
-                fetched.cost = 0
-        charged = calls.settle(fetched)  # 0 for an upstream 4xx or an error body: passed through, not charged
-        calls.record(key, route, fetched, status, charged, self.request_id)
-        if fetched.guarded:
-            self.set_header("X-Crawl-Guard", "repeated-cursor")
-        self.log_fields["credits"] = charged
-        self.set_header("X-Credits-Charged", str(charged))
-        self.set_status(status)
-        self.finish(fetched.body)
+        """Declares the route's GET (Allow: GET on a 405, the OpenAPI document's check of the routes): every GET of
+        a data path is picked before routing (DataPlane), so none reaches here."""
+        raise NotImplementedError("a data GET is served by handlers/data_call.py")
 
 
-def _rates(plan: Plan, divisor: float) -> tuple[float, float]:
+def rates(plan: Plan, divisor: float) -> tuple[float, float]:
     """The key's and the account's rates in this process: without nginx routing each key to one process,
     every process gets its share of the limits (QPS_DIVISOR)."""
     return plan.qps / divisor, plan.account_qps / divisor
 
 
 @functools.lru_cache(maxsize=64)
-def _policy(key_limit: int, key_rate: float, account_limit: int, account_rate: float) -> str:
+def policy(key_limit: int, key_rate: float, account_limit: int, account_rate: float) -> str:
     """RateLimit-Policy: each bucket holds `q` calls and fills again in `w` seconds (1 call / 5 s: q=1;w=5)."""
     return (
         f'"key";q={key_limit};w={max(1, round(key_limit / key_rate))}, '
@@ -373,8 +196,8 @@ def _policy(key_limit: int, key_rate: float, account_limit: int, account_rate: f
     )
 
 
-_UPSTREAM_FAILED = (502, "The data provider failed; you were not charged")
-_UPSTREAM_ERRORS = {
+UPSTREAM_FAILED = (502, "The data provider failed; you were not charged")
+UPSTREAM_ERRORS = {
     "timeout": (504, "The data provider did not answer in time; you were not charged"),
     "unavailable": (503, "The data provider is failing; retry shortly; you were not charged"),
     "busy": (503, "Every connection to the data provider is busy; retry shortly; you were not charged"),
@@ -385,7 +208,7 @@ _UPSTREAM_ERRORS = {
 _PER = {"day": "per day (UTC)", "month": "per month (UTC)", "total": "in total"}
 
 
-def _budget_message(key: KeyEntry, least: int) -> str:
+def budget_message(key: KeyEntry, least: int) -> str:
     ends = period_end(key.period, datetime.now(UTC))
     when = f"; it renews at {ends.isoformat().replace('+00:00', 'Z')}" if ends else ""
     return (
@@ -399,10 +222,7 @@ class UnknownDataHandler(NotFoundHandler):
     """An unknown path under a data prefix: 404 in the data plane's error shape."""
 
     def error_body(self, status: int, message: str) -> dict:
-        return {
-            "status": "error",
-            "msg": "Unknown data endpoint; GET /openapi.json lists them" if status == 404 else message,
-        }
+        return data_error(status, "Unknown data endpoint; GET /openapi.json lists them" if status == 404 else message)
 
 
 # After the table's exact paths: every other path under the prefix, and the bare prefix.
@@ -413,3 +233,10 @@ routes = [("/social" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS]
 alias_routes = [("/twitter" + e.path, DataHandler, {"endpoint": e}) for e in ENDPOINTS] + [
     (r"/twitter(?:/.*)?", UnknownDataHandler)
 ]
+
+
+def data_paths(twitter_alias: bool) -> dict[str, Endpoint]:
+    """Each data endpoint's exact path (and its alias, when served) -> the endpoint: the GETs served by
+    handlers/data_call.py, matched as web.Application's routes above would match them."""
+    prefixes = ("/social", "/twitter") if twitter_alias else ("/social",)
+    return {prefix + e.path: e for prefix in prefixes for e in ENDPOINTS}

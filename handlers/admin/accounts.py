@@ -56,7 +56,7 @@ class AccountAdminBase(KeysBase):
 
     def adjustment_id(self, kind: str) -> str:
         """The ledger id of this credit or debit: the same for every repeat of one Idempotency-Key."""
-        key = idempotency_key(self)
+        key = idempotency_key(self.request.headers)
         return f"admin-{kind}:{self.current_user}:{key}" if key else f"admin-{kind}:{ObjectId()}"
 
 
