@@ -28,7 +28,6 @@ from handlers.errors import REASONS, ApiError, ValidationError, error, missing, 
 from handlers.validation import Field, parse_query
 from security import roles, tokens
 from security.addresses import parse_address, within
-from storage.audit import ANONYMOUS, account_actor, admin_actor
 
 log = logging.getLogger("gateway.access")  # unhandled errors; access lines: runtime/accesslog.py
 
@@ -297,7 +296,7 @@ class BaseHandler(Anonymous):
 
     async def current_account(self) -> dict:
         """The session's account document; 401 when the account no longer exists. Needs @authenticated."""
-        account = await self.ctx.accounts.get(self.current_user)
+        account = await self.ctx.auth_service.account(self.current_user)
         if account is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
         return account
@@ -306,7 +305,7 @@ class BaseHandler(Anonymous):
         """The sign-in of the person behind the session (email, 2FA, admin flag). Needs @authenticated."""
         if self.current_user is not None and self.person_id == self.account_id:
             return await self.current_account()  # a person's own account carries their sign-in
-        person = await self.ctx.accounts.get(self.person_id) if self.person_id else None
+        person = await self.ctx.auth_service.account(self.person_id) if self.person_id else None
         if person is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
         return person
@@ -321,18 +320,14 @@ class BaseHandler(Anonymous):
     async def audit(
         self, action: str, account_id: str | None = None, details: dict | None = None, admin: bool = False
     ) -> None:
-        """An audit-log entry (storage/audit.py) by this request's account (`admin`: acting as an admin, on
+        """An audit-log entry (services/audit.py) by this request's account (`admin`: acting as an admin, on
         `account_id`), from its address. account_id defaults to the session's own account."""
-        actor_id = self.account_id or self.current_user
-        if admin:
-            account = await self.current_account()
-            actor = admin_actor(account["_id"], account["email"])
-        else:
-            actor = account_actor(actor_id) if actor_id else ANONYMOUS  # not signed in: a failed login
+        actor_id = self.account_id or self.current_user  # None: not signed in (a failed login)
+        acting_admin = await self.current_account() if admin else None
         target = account_id if account_id is not None else actor_id
         # The member who acted, on their own account's entries (an admin acting on another account is the actor).
         member = self.member() if not admin and target == self.account_id else None
-        await self.ctx.audit.record(action, target, actor, self.client_ip(), details, member=member)
+        await self.ctx.audit_service.record(action, target, actor_id, self.client_ip(), details, member, acting_admin)
 
     def is_admin(self, account: dict) -> bool:
         # Only the operator's `admin grant` sets the flag: registering a listed address grants nothing.

@@ -1,10 +1,9 @@
-"""The audit log's reads: an account's own entries or every account's, filtered, paged and streamed whole.
-
-Entries are written by the handlers that act (BaseHandler.audit) into storage/audit.py, which this reads."""
+"""The audit log: an entry written for the request that acted (BaseHandler.audit), and the reads: an account's own
+entries or every account's, filtered, paged and streamed whole (storage/audit.py keeps them)."""
 
 from datetime import datetime
 
-from storage.audit import ACTIONS, ACTOR_KINDS, AuditStore, cursor_id
+from storage.audit import ACTIONS, ACTOR_KINDS, ANONYMOUS, AuditStore, account_actor, admin_actor, cursor_id
 
 __all__ = ["ACTIONS", "ACTOR_KINDS", "AuditService", "cursor_id"]
 
@@ -12,6 +11,24 @@ __all__ = ["ACTIONS", "ACTOR_KINDS", "AuditService", "cursor_id"]
 class AuditService:
     def __init__(self, store: AuditStore):
         self.store = store
+
+    async def record(
+        self,
+        action: str,
+        target: str | None,
+        actor_id: str | None,
+        address: str,
+        details: dict | None,
+        member: dict | None,
+        admin: dict | None = None,
+    ) -> None:
+        """An entry by the account `actor_id` (None: not signed in, as a failed login), or by `admin` (the admin's
+        account document) acting on `target`."""
+        if admin is not None:
+            actor = admin_actor(admin["_id"], admin["email"])
+        else:
+            actor = account_actor(actor_id) if actor_id else ANONYMOUS
+        await self.store.record(action, target, actor, address, details, member=member)
 
     def query(
         self,

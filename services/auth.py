@@ -76,6 +76,10 @@ class Auth:
         self.second_factor = SlidingWindows(5, 300.0, 100_000)  # wrong codes per account, in this process
 
     # --- people and their accounts -------------------------------------------------------------------------------
+    async def account(self, account_id: str) -> dict | None:
+        """An account's document, or a person's sign-in (None: gone)."""
+        return await self.accounts.get(account_id)
+
     async def by_email(self, email: str) -> dict | None:
         """The sign-in of this (normalised) email, or None."""
         return await self.accounts.by_email(email)

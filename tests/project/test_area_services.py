@@ -86,3 +86,12 @@ def test_the_check_sees_a_store_reached(tmp_path):
         "4: ctx.meter",
         "5: ctx.payments.orders",
     ]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "handlers").glob("*.py")), ids=lambda p: p.name)
+def test_no_handler_imports_a_store(path):
+    """Outside the area folders too (the base handler, the data call): the stores are reached through services.
+    The context's type (handlers/context.py) names the stores it is built with, for the services and the
+    background tasks: the one module allowed."""
+    hits = [hit for hit in reaches(path, set()) if "imports" in hit]
+    assert path.name == "context.py" or not hits, f"{path.relative_to(ROOT)}: {hits}"
