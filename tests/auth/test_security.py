@@ -438,7 +438,10 @@ async def test_slow_clients_are_disconnected(app, settings):
                 break
         closed_after = time.monotonic() - started
         writer.close()
-        assert (await asyncio.wait_for(answer, 1)) == b""
+        try:
+            assert (await asyncio.wait_for(answer, 1)) == b""
+        except ConnectionResetError:  # closed with our unread bytes in its buffer: the kernel resets, as cut off
+            pass
         assert 0.4 < closed_after < 2.0, closed_after
         # A body that never arrives in full.
         answer, seconds = await raw_exchange(
