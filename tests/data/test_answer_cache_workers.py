@@ -48,26 +48,21 @@ async def at_once(gw: Gateway, path: str, key: str, n: int) -> list[tuple[int, i
     return await asyncio.gather(*[one() for _ in range(n)])
 
 
+async def samples(gw: Gateway, name: str) -> list:
+    """The samples of one metric on `gw`'s /metrics."""
+    body = (await gw.call("GET", "/metrics")).body.decode()
+    return [s for family in text_string_to_metric_families(body) for s in family.samples if s.name == name]
+
+
 async def served_by(gw: Gateway) -> dict[str, float]:
     """Calls of ROUTE each worker answered, from /metrics."""
-    body = (await gw.call("GET", "/metrics")).body.decode()
-    return {
-        s.labels["worker"]: s.value
-        for family in text_string_to_metric_families(body)
-        for s in family.samples
-        if s.name == "gateway_requests_total" and s.labels.get("route") == ROUTE
-    }
+    requests = await samples(gw, "gateway_requests_total")
+    return {s.labels["worker"]: s.value for s in requests if s.labels.get("route") == ROUTE}
 
 
 async def claims_skipped(gw: Gateway) -> float:
     """Misses of `gw` that asked the provider without waiting for the shared tier's fill claim, from /metrics."""
-    body = (await gw.call("GET", "/metrics")).body.decode()
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(body)
-        for s in family.samples
-        if s.name == "gateway_cache_claims_skipped_total"
-    )
+    return sum(s.value for s in await samples(gw, "gateway_cache_claims_skipped_total"))
 
 
 def owner_of(path: str, workers: int = 2) -> int:
