@@ -137,6 +137,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     )
     poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, calls, owner=leases.process_id)
     limits, signin = Limits(db), SignInStore(db)
+    audit_service = AuditService(audit)  # the one the handlers write through, and the admin console's reads
     return Context(
         settings=settings,
         client=client,
@@ -188,9 +189,9 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         expiry=expiry,
         key_service=KeyService(keys_, meter, vault, settings.max_keys_per_account),
         account_service=AccountService(meter),
-        audit_service=AuditService(audit),
+        audit_service=audit_service,
         admin_service=AdminService(
-            admin_store, accounts, meter, payments, AuditService(audit), members, stream_store, poller, upstream
+            admin_store, accounts, meter, payments, audit_service, members, stream_store, poller, upstream
         ),
         alert_service=Alerts(settings, alert_store, webhook_store, limits, outbox, detector, vault),
         auth_service=Auth(settings, accounts, members, signin, limits, audit, meter.account_cache, vault, outbox),
