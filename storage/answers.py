@@ -4,9 +4,9 @@ database, each with the fill claim that lets one process fetch a key while the o
     answers: {_id: <cache key>, status, body (binary), worth, fetched_at (epoch seconds), expires_at,
               owner?, until?, failed?}
 
-A process missing a key in its memory claims it here in one round trip (`find_one_and_update`, upserting a
-claim only where no document exists, and reading what was there): nothing there, the claim is its own and it asks
-the provider; a fresh answer there is a hit; a claim of another process's, it polls for that process's answer
+A process missing a key in its memory claims it here by inserting a claim under the key (one round trip, and a
+second to read what was there when the key is taken): nothing there, the claim is its own and it asks the
+provider; a fresh answer there is a hit; a claim of another process's, it polls for that process's answer
 for as long as the claim lasts (bounded by the provider's time-out). A claim whose holder failed says so
 (`failed`), and the waiters fail the same way instead of asking the provider again; a claim past its `until`
 (its holder died), or a stale answer without a claim, is taken over. Keeping an answer is one write that also
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from bson import Binary
-from pymongo import IndexModel, ReturnDocument, WriteConcern
+from pymongo import IndexModel, WriteConcern
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
@@ -73,16 +73,16 @@ class AnswerStore:
         await self.answers.delete_one({"_id": key, "fetched_at": fetched_at})
 
     async def claim(self, key: str, patience: float) -> dict | None:
-        """Claims the key if nothing is kept for it (None: the claim is this process's); else what is there."""
+        """Claims the key if nothing is kept for it (None: the claim is this process's); else what is there.
+
+        An insert, not an upsert: the unique `_id` makes exactly one of any number of claims at once succeed.
+        (An upserting find_one_and_update is that atomic on MongoDB, but SecantusDB ran concurrent ones side by
+        side: 20 at once from two clients handed the claim to several of them, and each asked the provider.)"""
         until = datetime.now(UTC) + timedelta(seconds=patience)
         try:
-            return await self.answers.find_one_and_update(
-                {"_id": key},
-                {"$setOnInsert": {"owner": self.owner, "until": until, "expires_at": until}},
-                upsert=True,
-                return_document=ReturnDocument.BEFORE,
-            )
-        except DuplicateKeyError:  # another process's upsert of the same key won the race: it holds the claim
+            await self.answers.insert_one({"_id": key, "owner": self.owner, "until": until, "expires_at": until})
+            return None
+        except DuplicateKeyError:  # something is kept for the key: an answer, or another process's claim
             return await self.answers.find_one({"_id": key}) or {}
 
     async def wait(self, key: str, doc: dict, fresh: float, patience: float) -> Cached | str | None:
@@ -99,7 +99,7 @@ class AnswerStore:
             held = doc.get("until") is not None and doc["until"].replace(tzinfo=UTC) > now
             if held and doc.get("failed"):
                 return doc["failed"]
-            if not held and await self._take(key, now, until):
+            if not held and await self._take(key, doc, now, until):
                 return None
             if time.monotonic() >= deadline:
                 return None
@@ -107,21 +107,20 @@ class AnswerStore:
             now = datetime.now(UTC)
             doc = await self.answers.find_one({"_id": key}) or {}
 
-    async def _take(self, key: str, now: datetime, until: datetime) -> bool:
-        """Claims a key whose claim ended (its holder died, or it has none: a stale answer, or a gone document)."""
-        try:
-            taken = await self.answers.update_one(
-                {"_id": key, "$or": [{"until": {"$exists": False}}, {"until": {"$lt": now}}]},
-                {
-                    "$set": {"owner": self.owner, "until": until},
-                    "$unset": {"failed": ""},
-                    "$setOnInsert": {"expires_at": until},
-                },
-                upsert=True,
-            )
-        except DuplicateKeyError:  # another process claimed it in between
-            return False
-        return taken.modified_count == 1 or taken.upserted_id is not None
+    async def _take(self, key: str, doc: dict, now: datetime, until: datetime) -> bool:
+        """Claims a key whose claim ended (its holder died, or it has none: a stale answer), or whose document is
+        gone (`doc` empty: expired or dropped), as `claim` does."""
+        if not doc:
+            try:
+                await self.answers.insert_one({"_id": key, "owner": self.owner, "until": until, "expires_at": until})
+                return True
+            except DuplicateKeyError:  # another process claimed it in between
+                return False
+        taken = await self.answers.update_one(
+            {"_id": key, "$or": [{"until": {"$exists": False}}, {"until": {"$lt": now}}]},
+            {"$set": {"owner": self.owner, "until": until}, "$unset": {"failed": ""}},
+        )
+        return taken.modified_count == 1
 
     async def failed(self, key: str, kind: str) -> None:
         """This process's fill got no answer to keep: its waiters fail the same way (`kind`), or, for an answer

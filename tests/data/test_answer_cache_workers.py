@@ -183,9 +183,7 @@ async def test_two_machines_on_one_database_share_through_the_mongodb_tier(mongo
     )
     assert {a.code for a in at_once_both} == {200} and len({a.body for a in at_once_both}) == 1
     # One provider call for the burst, unless a database slower than CLAIM_WAIT (a busy machine) let a miss go
-    # without the fill claim, which /metrics counts (accounting/tiers.py). Known gap, not yet explained: about one
-    # run in seven on a quiet machine, the burst made a second provider call with no claim skipped (each machine
-    # one, at most); every call is still charged once and exactly.
+    # without the fill claim, which /metrics counts (accounting/tiers.py).
     skipped = sum([await claims_skipped(gw) for gw in (first, second)])
-    assert 2 <= provider.calls["user/info"] <= 3 + skipped
+    assert 2 <= provider.calls["user/info"] <= 2 + skipped
     assert len(await log_of(first, auth, 22)) == 22
