@@ -35,7 +35,9 @@ import tornado.httpserver
 import tornado.web
 from tornado import httputil
 
+from app.front import Front, prefilled
 from handlers.base import request_id
+from handlers.data_plane import DataPlane
 from handlers.errors import portal_error
 
 HARD_CAP_FACTOR = 4
@@ -148,7 +150,11 @@ class Limited(httputil.HTTPServerConnectionDelegate):
 
 
 class LimitedServer(tornado.httpserver.HTTPServer):
-    """An HTTPServer that counts open connections per client address and closes those past the cap."""
+    """An HTTPServer that counts open connections per client address and closes those past the cap; with a
+    front (app/front.py), its connections start on the gateway's own protocol and come here when they carry
+    anything but data calls."""
+
+    front: Front | None = None
 
     def limit_connections(self, per_address: int, exempt: tuple) -> None:
         self.per_address, self.exempt = per_address, tuple(ipaddress.ip_network(n) for n in exempt)
@@ -163,33 +169,67 @@ class LimitedServer(tornado.httpserver.HTTPServer):
             return False  # a unix socket
         return not any(ip in network for network in self.exempt)
 
-    def handle_stream(self, stream, address) -> None:
+    def admit(self, address) -> str | None:
+        """The client address a new connection is counted against ("" when not counted), or None: refused."""
         ip = address[0] if isinstance(address, tuple) else ""
-        if getattr(self, "per_address", 0) and self._counted(ip):
-            if self.open_by_address[ip] >= self.per_address:
-                self.refused_connections += 1
-                stream.close()
-                return
-            self.open_by_address[ip] += 1
+        if not (getattr(self, "per_address", 0) and self._counted(ip)):
+            return ""
+        if self.open_by_address[ip] >= self.per_address:
+            self.refused_connections += 1
+            return None
+        self.open_by_address[ip] += 1
+        return ip
+
+    def release(self, ip: str) -> None:
+        if ip:
+            self.open_by_address[ip] -= 1
+            if self.open_by_address[ip] <= 0:
+                del self.open_by_address[ip]
+
+    def _handle_connection(self, connection: socket.socket, address) -> None:
+        # Tornado's accept callback (TCPServer.add_sockets): with a front, the connection starts there.
+        if self.front is None:
+            super()._handle_connection(connection, address)
+            return
+        ip = self.admit(address)
+        if ip is None:
+            connection.close()
+            return
+        self.front.accept(connection, address, ip)
+
+    def handle_stream(self, stream, address) -> None:
+        ip = self.admit(address)
+        if ip is None:
+            stream.close()
+            return
+        if ip:
+            self.address_of[stream] = ip
+        super().handle_stream(stream, address)
+
+    def adopt(self, sock: socket.socket, address, ip: str, read: bytes) -> None:
+        """A connection the front hands over (already counted against `ip`), with the bytes it read of it."""
+        stream = prefilled(sock, read, max_buffer_size=self.max_buffer_size, read_chunk_size=self.read_chunk_size)
+        if ip:
             self.address_of[stream] = ip
         super().handle_stream(stream, address)
 
     def close_after_each_answer(self) -> None:
         """From now on every answer closes its connection (`Connection: close`): on a drain, the clients of a
         connection open here take their next call to another process serving the port. Tornado's connections
-        share these parameters and read them at each request."""
+        and the front's share these parameters and read them at each request."""
         self.conn_params.no_keep_alive = True
 
     def open_connections(self) -> int:
         """HTTP connections open here (a WebSocket is not one once upgraded)."""
-        return len(self._connections)
+        return len(self._connections) + (len(self.front.connections) if self.front else 0)
+
+    async def close_all_connections(self) -> None:
+        if self.front is not None:
+            self.front.close_all()
+        await super().close_all_connections()
 
     def on_close(self, server_conn) -> None:
-        ip = self.address_of.pop(getattr(server_conn, "stream", None), None)
-        if ip is not None:
-            self.open_by_address[ip] -= 1
-            if self.open_by_address[ip] <= 0:
-                del self.open_by_address[ip]
+        self.release(self.address_of.pop(getattr(server_conn, "stream", None), ""))
         super().on_close(server_conn)
 
 
@@ -206,7 +246,8 @@ def raise_open_file_limit() -> int:
 
 
 def make_server(app: tornado.web.Application, settings) -> tornado.httpserver.HTTPServer:
-    """The HTTP server with the service's limits; `gateway.serve` and the tests use this one."""
+    """The HTTP server with the service's limits; `gateway.serve` and the tests use this one. An application
+    with a data plane has its data calls served on the front's own protocol (DATA_CONNECTIONS)."""
     server = LimitedServer(
         Limited(app, settings.max_header_bytes, settings.max_body_bytes),
         # Tornado's own cap only bounds how much of an already refused body is drained.
@@ -216,6 +257,8 @@ def make_server(app: tornado.web.Application, settings) -> tornado.httpserver.HT
         body_timeout=settings.http_body_timeout,
     )
     server.limit_connections(settings.max_connections_per_address, settings.trusted_proxies)
+    if isinstance(app, DataPlane) and settings.data_connections == "own":
+        server.front = Front(server, app, settings.max_header_bytes, settings.http_idle_timeout)
     return server
 
 

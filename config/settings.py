@@ -141,6 +141,14 @@ class Settings:
         group="Service",
         choices=("asyncio", "uvloop"),
     )
+    data_connections: str = setting(
+        "own",
+        "own, or tornado: who serves a connection while it carries data calls. own: the gateway's protocol (less "
+        "CPU per call), handing a connection to Tornado at its first other request; tornado: Tornado for all.",
+        "DATA_CONNECTIONS",
+        group="Service",
+        choices=("own", "tornado"),
+    )
     drain_seconds: float = setting(
         10.0, "Seconds in-flight calls get to finish on shutdown.", "DRAIN_SECONDS", group="Service"
     )

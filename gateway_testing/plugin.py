@@ -15,6 +15,7 @@ import pytest
 import gateway
 from app.context import build_context
 from app.embedded import EmbeddedMongo, start_helpers
+from app.server import make_server
 from app.tasks import start_background
 from gateway_testing.helpers import Api, Gateway, Inbox, make_settings
 
@@ -105,6 +106,17 @@ def _start_tasks(ctx):
 @pytest.fixture
 def app(ctx):
     return gateway.make_app(ctx)
+
+
+@pytest.fixture
+def http_server(request, io_loop, _unused_port, app, ctx):
+    """The server `serve` runs (app/server.py make_server: its limits, and the front serving data calls), in
+    place of pytest-tornado's plain HTTPServer, on pytest-tornado's port."""
+    server = make_server(app, ctx.settings)
+    server.add_socket(_unused_port[0])
+    yield server
+    server.stop()
+    io_loop.run_sync(server.close_all_connections, timeout=60)
 
 
 @pytest.fixture

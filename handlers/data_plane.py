@@ -46,7 +46,7 @@ class _Pick(httputil.HTTPMessageDelegate):
             endpoint = self.app.data_paths.get(path)
             # A head Tornado's HTTPServerRequest refuses (no Host on HTTP/1.1, a bad or doubled one) goes its way:
             # a 400 and the connection closed.
-            if endpoint is not None and _host_ok(headers.get("Host"), start_line.version):
+            if endpoint is not None and host_ok(headers.get("Host"), start_line.version):
                 self.call = DataCall(self.app.ctx, self.request_conn, endpoint, headers, path, query)
                 return None
         self.inner = tornado.web.Application.start_request(self.app, self.server_conn, self.request_conn)
@@ -71,7 +71,7 @@ class _Pick(httputil.HTTPMessageDelegate):
 
 
 @functools.lru_cache(maxsize=256)
-def _host_ok(host: str | None, version: str) -> bool:
+def host_ok(host: str | None, version: str) -> bool:
     """Whether HTTPServerRequest takes this Host header (cached: clients send the same few)."""
     try:
         httputil.HTTPServerRequest(

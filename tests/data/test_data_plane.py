@@ -1,6 +1,7 @@
-"""A data GET is served before web.Application's routing (handlers/data_plane.py): on one connection it mixes
-with portal calls, other methods, unknown data paths and pipelined requests as any request does, each answered
-in order and in its part's shape."""
+"""A data GET is served before web.Application's routing (handlers/data_plane.py), on the gateway's own
+connection protocol (app/front.py) or Tornado's (DATA_CONNECTIONS=tornado): on one connection it mixes with
+portal calls, other methods, unknown data paths and pipelined requests as any request does, each answered in
+order and in its part's shape; a connection that carries anything else is handed to Tornado mid-stream."""
 
 import asyncio
 
@@ -8,9 +9,17 @@ import orjson
 import pytest
 from support import FAST, qs, valid_query
 
+from gateway_testing.helpers import make_settings
 from social.endpoints import BY_PATH
 
 pytestmark = pytest.mark.gen_test(timeout=60)
+
+
+@pytest.fixture(params=["own", "tornado"])
+def settings(request):
+    """Every test here on both connection servers; @pytest.mark.settings adds to these."""
+    marker = request.node.get_closest_marker("settings")
+    return make_settings(plan_rules=FAST, data_connections=request.param, **(marker.kwargs if marker else {}))
 
 
 async def read_answer(reader: asyncio.StreamReader, head: bool = False) -> tuple[int, dict, bytes]:
@@ -33,7 +42,6 @@ async def data_path(api, catalog) -> tuple[str, str]:
     return f"/social/user/info?{qs(valid_query(BY_PATH['/user/info'], catalog))}", key["key"]
 
 
-@pytest.mark.settings(plan_rules=FAST)
 async def test_one_connection_mixes_data_calls_portal_calls_other_methods_and_unknown_paths(api, catalog, http_port):
     path, key = await data_path(api, catalog)
     reader, writer = await asyncio.open_connection("127.0.0.1", http_port)
@@ -73,27 +81,68 @@ async def test_one_connection_mixes_data_calls_portal_calls_other_methods_and_un
         writer.close()
 
 
-@pytest.mark.settings(plan_rules=FAST)
 async def test_pipelined_requests_are_answered_in_order(api, catalog, http_port):
+    """Two data calls, a portal call (the hand-over, on the own protocol) and two more data calls, in one write."""
     path, key = await data_path(api, catalog)
     reader, writer = await asyncio.open_connection("127.0.0.1", http_port)
     try:
         writer.write(
             get(path, key, "X-Request-ID: one\r\n")
-            + get("/account", extra="X-Request-ID: two\r\n")
-            + get(path, key, "X-Request-ID: three\r\n")
+            + get(path, key, "X-Request-ID: two\r\n")
+            + get("/account", extra="X-Request-ID: three\r\n")
+            + get(path, key, "X-Request-ID: four\r\n")
+            + get(path, key, "X-Request-ID: five\r\n")
         )
-        answers = [await read_answer(reader) for _ in range(3)]
+        answers = [await read_answer(reader) for _ in range(5)]
         assert [(status, headers["x-request-id"]) for status, headers, _ in answers] == [
             (200, "one"),
-            (401, "two"),
-            (200, "three"),
+            (200, "two"),
+            (401, "three"),
+            (200, "four"),
+            (200, "five"),
         ]
+        assert len({body for status, _, body in answers if status == 200}) == 1
     finally:
         writer.close()
 
 
-@pytest.mark.settings(plan_rules=FAST)
+async def test_connection_close_ends_the_connection_after_the_answer(api, catalog, http_port):
+    path, key = await data_path(api, catalog)
+    reader, writer = await asyncio.open_connection("127.0.0.1", http_port)
+    writer.write(get(path, key, "Connection: close\r\n") + get(path, key))
+    status, headers, _ = await read_answer(reader)
+    assert status == 200 and headers["connection"] == "close"
+    assert await reader.read() == b""  # the second request is not answered: the connection closed
+    writer.close()
+
+
+async def test_heads_in_other_forms_are_read_as_tornado_reads_them(api, catalog, http_port, ctx):
+    """Lines ended by a bare LF are a request too; a head over MAX_HEADER_BYTES gets its 431 in the data
+    plane's shape; neither is lost between the two protocols."""
+    path, key = await data_path(api, catalog)
+    reader, writer = await asyncio.open_connection("127.0.0.1", http_port)
+    try:
+        writer.write(f"GET {path} HTTP/1.1\nHost: gw\nX-API-Key: {key}\n\n".encode())
+        status, _, body = await read_answer(reader)
+        assert status == 200 and orjson.loads(body)["status"] == "success"
+        writer.write(get(path, key, f"X-Padding: {'p' * ctx.settings.max_header_bytes}\r\n"))
+        status, _, body = await read_answer(reader)
+        assert status == 431 and orjson.loads(body)["status"] == "error"
+    finally:
+        writer.close()
+
+
+@pytest.mark.settings(http_idle_timeout=1.0)
+async def test_a_client_sending_its_head_slowly_is_disconnected(api, catalog, http_port):
+    path, key = await data_path(api, catalog)
+    reader, writer = await asyncio.open_connection("127.0.0.1", http_port)
+    writer.write(get(path, key))  # one answered call: the connection is the own protocol's, if any
+    assert (await read_answer(reader))[0] == 200
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: gw\r\n".encode())  # and never the rest of the head
+    assert await asyncio.wait_for(reader.read(), 30) == b""
+    writer.close()
+
+
 async def test_a_data_call_over_http_1_0_without_host_and_http_1_1_without_host_refused(api, catalog, http_port):
     path, key = await data_path(api, catalog)
     reader, writer = await asyncio.open_connection("127.0.0.1", http_port)
@@ -107,3 +156,25 @@ async def test_a_data_call_over_http_1_0_without_host_and_http_1_1_without_host_
     writer.write(f"GET {path} HTTP/1.1\r\nX-API-Key: {key}\r\n\r\n".encode())  # HTTP/1.1 without Host
     assert (await reader.read()).startswith(b"HTTP/1.1 400 ")
     writer.close()
+
+
+async def test_a_connection_stays_on_the_own_protocol_until_its_first_other_request(
+    api, catalog, http_port, http_server, settings
+):
+    if settings.data_connections == "tornado":
+        assert http_server.front is None
+        return
+    path, key = await data_path(api, catalog)
+    reader, writer = await asyncio.open_connection("127.0.0.1", http_port)
+    try:
+        for _ in range(3):
+            writer.write(get(path, key))
+            assert (await read_answer(reader))[0] == 200
+        assert len(http_server.front.connections) == 1 and not http_server._connections
+        writer.write(get("/account"))
+        assert (await read_answer(reader))[0] == 401
+        assert not http_server.front.connections and len(http_server._connections) == 1  # Tornado's from here
+        writer.write(get(path, key))
+        assert (await read_answer(reader))[0] == 200
+    finally:
+        writer.close()
