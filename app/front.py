@@ -144,8 +144,9 @@ class Connection(asyncio.Protocol):
         if not buffer:
             return
         end = buffer.find(b"\r\n\r\n")
-        if end < 0:
-            if len(buffer) > self.front.max_head or b"\n\n" in buffer:  # too large, or bare LFs: Tornado's
+        if end < 0 or end > self.front.max_head:
+            # Too large (Tornado answers its 431), or lines ended by bare LFs (Tornado reads those): Tornado's.
+            if end >= 0 or len(buffer) > self.front.max_head or b"\n\n" in buffer or b"\n\r\n" in buffer:
                 self.hand_over()
             return
         head = bytes(buffer[:end])
