@@ -109,6 +109,8 @@ class Connection(asyncio.Protocol):
         self.front.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.handed_over:  # (the transport reads nothing after the hand-over: it is closed then)
+            raise RuntimeError("data after the connection went to Tornado")
         self.buffer += data
         if self.call is None and not self.writing:
             self.next_request()
@@ -130,7 +132,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.writing = False
-        if self.call is None and not self.closed:
+        if self.call is None and not self.closed and not self.handed_over:  # (closing empties the buffer too)
             self.next_request()
 
     # --- requests ----------------------------------------------------------------------------------------
@@ -215,7 +217,7 @@ class Connection(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self._after_answer)
 
     def _after_answer(self) -> None:
-        if self.call is None and not self.writing and not self.closed:
+        if self.call is None and not self.writing and not self.closed and not self.handed_over:
             self.next_request()
 
     def close(self) -> None:
@@ -227,11 +229,14 @@ class Connection(asyncio.Protocol):
         """The connection goes to Tornado's HTTP/1 connection, with what was read of it and not yet answered
         (only once the kernel took the last answer: `next_request` runs only then)."""
         transport = self.transport
+        self.handed_over = True  # before abort(): closing the transport calls resume_writing, which must not
+        # hand the connection over a second time (two streams on one socket answered a request twice)
+        transport.pause_reading()
         fd = transport.get_extra_info("socket").fileno()
         sock = socket.socket(fileno=os.dup(fd))  # the transport closes its own descriptor; this one stays
-        self.handed_over = True
         transport.abort()
-        self.front.server.adopt(sock, self.address, self.counted_ip, bytes(self.buffer))
+        read, self.buffer = bytes(self.buffer), bytearray()
+        self.front.server.adopt(sock, self.address, self.counted_ip, read)
 
 
 def prefilled(sock: socket.socket, data: bytes, **options) -> IOStream:

@@ -4,10 +4,11 @@ portal calls, other methods, unknown data paths and pipelined requests as any re
 order and in its part's shape; a connection that carries anything else is handed to Tornado mid-stream."""
 
 import asyncio
+import uuid
 
 import orjson
 import pytest
-from support import FAST, qs, valid_query
+from support import FAST, Gateway, account_with_keys, qs, valid_query
 
 from gateway_testing.helpers import make_settings
 from social.endpoints import BY_PATH
@@ -182,3 +183,35 @@ async def test_a_connection_stays_on_the_own_protocol_until_its_first_other_requ
         assert (await read_answer(reader))[0] == 200
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_the_served_gateway_hands_connections_over_on_its_own_event_loop(
+    mongo, upstream_url, catalog, settings, workers
+):
+    """`serve` as users run it (uvloop, --workers 2 too): data calls, then the portal, then data calls again on
+    each of several keep-alive connections, in separate writes and pipelined, every answer in order."""
+    if settings.data_connections == "tornado":
+        pytest.skip("the served gateway runs on its default, the own protocol")
+    gw = await Gateway(mongo.uri, upstream_url, f"d_{uuid.uuid4().hex[:10]}", workers=workers).launch()
+    _, (key,), _ = await account_with_keys(gw, 1_000_000, 1)
+    path = f"/social/user/info?{qs(valid_query(BY_PATH['/user/info'], catalog))}"
+
+    async def one_client(n: int) -> list[tuple[int, str]]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        try:
+            seen = []
+            for step, target in enumerate((path, path, "/account", path)):
+                writer.write(get(target, key if target == path else "", f"X-Request-ID: c{n}-{step}\r\n"))
+                status, headers, _ = await read_answer(reader)
+                seen.append((status, headers["x-request-id"]))
+            writer.write(b"".join(get(path, key, f"X-Request-ID: c{n}-p{i}\r\n") for i in range(3)))
+            seen += [(s, h["x-request-id"]) for s, h, _ in [await read_answer(reader) for _ in range(3)]]
+            return seen
+        finally:
+            writer.close()
+
+    for n, seen in enumerate(await asyncio.gather(*[one_client(n) for n in range(8)])):
+        assert seen == [(200, f"c{n}-0"), (200, f"c{n}-1"), (401, f"c{n}-2"), (200, f"c{n}-3")] + [
+            (200, f"c{n}-p{i}") for i in range(3)
+        ], seen
