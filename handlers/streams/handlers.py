@@ -98,7 +98,7 @@ async def stream_key(handler, scope: str | None = SCOPE):
     """The X-API-Key checked as for the search every poll makes (handlers/social.api_key), and its account not
     suspended: 403, as its data calls (its rules wait and its sockets are closed meanwhile: docs/streams.md)."""
     key = await api_key(handler, scope)
-    if (await handler.services.account.view(key.account_id)).suspended:
+    if (await handler.ctx.services.account.view(key.account_id)).suspended:
         raise ApiError(403, SUSPENDED)
     return key
 
