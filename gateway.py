@@ -23,7 +23,7 @@ import tornado.web
 
 import config
 from app import commands, workers
-from app.context import build_context
+from app.context import Context, build_context
 from app.embedded import DataDirBusy, Helpers, start_helpers
 from app.preflight import database_problem, schema_problem
 from app.server import LISTEN_BACKLOG, LimitedServer, make_server, port_problem, raise_open_file_limit
@@ -45,10 +45,10 @@ from handlers import (
     streams,
 )
 from handlers.base import NotFoundHandler
-from handlers.context import Context
 from handlers.data_plane import DataPlane
 from metering.pricing import Prices
 from portal import pages
+from services.ops import registry
 
 log = logging.getLogger("gateway")
 GC_GEN0 = 20_000
@@ -94,18 +94,19 @@ def make_app(ctx: Context) -> tornado.web.Application:
     if not ctx.settings.metrics_port:
         routes += ops.metrics_routes
     routes += members.routes  # members, roles and invitations (issue 37)
-    bound = [(route[0], route[1], {"ctx": ctx, **(route[2] if len(route) > 2 else {})}) for route in routes]
+    view = ctx.view  # what the handlers see of the process (handlers/context.py)
+    bound = [(route[0], route[1], {"ctx": view, **(route[2] if len(route) > 2 else {})}) for route in routes]
     # A data GET is served before routing, straight on its connection (handlers/data_plane.py).
     app = DataPlane(
-        ctx,
+        view,
         social.data_paths(ctx.settings.twitter_alias),
         bound,
         default_handler_class=NotFoundHandler,
-        default_handler_args={"ctx": ctx},
+        default_handler_args={"ctx": view},
         compress_response=False,
         xheaders=False,
         log_function=lambda handler: None,  # BaseHandler.on_finish writes the access log
-        **pages.app_settings(ctx),  # templates, versioned static URLs, XSRF cookies
+        **pages.app_settings(view),  # templates, versioned static URLs, XSRF cookies
     )
     # Each route's least role, from the OpenAPI operations: the one declaration the check and the document read.
     app.settings["operations"] = openapi.route_operations(app.wildcard_router.rules)
@@ -295,10 +296,10 @@ async def serve(
     metrics_server = None
     peer_server = None
     if seat:
-        peer_server = tornado.httpserver.HTTPServer(ops.peer_app(ctx))
+        peer_server = tornado.httpserver.HTTPServer(ops.peer_app(ctx.view))
         peer_server.add_sockets(seat.peer_sockets)
     if settings.metrics_port:  # each worker of --workers N on its own port (the parent's): METRICS_PORT + index
-        metrics_server = tornado.httpserver.HTTPServer(ops.metrics_app(ctx))
+        metrics_server = tornado.httpserver.HTTPServer(ops.metrics_app(ctx.view))
         if seat:
             metrics_server.add_sockets(seat.metrics_sockets)
         else:
@@ -330,7 +331,7 @@ async def serve(
         supervisor.cancel()
     await server.close_all_connections()
     ctx.access_log.flush()  # the lines of the last calls
-    ctx.scrape.final(ops.registry(ctx))  # the counters of the drain, for the worker that replaces this one
+    ctx.scrape.final(registry(ctx))  # the counters of the drain, for the worker that replaces this one
     log.info("stopped cleanly")
 
 

@@ -1,22 +1,28 @@
-"""Builds the one context (handlers/context.py) every handler and background task works from."""
+"""The whole composition of one gateway process (`Context`, with its stores: what app/, the background tasks and the
+tests work from), and the small view of it the handlers get (handlers/context.py `HandlerContext`), built once."""
 
 import asyncio
 import socket
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
-from pymongo import monitoring
+from pymongo import AsyncMongoClient, monitoring
 
 from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from alerts.detector import Detector
 from config.settings import Settings
-from handlers.context import Context
+from handlers.context import DataPath, HandlerContext, Runtime, Services, State, Throttles
 from metering.limiter import RateLimiter
 from metering.pricing import Prices
-from payments.service import build_payments
+from payments.service import Payments, build_payments
+from runtime.accesslog import AccessLog
+from runtime.cache import LoadingCache
 from runtime.metrics import Metrics
+from runtime.scrape import Scrape
 from security import passwords
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
@@ -27,6 +33,7 @@ from services.audit import AuditService
 from services.auth import Auth
 from services.keys import KeyService
 from services.members import Members
+from services.ops import Ops
 from services.sessions import Sessions
 from social.pool import InFlight
 from social.upstream import Breaker, FailureBudget, UpstreamClient
@@ -69,6 +76,87 @@ class RoundTrips(monitoring.CommandListener):
 
     def failed(self, event) -> None:
         pass
+
+
+@dataclass
+class Context:
+    """Every part of one gateway process: the stores, the services over them, the runtime pieces. app/, the
+    background tasks (app/tasks.py) and the tests work from it; the handlers get `view` only, whose parts are
+    the same objects as here (the throttles and the failure budget are theirs only). What changes while the process runs is held once, on the view, and set through
+    the properties below: the settings and the drain's flags (its `state`), the upstream client, the scrape
+    gatherer."""
+
+    view: HandlerContext
+    client: AsyncMongoClient
+    accounts: AccountStore
+    keys: KeyStore
+    usage: UsageStore
+    vault: KeyVault
+    key_cache: LoadingCache  # digest -> KeyEntry
+    account_cache: LoadingCache  # account id -> AccountView
+    limiter: RateLimiter
+    prices: Prices
+    meter: Meter
+    metrics: Metrics
+    executor: ThreadPoolExecutor  # CPU-heavy work (password hashing) off the event loop
+    payments: Payments  # crypto top-ups: processor, orders, crediting
+    admin: AdminStore  # /admin queries and usage rollups (storage/admin.py)
+    sessions: Sessions  # session token checks, logout, password change (services/sessions.py)
+    members: MemberStore  # members, their roles, invitations (storage/members.py)
+    in_flight: InFlight  # per account: upstream calls under way, capped (429) so none holds the shared pool
+    idempotency: Idempotency  # Idempotency-Key claims and kept answers (accounting/idempotency.py)
+    webhook_store: WebhookStore  # endpoints, events, deliveries (storage/webhooks.py)
+    outbox: Outbox  # events in, signed deliveries out (webhooks/outbox.py)
+    alerts: Detector  # the crossing detector (alerts/detector.py)
+    audit: AuditStore  # the append-only audit log (storage/audit.py; handlers write through BaseHandler.audit)
+    stream_store: StreamStore  # filter rules, monitors and their events (storage/streams.py)
+    hub: Hub  # this process's WebSockets (streams/hub.py)
+    poller: Poller  # the poll scheduler (streams/poller.py)
+    calls: Calls  # the charged data call and the answer cache (accounting/charged.py), data calls and polls alike
+    expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
+    access_log: AccessLog  # one JSON line per request (BaseHandler.on_finish)
+    # The embedded database's restarts by its supervisor (app/embedded.py), where this process reports them.
+    embedded_db_restarts: Callable[[], int] | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return self.view.state.settings
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        self.view.state.settings = value
+
+    @property
+    def stopping(self) -> bool:
+        return self.view.state.stopping
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        self.view.state.stopping = value
+
+    @property
+    def draining(self) -> bool:
+        return self.view.state.draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self.view.state.draining = value
+
+    @property
+    def upstream(self) -> UpstreamClient:
+        return self.view.data.upstream
+
+    @upstream.setter
+    def upstream(self, value: UpstreamClient) -> None:
+        self.view.data.upstream = value
+
+    @property
+    def scrape(self) -> Scrape:
+        return self.view.runtime.scrape
+
+    @scrape.setter
+    def scrape(self, value: Scrape) -> None:
+        self.view.runtime.scrape = value
 
 
 async def build_context(settings: Settings, worker: int | None = None, generation: int = 1) -> Context:
@@ -138,24 +226,8 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, calls, owner=leases.process_id)
     limits, signin = Limits(db), SignInStore(db)
     audit_service = AuditService(audit)  # the one the handlers write through, and the admin console's reads
-    return Context(
-        settings=settings,
-        client=client,
-        accounts=accounts,
-        keys=keys_,
-        usage=usage,
-        vault=vault,
-        key_cache=meter.key_cache,
-        account_cache=meter.account_cache,
-        limiter=RateLimiter(),
-        prices=prices,
-        meter=meter,
-        upstream=upstream,
-        metrics=metrics,
-        executor=executor,
-        decoy_hash=decoy,
-        payments=payments,
-        login_throttle=LoginThrottle(
+    throttles = Throttles(
+        login=LoginThrottle(
             settings.login_max_failures_per_email,
             settings.login_window_seconds,
             settings.login_max_attempts_per_address,
@@ -164,36 +236,72 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
             v4_prefix=settings.client_network_v4_prefix,
             v6_prefix=settings.client_network_v6_prefix,
         ),
-        signup_throttle=SignupThrottle(
+        signup=SignupThrottle(
             settings.signup_max_per_network,
             settings.signup_window_seconds,
             settings.client_network_v4_prefix,
             settings.client_network_v6_prefix,
         ),
-        admin=admin_store,
-        checkout_throttle=CheckoutThrottle(settings.checkouts_per_minute),
+        checkout=CheckoutThrottle(settings.checkouts_per_minute),
+    )
+    ops = Ops()
+    services = Services(
+        account=AccountService(meter),
+        admin=AdminService(
+            admin_store, accounts, meter, payments, audit_service, members, stream_store, poller, upstream
+        ),
+        alerts=Alerts(settings, alert_store, webhook_store, limits, outbox, detector, vault),
+        audit=audit_service,
+        auth=Auth(settings, accounts, members, signin, limits, audit, meter.account_cache, vault, outbox),
+        keys=KeyService(keys_, meter, vault, settings.max_keys_per_account),
+        members=Members(settings, members, accounts, outbox),
+        ops=ops,
+        payments=payments,
         sessions=Sessions(settings, accounts, SessionStore(db), meter, members),
-        members=members,
-        failure_budget=FailureBudget(settings.account_failure_budget, settings.account_failure_window),
+        streams=Manager(settings, stream_store, prices, poller.nudge),
+        hub=hub,
+    )
+    data = DataPath(
+        meter=meter,
+        calls=calls,
+        upstream=upstream,
+        limiter=RateLimiter(),
         in_flight=InFlight(settings.account_max_in_flight, settings.upstream_max_connections // 2),
+        failure_budget=FailureBudget(settings.account_failure_budget, settings.account_failure_window),
         idempotency=Idempotency(settings, IdempotencyStore(db), metrics),
+        vault=vault,
+    )
+    runtime = Runtime(metrics=metrics, access_log=AccessLog(), scrape=Scrape(), executor=executor, decoy_hash=decoy)
+    ctx = Context(
+        view=HandlerContext(State(settings), services, data, throttles, runtime),
+        client=client,
+        accounts=accounts,
+        keys=keys_,
+        usage=usage,
+        vault=vault,
+        key_cache=meter.key_cache,
+        account_cache=meter.account_cache,
+        limiter=data.limiter,
+        prices=prices,
+        meter=meter,
+        metrics=metrics,
+        executor=executor,
+        payments=payments,
+        admin=admin_store,
+        sessions=services.sessions,
+        members=members,
+        in_flight=data.in_flight,
+        idempotency=data.idempotency,
         webhook_store=webhook_store,
         outbox=outbox,
         alerts=detector,
         audit=audit,
         stream_store=stream_store,
-        streams=Manager(settings, stream_store, prices, poller.nudge),
         hub=hub,
         poller=poller,
         calls=calls,
         expiry=expiry,
-        key_service=KeyService(keys_, meter, vault, settings.max_keys_per_account),
-        account_service=AccountService(meter),
-        audit_service=audit_service,
-        admin_service=AdminService(
-            admin_store, accounts, meter, payments, audit_service, members, stream_store, poller, upstream
-        ),
-        alert_service=Alerts(settings, alert_store, webhook_store, limits, outbox, detector, vault),
-        auth_service=Auth(settings, accounts, members, signin, limits, audit, meter.account_cache, vault, outbox),
-        member_service=Members(settings, members, accounts, outbox),
+        access_log=runtime.access_log,
     )
+    ops.process = ctx  # readiness and /metrics read the whole process
+    return ctx

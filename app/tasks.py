@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from accounting.coherence import Coherence
-from handlers.context import Context
+from app.context import Context
 from runtime.accesslog import FLUSH_SECONDS
 from storage.admin import REFRESH_SECONDS
 from storage.changes import ChangeFeed

@@ -23,7 +23,8 @@ import tornado.web
 from pymongo.errors import ConnectionFailure
 from tornado import httputil
 
-from handlers.context import Context
+from config.settings import Settings
+from handlers.context import HandlerContext, Services
 from handlers.errors import REASONS, ApiError, ValidationError, error, missing, portal_error
 from handlers.validation import Field, parse_query
 from security import roles, tokens
@@ -107,7 +108,7 @@ def admin_only(method):
         person = await self.current_person()  # admin and its second factor are the person's, not the account's
         if not self.is_admin(person):
             raise ApiError(403, "Admins only")
-        if self.ctx.settings.admin_require_2fa and not (person.get("totp") or {}).get("enabled"):
+        if self.config.admin_require_2fa and not (person.get("totp") or {}).get("enabled"):
             raise ApiError(
                 403,
                 "Admins must sign in with a second factor (ADMIN_REQUIRE_2FA): enrol two-factor sign-in in the "
@@ -146,11 +147,11 @@ def http_date() -> str:
 
 
 class BaseHandler(Anonymous):
-    ctx: Context
+    ctx: HandlerContext  # what this process's handlers see (handlers/context.py): services, no store
     acting: dict | None = None  # the member a sign-in acts as, before it has a session (handlers/auth/)
     held: list | None = None  # an idempotent write's answer, held by send_json until kept (handlers/idempotent.py)
 
-    def initialize(self, ctx: Context, **kwargs: Any) -> None:
+    def initialize(self, ctx: HandlerContext, **kwargs: Any) -> None:
         self.ctx = ctx
         self.started = time.perf_counter()
         self.account_id: str | None = None
@@ -160,6 +161,16 @@ class BaseHandler(Anonymous):
         self.kept_headers: dict = {}
         self.request_id = request_id(self.request.headers.get("X-Request-ID", ""))
         self.keep_header("X-Request-ID", self.request_id)
+
+    @property
+    def services(self) -> Services:
+        """Each area's service: what a handler calls (`self.services.keys`)."""
+        return self.ctx.services
+
+    @property
+    def config(self) -> Settings:
+        """The gateway's settings as they are now (a reload replaces them); `settings` is Tornado's own."""
+        return self.ctx.state.settings
 
     def keep_header(self, name: str, value) -> None:
         """A header that stays on the answer even when an error replaces it (request id, rate limits)."""
@@ -219,8 +230,8 @@ class BaseHandler(Anonymous):
     # --- bodies ---------------------------------------------------------------------------
     def json_body(self) -> Any:
         body = self.request.body
-        if len(body) > self.ctx.settings.max_body_bytes:
-            raise ApiError(413, f"Request body is larger than {self.ctx.settings.max_body_bytes} bytes")
+        if len(body) > self.config.max_body_bytes:
+            raise ApiError(413, f"Request body is larger than {self.config.max_body_bytes} bytes")
         if not body.strip():
             raise ValidationError([missing(["body"])])
         try:
@@ -240,7 +251,7 @@ class BaseHandler(Anonymous):
     def session_cookie(self) -> str:
         """The portal's cookie name; in production the __Host- prefix pins it to this exact origin over HTTPS.
         Named for this service: browsers share localhost cookies across ports, so "session" would collide."""
-        return "__Host-gw_session" if self.ctx.settings.production else "gw_session"
+        return "__Host-gw_session" if self.config.production else "gw_session"
 
     def bearer_token(self) -> str | None:
         """The session token the request carries, if any: the one place that reads it.
@@ -273,7 +284,7 @@ class BaseHandler(Anonymous):
         # is read or written. From memory on the usual path (services/sessions.py).
         token = self.bearer_token()
         if token is not None:
-            self.session = await self.ctx.sessions.check(token)
+            self.session = await self.services.sessions.check(token)
             if self.session is not None:
                 self.check_role(self.session)
 
@@ -296,7 +307,7 @@ class BaseHandler(Anonymous):
 
     async def current_account(self) -> dict:
         """The session's account document; 401 when the account no longer exists. Needs @authenticated."""
-        account = await self.ctx.auth_service.account(self.current_user)
+        account = await self.services.auth.account(self.current_user)
         if account is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
         return account
@@ -305,7 +316,7 @@ class BaseHandler(Anonymous):
         """The sign-in of the person behind the session (email, 2FA, admin flag). Needs @authenticated."""
         if self.current_user is not None and self.person_id == self.account_id:
             return await self.current_account()  # a person's own account carries their sign-in
-        person = await self.ctx.auth_service.account(self.person_id) if self.person_id else None
+        person = await self.services.auth.account(self.person_id) if self.person_id else None
         if person is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
         return person
@@ -327,7 +338,7 @@ class BaseHandler(Anonymous):
         target = account_id if account_id is not None else actor_id
         # The member who acted, on their own account's entries (an admin acting on another account is the actor).
         member = self.member() if not admin and target == self.account_id else None
-        await self.ctx.audit_service.record(action, target, actor_id, self.client_ip(), details, member, acting_admin)
+        await self.services.audit.record(action, target, actor_id, self.client_ip(), details, member, acting_admin)
 
     def is_admin(self, account: dict) -> bool:
         # Only the operator's `admin grant` sets the flag: registering a listed address grants nothing.
@@ -336,7 +347,7 @@ class BaseHandler(Anonymous):
     # --- client address -------------------------------------------------------------------------
     def client_ip(self) -> str:
         """The caller's address; X-Forwarded-For / X-Real-IP count only when the peer is in TRUSTED_PROXIES."""
-        return client_address(self.request.remote_ip, self.request.headers, self.ctx.settings.trusted_proxies)
+        return client_address(self.request.remote_ip, self.request.headers, self.config.trusted_proxies)
 
     def route_label(self) -> str:
         """The matched route pattern, not the path: metric labels must not grow with key or order ids."""
@@ -373,10 +384,10 @@ def answered(ctx, method, route, status, started, request_id, client_ip, account
     """An answer sent: its count and latency in /metrics, and its access line (`client_ip` is called only for
     the line). BaseHandler.on_finish and the data plane's calls (handlers/data_call.py) alike."""
     seconds = time.perf_counter() - started
-    ctx.metrics.requests[(route, status)] += 1
-    ctx.metrics.latency.observe(route, seconds)
-    if ctx.settings.access_log and ctx.access_log.enabled:
-        ctx.access_log.write(
+    ctx.runtime.metrics.requests[(route, status)] += 1
+    ctx.runtime.metrics.latency.observe(route, seconds)
+    if ctx.state.settings.access_log and ctx.runtime.access_log.enabled:
+        ctx.runtime.access_log.write(
             {
                 "request_id": request_id,
                 "method": method,
@@ -451,7 +462,7 @@ def _networks(trusted: tuple) -> tuple:
 class NotFoundHandler(BaseHandler):
     """Unknown paths: JSON 404."""
 
-    def initialize(self, ctx: Context, **kwargs: Any) -> None:
+    def initialize(self, ctx: HandlerContext, **kwargs: Any) -> None:
         super().initialize(ctx, **kwargs)
         self.log_fields["route"] = "(unmatched)"  # one label for every unknown path, whatever the method
 

@@ -1,21 +1,22 @@
-"""The one typed context every handler and background task works from (built by app/context.py)."""
+"""What a handler sees of its gateway process: a small typed view, no store in it (handlers talk to services).
 
-from collections.abc import Callable
+The process's whole composition, with its stores, is app/context.py's Context; it builds this view from the same
+objects, once, and the base handler (handlers/base.py) reads it through typed properties: `self.services.keys`,
+`self.config.production`. What changes while the process runs is in one place each, so a handler sees the change
+at once: the settings (a reload) and the drain's flags on `state`; the upstream client and the scrape gatherer
+on their groups, which app/context.py's Context sets through (a test's other provider, a worker's seat).
+"""
+
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-
-from pymongo import AsyncMongoClient
+from dataclasses import dataclass
 
 from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
-from alerts.detector import Detector
 from config.settings import Settings
 from metering.limiter import RateLimiter
-from metering.pricing import Prices
 from payments.service import Payments
 from runtime.accesslog import AccessLog
-from runtime.cache import LoadingCache
 from runtime.metrics import Metrics
 from runtime.scrape import Scrape
 from security.apikeys import KeyVault
@@ -27,71 +28,82 @@ from services.audit import AuditService
 from services.auth import Auth
 from services.keys import KeyService
 from services.members import Members
+from services.ops import Ops
 from services.sessions import Sessions
 from social.pool import InFlight
 from social.upstream import FailureBudget, UpstreamClient
-from storage.accounts import AccountStore
-from storage.admin import AdminStore
-from storage.audit import AuditStore
-from storage.expiry import Expiry
-from storage.keys import KeyStore
-from storage.members import MemberStore
-from storage.streams import StreamStore
-from storage.usage import UsageStore
-from storage.webhooks import WebhookStore
 from streams.hub import Hub
 from streams.manage import Manager
-from streams.poller import Poller
-from webhooks.outbox import Outbox
 
 
-@dataclass
-class Context:
-    settings: Settings
-    client: AsyncMongoClient
-    accounts: AccountStore
-    keys: KeyStore
-    usage: UsageStore
-    vault: KeyVault
-    key_cache: LoadingCache  # digest -> KeyEntry
-    account_cache: LoadingCache  # account id -> AccountView
-    limiter: RateLimiter
-    prices: Prices
-    meter: Meter
-    upstream: UpstreamClient
-    metrics: Metrics
-    executor: ThreadPoolExecutor  # CPU-heavy work (password hashing) off the event loop
-    decoy_hash: str  # verified for unknown emails so login takes the same time
-    payments: Payments  # crypto top-ups: processor, orders, crediting
-    login_throttle: LoginThrottle  # failed logins per email, attempts per address (429)
-    signup_throttle: SignupThrottle  # registrations per client network (429)
-    checkout_throttle: CheckoutThrottle  # checkouts per account per minute, one at a time (429)
-    admin: AdminStore  # /admin queries and usage rollups (storage/admin.py)
-    sessions: Sessions  # session token checks, logout, password change (services/sessions.py)
-    members: MemberStore  # members, their roles, invitations (storage/members.py)
-    failure_budget: FailureBudget  # per account: failed upstream calls before 429 (social/upstream.py)
-    in_flight: InFlight  # per account: upstream calls under way, capped (429) so none holds the shared pool
-    idempotency: Idempotency  # Idempotency-Key claims and kept answers (accounting/idempotency.py)
-    webhook_store: WebhookStore  # endpoints, events, deliveries (storage/webhooks.py)
-    outbox: Outbox  # events in, signed deliveries out (webhooks/outbox.py)
-    alerts: Detector  # the crossing detector (alerts/detector.py)
-    audit: AuditStore  # the append-only audit log (storage/audit.py; handlers write through BaseHandler.audit)
-    stream_store: StreamStore  # filter rules, monitors and their events (storage/streams.py)
-    streams: Manager  # adding and changing rules and monitors (streams/manage.py)
-    hub: Hub  # this process's WebSockets (streams/hub.py)
-    poller: Poller  # the poll scheduler (streams/poller.py)
-    calls: Calls  # the charged data call and the answer cache (accounting/charged.py), data calls and polls alike
-    expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
-    key_service: KeyService  # keys' rules over the key store and the meter (services/keys.py)
-    account_service: AccountService  # the balance, the plan and the usage reads (services/account.py)
-    audit_service: AuditService  # the audit log's reads (services/audit.py)
-    admin_service: AdminService  # the admin console's figures and account actions (services/admin.py)
-    alert_service: Alerts  # alert rules and webhook endpoints (services/alerts.py)
-    auth_service: Auth  # sign-in: registration, 2FA, password resets (services/auth.py)
-    member_service: Members  # members, their roles and invitations (services/members.py)
+@dataclass(slots=True)
+class State:
+    """The one mutable state of the process, shared (never copied) by the handlers and app/."""
+
+    settings: Settings  # replaced by a reload (SIGHUP: price rules and plan tiers)
     stopping: bool = False  # set when a drain starts: readiness says draining (calls are still answered)
     draining: bool = False  # set once the drain answered its open connections: data calls get 503
-    scrape: Scrape = field(default_factory=Scrape)  # this worker among its siblings, for /metrics
-    access_log: AccessLog = field(default_factory=AccessLog)  # one JSON line per request (BaseHandler.on_finish)
-    # The embedded database's restarts by its supervisor (app/embedded.py), where this process reports them.
-    embedded_db_restarts: Callable[[], int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Each area's service (services/, and billing's and the streams' own): what the area handlers call."""
+
+    account: AccountService  # the balance, the plan and the usage reads
+    admin: AdminService  # the admin console's figures and account actions
+    alerts: Alerts  # alert rules and webhook endpoints
+    audit: AuditService  # the audit log: the entry of the request that acted, and the reads
+    auth: Auth  # sign-in: registration, 2FA, password resets
+    keys: KeyService  # keys' rules over the key store and the meter
+    members: Members  # members, their roles and invitations
+    ops: Ops  # readiness and the /metrics figures
+    payments: Payments  # crypto top-ups: processor, orders, crediting
+    sessions: Sessions  # session token checks, logout, password change
+    streams: Manager  # adding and changing rules and monitors (streams/manage.py)
+    hub: Hub  # this process's WebSockets (streams/hub.py)
+
+
+@dataclass(frozen=True, slots=True)
+class Throttles:
+    """The 429s of the portal's sign-in and checkout (security/throttle.py)."""
+
+    login: LoginThrottle  # failed logins per email, attempts per address
+    signup: SignupThrottle  # registrations per client network
+    checkout: CheckoutThrottle  # checkouts per account per minute, one at a time
+
+
+@dataclass(slots=True)
+class DataPath:
+    """What a data call uses (handlers/data_call.py, handlers/social.py), read on every call: attributes, no
+    indirection. Also the idempotent portal writes' claims and sealed answers (handlers/idempotent.py)."""
+
+    meter: Meter  # keys, account views, the usage buffer (the one credit service of the data path)
+    calls: Calls  # the charged data call and the answer cache, data calls and polls alike
+    upstream: UpstreamClient  # the provider; Context.upstream sets it (a test points it at another)
+    limiter: RateLimiter  # per key and per account QPS buckets
+    in_flight: InFlight  # per account: upstream calls under way, capped (429)
+    failure_budget: FailureBudget  # per account: failed upstream calls before 429
+    idempotency: Idempotency  # Idempotency-Key claims and kept answers
+    vault: KeyVault  # key digests and sealed answers
+
+
+@dataclass(slots=True)
+class Runtime:
+    """The process's runtime pieces (runtime/) and its CPU-heavy work off the event loop."""
+
+    metrics: Metrics  # counters and latency histograms
+    access_log: AccessLog  # one JSON line per request (BaseHandler.on_finish)
+    scrape: Scrape  # this worker among its siblings, for /metrics; Context.scrape sets it (a worker's seat)
+    executor: ThreadPoolExecutor  # password hashing, QR codes
+    decoy_hash: str  # verified for unknown emails so login takes the same time
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerContext:
+    """What every handler gets (`self.ctx`): one object per process, its groups built once."""
+
+    state: State
+    services: Services
+    data: DataPath
+    throttles: Throttles
+    runtime: Runtime

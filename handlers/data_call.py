@@ -20,7 +20,7 @@ from accounting.idempotency import Answer, Claim
 from accounting.keys import KeyEntry
 from accounting.meter import LeasesExpired
 from handlers.base import answered, client_address, error_answer, http_date, log_failure, request_id
-from handlers.context import Context
+from handlers.context import HandlerContext
 from handlers.errors import ApiError
 from handlers.idempotent import idempotency_key, kept_body, send_replay, start
 from handlers.social import (
@@ -66,7 +66,9 @@ class DataCall:
         "task",
     )
 
-    def __init__(self, ctx: Context, conn, endpoint: Endpoint, headers: httputil.HTTPHeaders, path: str, query: str):
+    def __init__(
+        self, ctx: HandlerContext, conn, endpoint: Endpoint, headers: httputil.HTTPHeaders, path: str, query: str
+    ):
         self.ctx, self.conn, self.endpoint, self.headers, self.path, self.query = (
             ctx,
             conn,
@@ -96,7 +98,7 @@ class DataCall:
         self.status, self.reason = status, reason or httputil.responses.get(status, "Unknown")
 
     def client_ip(self) -> str:
-        return client_address(self.conn.context.remote_ip, self.headers, self.ctx.settings.trusted_proxies)
+        return client_address(self.conn.context.remote_ip, self.headers, self.ctx.state.settings.trusted_proxies)
 
     def finish(self, body: bytes) -> None:
         """Sends the answer: the defaults every answer carries (handlers/base.py BaseHandler), then its own."""
@@ -147,11 +149,11 @@ class DataCall:
     # --- the call ------------------------------------------------------------------------------------------
     async def get(self) -> None:
         ctx = self.ctx
-        if ctx.draining:
+        if ctx.state.draining:
             self.keep_header("Connection", "close")
             raise ApiError(503, "The gateway is restarting; retry shortly", {"Retry-After": "1"})
         key = await check_key(self, self.headers, self.endpoint.path)
-        view = await ctx.meter.account_view(key.account_id)
+        view = await ctx.data.meter.account_view(key.account_id)
         if view.suspended:  # by an admin (handlers/admin/accounts.py); reaches every process (coherence)
             raise ApiError(403, "This account is suspended; its keys are refused until an admin resumes it")
         self.rate_limit(key, view.plan)
@@ -161,9 +163,11 @@ class DataCall:
             # Only a call the provider answered (its data, its 4xx, the 502/504 of its failures) or a replay
             # keeps the tokens it took: a refused call gives them back, so refusals never cost a client its rate.
             if not (isinstance(exc, ApiError) and exc.status_code in (502, 504)):
-                key_rate, account_rate = rates(view.plan, ctx.settings.qps_divisor)
+                key_rate, account_rate = rates(view.plan, ctx.state.settings.qps_divisor)
                 self.rate_headers(
-                    *ctx.limiter.give_back_both(key.key_id, key_rate, key.account_id, account_rate, time.monotonic()),
+                    *ctx.data.limiter.give_back_both(
+                        key.key_id, key_rate, key.account_id, account_rate, time.monotonic()
+                    ),
                     key_rate,
                     account_rate,
                 )
@@ -176,9 +180,9 @@ class DataCall:
         args = parse_args(endpoint, arguments)
         idempotency = idempotency_key(self.headers)
         if not endpoint.available:
-            ctx.meter.record(key, self.log_fields["route"], 501, 0, self.request_id)
+            ctx.data.meter.record(key, self.log_fields["route"], 501, 0, self.request_id)
             raise ApiError(501, "This endpoint is announced but not available yet; it is never charged")
-        if ctx.meter.buffer.full:
+        if ctx.data.meter.buffer.full:
             raise ApiError(503, "Usage cannot be recorded right now; retry shortly", {"Retry-After": "1"})
         query = upstream_query(endpoint, arguments, args)
         if idempotency is None:
@@ -192,12 +196,12 @@ class DataCall:
             await self.call(key, plan, args, query, found)
         finally:
             if not found.ended:
-                await ctx.idempotency.end(found, None)  # nothing kept: a retry with the key runs again
+                await ctx.data.idempotency.end(found, None)  # nothing kept: a retry with the key runs again
 
     def replay(self, key: KeyEntry, answer: Answer) -> None:
         """A repeat of a kept answer: charged 0, recorded as a call of its own that points at the first."""
         body = kept_body(answer)
-        self.ctx.meter.record(key, self.log_fields["route"], answer.status, 0, self.request_id, answer.request_id)
+        self.ctx.data.meter.record(key, self.log_fields["route"], answer.status, 0, self.request_id, answer.request_id)
         self.log_fields["credits"] = 0
         self.set_header("X-Credits-Charged", "0")
         send_replay(self, answer, body)
@@ -205,10 +209,10 @@ class DataCall:
     async def call(self, key: KeyEntry, plan: Plan, args: dict, query: str, claim: Claim | None) -> None:
         ctx, endpoint = self.ctx, self.endpoint
         size = page_size(endpoint, args)
-        _, least = ctx.calls.bounds(endpoint, size)
-        rate = plan.account_qps / ctx.settings.qps_divisor
-        limit = ctx.in_flight.limit(rate, ctx.upstream.latency.horizon)
-        if not ctx.in_flight.enter(key.account_id, limit):
+        _, least = ctx.data.calls.bounds(endpoint, size)
+        rate = plan.account_qps / ctx.state.settings.qps_divisor
+        limit = ctx.data.in_flight.limit(rate, ctx.data.upstream.latency.horizon)
+        if not ctx.data.in_flight.enter(key.account_id, limit):
             raise ApiError(
                 429,
                 f"Too many calls of this account under way at once (at most {limit}); retry shortly",
@@ -216,7 +220,7 @@ class DataCall:
             )
         try:
             try:
-                reservation = await ctx.calls.reserve(key.account_id, endpoint, size, key)
+                reservation = await ctx.data.calls.reserve(key.account_id, endpoint, size, key)
             except LeasesExpired:
                 raise ApiError(
                     503, "Credits cannot be checked right now; retry shortly", {"Retry-After": "1"}
@@ -229,11 +233,11 @@ class DataCall:
                 )
             await self.forward(key, reservation, size, query, rate, claim, args.get("cursor"))
         finally:
-            ctx.in_flight.leave(key.account_id)
+            ctx.data.in_flight.leave(key.account_id)
 
     def rate_limit(self, key: KeyEntry, plan: Plan) -> None:
-        key_rate, account_rate = rates(plan, self.ctx.settings.qps_divisor)
-        per_key, per_account = self.ctx.limiter.take_both(
+        key_rate, account_rate = rates(plan, self.ctx.state.settings.qps_divisor)
+        per_key, per_account = self.ctx.data.limiter.take_both(
             key.key_id, key_rate, key.account_id, account_rate, time.monotonic()
         )
         self.rate_headers(per_key, per_account, key_rate, account_rate)
@@ -266,7 +270,7 @@ class DataCall:
 
     def failure_budget(self, account_id: str) -> None:
         # Failed calls are free: an account whose calls keep failing upstream is slowed down on its own.
-        wait = self.ctx.failure_budget.retry_after(account_id, time.monotonic())
+        wait = self.ctx.data.failure_budget.retry_after(account_id, time.monotonic())
         if wait:
             raise ApiError(
                 429,
@@ -285,20 +289,20 @@ class DataCall:
         cursor: str | None,
     ) -> None:
         ctx, endpoint, route = self.ctx, self.endpoint, self.log_fields["route"]
-        calls = ctx.calls
+        calls = ctx.data.calls
         want = wanted(self.headers.get("Cache-Control", ""))
         try:
             fetched = await calls.fetch(
-                ctx.upstream, reservation, endpoint, query, size, rate, want=want, cursor=cursor
+                ctx.data.upstream, reservation, endpoint, query, size, rate, want=want, cursor=cursor
             )
         except UpstreamError as exc:  # the reservation is released
             self.keep_header("X-Cache", "MISS")
             if exc.kind in ("timeout", "failed") and not isinstance(exc, Joined):
-                ctx.failure_budget.failed(key.account_id, time.monotonic())
+                ctx.data.failure_budget.failed(key.account_id, time.monotonic())
             status, message = UPSTREAM_ERRORS.get(exc.kind, UPSTREAM_FAILED)
             calls.record(key, route, None, status, 0, self.request_id)
             if status != 429:
-                ctx.metrics.upstream_errors += 1
+                ctx.runtime.metrics.upstream_errors += 1
             retry = {"Retry-After": str(exc.retry_after)} if status in (429, 503) else None
             raise ApiError(status, message, retry) from None
         self.keep_header("X-Cache", fetched.cache.upper())
@@ -310,14 +314,14 @@ class DataCall:
             # off as a bad client key or an empty balance.
             calls.release(fetched)
             if status >= 500 and fetched.cache == MISS:  # the call that reached the provider, not its joiners
-                ctx.failure_budget.failed(key.account_id, time.monotonic())
+                ctx.data.failure_budget.failed(key.account_id, time.monotonic())
             calls.record(key, route, fetched, 502, 0, self.request_id)
-            ctx.metrics.upstream_errors += 1
+            ctx.runtime.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")
         # A keyed answer is kept before it is charged and recorded: a repeat can then only find it kept.
         # One that cannot be kept (its claim taken over) is not charged: a repeat may run and be charged.
         if fetched.cost and claim is not None:
-            if not await ctx.idempotency.end(claim, Answer(status, fetched.body, fetched.cost, self.request_id)):
+            if not await ctx.data.idempotency.end(claim, Answer(status, fetched.body, fetched.cost, self.request_id)):
                 fetched.cost = 0
         charged = calls.settle(fetched)  # 0 for an upstream 4xx or an error body: passed through, not charged
         calls.record(key, route, fetched, status, charged, self.request_id)

@@ -14,7 +14,7 @@ import functools
 import tornado.web
 from tornado import httputil
 
-from handlers.context import Context
+from handlers.context import HandlerContext
 from handlers.data_call import DataCall
 from social.endpoints import Endpoint
 
@@ -22,7 +22,7 @@ from social.endpoints import Endpoint
 class DataPlane(tornado.web.Application):
     """web.Application, whose data GETs are DataCalls (`data_paths`: exact path -> endpoint)."""
 
-    def __init__(self, ctx: Context, data_paths: dict[str, Endpoint], *args, **settings):
+    def __init__(self, ctx: HandlerContext, data_paths: dict[str, Endpoint], *args, **settings):
         super().__init__(*args, **settings)
         self.ctx, self.data_paths = ctx, data_paths
 

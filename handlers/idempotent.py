@@ -57,7 +57,7 @@ def idempotency_key(headers) -> str | None:
 async def start(handler, account_id: str, key: str, request: str) -> Claim | Answer:
     """The kept answer to replay, or the claim to run `request` under (accounting/idempotency.py)."""
     try:
-        return await handler.ctx.idempotency.begin(account_id, key, request)
+        return await handler.ctx.data.idempotency.begin(account_id, key, request)
     except KeyReused:
         raise ValidationError(
             [
@@ -118,15 +118,17 @@ def idempotent(method):
             return await method(self, *args)
         found = await start(self, self.current_user, key, _request(self))
         if isinstance(found, Answer):
-            return send_replay(self, found, self.ctx.vault.unseal(kept_body(found), found.request_id))
+            return send_replay(self, found, self.ctx.data.vault.unseal(kept_body(found), found.request_id))
         self.held = []  # send_json holds the answer until it is kept
         kept = None
         try:
             await method(self, *args)
             if self.held and 200 <= self.get_status() < 300:
-                kept = Answer(self.get_status(), self.ctx.vault.seal(self.held[0], self.request_id), 0, self.request_id)
+                kept = Answer(
+                    self.get_status(), self.ctx.data.vault.seal(self.held[0], self.request_id), 0, self.request_id
+                )
         finally:
-            await self.ctx.idempotency.end(found, kept)
+            await self.ctx.data.idempotency.end(found, kept)
         self.finish(self.held[0])
 
     wrapper.idempotent = True  # handlers/openapi_operations.py documents the header on exactly these

@@ -14,7 +14,7 @@ from social.endpoints import BY_PATH
 class _PeerHandler(BaseHandler):
     def prepare(self) -> None:
         given = self.request.headers.get(SECRET_HEADER, "").encode()
-        secret = self.ctx.calls.tiers.secret
+        secret = self.ctx.data.calls.tiers.secret
         if not secret or not hmac.compare_digest(given, secret):
             raise ApiError(401, "Not authenticated")
 
@@ -31,12 +31,12 @@ class PeerAnswerHandler(_PeerHandler):
         call = Call(endpoint, arg("q"), int(arg("size")), arg("account"), float(arg("rate")), float(arg("fresh")))
         if arg("cursor", ""):
             call = replace(call, cursor=arg("cursor"))
-        self.finish(encode(await self.ctx.calls.answer_peer(self.ctx.upstream, call)))
+        self.finish(encode(await self.ctx.data.calls.answer_peer(self.ctx.data.upstream, call)))
 
 
 class PeerDropHandler(_PeerHandler):
     def get(self) -> None:
-        self.ctx.calls.drop_peer(self.get_query_argument("key"), float(self.get_query_argument("at")))
+        self.ctx.data.calls.drop_peer(self.get_query_argument("key"), float(self.get_query_argument("at")))
         self.finish(b"")
 
 

@@ -140,7 +140,7 @@ async def check_key(caller, headers, path: str | None) -> KeyEntry:
     secret = headers.get("X-API-Key", "").strip()
     if not secret:
         raise ApiError(401, "Missing API key: send it in the X-API-Key header")
-    key = await caller.ctx.meter.authenticate(secret)
+    key = await caller.ctx.data.meter.authenticate(secret)
     if key is None:
         raise ApiError(401, "Invalid API key")
     if key.revoked:

@@ -19,7 +19,7 @@ import tornado.web
 from handlers import openapi
 from handlers.auth import handlers as auth
 from handlers.base import Anonymous, BaseHandler
-from handlers.context import Context
+from handlers.context import HandlerContext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATES = os.path.join(HERE, "templates")
@@ -45,11 +45,11 @@ OPTIONAL = {
 }
 
 
-def app_settings(ctx: Context) -> dict:
+def app_settings(ctx: HandlerContext) -> dict:
     """Application settings for templates and XSRF cookies. No static_path: Tornado would put its static routes
     before every other, data plane included; the portal's own route comes last and PageHandler.static_url
     versions its URLs."""
-    production = ctx.settings.production
+    production = ctx.state.settings.production
     return {
         "template_path": TEMPLATES,
         "xsrf_cookies": True,
@@ -117,14 +117,14 @@ class PortalHandler(PageHandler):
         signed_in = self.session is not None  # checked by BaseHandler.prepare: logged-out tokens count as out
         served = {(op.method, op.path) for op in openapi.PORTAL_OPERATIONS}
         features = [name for name, operation in OPTIONAL.items() if operation in served]
-        sandbox = not self.ctx.settings.production and self.ctx.payments.chain is not None
+        sandbox = not self.config.production and self.services.payments.chain is not None
         if sandbox:
             features.append("sandbox")
         self.render(
             "portal.html",
             signed_in=signed_in,
             features=" ".join(features),
-            stream_min_interval=f"{self.ctx.settings.stream_min_interval:g}",  # checked before a rule is sent
+            stream_min_interval=f"{self.config.stream_min_interval:g}",  # checked before a rule is sent
         )
 
 
@@ -141,9 +141,9 @@ class LogoutHandler(BaseHandler):
     xsrf_always = True
 
     async def post(self) -> None:
-        s = self.ctx.settings
+        s = self.config
         if self.session is not None:
-            await self.ctx.sessions.end(self.session)
+            await self.services.sessions.end(self.session)
             await self.audit("logout")
         self.clear_cookie(self.session_cookie(), httponly=True, secure=s.production, samesite="Strict")
         self.send_json({"ok": True})

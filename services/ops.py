@@ -1,7 +1,8 @@
 """What operations read of a gateway process: readiness (the database, the upstream breaker, the usage buffer, a
 drain) and the gateway's own /metrics figures, gathered at scrape time from the counters the service keeps anyway.
 
-`ctx` is the gateway's Context (handlers/context.py): these read every part of the process, and nothing else."""
+`ctx` is the gateway's whole composition (app/context.py's Context): these read every part of the process, and
+nothing else. The handlers, which do not see the process's parts, ask through `Ops`."""
 
 import time
 
@@ -30,6 +31,20 @@ async def readiness(ctx) -> tuple[bool, dict]:
         "draining": draining,
     }
     return ready, checks
+
+
+class Ops:
+    """Readiness and the /metrics figures, as the handlers ask for them (handlers/ops/). `process` is bound by
+    app/context.py once the composition is built: read at each call, it has the parts a test or a worker's seat
+    set since."""
+
+    process = None
+
+    async def readiness(self) -> tuple[bool, dict]:
+        return await readiness(self.process)
+
+    def registry(self) -> CollectorRegistry:
+        return registry(self.process)
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

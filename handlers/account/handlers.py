@@ -42,7 +42,7 @@ class AccountHandler(BaseHandler):
     @authenticated
     async def get(self) -> None:
         account = await self.current_account()
-        service = self.ctx.account_service
+        service = self.services.account
         view = await service.view(account["_id"])
         self.send_json(
             {
@@ -52,9 +52,9 @@ class AccountHandler(BaseHandler):
                 "plan": view.plan.name,
                 "qps_limit": view.plan.qps,  # per key
                 "account_qps_limit": view.plan.account_qps,  # all the account's keys together
-                "max_keys": self.ctx.settings.max_keys_per_account,
+                "max_keys": self.config.max_keys_per_account,
                 "total_paid_usd": round(account.get("paid_usd", 0.0), 2),
-                "credits_per_usd": self.ctx.settings.credits_per_usd,
+                "credits_per_usd": self.config.credits_per_usd,
                 "created_at": account["created_at"],
             }
         )
@@ -66,7 +66,7 @@ class UsageHandler(BaseHandler):
     @authenticated
     async def get(self) -> None:
         since = datetime.now(UTC) - timedelta(days=self.query_arg(DAYS))
-        records = await self.ctx.account_service.recent(self.current_user, since, self.query_arg(LIMIT))
+        records = await self.services.account.recent(self.current_user, since, self.query_arg(LIMIT))
         self.send_json(
             [
                 {
@@ -100,7 +100,7 @@ class UsageSummaryHandler(BaseHandler):
             raise ValidationError([error(["query", "group_by"], "Input should be 'day', 'endpoint' or 'key'", "enum")])
         fields = tuple(dict.fromkeys(GROUPS[n] for n in names or ["day"]))
         since_day = (datetime.now(UTC).date() - timedelta(days=days - 1)).isoformat()
-        sums = await self.ctx.account_service.summary(account_id, since_day, fields)
+        sums = await self.services.account.summary(account_id, since_day, fields)
         rows = [
             {**dict(zip(fields, group, strict=True)), "calls": n, "credits": c, "errors": x}
             for group, (n, c, x) in sums.items()
@@ -108,7 +108,7 @@ class UsageSummaryHandler(BaseHandler):
         if fields == ("endpoint",):
             # Per endpoint alone: the provider's answer times too (forwarded calls; null where there were none).
             since = datetime.combine(date.fromisoformat(since_day), time.min, UTC)
-            latency = await self.ctx.account_service.latency(account_id, since)
+            latency = await self.services.account.latency(account_id, since)
             none = {"p50_ms": None, "p95_ms": None, "samples": 0}
             rows = [{**r, **latency.get(r["endpoint"], none)} for r in rows]
         # Newest day first; within a day (or without days) the biggest spend first.
@@ -218,7 +218,7 @@ class UsageLogHandler(BaseHandler):
         if after is not None:
             until = min(until, after[0] + timedelta(milliseconds=1))  # the match does the exact cut
         # One more than asked: whether a next page exists, without a count of the whole period.
-        page = await self.ctx.account_service.log(self.current_user, since, until, match, limit + 1)
+        page = await self.services.account.log(self.current_user, since, until, match, limit + 1)
         more = len(page) > limit
         page = page[:limit]
         self.send_json(
@@ -263,7 +263,7 @@ class UsageExportHandler(BaseHandler):
         self.set_header("Content-Disposition", f'attachment; filename="{name}"')
         chunk = [(",".join(EXPORT_COLUMNS) + "\n").encode()] if fmt == "csv" else []
         # Stored records, then what this process has not written yet (each record exactly once).
-        async for record in self.ctx.account_service.export(account_id, since, until):
+        async for record in self.services.account.export(account_id, since, until):
             chunk.append(_line(fmt, record["ts"], record))
             if len(chunk) >= EXPORT_CHUNK:
                 self.write(b"".join(chunk))

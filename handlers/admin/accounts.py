@@ -34,18 +34,18 @@ RESUME = [Field("reason", str, required=False, max_length=500, description="Why,
 
 class AccountAdminBase(KeysBase):
     async def target(self, account_id: str) -> dict:
-        account = await self.ctx.admin_service.account(account_id)
+        account = await self.services.admin.account(account_id)
         if account is None:
             raise ApiError(404, "Account not found")
         return account
 
     async def summary(self, account: dict) -> dict:
-        view = await self.ctx.admin_service.view(account["_id"])
+        view = await self.services.admin.view(account["_id"])
         return {
             "account_id": account["_id"],
             "email": account["email"],
             "created_at": account["created_at"],
-            "credits": await self.ctx.admin_service.balance(account["_id"]),
+            "credits": await self.services.admin.balance(account["_id"]),
             "plan": view.plan.name,
             "total_paid_usd": round(account.get("paid_usd", 0.0), 2),
             "is_admin": bool(account.get("is_admin")),
@@ -66,7 +66,7 @@ class AccountDetailHandler(AccountAdminBase):
     @admin_only
     async def get(self, account_id: str) -> None:
         account = await self.target(account_id)
-        found = await self.ctx.admin_service.detail(account, RECENT)
+        found = await self.services.admin.detail(account, RECENT)
         sign_ins = found["sign_ins"]
         self.send_json(
             {
@@ -98,7 +98,7 @@ class CreditHandler(AccountAdminBase):
     async def post(self, account_id: str) -> None:
         body = validate_body(self.json_body(), ADJUST)
         await self.target(account_id)
-        await self.ctx.admin_service.credit(account_id, self.adjustment_id("credit"), body["credits"])
+        await self.services.admin.credit(account_id, self.adjustment_id("credit"), body["credits"])
         details = {"credits": body["credits"], "reason": body["reason"]}
         await self.audit("admin.credit", account_id=account_id, details=details, admin=True)
         account = await self.target(account_id)
@@ -113,7 +113,7 @@ class DebitHandler(AccountAdminBase):
     async def post(self, account_id: str) -> None:
         body = validate_body(self.json_body(), ADJUST)
         await self.target(account_id)
-        outcome, doc = await self.ctx.admin_service.debit(account_id, self.adjustment_id("debit"), body["credits"])
+        outcome, doc = await self.services.admin.debit(account_id, self.adjustment_id("debit"), body["credits"])
         if outcome == "missing":
             raise ApiError(404, "Account not found")
         if outcome == "short":
@@ -143,7 +143,7 @@ class SuspendHandler(AccountAdminBase):
         await self.target(account_id)
         reason = body.get("reason")
         # In force here at once, elsewhere through coherence; the account's stream rules stop or resume with it.
-        doc = await self.ctx.admin_service.suspend(account_id, (reason or "suspended") if self.suspend else None)
+        doc = await self.services.admin.suspend(account_id, (reason or "suspended") if self.suspend else None)
         if doc is None:
             raise ApiError(404, "Account not found")
         action = "admin.suspend" if self.suspend else "admin.resume"

@@ -60,8 +60,8 @@ class AdminMetricsHandler(BaseHandler):
     async def get(self) -> None:
         days = self.query_arg(DAYS)
         include_internal = self.query_arg(INCLUDE_INTERNAL)
-        settings = self.ctx.settings
-        data = await self.ctx.admin_service.metrics(days, include_internal, settings.admin_emails)
+        settings = self.config
+        data = await self.services.admin.metrics(days, include_internal, settings.admin_emails)
         per_usd = settings.credits_per_usd
         total, series = Day(), []
         for date, day in data["days"].items():
@@ -108,7 +108,7 @@ class AdminMetricsHandler(BaseHandler):
                     "error_rate": round(failures / forwarded, 4) if forwarded else 0.0,
                     # Latencies are kept in memory per process: they describe this process's recent calls.
                     "latency_ms": {
-                        **_percentiles(self.ctx.admin_service.upstream_latencies()),
+                        **_percentiles(self.services.admin.upstream_latencies()),
                         "scope": "this process, recent calls",
                     },
                 },
@@ -155,10 +155,10 @@ class AdminUsersHandler(BaseHandler):
         limit = self.query_arg(USERS_LIMIT)
         after = _after(self.query_arg(CURSOR))
         search = self.query_arg(SEARCH)
-        admins = self.ctx.settings.admin_emails
-        page, more = await self.ctx.admin_service.users(include_internal, admins, limit, after, search)
+        admins = self.config.admin_emails
+        page, more = await self.services.admin.users(include_internal, admins, limit, after, search)
         # What the default filter hides, so that an empty page can say why (the portal's empty state).
-        hidden = 0 if include_internal else len(await self.ctx.admin_service.internal_accounts(admins))
+        hidden = 0 if include_internal else len(await self.services.admin.internal_accounts(admins))
         rows = [
             {
                 "account_id": a["_id"],
@@ -168,7 +168,7 @@ class AdminUsersHandler(BaseHandler):
                 "calls": a["calls"],
                 "credits_spent": a["spent"],
                 "total_paid_usd": round(a.get("paid_usd", 0.0), 2),
-                "balance": await self.ctx.admin_service.balance(a["_id"], a),
+                "balance": await self.services.admin.balance(a["_id"], a),
                 "first_touch_source": _source(a.get("first_touch")),
                 "last_activity": a["last_activity"],
                 "is_admin": bool(a.get("is_admin")),

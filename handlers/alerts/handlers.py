@@ -151,14 +151,14 @@ class AlertsBase(BaseHandler):
             )
 
     async def owned_endpoint(self, endpoint_id: str) -> dict:
-        endpoint = await self.ctx.alert_service.endpoint(self.current_user, endpoint_id)
+        endpoint = await self.services.alerts.endpoint(self.current_user, endpoint_id)
         if endpoint is None:
             raise ApiError(404, "Webhook endpoint not found")
         return endpoint
 
     async def checked_url(self, url: str) -> str:
         """422 for a URL this service will not call (README, SSRF rules); checked again at every connection."""
-        refused = await self.ctx.alert_service.refused(url)
+        refused = await self.services.alerts.refused(url)
         if refused is not None:
             raise ValidationError([error(["body", "url"], f"Refused: {refused}", "value_error")])
         return url
@@ -167,13 +167,13 @@ class AlertsBase(BaseHandler):
 class AlertRulesHandler(AlertsBase):
     @authenticated
     async def get(self) -> None:
-        self.send_json([rule_row(r) for r in await self.ctx.alert_service.account_rules(self.current_user)])
+        self.send_json([rule_row(r) for r in await self.services.alerts.account_rules(self.current_user)])
 
     @authenticated
     async def post(self) -> None:
         rule = rule_of(validate_body(self.json_body(), RULE_FIELDS))
         self.billing_may(rule["kind"])
-        doc = await self.ctx.alert_service.add_rule(self.current_user, rule, self.member())
+        doc = await self.services.alerts.add_rule(self.current_user, rule, self.member())
         if doc is None:
             raise ApiError(409, f"An account may have {MAX_RULES} alert rules; delete one first")
         self.send_json(rule_row({**doc, "arm_seq": 0, "fired_seq": -1}))
@@ -183,10 +183,10 @@ class AlertRuleHandler(AlertsBase):
     @authenticated
     async def delete(self, rule_id: str) -> None:
         if self.session.role == roles.BILLING:
-            rule = await self.ctx.alert_service.rule(self.current_user, rule_id)
+            rule = await self.services.alerts.rule(self.current_user, rule_id)
             if rule is not None:
                 self.billing_may(rule["kind"])
-        if not await self.ctx.alert_service.delete_rule(self.current_user, rule_id):
+        if not await self.services.alerts.delete_rule(self.current_user, rule_id):
             raise ApiError(404, "Alert rule not found")
         self.send_json({"ok": True})
 
@@ -195,20 +195,20 @@ class AlertEventsHandler(AlertsBase):
     @authenticated
     async def get(self) -> None:
         limit = self.query_arg(EVENTS_LIMIT)
-        self.send_json([event_row(e) for e in await self.ctx.alert_service.events(self.current_user, limit)])
+        self.send_json([event_row(e) for e in await self.services.alerts.events(self.current_user, limit)])
 
 
 class WebhooksHandler(AlertsBase):
     @authenticated
     async def get(self) -> None:
-        rows = await self.ctx.alert_service.endpoints(self.current_user)
+        rows = await self.services.alerts.endpoints(self.current_user)
         self.send_json([endpoint_row(e) for e in rows])
 
     @authenticated
     async def post(self) -> None:
         body = validate_body(self.json_body(), ENDPOINT_FIELDS)
         url = await self.checked_url(body["url"])
-        added = await self.ctx.alert_service.add_endpoint(
+        added = await self.services.alerts.add_endpoint(
             self.current_user, url, body.get("description", ""), self.member()
         )
         if added is None:
@@ -232,14 +232,14 @@ class WebhookHandler(AlertsBase):
             changes["description"] = body["description"]
         if "enabled" in body:
             changes["enabled"] = body["enabled"]
-        updated = await self.ctx.alert_service.change_endpoint(self.current_user, endpoint_id, changes)
+        updated = await self.services.alerts.change_endpoint(self.current_user, endpoint_id, changes)
         if updated is None:
             raise ApiError(404, "Webhook endpoint not found")
         self.send_json(endpoint_row(updated))
 
     @authenticated
     async def delete(self, endpoint_id: str) -> None:
-        if not await self.ctx.alert_service.delete_endpoint(self.current_user, endpoint_id):
+        if not await self.services.alerts.delete_endpoint(self.current_user, endpoint_id):
             raise ApiError(404, "Webhook endpoint not found")
         await self.audit("webhook.deleted", details={"endpoint_id": endpoint_id})
         self.send_json({"ok": True})
@@ -249,7 +249,7 @@ class WebhookRollHandler(AlertsBase):
     @authenticated
     async def post(self, endpoint_id: str) -> None:
         endpoint = await self.owned_endpoint(endpoint_id)
-        rolled = await self.ctx.alert_service.roll_secret(self.current_user, endpoint)
+        rolled = await self.services.alerts.roll_secret(self.current_user, endpoint)
         if rolled is None:
             raise ApiError(404, "Webhook endpoint not found")
         updated, secret = rolled
@@ -260,7 +260,7 @@ class WebhookTestHandler(AlertsBase):
     @authenticated
     async def post(self, endpoint_id: str) -> None:
         endpoint = await self.owned_endpoint(endpoint_id)
-        wait = await self.ctx.alert_service.send_test(self.current_user, endpoint)
+        wait = await self.services.alerts.send_test(self.current_user, endpoint)
         if wait:
             raise ApiError(
                 429,
@@ -275,7 +275,7 @@ class WebhookDeliveriesHandler(AlertsBase):
     async def get(self, endpoint_id: str) -> None:
         await self.owned_endpoint(endpoint_id)
         limit = self.query_arg(EVENTS_LIMIT)
-        rows = await self.ctx.alert_service.deliveries(endpoint_id, limit)
+        rows = await self.services.alerts.deliveries(endpoint_id, limit)
         self.send_json([delivery_row(d) for d in rows])
 
 
@@ -283,7 +283,7 @@ class WebhookRedeliverHandler(AlertsBase):
     @authenticated
     async def post(self, endpoint_id: str, delivery_id: str) -> None:
         await self.owned_endpoint(endpoint_id)
-        delivery = await self.ctx.alert_service.redeliver(endpoint_id, delivery_id)
+        delivery = await self.services.alerts.redeliver(endpoint_id, delivery_id)
         if delivery is None:
             raise ApiError(404, "Delivery not found, or an attempt is under way")
         self.send_json(delivery_row(delivery))

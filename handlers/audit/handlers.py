@@ -129,7 +129,7 @@ class AuditBase(BaseHandler):
         actor = None
         if self.admin_view:
             account_id, actor = self.query_arg(ACCOUNT), self.query_arg(ACTOR)
-        return self.ctx.audit_service.query(
+        return self.services.audit.query(
             account_id,
             actions,
             _moment(self.query_arg(SINCE)),
@@ -140,12 +140,12 @@ class AuditBase(BaseHandler):
 
     async def list(self, account_id: str | None) -> None:
         query = self.filters(account_id)
-        rows, more = await self.ctx.audit_service.page(query, cursor_id(self.query_arg(CURSOR)), self.query_arg(LIMIT))
+        rows, more = await self.services.audit.page(query, cursor_id(self.query_arg(CURSOR)), self.query_arg(LIMIT))
         self.send_json(
             {
                 "entries": [entry(r) for r in rows],
                 "next_cursor": str(more) if more else None,
-                "retention_days": self.ctx.settings.audit_retention_days,
+                "retention_days": self.config.audit_retention_days,
             }
         )
 
@@ -156,7 +156,7 @@ class AuditBase(BaseHandler):
         self.set_header("Content-Disposition", f'attachment; filename="audit-{datetime.now(UTC):%Y%m%d}.{fmt}"')
         chunk = [(",".join(CSV_COLUMNS) + "\n").encode()] if fmt == "csv" else [b"["]
         first = True
-        async for doc in self.ctx.audit_service.stream(query):
+        async for doc in self.services.audit.stream(query):
             if fmt == "csv":
                 chunk.append(_csv_line(doc))
             else:

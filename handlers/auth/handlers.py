@@ -56,11 +56,11 @@ class AuthHandler(BaseHandler):
         self.cookie = self.xsrf_always = cookie
 
     async def hash(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.ctx.executor, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.ctx.runtime.executor, fn, *args)
 
     def throttle(self, email: str | None = None) -> None:
         """429 past the per-address attempt limit or the per-email failure limit; one answer for both."""
-        throttle = self.ctx.login_throttle
+        throttle = self.ctx.throttles.login
         if throttle is None:
             return
         # client_ip(): X-Forwarded-For counts only from TRUSTED_PROXIES.
@@ -73,7 +73,7 @@ class AuthHandler(BaseHandler):
         """The account a new session of the person acts for: `account_id` if they are its member, else their own
         account, else the first they joined; 403 when they are a member of none. Sets it as this request's
         account, and its member as the one acting (the audit log)."""
-        memberships = await self.ctx.auth_service.memberships(person_id)
+        memberships = await self.services.auth.memberships(person_id)
         chosen = next((m for m in memberships if m["account_id"] == (account_id or person_id)), None)
         if chosen is None and account_id is not None:
             raise ApiError(404, "Not found")  # not one of theirs: as if it did not exist
@@ -82,13 +82,13 @@ class AuthHandler(BaseHandler):
             raise ApiError(403, "You are not a member of any account any more: ask an owner for an invitation")
         self.account_id, self.person_id = chosen["account_id"], person_id
         self.acting = {"member_id": chosen["_id"], "email": chosen.get("email")}
-        await self.ctx.auth_service.seen(chosen["account_id"], person_id)
+        await self.services.auth.seen(chosen["account_id"], person_id)
         return chosen["account_id"]
 
     def issue_session(self, person_id: str, version: int = 0, account_id: str | None = None) -> None:
-        s = self.ctx.settings
+        s = self.config
         account_id = account_id or self.account_id or person_id
-        token = self.ctx.sessions.issue(person_id, version, account_id)
+        token = self.services.sessions.issue(person_id, version, account_id)
         if self.cookie:
             # Page scripts never see the token: HttpOnly, same-site only, HTTPS only in production.
             self.set_cookie(
@@ -107,7 +107,7 @@ class AuthHandler(BaseHandler):
 
     async def slow_down(self, email: str) -> None:
         """A failed login of an email under a spread-out guessing attack is answered late (never a lock)."""
-        throttle = self.ctx.login_throttle
+        throttle = self.ctx.throttles.login
         delay = throttle.delay(email, time.monotonic()) if throttle is not None else 0.0
         if delay:
             self.log_fields["delayed_s"] = delay
@@ -117,7 +117,7 @@ class AuthHandler(BaseHandler):
         """Accepts a current TOTP code (once per time step) or, when `recovery`, an unused recovery code; what
         was used ("totp" or "recovery_code"). Throttled per account (429); a wrong code is 401 and audited."""
         try:
-            used, left = await self.ctx.auth_service.check_code(account_id, code, recovery)
+            used, left = await self.services.auth.check_code(account_id, code, recovery)
         except TooManyCodes as exc:
             self.log_fields["throttled"] = True
             wait = str(max(1, int(exc.wait) + 1))
@@ -134,12 +134,12 @@ async def verified_password(handler: AuthHandler, email: str, password: str) -> 
     """403 unless `password` is the account's (a signed-in user confirming a sensitive change); throttled as
     logins are, so a stolen session cannot become a way to guess the password."""
     handler.throttle(email)
-    stored = await handler.ctx.auth_service.by_email(email)
+    stored = await handler.services.auth.by_email(email)
     ok = stored is not None and await handler.hash(passwords.verify_password, password, stored["password_hash"])
     if not ok:
         await handler.slow_down(email)
         raise ApiError(403, "The current password is incorrect")
-    handler.ctx.login_throttle.succeeded(email, handler.client_ip())
+    handler.ctx.throttles.login.succeeded(email, handler.client_ip())
 
 
 class RegisterHandler(AuthHandler):
@@ -150,14 +150,14 @@ class RegisterHandler(AuthHandler):
         email = body["email"].strip().lower()
         self.throttle()  # per address: hashing is expensive, and registration answers which emails exist
         address = self.client_ip()
-        wait = self.ctx.signup_throttle.check(address, time.monotonic())  # per network: accounts cannot be farmed
+        wait = self.ctx.throttles.signup.check(address, time.monotonic())  # per network: accounts cannot be farmed
         if wait:
             self.log_fields["throttled"] = True
             raise ApiError(429, "Too many registrations from your network; retry later", {"Retry-After": str(wait)})
-        digest = await self.hash(passwords.hash_password, body["password"], self.ctx.settings.password_scrypt_n)
+        digest = await self.hash(passwords.hash_password, body["password"], self.config.password_scrypt_n)
         try:  # the one who registers owns the account; signup credits while the network has its share
-            account, credits = await self.ctx.auth_service.register(
-                email, digest, self.ctx.signup_throttle.network(address)
+            account, credits = await self.services.auth.register(
+                email, digest, self.ctx.throttles.signup.network(address)
             )
         except DuplicateEmail:
             raise ApiError(409, "An account with this email already exists") from None
@@ -173,21 +173,21 @@ class LoginHandler(AuthHandler):
         body = validate_body(self.json_body(), LOGIN)
         email = body["email"].strip().lower()
         self.throttle(email)  # counted as a failure until proven right, known email or not
-        account = await self.ctx.auth_service.by_email(email)
-        stored = account["password_hash"] if account else self.ctx.decoy_hash
+        account = await self.services.auth.by_email(email)
+        stored = account["password_hash"] if account else self.ctx.runtime.decoy_hash
         ok = await self.hash(passwords.verify_password, body["password"], stored)
         if not (ok and account):
             if account:  # an unknown email has no log to land in
                 await self.audit("login.failed", account["_id"], {"email": email})
             await self.slow_down(email)
             raise ApiError(401, "Incorrect email or password")
-        if self.ctx.login_throttle is not None:
-            self.ctx.login_throttle.succeeded(email, self.client_ip())
+        if self.ctx.throttles.login is not None:
+            self.ctx.throttles.login.succeeded(email, self.client_ip())
         self.account_id = account["_id"]
         method = None
         if enabled(account):
             if "code" not in body:  # the second step: POST /auth/login/2fa (handlers/auth/twofactor.py)
-                self.send_json(self.ctx.auth_service.challenge(account))
+                self.send_json(self.services.auth.challenge(account))
                 return
             method = await self.checked_code(account["_id"], body["code"])
         await self.home_account(account["_id"])
@@ -200,7 +200,7 @@ class LogoutHandler(BaseHandler):
 
     @authenticated
     async def post(self) -> None:
-        await self.ctx.sessions.end(self.session)
+        await self.services.sessions.end(self.session)
         await self.audit("logout")
         self.send_json({"ok": True})
 
@@ -213,8 +213,8 @@ class PasswordHandler(AuthHandler):
         person = await self.current_person()
         body = validate_body(self.json_body(), PASSWORD_CHANGE)
         await verified_password(self, person["email"], body["current_password"])
-        digest = await self.hash(passwords.hash_password, body["new_password"], self.ctx.settings.password_scrypt_n)
-        version = await self.ctx.sessions.password_changed(person["_id"], digest)
+        digest = await self.hash(passwords.hash_password, body["new_password"], self.config.password_scrypt_n)
+        version = await self.services.sessions.password_changed(person["_id"], digest)
         if version is None:
             raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})
         await self.audit("password.changed")
@@ -240,7 +240,7 @@ class MeHandler(BaseHandler):
                 "role": session.role,
                 "accounts": [
                     {"account_id": m["account_id"], "role": m["role"]}
-                    for m in await self.ctx.auth_service.memberships(person["_id"])
+                    for m in await self.services.auth.memberships(person["_id"])
                 ],
             }
         )
@@ -268,7 +268,7 @@ class AttributionHandler(BaseHandler):
         validate_body({name: None for name in data} if isinstance(data, dict) else data, ATTRIBUTION)
         try:
             body = validate_body(data, ATTRIBUTION)
-            stored = await self.ctx.auth_service.set_attribution(
+            stored = await self.services.auth.set_attribution(
                 account_id, body.get("first_touch"), body.get("anonymous_id")
             )
         except Exception:  # best effort by contract: never fails the caller once authenticated

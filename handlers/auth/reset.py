@@ -40,10 +40,10 @@ class ForgotHandler(AuthHandler):
     async def post(self) -> None:
         email = validate_body(self.json_body(), FORGOT)["email"].strip().lower()
         self.throttle()  # per client address, as logins
-        base = self.ctx.settings.public_url.rstrip("/")
-        if not base and not self.ctx.settings.production:
+        base = self.config.public_url.rstrip("/")
+        if not base and not self.config.production:
             base = f"{self.request.protocol}://{self.request.host}"
-        task = asyncio.create_task(self.ctx.auth_service.send_reset_link(email, base, self.client_ip()))
+        task = asyncio.create_task(self.services.auth.send_reset_link(email, base, self.client_ip()))
         _pending.add(task)
         task.add_done_callback(_pending.discard)
         self.send_json(ACCEPTED, status=202)
@@ -55,14 +55,14 @@ class ResetHandler(AuthHandler):
     async def post(self) -> None:
         body = validate_body(self.json_body(), RESET)
         invalid = ValidationError([error(["body", "token"], _INVALID, "value_error")])
-        account = await self.ctx.auth_service.reset_target(body["token"])
+        account = await self.services.auth.reset_target(body["token"])
         if account is None:
             raise invalid
         account_id = account["_id"]
-        digest = await self.hash(passwords.hash_password, body["password"], self.ctx.settings.password_scrypt_n)
-        if not await self.ctx.auth_service.reset_password(account, digest):
+        digest = await self.hash(passwords.hash_password, body["password"], self.config.password_scrypt_n)
+        if not await self.services.auth.reset_password(account, digest):
             raise invalid  # used at the same moment by another request
-        self.ctx.login_throttle.succeeded(account["email"], self.client_ip())
+        self.ctx.throttles.login.succeeded(account["email"], self.client_ip())
         self.account_id = account_id
         await self.audit("password.reset", account_id)
         self.send_json({"ok": True, "detail": "Password changed; sign in with the new one"})

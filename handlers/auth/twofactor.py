@@ -41,7 +41,7 @@ class StatusHandler(AuthHandler):
 
     @authenticated
     async def get(self) -> None:
-        state = await self.ctx.auth_service.two_factor(self.person_id) or {}
+        state = await self.services.auth.two_factor(self.person_id) or {}
         factor = state.get("totp") or {}
         on = enabled(state)
         self.send_json(
@@ -49,7 +49,7 @@ class StatusHandler(AuthHandler):
                 "enabled": on,
                 "enrolled_at": factor.get("enrolled_at") if on else None,
                 "recovery_codes_left": len(factor.get("recovery", [])) if on else 0,
-                "required": self.ctx.settings.admin_require_2fa and self.is_admin(await self.current_person()),
+                "required": self.config.admin_require_2fa and self.is_admin(await self.current_person()),
             }
         )
 
@@ -62,11 +62,11 @@ class SetupHandler(AuthHandler):
         body = validate_body(self.json_body(), SETUP)
         account = await self.current_person()
         await verified_password(self, account["email"], body["password"])
-        secret = await self.ctx.auth_service.begin_enrolment(account["_id"])
+        secret = await self.services.auth.begin_enrolment(account["_id"])
         if secret is None:
             raise ApiError(409, "Two-factor sign-in is already on; disable it first to enrol another authenticator")
         uri = totp.provisioning_uri(secret, account["email"])
-        qr = await asyncio.get_running_loop().run_in_executor(self.ctx.executor, totp.qr_data_uri, uri)
+        qr = await asyncio.get_running_loop().run_in_executor(self.ctx.runtime.executor, totp.qr_data_uri, uri)
         self.send_json(
             {"secret": secret, "otpauth_uri": uri, "qr_svg": qr, "digits": totp.DIGITS, "period": totp.PERIOD}
         )
@@ -79,13 +79,13 @@ class EnableHandler(AuthHandler):
     async def post(self) -> None:
         code = validate_body(self.json_body(), ENABLE)["code"]
         account_id = self.person_id
-        state = await self.ctx.auth_service.two_factor(account_id) or {}
+        state = await self.services.auth.two_factor(account_id) or {}
         if enabled(state):
             raise ApiError(409, "Two-factor sign-in is already on")
         pending = state.get("totp_pending")
         if pending is None:
             raise ApiError(409, "No enrolment to confirm: start with POST /auth/2fa/setup")
-        step = self.ctx.auth_service.enrolment_step(account_id, pending, code)
+        step = self.services.auth.enrolment_step(account_id, pending, code)
         if step is None:
             raise ValidationError(
                 [
@@ -96,7 +96,7 @@ class EnableHandler(AuthHandler):
                     )
                 ]
             )
-        codes = await self.ctx.auth_service.enable(account_id, pending, step)
+        codes = await self.services.auth.enable(account_id, pending, step)
         if codes is None:
             raise ApiError(409, "This enrolment was replaced or confirmed meanwhile; start again")
         await self.audit("2fa.enabled")
@@ -110,10 +110,10 @@ class RecoveryCodesHandler(AuthHandler):
     async def post(self) -> None:
         code = validate_body(self.json_body(), RECOVERY)["code"]
         account_id = self.person_id
-        if not enabled(await self.ctx.auth_service.two_factor(account_id)):
+        if not enabled(await self.services.auth.two_factor(account_id)):
             raise ApiError(409, "Two-factor sign-in is off")
         await self.checked_code(account_id, code, recovery=False)
-        codes = await self.ctx.auth_service.new_recovery_codes(account_id)
+        codes = await self.services.auth.new_recovery_codes(account_id)
         await self.audit("2fa.recovery_regenerated")
         self.send_json({"recovery_codes": codes})
 
@@ -128,14 +128,14 @@ class DisableHandler(AuthHandler):
         if not body:
             raise ValidationError([error(["body"], "Give a current code or the password", "value_error")])
         account = await self.current_person()
-        if not enabled(await self.ctx.auth_service.two_factor(account["_id"])):
+        if not enabled(await self.services.auth.two_factor(account["_id"])):
             raise ApiError(409, "Two-factor sign-in is off")
         if "code" in body:
             method = await self.checked_code(account["_id"], body["code"])
         else:
             await verified_password(self, account["email"], body["password"])
             method = "password"
-        await self.ctx.auth_service.disable(account["_id"])
+        await self.services.auth.disable(account["_id"])
         await self.audit("2fa.disabled", details={"confirmed_with": method})
         self.send_json({"enabled": False})
 
@@ -145,7 +145,7 @@ class SecondStepHandler(AuthHandler):
 
     async def post(self) -> None:
         body = validate_body(self.json_body(), SECOND_STEP)
-        auth = self.ctx.auth_service
+        auth = self.services.auth
         claims = auth.challenge_claims(body["challenge"])
         if claims is None:
             raise ApiError(401, "This sign-in expired; enter your email and password again")

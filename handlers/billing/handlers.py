@@ -31,14 +31,14 @@ ORDERS_LIMIT = Field("limit", int, required=False, default=100, minimum=1, maxim
 
 class BillingBase(BaseHandler):
     def processor(self):
-        if self.ctx.payments.provider is None:
+        if self.services.payments.provider is None:
             raise ApiError(503, "Crypto payments are not configured on this server", {"Retry-After": "3600"})
-        return self.ctx.payments
+        return self.services.payments
 
     async def owned_order(self, order_id: str) -> dict:
         """The caller's order; another account's order or an unknown id is 404 (no existence oracle)."""
         account_id = self.current_user
-        order = await self.ctx.payments.order_of(account_id, order_id) if ORDER_ID.fullmatch(order_id) else None
+        order = await self.services.payments.order_of(account_id, order_id) if ORDER_ID.fullmatch(order_id) else None
         if order is None:
             raise ApiError(404, "Order not found")
         return order
@@ -49,7 +49,7 @@ class ConfigHandler(BillingBase):
 
     async def get(self) -> None:
         self.send_json(
-            {"currencies": await self.ctx.payments.currencies(), "credits_per_usd": self.ctx.settings.credits_per_usd}
+            {"currencies": await self.services.payments.currencies(), "credits_per_usd": self.config.credits_per_usd}
         )
 
 
@@ -75,12 +75,12 @@ class CheckoutHandler(BillingBase):
                 ]
             )
         # Every checkout costs a call to the processor: one account may not flood it.
-        throttle = self.ctx.checkout_throttle
+        throttle = self.ctx.throttles.checkout
         wait = throttle.begin(account_id, time.monotonic())
         if wait:
             raise ApiError(429, "Too many checkouts; retry later", {"Retry-After": str(wait)})
         try:
-            most = self.ctx.settings.max_open_orders
+            most = self.config.max_open_orders
             if await payments.open_orders(account_id, datetime.now(UTC)) >= most:
                 raise ApiError(
                     429,
@@ -104,7 +104,7 @@ class OrdersHandler(BillingBase):
 
     @authenticated
     async def get(self) -> None:
-        orders = await self.ctx.payments.orders_of(self.current_user, self.query_arg(ORDERS_LIMIT))
+        orders = await self.services.payments.orders_of(self.current_user, self.query_arg(ORDERS_LIMIT))
         self.send_json([view(o) for o in orders])
 
 
@@ -128,7 +128,7 @@ class OrderQRHandler(BillingBase):
     @authenticated
     async def get(self, order_id: str) -> None:
         order = view(await self.owned_order(order_id))
-        svg = await asyncio.get_running_loop().run_in_executor(self.ctx.executor, _qr_svg, order["payment_uri"])
+        svg = await asyncio.get_running_loop().run_in_executor(self.ctx.runtime.executor, _qr_svg, order["payment_uri"])
         self.set_header("Content-Type", "image/svg+xml")
         self.set_header("Content-Security-Policy", "default-src 'none'")
         self.finish(svg)
@@ -139,7 +139,7 @@ class NotificationHandler(BillingBase):
 
     async def post(self) -> None:
         payload = verified(
-            self.ctx.settings.payments_ipn_secret, self.request.body, self.request.headers.get(SIGNATURE_HEADER)
+            self.config.payments_ipn_secret, self.request.body, self.request.headers.get(SIGNATURE_HEADER)
         )
         if payload is None:
             log.warning("payment notification with a missing or invalid signature refused")
@@ -160,7 +160,7 @@ def sandbox_only(method):
 
     @functools.wraps(method)
     def wrapper(self: BillingBase, *args, **kwargs):
-        if self.ctx.settings.production or self.ctx.payments.chain is None:
+        if self.config.production or self.services.payments.chain is None:
             raise ApiError(404, "Not found")
         return method(self, *args, **kwargs)
 
@@ -181,7 +181,7 @@ class SandboxPayHandler(SandboxBase):
     async def post(self) -> None:
         body, order = await self.sandbox_order(SANDBOX_PAY)
         try:
-            tx, order = await self.ctx.payments.sandbox_pay(
+            tx, order = await self.services.payments.sandbox_pay(
                 order, round(body["amount_usd"], 2), body.get("confirmed", True)
             )
         except SandboxRefused as exc:
@@ -197,7 +197,7 @@ class SandboxConfirmHandler(SandboxBase):
     async def post(self) -> None:
         _, order = await self.sandbox_order(SANDBOX_CONFIRM)
         try:
-            confirmed, order = await self.ctx.payments.sandbox_confirm(order)
+            confirmed, order = await self.services.payments.sandbox_confirm(order)
         except SandboxRefused as exc:
             raise ApiError(409, str(exc)) from None
         self.send_json({"confirmed_payments": confirmed, "order": view(order)})

@@ -165,7 +165,7 @@ class KeysBase(BaseHandler):
         account_id = self.current_user
         if re.fullmatch(r"[+-]?\d+", key_id) and not (len(key_id) <= 19 and 0 < int(key_id) < 10**18):
             raise ApiError(404, "Key not found")  # an integer no key can have is unknown, like any other
-        key = await self.ctx.key_service.get(account_id, parse_int(key_id, ["path", "key_id"], 1))
+        key = await self.services.keys.get(account_id, parse_int(key_id, ["path", "key_id"], 1))
         if key is None:
             raise ApiError(404, "Key not found")
         return key
@@ -175,7 +175,7 @@ class KeysBase(BaseHandler):
     ) -> list[dict]:
         """The account's key rows, newest first (or the one key `only`; or `limit` of them with ids below
         `before`) with credits_used in each key's period."""
-        return await self.ctx.key_service.rows(account_id, only, limit, before)
+        return await self.services.keys.rows(account_id, only, limit, before)
 
 
 class KeysHandler(KeysBase):
@@ -200,7 +200,7 @@ class KeysHandler(KeysBase):
         body = properties_of(self.json_body() if self.request.body.strip() else {}, KEY_CREATE)
         check_budget(body)
         try:
-            secret, key = await self.ctx.key_service.create(
+            secret, key = await self.services.keys.create(
                 account_id, body.pop("name", None) or "default", body, self.member()
             )
         except Refused as exc:
@@ -208,7 +208,7 @@ class KeysHandler(KeysBase):
         self.log_fields["key_id"] = key["key_id"]
         await self.audit("key.created", details={"key_id": key["key_id"], "name": key["name"]})
         # 200, not 201: the spec says every success is HTTP 200.
-        self.send_json({**row(key, await self.ctx.key_service.qps(account_id), 0), "key": secret})
+        self.send_json({**row(key, await self.services.keys.qps(account_id), 0), "key": secret})
 
 
 class KeyHandler(KeysBase):
@@ -218,7 +218,7 @@ class KeyHandler(KeysBase):
     async def patch(self, key_id: str) -> None:
         # One PATCH of an account's keys at a time here: keys rolled from one another share one budget,
         # and each change of it must decide from the budget as the one before left it.
-        service = self.ctx.key_service
+        service = self.services.keys
         async with service.one_at_a_time(("key changes", self.current_user)):
             key = await self.owned_key(key_id)
             changes = properties_of(self.json_body(), KEY_PATCH)
@@ -290,7 +290,7 @@ class RollHandler(KeysBase):
         account_id = self.current_user
         # Under the lock PATCHes take: the new key copies the budget as the last change left it, and no change
         # decided before the new key exists can miss it.
-        service = self.ctx.key_service
+        service = self.services.keys
         async with service.one_at_a_time(("key changes", account_id)):
             old = await self.owned_key(key_id)
             try:
@@ -315,7 +315,7 @@ class RevealHandler(KeysBase):
         if key["revoked"]:
             raise ApiError(410, "This key is revoked: its secret is no longer shown")
         await self.audit("key.revealed", details={"key_id": key["key_id"]})  # it hands out the secret
-        self.send_json({"key_id": key["key_id"], "key": self.ctx.key_service.secret(key)})
+        self.send_json({"key_id": key["key_id"], "key": self.services.keys.secret(key)})
 
 
 class RevokeHandler(KeysBase):
@@ -324,7 +324,7 @@ class RevokeHandler(KeysBase):
     @authenticated
     async def post(self, key_id: str) -> None:
         key = await self.owned_key(key_id)
-        await self.ctx.key_service.revoke(key)  # here, and in every other process (bounded: Meter.in_force)
+        await self.services.keys.revoke(key)  # here, and in every other process (bounded: Meter.in_force)
         if not key["revoked"]:  # revoking again changes nothing: no second entry
             await self.audit("key.revoked", details={"key_id": key["key_id"], "name": key["name"]})
         self.send_json((await self.rows(key["account_id"], key["key_id"]))[0])
@@ -336,17 +336,17 @@ class TopUpHandler(KeysBase):
     @authenticated
     @idempotent
     async def post(self, key_id: str) -> None:
-        if self.ctx.settings.production:
+        if self.config.production:
             raise ApiError(403, "Direct top-ups are disabled in production; buy credits with a crypto payment")
         key = await self.owned_key(key_id)
         body = validate_body(self.json_body(), TOP_UP)
-        view = await self.ctx.key_service.top_up(key["account_id"], body["credits"])
+        view = await self.services.keys.top_up(key["account_id"], body["credits"])
         await self.audit("credit.applied", details={"credits": body["credits"], "via": "development top-up"})
         self.send_json(
             {
                 "account_id": key["account_id"],
                 "credits_added": body["credits"],
-                "credits": await self.ctx.key_service.balance(key["account_id"]),
+                "credits": await self.services.keys.balance(key["account_id"]),
                 "plan": view.plan.name,
                 "qps_limit": view.plan.qps,
             }

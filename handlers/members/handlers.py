@@ -68,13 +68,13 @@ def invitation_view(doc: dict) -> dict:
 class MembersHandler(BaseHandler):
     @authenticated
     async def get(self) -> None:
-        members = await self.ctx.member_service.of_account(self.current_user)
+        members = await self.services.members.of_account(self.current_user)
         self.send_json([member_view(m, sign_in) for m, sign_in in members])
 
 
 class MemberHandler(BaseHandler):
     async def target(self, member_id: str) -> dict:
-        member = await self.ctx.member_service.get(self.current_user, member_id)
+        member = await self.services.members.get(self.current_user, member_id)
         if member is None:
             raise ApiError(404, "Not found")
         return member
@@ -86,14 +86,14 @@ class MemberHandler(BaseHandler):
         if not roles.may_assign(self.session.role, role, member["role"]):
             raise ApiError(403, _OWNERS_ONLY)
         try:
-            changed = await self.ctx.member_service.set_role(member, role)
+            changed = await self.services.members.set_role(member, role)
         except LastOwner:
             raise ApiError(409, _LAST_OWNER) from None
         if changed is None:
             raise ApiError(404, "Not found")
         details = {"member_id": member_id, "email": member["email"], "from": member["role"], "to": role}
         await self.audit("member.role_changed", details=details)
-        self.send_json(member_view(changed, await self.ctx.member_service.sign_in(member)))
+        self.send_json(member_view(changed, await self.services.members.sign_in(member)))
 
     @authenticated
     async def delete(self, member_id: str) -> None:
@@ -102,7 +102,7 @@ class MemberHandler(BaseHandler):
         if not leaving and not roles.may_assign(self.session.role, member["role"], member["role"]):
             raise ApiError(403, _OWNERS_ONLY)
         try:
-            removed = await self.ctx.member_service.remove(member)
+            removed = await self.services.members.remove(member)
         except LastOwner:
             raise ApiError(409, _LAST_OWNER) from None
         if removed:
@@ -114,7 +114,7 @@ class MemberHandler(BaseHandler):
 class InvitationsHandler(BaseHandler):
     @authenticated
     async def get(self) -> None:
-        self.send_json([invitation_view(i) for i in await self.ctx.member_service.pending(self.current_user)])
+        self.send_json([invitation_view(i) for i in await self.services.members.pending(self.current_user)])
 
     @authenticated
     async def post(self) -> None:
@@ -122,29 +122,29 @@ class InvitationsHandler(BaseHandler):
         email, role = body["email"].strip().lower(), body["role"]
         if not roles.may_assign(self.session.role, role):
             raise ApiError(403, _OWNERS_ONLY)
-        invited = await self.ctx.member_service.invite(self.current_user, email, role, self.member())
+        invited = await self.services.members.invite(self.current_user, email, role, self.member())
         if invited is None:
             raise ApiError(409, "This person is already a member of the account")
         invitation, token = invited
         await self.audit("member.invited", details={"invitation_id": invitation["_id"], "email": email, "role": role})
         self.send_email(invitation, token)
         answer = {k: invitation_view(invitation)[k] for k in ("invitation_id", "email", "role", "expires_at")}
-        if not self.ctx.settings.production:
+        if not self.config.production:
             answer["token"] = token  # development: no inbox needed to try it
         self.send_json(answer)
 
     def send_email(self, invitation: dict, token: str) -> None:
         """The link, emailed after the answer; without PUBLIC_URL, development links point at the host the request
         named, and production sends none."""
-        s = self.ctx.settings
+        s = self.config
         base = s.public_url.rstrip("/") or ("" if s.production else f"{self.request.protocol}://{self.request.host}")
-        self.ctx.member_service.send_invitation(invitation, token, base, (self.member() or {}).get("email"))
+        self.services.members.send_invitation(invitation, token, base, (self.member() or {}).get("email"))
 
 
 class InvitationHandler(BaseHandler):
     @authenticated
     async def delete(self, invitation_id: str) -> None:
-        if not await self.ctx.member_service.revoke(self.current_user, invitation_id):
+        if not await self.services.members.revoke(self.current_user, invitation_id):
             raise ApiError(404, "Not found")
         await self.audit("member.invitation_revoked", details={"invitation_id": invitation_id})
         self.send_json({"ok": True})
@@ -157,16 +157,16 @@ class AcceptHandler(AuthHandler):
     async def post(self) -> None:
         body = validate_body(self.json_body(), ACCEPT)
         self.throttle()  # per address: hashing is expensive, as at registration
-        invitation = await self.ctx.member_service.find_invitation(body["token"])
+        invitation = await self.services.members.find_invitation(body["token"])
         if invitation is None:
             raise ApiError(404, _GONE)
         person = await self.person(invitation, body.get("password"))
         account_id = invitation["account_id"]
-        if await self.ctx.member_service.role(account_id, person["_id"]) is not None:
+        if await self.services.members.role(account_id, person["_id"]) is not None:
             raise ApiError(409, "You are already a member of this account")
-        if await self.ctx.member_service.spend(invitation["_id"]) is None:
+        if await self.services.members.spend(invitation["_id"]) is None:
             raise ApiError(404, _GONE)  # used at the same moment by another request
-        await self.ctx.member_service.add(
+        await self.services.members.add(
             account_id, person["_id"], person["email"], invitation["role"], invitation.get("invited_by")
         )
         await self.home_account(person["_id"], account_id)
@@ -180,13 +180,13 @@ class AcceptHandler(AuthHandler):
         if password is None:
             raise ApiError(401, "Sign in, or give a password", {"WWW-Authenticate": "Bearer"})
         email = invitation["email"]
-        existing = await self.ctx.auth_service.by_email(email)
+        existing = await self.services.auth.by_email(email)
         if existing is not None:
             await verified_password(self, email, password)
             return existing
-        digest = await self.hash(passwords.hash_password, password, self.ctx.settings.password_scrypt_n)
+        digest = await self.hash(passwords.hash_password, password, self.config.password_scrypt_n)
         try:
-            return await self.ctx.auth_service.create_person(email, digest)
+            return await self.services.auth.create_person(email, digest)
         except DuplicateEmail:
             raise ApiError(409, "A sign-in with this email was made meanwhile; accept again") from None
 

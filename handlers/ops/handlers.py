@@ -8,10 +8,9 @@ import tornado.web
 
 from handlers import openapi, owner
 from handlers.base import ApiError, BaseHandler, NotFoundHandler
-from handlers.context import Context
+from handlers.context import HandlerContext
 from handlers.ops.openapi import ALIASES
 from runtime import scrape
-from services.ops import readiness, registry
 
 
 class HealthHandler(BaseHandler):
@@ -27,7 +26,7 @@ class ReadyHandler(BaseHandler):
     """Ready for traffic: database answers, upstream breaker closed, usage buffer under its bound, not draining."""
 
     async def get(self) -> None:
-        ready, checks = await readiness(self.ctx)
+        ready, checks = await self.services.ops.readiness()
         if not ready:
             self.set_header("Retry-After", "1")  # every 503 says when to look again
         self.send_json(
@@ -45,7 +44,7 @@ class MetricsHandler(BaseHandler):
     """Prometheus text format; needs `Authorization: Bearer METRICS_TOKEN` when that is set."""
 
     async def get(self) -> None:
-        settings = self.ctx.settings
+        settings = self.config
         token = settings.metrics_token
         if not token and settings.production and not settings.metrics_port:
             # In production the figures (routes, volumes, cache ratios) are not for the public internet.
@@ -55,7 +54,7 @@ class MetricsHandler(BaseHandler):
             if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
                 raise ApiError(401, "Not authenticated", {"WWW-Authenticate": "Bearer"})
         content_type, body = scrape.render(
-            await self.ctx.scrape.gather(registry(self.ctx)), self.request.headers.get("Accept", "")
+            await self.ctx.runtime.scrape.gather(self.services.ops.registry()), self.request.headers.get("Accept", "")
         )
         self.set_header("Content-Type", content_type)
         self.finish(body)
@@ -66,10 +65,12 @@ class WorkerMetricsHandler(BaseHandler):
 
     def get(self) -> None:
         given = self.request.headers.get(scrape.SECRET_HEADER, "")
-        if not self.ctx.scrape.secret or not hmac.compare_digest(given.encode(), self.ctx.scrape.secret.encode()):
+        if not self.ctx.runtime.scrape.secret or not hmac.compare_digest(
+            given.encode(), self.ctx.runtime.scrape.secret.encode()
+        ):
             raise ApiError(401, "Not authenticated")
         self.set_header("Content-Type", "application/json")
-        self.finish(orjson.dumps(self.ctx.scrape.own(registry(self.ctx))))
+        self.finish(orjson.dumps(self.ctx.runtime.scrape.own(self.services.ops.registry())))
 
     def on_finish(self) -> None:
         """A hand-over between workers, not a request to the service: neither counted nor logged."""
@@ -79,7 +80,7 @@ class OpenAPIHandler(BaseHandler):
     """The OpenAPI 3.1.0 document of this application: each data endpoint once (/social), unless ?aliases=true."""
 
     def get(self) -> None:
-        settings = self.ctx.settings
+        settings = self.config
         aliases = settings.twitter_alias and self.query_arg(ALIASES)
         self.finish(openapi.serialized(aliases, not settings.metrics_port))
 
@@ -93,7 +94,7 @@ routes = [
 metrics_routes = [(r"/metrics", MetricsHandler)]
 
 
-def metrics_app(ctx: Context) -> tornado.web.Application:
+def metrics_app(ctx: HandlerContext) -> tornado.web.Application:
     """The separate application serving /metrics alone on METRICS_PORT."""
     return tornado.web.Application(
         [(r"/metrics", MetricsHandler, {"ctx": ctx})],
@@ -102,7 +103,7 @@ def metrics_app(ctx: Context) -> tornado.web.Application:
     )
 
 
-def peer_app(ctx: Context) -> tornado.web.Application:
+def peer_app(ctx: HandlerContext) -> tornado.web.Application:
     """The loopback application through which a worker hands its series to the sibling answering a scrape, and
     answers its siblings' calls for the cache keys it owns (handlers/owner.py)."""
     return tornado.web.Application(

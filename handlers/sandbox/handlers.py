@@ -14,7 +14,7 @@ class CatalogHandler(BaseHandler):
     """Valid user names, ids, tweets, lists, communities and spaces of the sandbox world (development only)."""
 
     async def get(self) -> None:
-        settings = self.ctx.settings
+        settings = self.config
         if settings.production:
             raise ApiError(404, "Not found")
         try:

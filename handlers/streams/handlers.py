@@ -7,7 +7,7 @@ POST /oapi/x_user_stream/add_user_to_monitor_tweet and remove_user_to_monitor_tw
 id_for_user, or by x_user_name); answers {"status", "msg", ...} as the provider's. The WebSocket at
 /twitter/tweet/websocket and /social/tweet/websocket. The portal (session token): GET/POST /streams,
 PATCH/DELETE /streams/{rule_id}, GET /streams/{rule_id}/events. Another account's rule is 404. What they do:
-streams/manage.py (`ctx.streams`); their part of the OpenAPI document: handlers/streams/openapi.py.
+streams/manage.py (`self.services.streams`); their part of the OpenAPI document: handlers/streams/openapi.py.
 """
 
 import secrets
@@ -18,12 +18,13 @@ import orjson
 import tornado.websocket
 
 from handlers.base import Anonymous, ApiError, BaseHandler, authenticated
+from handlers.context import HandlerContext
 from handlers.errors import ValidationError, error
 from handlers.social import api_key
 from handlers.validation import Field, no_controls, validate_body
 from streams import rules as polls
 from streams.hub import HAND_OVER_WINDOW
-from streams.manage import LimitReached
+from streams.manage import LimitReached, Manager
 
 SCOPE = polls.SEARCH.path
 SENT_MEMORY = 5_000  # events a socket remembers having sent, for its hand-over when its process drains
@@ -97,7 +98,7 @@ async def stream_key(handler, scope: str | None = SCOPE):
     """The X-API-Key checked as for the search every poll makes (handlers/social.api_key), and its account not
     suspended: 403, as its data calls (its rules wait and its sockets are closed meanwhile: docs/streams.md)."""
     key = await api_key(handler, scope)
-    if (await handler.ctx.account_service.view(key.account_id)).suspended:
+    if (await handler.ctx.services.account.view(key.account_id)).suspended:
         raise ApiError(403, SUSPENDED)
     return key
 
@@ -105,14 +106,14 @@ async def stream_key(handler, scope: str | None = SCOPE):
 async def not_suspended(handler, active: bool | None) -> None:
     """A portal call switching a rule on while the account is suspended: 403, nothing written (its rules wait for
     the resume; one switched on now would only be claimed and set aside at every tick)."""
-    if active and (await handler.ctx.account_service.view(handler.current_user)).suspended:
+    if active and (await handler.services.account.view(handler.current_user)).suspended:
         raise ApiError(403, "This account is suspended: rules cannot be switched on until an admin resumes it")
 
 
-async def added(ctx, *args, created_by: dict | None = None) -> dict:
+async def added(streams: Manager, *args, created_by: dict | None = None) -> dict:
     """A new rule or monitor (streams.Manager.add's arguments); 409 past the account's limit."""
     try:
-        return await ctx.streams.add(*args, created_by=created_by)
+        return await streams.add(*args, created_by=created_by)
     except LimitReached as exc:
         raise ApiError(409, str(exc)) from None
 
@@ -134,8 +135,10 @@ class AddRuleHandler(ProviderApi):
     async def post(self) -> None:
         key = await self.key()
         body = validate_body(self.json_body(), ADD_RULE)
-        interval = checked_interval(self.ctx.settings, body["interval_seconds"], ["body", "interval_seconds"])
-        doc = await added(self.ctx, key.account_id, key.key_id, "rule", body["tag"], body["value"], interval, False)
+        interval = checked_interval(self.config, body["interval_seconds"], ["body", "interval_seconds"])
+        doc = await added(
+            self.services.streams, key.account_id, key.key_id, "rule", body["tag"], body["value"], interval, False
+        )
         self.ok(rule_id=doc["_id"])
 
 
@@ -143,10 +146,12 @@ class UpdateRuleHandler(ProviderApi):
     async def post(self) -> None:
         key = await self.key()
         body = validate_body(self.json_body(), UPDATE_RULE)
-        interval = checked_interval(self.ctx.settings, body["interval_seconds"], ["body", "interval_seconds"])
+        interval = checked_interval(self.config, body["interval_seconds"], ["body", "interval_seconds"])
         fields = {"tag": body["tag"], "value": body["value"], "interval_seconds": interval}
         # Of rules only: a monitor's id is not found, and nothing of it changes.
-        done = await self.ctx.streams.change(key.account_id, body["rule_id"], fields, bool(body["is_effect"]), "rule")
+        done = await self.services.streams.change(
+            key.account_id, body["rule_id"], fields, bool(body["is_effect"]), "rule"
+        )
         if done is None:
             raise ApiError(404, "Rule not found")
         self.ok()
@@ -156,7 +161,7 @@ class DeleteRuleHandler(ProviderApi):
     async def delete(self) -> None:  # the provider's method, with a JSON body
         key = await self.key()
         body = validate_body(self.json_body(), DELETE_RULE)
-        if not await self.ctx.streams.delete(key.account_id, body["rule_id"], "rule"):  # a monitor's: 404
+        if not await self.services.streams.delete(key.account_id, body["rule_id"], "rule"):  # a monitor's: 404
             raise ApiError(404, "Rule not found")
         self.ok()
 
@@ -166,7 +171,7 @@ class DeleteRuleHandler(ProviderApi):
 class GetRulesHandler(ProviderApi):
     async def get(self) -> None:
         key = await self.key()
-        rows = [self.ctx.streams.row(r) for r in await self.ctx.streams.rules(key.account_id, "rule")]
+        rows = [self.services.streams.row(r) for r in await self.services.streams.rules(key.account_id, "rule")]
         self.ok(rules=[{**row, "interval_seconds": whole(row["interval_seconds"])} for row in rows])
 
 
@@ -174,12 +179,14 @@ class AddMonitorHandler(ProviderApi):
     async def post(self) -> None:
         key = await self.key()
         name = user_name(validate_body(self.json_body(), MONITOR)["x_user_name"], ["body", "x_user_name"])
-        found = await self.ctx.streams.monitor_of(key.account_id, name)
+        found = await self.services.streams.monitor_of(key.account_id, name)
         if found is not None:  # added twice: the same monitor, switched on
-            await self.ctx.streams.change(key.account_id, found["_id"], {}, True)
+            await self.services.streams.change(key.account_id, found["_id"], {}, True)
             return self.ok(id_for_user=found["_id"])
-        interval = whole(self.ctx.settings.stream_monitor_interval)
-        doc = await added(self.ctx, key.account_id, key.key_id, "monitor", "@" + name, name, interval, True)
+        interval = whole(self.config.stream_monitor_interval)
+        doc = await added(
+            self.services.streams, key.account_id, key.key_id, "monitor", "@" + name, name, interval, True
+        )
         self.ok(id_for_user=doc["_id"])
 
 
@@ -187,7 +194,7 @@ class RemoveMonitorHandler(ProviderApi):
     async def post(self) -> None:
         """The provider's body names the monitor by the id add_user_to_monitor_tweet answered; by handle too."""
         key = await self.key()
-        data, streams = self.json_body(), self.ctx.streams
+        data, streams = self.json_body(), self.services.streams
         if isinstance(data, dict) and "x_user_name" not in data:
             found = await streams.rule(key.account_id, validate_body(data, [MONITOR_ID])["id_for_user"])
         else:
@@ -209,7 +216,7 @@ class MyInfoHandler(ProviderApi):
 
     async def get(self) -> None:
         key = await stream_key(self, None)
-        self.send_json({"recharge_credits": await self.ctx.account_service.balance(key.account_id)})
+        self.send_json({"recharge_credits": await self.services.account.balance(key.account_id)})
 
 
 class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
@@ -218,7 +225,7 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
     first sends what the socket missed (events are kept STREAM_EVENT_RETENTION). Anonymous: no `Server` header
     on its 101 nor on its refusals, as on every other answer."""
 
-    def initialize(self, ctx) -> None:
+    def initialize(self, ctx: HandlerContext) -> None:
         self.ctx = ctx
         self.account_id, self.log_fields, self.key_entry, self.held = None, {}, None, False
         self.conn_id = secrets.token_hex(12)
@@ -248,7 +255,7 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
             return self.finish({"status": "error", "msg": exc.message})
         self.key_entry, self.account_id = key, key.account_id
         self.key_id = key.key_id
-        self.digest = self.ctx.vault.digest(self.request.headers["X-API-Key"].strip())  # Hub.watch re-checks it
+        self.digest = self.ctx.data.vault.digest(self.request.headers["X-API-Key"].strip())  # Hub.watch re-checks it
         self.after = (after_id, after_ms)
         await super().get(*args, **kwargs)
 
@@ -263,16 +270,16 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
 
     async def open(self) -> None:
         ctx = self.ctx
-        handed = await ctx.hub.hold(self.key_id, self.conn_id)
+        handed = await ctx.services.hub.hold(self.key_id, self.conn_id)
         if handed is None:
             self.close(1008, "Only one connection per API key")
             return
         self.held = True
-        ctx.hub.add(self)
+        ctx.services.hub.add(self)
         connected = {"event_type": "connected", "timestamp": polls.millis(datetime.now(UTC))}
         missed: list[tuple[str, bytes, int]] = []
         if self.after != (None, None):
-            missed, connected["replay"], self.had = await ctx.hub.missed(self.account_id, *self.after, handed)
+            missed, connected["replay"], self.had = await ctx.services.hub.missed(self.account_id, *self.after, handed)
         self._write(orjson.dumps(connected))
         for event_id, frame, at in missed:
             self._write(frame)
@@ -358,10 +365,10 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
         pass  # the provider's clients send nothing that needs an answer
 
     def on_close(self) -> None:
-        self.ctx.hub.remove(self)
+        self.ctx.services.hub.remove(self)
         if self.held:
             self.held = False
-            self.ctx.hub.spawn(self.ctx.hub.let_go(self.key_id, self.conn_id))
+            self.ctx.services.hub.spawn(self.ctx.services.hub.let_go(self.key_id, self.conn_id))
 
     def write_error(self, status_code: int, **kwargs) -> None:
         """Other methods (405, with the Allow header) and failures in the data plane's error shape."""
@@ -378,15 +385,15 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
 class StreamsHandler(BaseHandler):
     @authenticated
     async def get(self) -> None:
-        rows = await self.ctx.streams.rules(self.current_user)
-        self.send_json([self.ctx.streams.row(r) for r in rows])
+        rows = await self.services.streams.rules(self.current_user)
+        self.send_json([self.services.streams.row(r) for r in rows])
 
     @authenticated
     async def post(self) -> None:
         data = self.json_body()
         monitor = isinstance(data, dict) and data.get("kind") == "monitor"
         body = validate_body(data, MONITOR_CREATE if monitor else RULE_CREATE)
-        kind, settings = body["kind"], self.ctx.settings
+        kind, settings = body["kind"], self.config
         if kind == "monitor":
             value = user_name(body["x_user_name"], ["body", "x_user_name"])
             tag = body.get("tag") or "@" + value
@@ -396,8 +403,10 @@ class StreamsHandler(BaseHandler):
         interval = checked_interval(settings, interval, ["body", "interval_seconds"])
         await not_suspended(self, body.get("active", True))
         active = body.get("active", True)
-        doc = await added(self.ctx, self.current_user, 0, kind, tag, value, interval, active, created_by=self.member())
-        self.send_json(self.ctx.streams.row(doc))
+        doc = await added(
+            self.services.streams, self.current_user, 0, kind, tag, value, interval, active, created_by=self.member()
+        )
+        self.send_json(self.services.streams.row(doc))
 
 
 class StreamHandler(BaseHandler):
@@ -407,20 +416,20 @@ class StreamHandler(BaseHandler):
         fields = {name: body[name] for name in ("tag", "value") if name in body}
         if "interval_seconds" in body:
             fields["interval_seconds"] = checked_interval(
-                self.ctx.settings, body["interval_seconds"], ["body", "interval_seconds"]
+                self.config, body["interval_seconds"], ["body", "interval_seconds"]
             )
-        current = await self.ctx.streams.rule(self.current_user, rule_id)
+        current = await self.services.streams.rule(self.current_user, rule_id)
         if current is not None and current["kind"] == "monitor" and "value" in fields:
             raise ApiError(409, "A monitor's account cannot change: add a monitor of the other account")
         await not_suspended(self, body.get("active"))
-        done = await self.ctx.streams.change(self.current_user, rule_id, fields, body.get("active"))
+        done = await self.services.streams.change(self.current_user, rule_id, fields, body.get("active"))
         if done is None:
             raise ApiError(404, "Rule not found")
-        self.send_json(self.ctx.streams.row(done))
+        self.send_json(self.services.streams.row(done))
 
     @authenticated
     async def delete(self, rule_id: str) -> None:
-        streams = self.ctx.streams
+        streams = self.services.streams
         current = await streams.rule(self.current_user, rule_id)  # a rule or a monitor: its kind's place is freed
         if current is None or not await streams.delete(self.current_user, rule_id, current["kind"]):
             raise ApiError(404, "Rule not found")
@@ -430,10 +439,10 @@ class StreamHandler(BaseHandler):
 class StreamEventsHandler(BaseHandler):
     @authenticated
     async def get(self, rule_id: str) -> None:
-        if await self.ctx.streams.rule(self.current_user, rule_id) is None:
+        if await self.services.streams.rule(self.current_user, rule_id) is None:
             raise ApiError(404, "Rule not found")
         limit = self.query_arg(EVENTS_LIMIT)
-        events = await self.ctx.streams.events(rule_id, limit)
+        events = await self.services.streams.events(rule_id, limit)
         self.send_json([{**polls.message(e), "created_at": e["created_at"]} for e in events])
 
 

@@ -367,7 +367,7 @@ async def test_metrics_token(http_client, base_url):
 @pytest.mark.settings(metrics_port=free_port())
 async def test_metrics_on_their_own_port(ctx, http_client, base_url):
     assert (await http_client.fetch(base_url + "/metrics", raise_error=False)).code == 404
-    server = tornado.httpserver.HTTPServer(ops.metrics_app(ctx))
+    server = tornado.httpserver.HTTPServer(ops.metrics_app(ctx.view))
     sock, port = tornado.testing.bind_unused_port()
     server.add_sockets([sock])
     try:
