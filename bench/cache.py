@@ -447,7 +447,7 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme(table: str, command: str, workers: int) -> None:
+def write_benchmarks_doc(table: str, command: str, workers: int) -> None:
     """The run's figures between its markers in docs/benchmarks.md (one block per --workers)."""
     start, end = f"<!-- cache-bench-w{workers}:start -->", f"<!-- cache-bench-w{workers}:end -->"
     path = os.path.join(os.path.dirname(HERE), "docs", "benchmarks.md")

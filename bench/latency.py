@@ -750,7 +750,7 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme(table: str, command: str) -> None:
+def write_benchmarks_doc(table: str, command: str) -> None:
     path = os.path.join(ROOT, "docs", "benchmarks.md")
     with open(path) as fh:
         text = fh.read()

@@ -179,7 +179,7 @@ def main() -> None:
             args.seconds = 120
         result = cache.run(args)
         out = args.out or os.path.join(HERE, "results", f"cache-w{args.workers}.json")
-        readme = args.readme and (lambda table, command: cache.write_readme(table, command, args.workers))
+        readme = args.readme and (lambda table, command: cache.write_benchmarks_doc(table, command, args.workers))
         publish(result, out, cache.report(result), readme)
         return
     if args.streams:
@@ -205,7 +205,7 @@ def main() -> None:
         args.models = [m for m in args.models.split(",") if m]
         result = latency.run(args)
         out = args.out or os.path.join(HERE, "results", "latency.json")
-        publish(result, out, latency.report(result), args.readme and latency.write_readme)
+        publish(result, out, latency.report(result), args.readme and latency.write_benchmarks_doc)
         return
     args.connections = int(args.connections or 32)
     if args.static:

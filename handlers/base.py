@@ -30,7 +30,7 @@ from handlers.validation import Field, parse_query
 from security import roles, tokens
 from security.addresses import parse_address, within
 
-log = logging.getLogger("gateway.access")  # unhandled errors; access lines: runtime/accesslog.py
+log = logging.getLogger("gateway.errors")  # unhandled errors (access lines: runtime/accesslog.py)
 
 # Request ids: unique per process start plus a counter; cheaper than a uuid4 (a syscall) per request.
 _ID_PREFIX, _ID_COUNTER = "", itertools.count()

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from accounting.charged import Call
 from accounting.tiers import ANSWER_PATH, DROP_PATH, SECRET_HEADER, encode
-from handlers.base import ApiError, BaseHandler
+from handlers.base import BaseHandler
+from handlers.errors import ApiError
 from social.endpoints import BY_PATH
 
 

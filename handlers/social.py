@@ -20,7 +20,8 @@ import urllib.parse
 from datetime import UTC, datetime
 
 from accounting.keys import KeyEntry
-from handlers.base import ApiError, BaseHandler, NotFoundHandler
+from handlers.base import BaseHandler, NotFoundHandler
+from handlers.errors import ApiError
 from handlers.validation import ValidationError, check_length, error, missing, parse_bool, parse_int
 from metering.ledger import period_end
 from metering.plans import Plan

@@ -16,7 +16,6 @@ from typing import Any
 
 import tornado.web
 
-from handlers import openapi
 from handlers.auth import handlers as auth
 from handlers.base import Anonymous, BaseHandler
 from handlers.context import HandlerContext
@@ -35,14 +34,9 @@ PAGE_POLICY = (
     "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 
-# Operations the page offers only once the API serves them (other branches add them).
-OPTIONAL = {
-    "password": ("post", "/portal/password"),  # the cookie variant of POST /auth/password
-    "key-edit": ("patch", "/keys/{key_id}"),
-    "key-roll": ("post", "/keys/{key_id}/roll"),
-    "usage-summary": ("get", "/usage/summary"),
-    "usage-export": ("get", "/usage/export"),
-}
+# The page's parts its script shows only when named in body[data-features] (portal/static/js/dom.js): every
+# process serves these; "sandbox" (the development checkout) is added outside production.
+FEATURES = ("password", "key-edit", "key-roll", "usage-summary", "usage-export")
 
 
 def app_settings(ctx: HandlerContext) -> dict:
@@ -115,8 +109,7 @@ class PortalHandler(PageHandler):
 
     def get(self) -> None:
         signed_in = self.session is not None  # checked by BaseHandler.prepare: logged-out tokens count as out
-        served = {(op.method, op.path) for op in openapi.PORTAL_OPERATIONS}
-        features = [name for name, operation in OPTIONAL.items() if operation in served]
+        features = list(FEATURES)
         sandbox = not self.config.production and self.services.payments.chain is not None
         if sandbox:
             features.append("sandbox")

@@ -32,7 +32,7 @@ class ConnectTimeout(TimeoutError):
 
 
 @dataclass(frozen=True)
-class Answer:
+class Received:
     status: int
     body: bytes
     retry_after: str | None
@@ -99,7 +99,7 @@ class _Connection(asyncio.Protocol):
         chunks, self.chunks = self.chunks, []
         if waiter is not None and not waiter.done():
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            waiter.set_result(Answer(self.parser.get_status_code(), body, self.retry_after))
+            waiter.set_result(Received(self.parser.get_status_code(), body, self.retry_after))
 
     def call(self, request: bytes) -> asyncio.Future:
         self.chunks, self.size, self.retry_after, self.answered = [], 0, None, False
@@ -124,7 +124,7 @@ class Http1Pool:
         self.idle: dict[_Connection, None] = {}  # insertion ordered: popitem() takes the newest
         self.lost = None  # called when the other side closes a connection (accounting/tiers.py: a sibling that died)
 
-    async def get(self, url: str, headers: bytes, timeout: float) -> Answer:
+    async def get(self, url: str, headers: bytes, timeout: float) -> Received:
         """GET `url` (of this pool's origin, already percent-encoded) with `headers` (complete header lines).
         Raises ConnectTimeout, TimeoutError (no whole answer within `timeout`), TooLarge, or
         OSError/httptools.HttpParserError (connection failed, answer malformed or cut short)."""

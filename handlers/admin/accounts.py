@@ -10,8 +10,8 @@ processes are spent by calls in flight, and taking them would let a balance go b
 from bson import ObjectId
 
 from handlers.audit.handlers import entry
-from handlers.base import ApiError, admin_only
-from handlers.errors import ValidationError, error
+from handlers.base import admin_only
+from handlers.errors import ApiError, ValidationError, error
 from handlers.idempotent import idempotency_key, idempotent
 from handlers.keys.handlers import CREDITS, KeysBase
 from handlers.members import member_view

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from alerts import rules as kinds
-from handlers.base import ApiError, BaseHandler, authenticated
-from handlers.errors import ValidationError, error, missing
+from handlers.base import BaseHandler, authenticated
+from handlers.errors import ApiError, ValidationError, error, missing
 from handlers.validation import Field, no_controls, one_of, validate_body
 from security import roles
 from services.alerts import MAX_ENDPOINTS, MAX_RULES, TESTS_PER_MINUTE

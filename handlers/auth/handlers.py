@@ -6,7 +6,8 @@ handlers/auth/openapi.py."""
 import asyncio
 import time
 
-from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.base import BaseHandler, authenticated
+from handlers.errors import ApiError
 from handlers.validation import Field, ValidationError, error, no_operators, validate_body
 from security import passwords
 from services.auth import DuplicateEmail, TooManyCodes, enabled

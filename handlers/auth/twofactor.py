@@ -15,8 +15,8 @@ import asyncio
 from datetime import UTC, datetime
 
 from handlers.auth.handlers import AuthHandler, verified_password
-from handlers.base import ApiError, authenticated
-from handlers.errors import ValidationError, error
+from handlers.base import authenticated
+from handlers.errors import ApiError, ValidationError, error
 from handlers.validation import Field, validate_body
 from security import totp
 from services.auth import enabled

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 
 import segno
 
-from handlers.base import ApiError, BaseHandler, authenticated
+from handlers.base import BaseHandler, authenticated
+from handlers.errors import ApiError
 from handlers.idempotent import idempotent
 from handlers.validation import Field, ValidationError, error, validate_body
 from payments.currencies import CURRENCIES

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from handlers.base import ApiError, BaseHandler, authenticated
-from handlers.errors import ValidationError, error, missing
+from handlers.base import BaseHandler, authenticated
+from handlers.errors import ApiError, ValidationError, error, missing
 from handlers.idempotent import idempotent
 from handlers.validation import Field, no_controls, one_of, parse_int, validate_body
 from services.keys import BUDGET_FIELDS, PROPERTIES, Refused, row

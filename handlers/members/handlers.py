@@ -8,8 +8,8 @@ process: the session check reads the membership on every request (services/sessi
 
 from handlers.auth import handlers as auth
 from handlers.auth.handlers import AuthHandler, verified_password
-from handlers.base import ApiError, BaseHandler, authenticated
-from handlers.errors import ValidationError, error
+from handlers.base import BaseHandler, authenticated
+from handlers.errors import ApiError, ValidationError, error
 from handlers.validation import Field, validate_body
 from security import passwords, roles
 from services.auth import DuplicateEmail

@@ -7,8 +7,9 @@ import orjson
 import tornado.web
 
 from handlers import openapi, owner
-from handlers.base import ApiError, BaseHandler, NotFoundHandler
+from handlers.base import BaseHandler, NotFoundHandler
 from handlers.context import HandlerContext
+from handlers.errors import ApiError
 from handlers.ops.openapi import ALIASES
 from runtime import scrape
 

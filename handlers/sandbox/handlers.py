@@ -5,7 +5,8 @@ need the gateway's address. In production the path does not exist (404)."""
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
-from handlers.base import ApiError, BaseHandler
+from handlers.base import BaseHandler
+from handlers.errors import ApiError
 
 CATALOG_TIMEOUT = 5.0
 

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 import orjson
 import tornado.websocket
 
-from handlers.base import Anonymous, ApiError, BaseHandler, authenticated
+from handlers.base import Anonymous, BaseHandler, authenticated
 from handlers.context import HandlerContext
-from handlers.errors import ValidationError, error
+from handlers.errors import ApiError, ValidationError, error
 from handlers.social import api_key
 from handlers.validation import Field, no_controls, validate_body
 from streams import rules as polls

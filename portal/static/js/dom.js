@@ -4,7 +4,7 @@
 export const $ = (selector, root) => (root || document).querySelector(selector);
 export const $$ = (selector, root) => Array.from((root || document).querySelectorAll(selector));
 
-// The operations this server offers beyond the core (OPTIONAL in portal/pages.py, and "sandbox"): body[data-features].
+// The parts the page shows only when named in body[data-features] (FEATURES in portal/pages.py, and "sandbox").
 export const FEATURES = new Set((document.body.dataset.features || "").split(" ").filter(Boolean));
 
 export const number = new Intl.NumberFormat("en-US");
