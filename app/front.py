@@ -23,6 +23,7 @@ connection after the answer; a client gone mid-call does not stop the call (it i
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import time
@@ -55,9 +56,14 @@ class Front:
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
         task = loop.create_task(loop.connect_accepted_socket(lambda: Connection(self, address, counted_ip), sock))
-        task.add_done_callback(_seen)
+        task.add_done_callback(functools.partial(self._connected, sock, counted_ip))
         if self._sweeper is None and self.idle_timeout:
             self._sweeper = loop.call_later(SWEEP_SECONDS, self._sweep)
+
+    def _connected(self, sock: socket.socket, counted_ip: str, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is not None:  # no transport (reset before it was set up): the
+            sock.close()  # connection never opened here, and its address's count goes back
+            self.server.release(counted_ip)
 
     def _sweep(self) -> None:
         deadline = time.monotonic() - self.idle_timeout
@@ -246,8 +252,3 @@ def prefilled(sock: socket.socket, data: bytes, **options) -> IOStream:
         stream._read_buffer += data  # Tornado reads its buffer before the socket (IOStream._find_read_pos)
         stream._read_buffer_size += len(data)
     return stream
-
-
-def _seen(task: asyncio.Task) -> None:
-    if not task.cancelled():
-        task.exception()  # a connection reset before it could be set up: nothing to serve
