@@ -186,13 +186,10 @@ async def test_a_connection_stays_on_the_own_protocol_until_its_first_other_requ
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-async def test_the_served_gateway_hands_connections_over_on_its_own_event_loop(
-    mongo, upstream_url, catalog, settings, workers
-):
-    """`serve` as users run it (uvloop, --workers 2 too): data calls, then the portal, then data calls again on
-    each of several keep-alive connections, in separate writes and pipelined, every answer in order."""
-    if settings.data_connections == "tornado":
-        pytest.skip("the served gateway runs on its default, the own protocol")
+async def test_the_served_gateway_hands_connections_over_on_its_own_event_loop(mongo, upstream_url, catalog, workers):
+    """`serve` as users run it (uvloop, its default DATA_CONNECTIONS, --workers 2 too): data calls, then the
+    portal, then data calls again on each of several keep-alive connections, in separate writes and pipelined,
+    every answer in order."""
     gw = await Gateway(mongo.uri, upstream_url, f"d_{uuid.uuid4().hex[:10]}", workers=workers).launch()
     _, (key,), _ = await account_with_keys(gw, 1_000_000, 1)
     path = f"/social/user/info?{qs(valid_query(BY_PATH['/user/info'], catalog))}"
