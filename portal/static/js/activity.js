@@ -1,9 +1,10 @@
 // The Activity view: the audit log (handlers/audit/handlers.py) with its filters, pages of 50, and CSV and JSON exports of what
 // the filters select; an admin may read every account's.
 import { $, $$, cell, el, labelCells, when } from "./dom.js";
-import { act, api, state } from "./api.js";
+import { act, api, listGeneration, state } from "./api.js";
 
 let auditCursor = null; // where the next page starts
+const auditList = listGeneration(); // a slow earlier filter's page must not replace the newer one's
 const ACTION_LABELS = {
   "account.created": "Account created", "login": "Signed in", "login.failed": "Failed sign-in", "logout": "Signed out",
   "password.changed": "Password changed", "password.reset_requested": "Password reset asked",
@@ -55,8 +56,9 @@ export async function loadAudit(more) {
   });
   params.set("limit", "50");
   if (more && auditCursor) params.set("cursor", auditCursor);
+  const list = more ? auditList.current() : auditList.restart();
   const page = await act(form, $('button[type="submit"]', form), () => api("GET", path + "?" + params));
-  if (!page) return;
+  if (!page || !auditList.isCurrent(list)) return;
   auditCursor = page.next_cursor;
   $("#audit-more").hidden = !page.next_cursor;
   if (page.retention_days) $("#audit-retention").textContent = "for " + page.retention_days + " days";

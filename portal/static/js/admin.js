@@ -1,18 +1,24 @@
 // The admin view: the totals and chart of every account, the accounts list and search, one account's detail with
 // credit, debit, suspend and resume.
 import { $, button, cell, confirmAction, el, labelCells, number, usd, when } from "./dom.js";
-import { act, api } from "./api.js";
+import { act, api, listGeneration } from "./api.js";
 import { drawChart } from "./chart.js";
 import { keyState } from "./keys.js";
 
 const adminView = $("#view-admin");
 let usersCursor = ""; // where the accounts list's next page starts
+const usersList = listGeneration(); // a slow first page must not land on top of a search's answer
 let detail = null; // the account on show
 let adjustKey = null;
 
-export async function loadAdmin() {
+function restartUsers() {
   usersCursor = "";
   $("#users-table tbody").textContent = "";
+  return usersList.restart();
+}
+
+export async function loadAdmin() {
+  const list = restartUsers();
   await act(adminView, null, async () => {
     const internal = $("#include-internal").checked ? "&include_internal=true" : "";
     const metrics = await api("GET", "/admin/metrics?days=30" + internal);
@@ -33,15 +39,17 @@ export async function loadAdmin() {
       card.append(el("h2", label), el("p", value, "big"));
       totals.append(card);
     });
-    await moreUsers();
+    if (usersList.isCurrent(list)) await moreUsers();
   });
 }
 async function moreUsers() {
+  const list = usersList.current();
   const internal = $("#include-internal").checked ? "&include_internal=true" : "";
   const q = $("#users-q").value.trim();
   const query = "/admin/users?limit=50" + internal + (q ? "&q=" + encodeURIComponent(q) : "") +
     (usersCursor ? "&cursor=" + encodeURIComponent(usersCursor) : "");
   const page = await api("GET", query);
+  if (!usersList.isCurrent(list)) return;
   const body = $("#users-table tbody");
   usersEmpty(body.rows.length + page.users.length, q, page.internal_hidden);
   page.users.forEach((u) => {
@@ -84,8 +92,7 @@ function usersEmpty(count, q, hidden) {
 }
 $("#users-search").addEventListener("submit", (event) => {
   event.preventDefault();
-  usersCursor = "";
-  $("#users-table tbody").textContent = "";
+  restartUsers();
   act(adminView, $("#users-search-go"), moreUsers);
 });
 

@@ -145,6 +145,18 @@ export function showError(scope, err) {
   });
   if (!(err instanceof ApiFailure)) console.warn(err);
 }
+// A list that starts over (the view opens, a filter or a search changes) drops the answers to requests made before:
+// one that arrives late would otherwise be drawn over, or appended to, the newer list. `restart()` when the list
+// starts over, keep `current()` before a request, and draw its answer only if `isCurrent(ticket)` still holds.
+export function listGeneration() {
+  let generation = 0;
+  return {
+    restart: () => ++generation,
+    current: () => generation,
+    isCurrent: (ticket) => ticket === generation,
+  };
+}
+
 // Runs `work` with `button` busy and the scope's error box cleared first, filled on failure.
 export async function act(scope, button, work) {
   clearError(scope);

@@ -1,12 +1,13 @@
 // Usage: the chart and totals per day, per endpoint and per key, the request log (filtered, a page at a time) and
 // the CSV export.
 import { $, $$, FEATURES, cell, el, labelCells, number, when } from "./dom.js";
-import { act, api, state } from "./api.js";
+import { act, api, listGeneration, state } from "./api.js";
 import { drawChart } from "./chart.js";
 
 const usageView = $("#view-usage");
 let csvUrl = null;
 let logCursor = ""; // where the request log's next page starts
+const logList = listGeneration(); // a slow earlier search must not replace the newer one's calls
 
 function selectedDays() {
   return Number($('input[name="days"]:checked', usageView).value);
@@ -139,6 +140,7 @@ function logFilters(perEndpoint) {
 
 async function loadLog(reset) {
   if (reset) logCursor = "";
+  const list = reset ? logList.restart() : logList.current();
   const days = selectedDays();
   const query = new URLSearchParams({ limit: "50" });
   const requestId = $("#log-request").value.trim();
@@ -150,6 +152,7 @@ async function loadLog(reset) {
   if (requestId) query.set("request_id", requestId);
   if (logCursor) query.set("cursor", logCursor);
   const page = await api("GET", "/usage/log?" + query.toString());
+  if (!logList.isCurrent(list)) return;
   drawCalls(page.records, !reset);
   logCursor = page.next_cursor;
   $("#log-more").hidden = !page.has_next_page;
