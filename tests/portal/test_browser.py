@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import threading
+import urllib.parse
 import urllib.request
 import uuid
 
@@ -147,6 +148,44 @@ def create_key(page, name: str | None = None) -> str:
     page.get_by_test_id("create-key").click()
     expect(page.get_by_test_id("key-secret")).to_have_text(re.compile(r"\S{20,}"))
     return page.get_by_test_id("key-secret").inner_text()
+
+
+def hold_first(page, url: str, answer_now: bool = True) -> dict:
+    """Holds each path's first GET matching `url` (a view's first load) until `release_late`; the rest pass. Its
+    answer is read from the gateway at once, saying what was true then (`answer_now`), or when released (for
+    an answer that depends on its query alone). Returns the held ones by path."""
+    held = {}
+
+    def handle(route):
+        path = urllib.parse.urlsplit(route.request.url).path
+        if route.request.method != "GET" or path in held:
+            route.continue_()
+        else:
+            held[path] = (route, route.fetch() if answer_now else None)
+
+    page.route(url, handle)
+    return held
+
+
+def wait_held(page, held: dict, path: str):
+    """The held first request to `path` (or to a path under it), once the page made it."""
+    for _ in range(300):
+        for made, route in held.items():
+            if made == path or made.startswith(path + "/"):
+                return route
+        page.wait_for_timeout(50)
+    raise AssertionError(f"the page did not request {path}")
+
+
+def release_late(page, held) -> None:
+    """Answers a held request now, after the newer ones: whatever its late answer would draw, it draws."""
+    route, answer = held
+    with page.expect_response(lambda response: response.request == route.request):
+        if answer is None:
+            route.continue_()
+        else:
+            route.fulfill(response=answer)
+    page.wait_for_timeout(300)  # time for the late answer to be drawn, were it drawn
 
 
 def shot(page, tmp_path, name: str, full_page: bool = True) -> None:
@@ -1016,6 +1055,166 @@ def test_admin_console_search_detail_credit_and_suspend(watched, stack, sandbox_
         no_overflow(page, f"admin at {width}px")
         shot(page, tmp_path, f"admin-console-{width}")
     w.check(allowed_errors=r"status of 422")
+
+
+# --- a view's slow first load answered after what the user did meanwhile: the newer answer stays ----------------
+def test_a_slow_first_keys_list_does_not_hide_a_key_just_created(watched, stack):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    held = hold_first(page, "**/keys")
+    page.get_by_role("link", name="API keys").click()
+    first = wait_held(page, held, "/keys")
+    page.get_by_test_id("key-name").fill("made at once")
+    page.get_by_test_id("create-key").click()
+    rows = page.get_by_test_id("key-row")
+    expect(rows).to_have_count(1)
+    release_late(page, first)
+    expect(rows).to_have_count(1)
+    expect(page.get_by_test_id("keys-empty")).to_be_hidden()
+    w.check()
+
+
+def test_a_slow_first_period_does_not_replace_the_one_chosen_since(watched, stack):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    held = hold_first(page, "**/usage/summary?*", answer_now=False)  # 7 days' totals, whenever read
+    page.get_by_role("link", name="Usage").click()
+    first = wait_held(page, held, "/usage/summary")
+    assert "days=7" in first[0].request.url
+    page.get_by_label("30 days").check()
+    bars = page.get_by_test_id("usage-chart").locator("rect.bar")
+    expect(bars).to_have_count(30)
+    release_late(page, first)
+    expect(bars).to_have_count(30)
+    w.check()
+
+
+def test_slow_first_alert_and_webhook_lists_do_not_hide_what_was_just_added(watched, stack):
+    receiver = ThreadedReceiver()
+    w = watched()
+    page = w.page
+    register(page, stack)
+    held = hold_first(page, "**/{alerts,webhooks}")
+    page.get_by_role("link", name="Alerts").click()
+    rules = add_rule(page, "balance_below", "credits", "1000")
+    expect(rules).to_have_count(1)
+    release_late(page, wait_held(page, held, "/alerts"))
+    expect(rules).to_have_count(1)
+    first_endpoints = wait_held(page, held, "/webhooks")  # asked for once the rules are drawn
+    page.get_by_test_id("endpoint-url").fill(receiver.url)
+    page.get_by_test_id("create-endpoint").click()
+    endpoints = page.get_by_test_id("endpoint-row")
+    expect(endpoints).to_have_count(1)
+    release_late(page, first_endpoints)
+    expect(endpoints).to_have_count(1)
+    expect(rules).to_have_count(1)
+    receiver.stop()
+    w.check()
+
+
+def test_a_slow_first_real_time_list_does_not_hide_a_rule_just_added(watched, stack):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    held = hold_first(page, "**/streams")
+    page.get_by_role("link", name="Real time").click()
+    first = wait_held(page, held, "/streams")
+    page.get_by_test_id("stream-interval").fill("86.4")
+    page.get_by_test_id("stream-tag").fill("eth")
+    page.get_by_test_id("stream-value").fill("ethereum lang:en")
+    page.get_by_test_id("create-stream").click()
+    rows = page.get_by_test_id("stream-row")
+    expect(rows).to_have_count(1)
+    release_late(page, first)
+    expect(rows).to_have_count(1)
+    w.check()
+
+
+def test_a_slow_first_orders_list_does_not_hide_an_order_just_made(watched, stack):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    held = hold_first(page, "**/billing/crypto/orders?*")
+    page.get_by_role("link", name="Buy credits").first.click()
+    first = wait_held(page, held, "/billing/crypto/orders")
+    page.get_by_test_id("checkout-currency").select_option("USDTTRC20")
+    page.get_by_test_id("checkout-amount").fill("3")
+    page.get_by_test_id("checkout-submit").click()
+    expect(page.get_by_test_id("order-status")).to_have_text("waiting")
+    orders = page.locator("#orders-table tbody tr")
+    expect(orders).to_have_count(1)
+    release_late(page, first)
+    expect(orders).to_have_count(1)
+    expect(page.get_by_test_id("orders-empty")).to_be_hidden()
+    w.check()
+
+
+def test_a_slow_status_poll_does_not_undo_a_payment_shown_since(watched, stack):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.get_by_role("link", name="Buy credits").first.click()
+    page.get_by_test_id("checkout-currency").select_option("USDTTRC20")
+    page.get_by_test_id("checkout-amount").fill("3")
+    page.get_by_test_id("checkout-submit").click()
+    status = page.get_by_test_id("order-status")
+    expect(status).to_have_text("waiting")
+    held = hold_first(page, "**/billing/crypto/orders/*")  # the order's status, polled: "waiting"
+    poll = wait_held(page, held, "/billing/crypto/orders")
+    page.get_by_test_id("sandbox-pay").click()
+    paid = re.compile("confirming|partially paid")
+    expect(status).to_have_text(paid)
+    release_late(page, poll)
+    assert paid.search(status.inner_text()), (
+        "a poll made before the payment put the order back"
+    )  # the next poll would correct it
+    expect(page.get_by_test_id("sandbox-confirm")).to_be_enabled()
+    w.check()
+
+
+def test_a_slow_first_balance_does_not_replace_the_one_after_a_payment(watched, stack):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    held = hold_first(page, "**/account")  # the signup balance
+    page.get_by_role("link", name="Buy credits").first.click()
+    first = wait_held(page, held, "/account")
+    page.get_by_test_id("checkout-currency").select_option("USDTTRC20")
+    page.get_by_test_id("checkout-amount").fill("5")
+    page.get_by_test_id("checkout-submit").click()
+    page.get_by_test_id("sandbox-pay").click()
+    page.get_by_test_id("sandbox-confirm").click()
+    expect(page.get_by_test_id("order-status")).to_have_text("finished", timeout=20_000)
+    balance = page.locator("#billing-balance")
+    expect(balance).to_have_text(f"{SIGNUP_CREDITS + 500_000:,} credits", timeout=20_000)
+    release_late(page, first)
+    expect(balance).to_have_text(f"{SIGNUP_CREDITS + 500_000:,} credits")
+    expect(page.get_by_test_id("balance-warning")).to_be_hidden()
+    w.check()
+
+
+def test_a_slow_account_detail_does_not_replace_the_one_opened_since(watched, stack):
+    tag = uuid.uuid4().hex[:8]
+    first, second = (stack.account(f"detail-{tag}-{n}@example.com", PASSWORD) for n in ("a", "b"))
+    w = watched()
+    page = w.page
+    sign_in_admin(page, stack)
+    page.get_by_role("link", name="Admin").click()
+    page.get_by_test_id("users-q").fill(f"detail-{tag}")
+    page.get_by_role("button", name="Search", exact=True).click()
+    expect(page.get_by_test_id("user-row")).to_have_count(2)
+    path = "/admin/accounts/" + first["account_id"]
+    held = hold_first(page, "**" + path, answer_now=False)  # the first account's detail, whenever read
+    page.get_by_role("button", name="Open account " + first["email"]).click()
+    slow = wait_held(page, held, path)
+    page.get_by_role("button", name="Open account " + second["email"]).click()
+    title = page.locator("#detail-title")
+    expect(title).to_have_text(second["email"])
+    release_late(page, slow)
+    expect(title).to_have_text(second["email"])
+    w.check()
 
 
 # --- real time: filter rules and monitors (docs/streams.md) ----------------------------------------------------

@@ -133,3 +133,19 @@ def test_a_person_in_two_accounts_picks_one(watched, stack, size, tmp_path):
     page.get_by_test_id("account-picker").select_option(mine["account_id"])
     expect(page.get_by_test_id("who-role")).to_have_text("owner")
     w.check()
+
+
+def test_a_slow_first_invitations_list_does_not_hide_an_invitation_just_made(watched, stack):
+    w = watched()
+    owner = w.page
+    register(owner, stack)
+    held = test_browser.hold_first(owner, "**/members/invitations")
+    members_view(owner, stack)
+    first = test_browser.wait_held(owner, held, "/members/invitations")
+    owner.get_by_test_id("invite-email").fill(f"late-{uuid.uuid4().hex[:8]}@example.com")
+    owner.get_by_test_id("invite-submit").click()
+    invitations = owner.get_by_test_id("invitation")
+    expect(invitations).to_have_count(1)
+    test_browser.release_late(owner, first)
+    expect(invitations).to_have_count(1)
+    w.check()

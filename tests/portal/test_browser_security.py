@@ -197,3 +197,27 @@ def test_the_activity_view_shows_filters_and_exports_who_did_what(watched, stack
     exported = page.request.get(stack.url + href)
     assert exported.ok and exported.text().splitlines()[1].split(",")[1] == "key.created"
     w.check(allowed_errors="status of 401")
+
+
+def test_a_slow_two_factor_status_does_not_undo_turning_it_on(watched, stack):
+    w = watched()
+    page = w.page
+    register(page, stack)
+    page.get_by_role("link", name="Security").click()
+    expect(page.get_by_test_id("tfa-status")).to_contain_text("Off")
+    page.get_by_role("link", name="Overview").click()
+    held = test_browser.hold_first(page, "**/auth/2fa")  # "off"
+    page.get_by_role("link", name="Security").click()  # the form shown by the earlier visit stays usable
+    first = test_browser.wait_held(page, held, "/auth/2fa")
+    page.get_by_test_id("tfa-setup-password").fill(PASSWORD)
+    page.get_by_test_id("tfa-setup").click()
+    expect(page.locator("#tfa-qr")).to_be_visible()
+    secret = page.get_by_test_id("tfa-secret").inner_text().replace(" ", "")
+    page.get_by_test_id("tfa-code").fill(pyotp.TOTP(secret).now())
+    page.get_by_test_id("tfa-enable").click()
+    status = page.get_by_test_id("tfa-status")
+    expect(status).to_contain_text("On since")
+    test_browser.release_late(page, first)
+    expect(status).to_contain_text("On since")
+    expect(page.locator("#tfa-setup-form")).to_be_hidden()
+    w.check()

@@ -1,8 +1,11 @@
 // The overview: the balance (and its warning, shown on every view), the plan, the password change.
 import { $, el, number, usd } from "./dom.js";
-import { act, api, showError } from "./api.js";
+import { act, api, listGeneration, showError } from "./api.js";
 
+// Read from several places (each view, a payment's end): a slow earlier read must not put back an older balance.
+const accountLoad = listGeneration();
 export async function loadAccount(scope) {
+  const load = accountLoad.restart();
   let account;
   try {
     account = await api("GET", "/account");
@@ -10,6 +13,7 @@ export async function loadAccount(scope) {
     if (scope) showError(scope, err);
     return null;
   }
+  if (!accountLoad.isCurrent(load)) return null;
   const worth = account.credits / account.credits_per_usd;
   $("#balance").textContent = number.format(account.credits) + " credits";
   $("#balance-usd").textContent = "worth " + usd.format(worth);

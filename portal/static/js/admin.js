@@ -9,6 +9,7 @@ const adminView = $("#view-admin");
 let usersCursor = ""; // where the accounts list's next page starts
 const usersList = listGeneration(); // a slow first page must not land on top of a search's answer
 let detail = null; // the account on show
+const detailShown = listGeneration(); // a slow earlier account's detail must not replace the one opened since
 let adjustKey = null;
 
 function restartUsers() {
@@ -118,8 +119,9 @@ function fill(table, rows, draw) {
 }
 async function showAccount(accountId) {
   detailBox.hidden = false;
+  const shown = detailShown.restart();
   const a = await act(detailBox, null, () => api("GET", "/admin/accounts/" + encodeURIComponent(accountId)));
-  if (!a) return;
+  if (!a || !detailShown.isCurrent(shown)) return;
   detail = a;
   // One Idempotency-Key per intended change: a double click or a retry applies it once.
   adjustKey = crypto.randomUUID ? crypto.randomUUID() : Date.now() + "-" + Math.random().toString(36).slice(2);

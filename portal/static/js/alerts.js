@@ -1,7 +1,7 @@
 // Alerts and webhooks: alert rules, webhook endpoints (test event, roll the secret, enable, delete) and their
 // deliveries.
 import { $, $$, button, cell, confirmAction, copy, el, fillTable, rowError, when } from "./dom.js";
-import { act, api, clearError, showRecent } from "./api.js";
+import { act, api, clearError, listGeneration, showRecent } from "./api.js";
 
 const ruleForm = $("#rule-form");
 const endpointForm = $("#endpoint-form");
@@ -21,9 +21,22 @@ export async function loadAlerts() {
   clearError(ruleForm);
   ruleFields();
   await act(ruleForm, null, async () => {
-    drawRules(await api("GET", "/alerts"));
-    drawWebhooks(await api("GET", "/webhooks"));
+    await reloadRules();
+    await reloadWebhooks();
   });
+}
+// The view's slow first list must not hide a rule or an endpoint made since (or show one deleted).
+const rulesList = listGeneration();
+const webhooksList = listGeneration();
+async function reloadRules() {
+  const list = rulesList.restart();
+  const rules = await api("GET", "/alerts");
+  if (rulesList.isCurrent(list)) drawRules(rules);
+}
+async function reloadWebhooks() {
+  const list = webhooksList.restart();
+  const endpoints = await api("GET", "/webhooks");
+  if (webhooksList.isCurrent(list)) drawWebhooks(endpoints);
 }
 
 function drawRules(rules) {
@@ -55,7 +68,7 @@ ruleForm.addEventListener("submit", async (event) => {
   const done = await act(ruleForm, $("#create-rule"), () => api("POST", "/alerts", body));
   if (done) {
     $("#rule-amount").value = "";
-    drawRules(await api("GET", "/alerts"));
+    await reloadRules();
   }
 });
 
@@ -124,7 +137,7 @@ endpointForm.addEventListener("submit", async (event) => {
   if (done) {
     $("#endpoint-url").value = "";
     showEndpointSecret(done.secret);
-    drawWebhooks(await api("GET", "/webhooks"));
+    await reloadWebhooks();
   }
 });
 

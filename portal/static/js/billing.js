@@ -1,7 +1,7 @@
 // Buying credits: the currencies, a checkout and its order (QR code, status polled until final), past orders, and
 // the sandbox's simulated payments.
 import { $, $$, button, cell, copy, el, labelCells, number, usd, when } from "./dom.js";
-import { ApiFailure, act, api, clearError, showError, state } from "./api.js";
+import { ApiFailure, act, api, clearError, listGeneration, showError, state } from "./api.js";
 import { loadAccount } from "./account.js";
 
 const checkoutForm = $("#checkout-form");
@@ -54,7 +54,9 @@ checkoutForm.addEventListener("submit", async (event) => {
   }
 });
 
+const orderShown = listGeneration(); // a status poll made before the order on show changed is dropped
 function showOrder(order) {
+  orderShown.restart();
   const before = current;
   current = order;
   orderBox.hidden = false;
@@ -108,8 +110,10 @@ function pollOrder() {
   const id = current.order_id;
   pollTimer = setTimeout(async () => {
     if (!state.me || !current || current.order_id !== id) return;
+    const shown = orderShown.current();
     try {
-      showOrder(await api("GET", "/billing/crypto/orders/" + encodeURIComponent(id)));
+      const order = await api("GET", "/billing/crypto/orders/" + encodeURIComponent(id));
+      if (orderShown.isCurrent(shown)) showOrder(order);
     } catch (err) {
       showError(orderBox, err);
       if (err.status !== 401) pollOrder();
@@ -117,8 +121,11 @@ function pollOrder() {
   }, 2000);
 }
 
+const ordersList = listGeneration(); // the view's slow first list must not hide an order made since
 async function loadOrders() {
+  const list = ordersList.restart();
   const orders = await api("GET", "/billing/crypto/orders?limit=20");
+  if (!ordersList.isCurrent(list)) return;
   const body = $("#orders-table tbody");
   body.textContent = "";
   $("#orders-empty").hidden = orders.length > 0;

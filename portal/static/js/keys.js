@@ -1,12 +1,17 @@
 // API keys: the list, creating (the secret shown once), reveal, edit (expiry, allowlists, budget), roll, revoke.
 import { $, $$, FEATURES, button, cell, confirmAction, copy, el, labelCells, number, rowError, when } from "./dom.js";
-import { ApiFailure, act, api, clearError, showError, state } from "./api.js";
+import { ApiFailure, act, api, clearError, listGeneration, showError, state } from "./api.js";
 import { loadAccount } from "./account.js";
+
+const keysList = listGeneration(); // the view's slow first list must not hide a key made (or show one revoked) since
 
 export async function loadKeys() {
   clearError($("#key-form"));
+  const list = keysList.restart();
   await act($("#key-form"), null, async () => {
-    state.keys = await api("GET", "/keys");
+    const keys = await api("GET", "/keys");
+    if (!keysList.isCurrent(list)) return;
+    state.keys = keys;
     drawKeys();
   });
 }

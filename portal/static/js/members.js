@@ -2,7 +2,7 @@
 // owner or admin makes (handlers/members/). Who may change what is the server's to say: a refused change shows
 // its words in the row; controls a role cannot use at all are disabled with the reason (roles.js).
 import { $, button, cell, confirmAction, el, fillTable, rowError, when } from "./dom.js";
-import { act, api, showError, state } from "./api.js";
+import { act, api, listGeneration, showError, state } from "./api.js";
 import { may } from "./roles.js";
 
 const ROLES = ["owner", "admin", "developer", "billing", "viewer"];
@@ -68,7 +68,9 @@ function drawMember(row, m) {
   actions.append(remove, failed);
 }
 
+const invitationsList = listGeneration(); // the view's slow first list must not hide an invitation made since
 async function loadInvitations() {
+  const list = invitationsList.restart();
   let pending;
   try {
     pending = await api("GET", "/members/invitations");
@@ -76,6 +78,7 @@ async function loadInvitations() {
     showError($("#invitations-box"), err);
     return;
   }
+  if (!invitationsList.isCurrent(list)) return;
   fillTable("#invitations-table", "#invitations-empty", pending, "invitation", (row, i) => {
     cell(row, i.email, "path");
     cell(row, i.role);

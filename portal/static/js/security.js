@@ -1,11 +1,14 @@
 // The Security view: two-factor sign-in turned on (QR code, first code, recovery codes) and off, new recovery codes.
 import { $, confirmAction, el, when } from "./dom.js";
-import { act, api } from "./api.js";
+import { act, api, listGeneration } from "./api.js";
+
+const statusLoad = listGeneration(); // a slow earlier status must not undo a change made since
 
 export async function loadSecurity() {
   const card = $("#tfa-card");
+  const load = statusLoad.restart();
   const status = await act(card, null, () => api("GET", "/auth/2fa"));
-  if (!status) return;
+  if (!status || !statusLoad.isCurrent(load)) return;
   $("#tfa-required").hidden = !(status.required && !status.enabled);
   $("#tfa-status").textContent = status.enabled
     ? "On since " + when(status.enrolled_at) + ". " + status.recovery_codes_left + " recovery codes left."

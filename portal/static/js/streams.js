@@ -1,6 +1,6 @@
 // Real time (docs/streams.md): filter rules and monitors, what one costs a day, their recent deliveries.
 import { $, $$, button, cell, el, fillTable, when } from "./dom.js";
-import { ApiFailure, act, api, clearError, showError, showRecent } from "./api.js";
+import { ApiFailure, act, api, clearError, listGeneration, showError, showRecent } from "./api.js";
 
 const streamForm = $("#stream-form");
 const LEAST_PER_POLL = 15; // the search's per-call minimum (metering/pricing.py); rows carry the server's figure
@@ -25,10 +25,16 @@ function streamFields() {
 }
 ["change", "input"].forEach((e) => streamForm.addEventListener(e, streamFields));
 
+const streamsList = listGeneration(); // the view's slow first list must not hide a rule made (or show one deleted) since
+
 export async function loadStreams() {
   clearError(streamForm);
   streamFields();
-  await act(streamForm, null, async () => drawStreams(await api("GET", "/streams")));
+  const list = streamsList.restart();
+  await act(streamForm, null, async () => {
+    const rows = await api("GET", "/streams");
+    if (streamsList.isCurrent(list)) drawStreams(rows);
+  });
 }
 
 function drawStreams(rows) {

@@ -8,6 +8,7 @@ const usageView = $("#view-usage");
 let csvUrl = null;
 let logCursor = ""; // where the request log's next page starts
 const logList = listGeneration(); // a slow earlier search must not replace the newer one's calls
+const usageLoad = listGeneration(); // nor a slow earlier period's totals the newer one's
 
 function selectedDays() {
   return Number($('input[name="days"]:checked', usageView).value);
@@ -25,6 +26,7 @@ function dayKeys(days) {
 
 export async function loadUsage() {
   const days = selectedDays();
+  const load = usageLoad.restart();
   await act(usageView, $("#usage-refresh"), async () => {
     const perDay = new Map(dayKeys(days).map((d) => [d, { calls: 0, credits: 0 }]));
     const perEndpoint = new Map();
@@ -36,6 +38,7 @@ export async function loadUsage() {
         api("GET", "/usage/summary?days=" + days + "&group_by=key"),
         api("GET", "/keys"),
       ]);
+      if (!usageLoad.isCurrent(load)) return;
       state.keys = keys;
       byDay.forEach((r) => perDay.has(r.day) && perDay.set(r.day, { calls: r.calls, credits: r.credits }));
       byEndpoint.forEach((r) => perEndpoint.set(r.endpoint, r));
@@ -48,6 +51,7 @@ export async function loadUsage() {
       return;
     }
     const records = await api("GET", "/usage?days=" + days + "&limit=10000");
+    if (!usageLoad.isCurrent(load)) return;
     records.forEach((r) => {
       const day = perDay.get(r.timestamp.slice(0, 10));
       if (day) {
