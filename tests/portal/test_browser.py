@@ -1217,6 +1217,22 @@ def test_a_slow_account_detail_does_not_replace_the_one_opened_since(watched, st
     w.check()
 
 
+def test_slow_first_admin_totals_do_not_replace_the_ones_asked_for_since(watched, stack):
+    w = watched()
+    page = w.page
+    sign_in_admin(page, stack)
+    held = hold_first(page, "**/admin/metrics?*", answer_now=False)  # customers' totals only, whenever read
+    page.get_by_role("link", name="Admin").click()
+    first = wait_held(page, held, "/admin/metrics")
+    page.get_by_label("Include admins and internal accounts").check()
+    signups = page.locator("#admin-totals .card", has_text="Signups").locator(".big")
+    expect(signups).to_be_visible()
+    counted = signups.inner_text()  # the admin's own signup among them
+    release_late(page, first)
+    expect(signups).to_have_text(counted)
+    w.check()
+
+
 # --- real time: filter rules and monitors (docs/streams.md) ----------------------------------------------------
 def test_a_slow_first_accounts_page_does_not_land_on_top_of_a_search(watched, stack):
     """The admin view's first, unfiltered page of accounts is answered after a search made meanwhile: the

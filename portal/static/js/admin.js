@@ -8,6 +8,7 @@ import { keyState } from "./keys.js";
 const adminView = $("#view-admin");
 let usersCursor = ""; // where the accounts list's next page starts
 const usersList = listGeneration(); // a slow first page must not land on top of a search's answer
+const totalsShown = listGeneration(); // nor slow totals on the ones asked for since (with or without internal accounts)
 let detail = null; // the account on show
 const detailShown = listGeneration(); // a slow earlier account's detail must not replace the one opened since
 let adjustKey = null;
@@ -20,9 +21,11 @@ function restartUsers() {
 
 export async function loadAdmin() {
   const list = restartUsers();
+  const shown = totalsShown.restart();
   await act(adminView, null, async () => {
     const internal = $("#include-internal").checked ? "&include_internal=true" : "";
     const metrics = await api("GET", "/admin/metrics?days=30" + internal);
+    if (!totalsShown.isCurrent(shown)) return;
     const totals = $("#admin-totals");
     totals.textContent = "";
     const t = metrics.totals;

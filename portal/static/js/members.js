@@ -8,7 +8,9 @@ import { may } from "./roles.js";
 const ROLES = ["owner", "admin", "developer", "billing", "viewer"];
 const scope = $("#view-members");
 
+const membersList = listGeneration(); // a slow earlier list must not bring back a member removed since
 export async function loadMembers() {
+  const list = membersList.restart();
   let members;
   try {
     members = await api("GET", "/members");
@@ -16,6 +18,7 @@ export async function loadMembers() {
     showError(scope, err);
     return;
   }
+  if (!membersList.isCurrent(list)) return;
   fillTable("#members-table", "#members-empty", members, "member", drawMember);
   const managing = may("get /members/invitations");
   $("#invitations-box").hidden = !managing;
