@@ -150,15 +150,16 @@ def create_key(page, name: str | None = None) -> str:
     return page.get_by_test_id("key-secret").inner_text()
 
 
-def hold_first(page, url: str, answer_now: bool = True) -> dict:
-    """Holds each path's first GET matching `url` (a view's first load) until `release_late`; the rest pass. Its
-    answer is read from the gateway at once, saying what was true then (`answer_now`), or when released (for
-    an answer that depends on its query alone). Returns the held ones by path."""
+def hold_first(page, url: str, answer_now: bool = True, one: bool = False) -> dict:
+    """Holds each path's first GET matching `url` (a view's first load; with `one`, only the very first) until
+    `release_late`; the rest pass. Its answer is read from the gateway at once, saying what was true then
+    (`answer_now`), or when released (for an answer that depends on its query alone). Returns the held ones
+    by path."""
     held = {}
 
     def handle(route):
         path = urllib.parse.urlsplit(route.request.url).path
-        if route.request.method != "GET" or path in held:
+        if route.request.method != "GET" or path in held or (one and held):
             route.continue_()
         else:
             held[path] = (route, route.fetch() if answer_now else None)
@@ -1110,6 +1111,34 @@ def test_slow_first_alert_and_webhook_lists_do_not_hide_what_was_just_added(watc
     release_late(page, first_endpoints)
     expect(endpoints).to_have_count(1)
     expect(rules).to_have_count(1)
+    receiver.stop()
+    w.check()
+
+
+def test_a_slow_delivery_log_does_not_replace_the_one_opened_since(watched, stack):
+    receiver = ThreadedReceiver()
+    w = watched()
+    page = w.page
+    email = register(page, stack)
+    add_endpoint(page, receiver)
+    _, session, _ = stack.call("POST", "/auth/login", {"email": email, "password": PASSWORD})
+    _, hooks, _ = stack.call("GET", "/webhooks", token=session["token"])
+    status, _, _ = stack.call("POST", f"/webhooks/{hooks[0]['endpoint_id']}/test", token=session["token"])
+    assert status == 200  # a delivery in the first endpoint's log (sent through the API: no page timer)
+    other = receiver.url.replace("/hook", "/other")
+    page.get_by_test_id("endpoint-url").fill(other)
+    page.get_by_test_id("create-endpoint").click()
+    endpoints = page.get_by_test_id("endpoint-row")
+    expect(endpoints).to_have_count(2)
+    held = hold_first(page, "**/webhooks/*/deliveries?*", answer_now=False, one=True)  # the first endpoint's
+    endpoints.filter(has_text=receiver.url).get_by_test_id("show-deliveries").click()
+    slow = wait_held(page, held, "/webhooks")
+    endpoints.filter(has_text=other).get_by_test_id("show-deliveries").click()
+    expect(page.locator("#deliveries-title")).to_have_text("Deliveries to " + other)
+    expect(page.locator("#deliveries-empty")).to_be_visible()
+    release_late(page, slow)
+    expect(page.get_by_test_id("delivery-row")).to_have_count(0)
+    expect(page.locator("#deliveries-empty")).to_be_visible()
     receiver.stop()
     w.check()
 

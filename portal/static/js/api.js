@@ -179,13 +179,17 @@ export async function act(scope, button, work) {
 
 // A box listing an item's recent deliveries (a webhook endpoint's, a stream rule's), by one page convention:
 // #<name>-box holds #<name>-title, #<name>-table and its #<name>-empty note. Shown, titled, filled from `path`
-// (drawRow draws a row), scrolled into view.
+// (drawRow draws a row), scrolled into view. A slow earlier list (another item's) must not replace the one asked
+// for since.
+const recentShown = {};
 export async function showRecent(name, title, path, testid, drawRow) {
+  const shown = (recentShown[name] = recentShown[name] || listGeneration());
+  const ticket = shown.restart();
   const box = $("#" + name + "-box");
   box.hidden = false;
   $("#" + name + "-title").textContent = title;
   const rows = await act(box, null, () => api("GET", path));
-  if (!rows) return;
+  if (!rows || !shown.isCurrent(ticket)) return;
   fillTable("#" + name + "-table", "#" + name + "-empty", rows, testid, drawRow);
   box.scrollIntoView({ block: "nearest" });
 }
