@@ -169,8 +169,8 @@ def hold_first(page, url: str, answer_now: bool = True, one: bool = False) -> di
 
 
 def wait_held(page, held: dict, path: str):
-    """The held first request to `path` (or to a path under it), once the page made it."""
-    for _ in range(300):
+    """The held first request to `path` (or to a path under it), once the page made it (within 30 s)."""
+    for _ in range(600):
         for made, route in held.items():
             if made == path or made.startswith(path + "/"):
                 return route
