@@ -614,6 +614,7 @@ async def test_tweets_posted_while_a_poll_reads_its_pages_lose_none_of_the_older
 
 
 @pytest.mark.settings(**QUICK)
+@pytest.mark.gen_test(timeout=180)  # its waits add up past the file's 60 s on a busy machine (one CI-like run)
 async def test_a_rule_changed_mid_poll_starts_its_new_search_and_the_poll_in_flight_is_not_charged(
     api, ctx, provider, base_url
 ):
@@ -627,7 +628,9 @@ async def test_a_rule_changed_mid_poll_starts_its_new_search_and_the_poll_in_fli
     await next_tweet_event(ws)
     provider.gate.clear()  # the next poll of the old search is held at the provider until the change is made
     slow = provider.post(text="two")
+    deadline = time.monotonic() + 30
     while not any(q.startswith("old") and f"since_id:{first}" in q for q in provider.queries):
+        assert time.monotonic() < deadline, "the old search was not polled again"
         await asyncio.sleep(0.02)
     await asyncio.sleep(1.1)  # since_time: has second resolution
     change = {"rule_id": rule_id, "tag": "t1", "value": "new", "interval_seconds": 0.3, "is_effect": 1}
