@@ -21,6 +21,8 @@ from storage.usage import UsageStore
 
 log = logging.getLogger("gateway.leases")
 
+TAKE_ATTEMPTS = 3  # compare-and-sets of the rest of a balance that other processes keep changing
+
 
 @dataclass(frozen=True)
 class Grant:
@@ -131,9 +133,9 @@ class LeaseStore:
             return_document=ReturnDocument.AFTER,
         )
         current = None
-        for _ in range(3):
+        for _ in range(TAKE_ATTEMPTS):
             if doc is not None:
-                return Grant(doc["leases"][self.process_id]["amount"], doc["credits"], self._others(doc))
+                break
             current = await self.accounts.find_one({"_id": account_id}, {"credits": 1, "lease_holders": 1})
             if current is None or current["credits"] < least or current["credits"] <= 0:
                 break
@@ -144,6 +146,10 @@ class LeaseStore:
                 projection=seen,
                 return_document=ReturnDocument.AFTER,
             )
+        # Checked after the loop too: a last compare-and-set that moved the rest must be known, or those credits
+        # sit in this process's lease unseen until it closes (three processes kept 619 credits out of reach so).
+        if doc is not None:
+            return Grant(doc["leases"][self.process_id]["amount"], doc["credits"], self._others(doc))
         return Grant(None, current["credits"] if current else 0, self._others(current or {}))
 
     def _others(self, doc: dict) -> int:
