@@ -56,7 +56,8 @@ def served(io_loop, mongo, upstream_url):
     # 25 throttled calls of five_people and its sign-ins, split unevenly between two workers, could pass the
     # default 20 in one of them (a 429 once, 1 run in 20). Likewise the password checks of one email: each counts
     # as a failure until it is known to have passed, so six of eight accepts of one invitation checked at once in
-    # one worker passed the default 5 (a 429 once, 1 run in 30). Both limits are test_security's subject.
+    # one worker passed the default 5 (a 429 once in the last 22 fresh-clone runs). Both limits are
+    # test_security's subject.
     limits = {"LOGIN_MAX_ATTEMPTS_PER_ADDRESS": "1000", "LOGIN_MAX_FAILURES_PER_EMAIL": "1000"}
     gw = Gateway(mongo.uri, upstream_url, db_name, workers=2, **limits)
     gw = io_loop.run_sync(gw.launch, timeout=120)
