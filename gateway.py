@@ -37,6 +37,7 @@ from handlers import (
     auth,
     billing,
     keys,
+    mcp,
     members,
     openapi,
     ops,
@@ -94,6 +95,7 @@ def make_app(ctx: Context) -> tornado.web.Application:
     if not ctx.settings.metrics_port:
         routes += ops.metrics_routes
     routes += members.routes  # members, roles and invitations (issue 37)
+    routes += mcp.routes  # the MCP server for AI agents (docs/mcp.md)
     view = ctx.view  # what the handlers see of the process (handlers/context.py)
     bound = [(route[0], route[1], {"ctx": view, **(route[2] if len(route) > 2 else {})}) for route in routes]
     # A data GET is served before routing, straight on its connection (handlers/data_plane.py).

@@ -415,14 +415,25 @@ class Calls:
         path = key.split("?", 1)[0]
         return max(ttl_of(path, self.settings.cache_ttl), self.settings.cache_stale_if_error)
 
-    def record(self, key, route: str, fetched: Fetched | None, status: int, charged: int, request_id: str) -> None:
-        """The usage record of a data call: its charge, and how the cache answered it (with what it saved)."""
+    def record(
+        self, key, route: str, fetched: Fetched | None, status: int, charged: int, request_id: str, via=None
+    ) -> None:
+        """The usage record of a data call: its charge, how the cache answered it (with what it saved), and how the
+        call came when not over REST (`via`: ("mcp", tool))."""
         if fetched is None:
-            self.meter.record(key, route, status, 0, request_id)
+            self.meter.record(key, route, status, 0, request_id, via=via)
             return
         saved = fetched.worth - charged if fetched.cache in (HIT, STALE) else 0
         self.meter.record(
-            key, route, status, charged, request_id, upstream_seconds=fetched.seconds, cache=fetched.cache, saved=saved
+            key,
+            route,
+            status,
+            charged,
+            request_id,
+            upstream_seconds=fetched.seconds,
+            cache=fetched.cache,
+            saved=saved,
+            via=via,
         )
 
     async def close(self) -> None:

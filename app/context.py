@@ -31,6 +31,7 @@ from services.admin import AdminService
 from services.alerts import Alerts
 from services.audit import AuditService
 from services.auth import Auth
+from services.cursors import CursorHandles
 from services.keys import KeyService
 from services.members import Members
 from services.ops import Ops
@@ -44,6 +45,7 @@ from storage.alerts import AlertStore
 from storage.answers import AnswerStore
 from storage.audit import SYSTEM, AuditStore
 from storage.budgets import BudgetStore
+from storage.cursor_handles import CursorHandleStore
 from storage.expiry import Expiry
 from storage.idempotency import IdempotencyStore
 from storage.keys import KeyStore
@@ -225,6 +227,8 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     )
     poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, calls, owner=leases.process_id)
     limits, signin = Limits(db), SignInStore(db)
+    cursor_handles = CursorHandleStore(db)
+    await cursor_handles.ensure_indexes(expiry)
     audit_service = AuditService(audit)  # the one the handlers write through, and the admin console's reads
     throttles = Throttles(
         login=LoginThrottle(
@@ -253,6 +257,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         alerts=Alerts(settings, alert_store, webhook_store, limits, outbox, detector, vault),
         audit=audit_service,
         auth=Auth(settings, accounts, members, signin, limits, audit, meter.account_cache, vault, outbox),
+        cursors=CursorHandles(cursor_handles),
         keys=KeyService(keys_, meter, vault, settings.max_keys_per_account),
         members=Members(settings, members, accounts, outbox),
         ops=ops,

@@ -530,6 +530,22 @@ class Settings:
         at_least=0,
         at_most=1,
     )
+    mcp_max_result_bytes: int = setting(
+        40_000,
+        "Bytes at most of one MCP tool result (both its structured and its text copy): a page is cut at whole items "
+        "to fit, with the cursor to continue. 40,000 bytes is about 10,000 tokens, well under what agents accept.",
+        "MCP_MAX_RESULT_BYTES",
+        group="MCP (AI agents)",
+        at_least=4_000,
+        at_most=1_000_000,
+    )
+    mcp_allowed_origins: str = setting(
+        "",
+        "Comma-separated browser origins (https://app.example) allowed to call /mcp besides the gateway's own; a "
+        "request with any other Origin header is refused 403 (DNS rebinding). Requests without Origin are allowed.",
+        "MCP_ALLOWED_ORIGINS",
+        group="MCP (AI agents)",
+    )
     cache_stale_if_error: int = setting(
         3600,
         "Seconds past which a cached answer is no longer served (X-Cache: STALE, charged as a hit) while the "

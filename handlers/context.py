@@ -26,6 +26,7 @@ from services.admin import AdminService
 from services.alerts import Alerts
 from services.audit import AuditService
 from services.auth import Auth
+from services.cursors import CursorHandles
 from services.keys import KeyService
 from services.members import Members
 from services.ops import Ops
@@ -54,6 +55,7 @@ class Services:
     alerts: Alerts  # alert rules and webhook endpoints
     audit: AuditService  # the audit log: the entry of the request that acted, and the reads
     auth: Auth  # sign-in: registration, 2FA, password resets
+    cursors: CursorHandles  # MCP clients' cursor handles (handlers/mcp/)
     keys: KeyService  # keys' rules over the key store and the meter
     members: Members  # members, their roles and invitations
     ops: Ops  # readiness and the /metrics figures

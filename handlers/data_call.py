@@ -64,6 +64,7 @@ class DataCall:
         "reason",
         "done",
         "task",
+        "via",
     )
 
     def __init__(
@@ -84,6 +85,7 @@ class DataCall:
         self.kept = {"X-Request-ID": self.request_id}  # headers that stay on the answer when an error replaces it
         self.out = dict(self.kept)  # the answer's own headers, in the order set
         self.status, self.reason, self.done = 200, "OK", False
+        self.via: tuple[str, str] | None = None  # how the call came, when not over REST: ("mcp", its tool)
 
     # --- the exchange: what the checks and the shared helpers (send_replay, check_key) write to --------------
     def set_header(self, name: str, value: str) -> None:
@@ -180,7 +182,7 @@ class DataCall:
         args = parse_args(endpoint, arguments)
         idempotency = idempotency_key(self.headers)
         if not endpoint.available:
-            ctx.data.meter.record(key, self.log_fields["route"], 501, 0, self.request_id)
+            ctx.data.meter.record(key, self.log_fields["route"], 501, 0, self.request_id, via=self.via)
             raise ApiError(501, "This endpoint is announced but not available yet; it is never charged")
         if ctx.data.meter.buffer.full:
             raise ApiError(503, "Usage cannot be recorded right now; retry shortly", {"Retry-After": "1"})
@@ -201,7 +203,9 @@ class DataCall:
     def replay(self, key: KeyEntry, answer: Answer) -> None:
         """A repeat of a kept answer: charged 0, recorded as a call of its own that points at the first."""
         body = kept_body(answer)
-        self.ctx.data.meter.record(key, self.log_fields["route"], answer.status, 0, self.request_id, answer.request_id)
+        self.ctx.data.meter.record(
+            key, self.log_fields["route"], answer.status, 0, self.request_id, answer.request_id, via=self.via
+        )
         self.log_fields["credits"] = 0
         self.set_header("X-Credits-Charged", "0")
         send_replay(self, answer, body)
@@ -300,7 +304,7 @@ class DataCall:
             if exc.kind in ("timeout", "failed") and not isinstance(exc, Joined):
                 ctx.data.failure_budget.failed(key.account_id, time.monotonic())
             status, message = UPSTREAM_ERRORS.get(exc.kind, UPSTREAM_FAILED)
-            calls.record(key, route, None, status, 0, self.request_id)
+            calls.record(key, route, None, status, 0, self.request_id, self.via)
             if status != 429:
                 ctx.runtime.metrics.upstream_errors += 1
             retry = {"Retry-After": str(exc.retry_after)} if status in (429, 503) else None
@@ -315,7 +319,7 @@ class DataCall:
             calls.release(fetched)
             if status >= 500 and fetched.cache == MISS:  # the call that reached the provider, not its joiners
                 ctx.data.failure_budget.failed(key.account_id, time.monotonic())
-            calls.record(key, route, fetched, 502, 0, self.request_id)
+            calls.record(key, route, fetched, 502, 0, self.request_id, self.via)
             ctx.runtime.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")
         # A keyed answer is kept before it is charged and recorded: a repeat can then only find it kept.
@@ -324,7 +328,7 @@ class DataCall:
             if not await ctx.data.idempotency.end(claim, Answer(status, fetched.body, fetched.cost, self.request_id)):
                 fetched.cost = 0
         charged = calls.settle(fetched)  # 0 for an upstream 4xx or an error body: passed through, not charged
-        calls.record(key, route, fetched, status, charged, self.request_id)
+        calls.record(key, route, fetched, status, charged, self.request_id, self.via)
         if fetched.guarded:
             self.set_header("X-Crawl-Guard", "repeated-cursor")
         self.log_fields["credits"] = charged

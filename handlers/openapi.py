@@ -19,6 +19,7 @@ from handlers.audit import openapi as audit
 from handlers.auth import openapi as auth
 from handlers.billing import openapi as billing
 from handlers.keys import openapi as keys
+from handlers.mcp import openapi as mcp
 from handlers.members import openapi as members
 from handlers.openapi_components import SCHEMAS
 from handlers.openapi_operations import OPERATIONS
@@ -34,7 +35,7 @@ VERSION = "0.1.0"
 
 # Each area's part of the document, beside its handlers (handlers/<area>/openapi.py): its OPERATIONS and the
 # SCHEMAS they name.
-AREAS = (keys, account, billing, admin, ops, audit, auth, sandbox, alerts, streams, members)
+AREAS = (keys, account, billing, admin, ops, audit, auth, sandbox, alerts, streams, members, mcp)
 PORTAL_OPERATIONS = [op for area in AREAS for op in area.OPERATIONS] + OPERATIONS
 
 
@@ -90,6 +91,7 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
                 "operations",
                 "portal",
                 "data",
+                "mcp",
             )
         ]
         + ([{"name": prefixes[1][1]}] if twitter_alias else []),

@@ -6,7 +6,8 @@ per account per batch instead of per call (about 25x less database CPU on the
 embedded server). A bucket carries its records and their totals:
 
     {_id: "<process>-<batch>:<account>:<day>", account_id, lease, day, ts, ts_max,
-     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?, ms?, stream_id?, cache?, saved?}]}
+     n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?, ms?, stream_id?, cache?, saved?,
+     via?, tool?}]}
 
 `ms` is the provider's answer time of a forwarded call (absent when nothing was forwarded, and in
 records from before it was kept).
@@ -93,6 +94,8 @@ def _stored(r: dict) -> dict:
         stored["cache"] = r["cache"]
     if "saved" in r:  # a cached answer: the credits it was not charged
         stored["saved"] = r["saved"]
+    if "via" in r:  # a data call that came over MCP (handlers/mcp/): how, and its tool
+        stored["via"], stored["tool"] = r["via"], r["tool"]
     return stored
 
 
@@ -138,6 +141,7 @@ def flatten(bucket: dict) -> list[dict]:
             **({"stream_id": r["stream_id"]} if "stream_id" in r else {}),
             **({"cache": r["cache"]} if "cache" in r else {}),
             **({"saved": r["saved"]} if "saved" in r else {}),
+            **({"via": r["via"], "tool": r["tool"]} if "via" in r else {}),
         }
         for r in bucket["records"]
     ]

@@ -81,6 +81,8 @@ class UsageHandler(BaseHandler):
                     # How the answer cache answered a data call, and the credits a cached answer saved.
                     "cache": r.get("cache"),
                     "credits_saved": r.get("saved", 0),
+                    "via": r.get("via", "rest"),  # rest, or mcp: a tool call of an AI agent (handlers/mcp/)
+                    "tool": r.get("tool"),
                 }
                 for r in records
             ]
@@ -201,6 +203,8 @@ def _record(r: dict) -> dict:
         # How the answer cache answered a data call (hit, miss, coalesced, stale) and what a cached answer saved.
         "cache": r.get("cache"),
         "credits_saved": r.get("saved", 0),
+        "via": r.get("via", "rest"),  # rest, or mcp: a tool call of an AI agent (handlers/mcp/)
+        "tool": r.get("tool"),
     }
 
 

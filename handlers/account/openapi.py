@@ -106,6 +106,8 @@ SCHEMAS: dict = {
             }
         ),
         credits_saved={"type": "integer", "description": "Credits a cached answer (hit, stale) was not charged"},
+        via={"type": "string", "enum": ["rest", "mcp"], "description": "How the call came: REST, or an MCP tool call"},
+        tool=nullable({"type": "string", "description": "The MCP tool that made the call (via mcp)"}),
     ),
     "UsageSummaryRow": obj(
         ("calls", "credits", "errors"),

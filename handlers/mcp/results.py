@@ -1,0 +1,133 @@
+"""What a tool call answers: the tool definitions `tools/list` hands out, a data call's page shaped for a model and
+cut to fit MCP_MAX_RESULT_BYTES, and errors a model can act on (`isError` with a sentence saying what to do).
+Provider text only ever sits in data fields; every sentence here is the gateway's own.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import orjson
+
+from handlers.mcp.tools import CURSOR_MAX, TOOLS, Tool
+from social.compact import SHAPES, fit
+from social.endpoints import Endpoint
+
+__all__ = ["CURSOR_MAX", "definitions", "failure", "page", "refused", "structured", "success"]
+
+_PAGE_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "items": {"type": "array"},
+        "returned": {"type": "integer"},
+        "truncated": {"type": "boolean"},
+        "next_cursor": {"type": ["string", "null"]},
+    },
+    "required": ["items", "returned", "truncated", "next_cursor"],
+}
+_OUTPUT = {
+    "estimate_cost": {
+        "type": "object",
+        "properties": {
+            "most_credits": {"type": "integer"},
+            "least_credits": {"type": "integer"},
+            "cache_likely": {"type": "boolean"},
+        },
+        "required": ["most_credits", "least_credits", "cache_likely"],
+    },
+    "get_account": {
+        "type": "object",
+        "properties": {"balance": {"type": "integer"}, "plan": {"type": "string"}},
+        "required": ["balance", "plan"],
+    },
+}
+_ANNOTATIONS = {"readOnlyHint": True, "destructiveHint": False, "openWorldHint": True}
+
+
+def _definition(tool: Tool) -> dict:
+    return {
+        "name": tool.name,
+        "title": tool.title,
+        "description": tool.description,
+        "inputSchema": tool.input_schema(),
+        "outputSchema": _OUTPUT.get(tool.name, _PAGE_OUTPUT),
+        "annotations": {**_ANNOTATIONS, "openWorldHint": tool.data},
+    }
+
+
+@functools.cache
+def definitions() -> list[dict]:
+    return [_definition(tool) for tool in TOOLS]
+
+
+@dataclass
+class Page:
+    items: list
+    returned: int
+    truncated: bool
+    next_cursor: str | None  # the provider's, for the next page
+
+
+def page(body: bytes, endpoint: Endpoint, shape: str, fields, skip: int, max_bytes: int) -> Page | None:
+    """A provider answer as compact items, past the `skip` already handed out, cut at whole items to fit;
+    None for an error body (the provider's own error, not charged)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or data.get("status") == "error":
+        return None
+    raw = data.get(endpoint.results)
+    if endpoint.results == "data" or isinstance(raw, dict):
+        raw = [raw] if raw else []
+    if not isinstance(raw, list):
+        raw = []
+    items = [SHAPES[shape](item, fields) for item in raw[skip:]]
+    # Two copies travel (structuredContent and its text, escaped): each gets under half the bound.
+    kept, _ = fit(items, max_bytes * 2 // 5)
+    nxt = data.get("next_cursor") if data.get("has_next_page", True) else None
+    return Page(kept, len(kept), len(kept) < len(items), str(nxt) if nxt not in (None, "", 0, "0") else None)
+
+
+def success(found: Page, next_cursor: str | None, meta: dict) -> dict:
+    content = {
+        "items": found.items,
+        "returned": found.returned,
+        "truncated": found.truncated,
+        "next_cursor": next_cursor,
+    }
+    return {**structured(content), "_meta": meta}
+
+
+def structured(content: dict) -> dict:
+    return {"content": [{"type": "text", "text": orjson.dumps(content).decode()}], "structuredContent": content}
+
+
+def failure(sentence: str, meta: dict | None = None) -> dict:
+    answer = {"content": [{"type": "text", "text": sentence}], "isError": True}
+    if meta:
+        answer["_meta"] = meta
+    return answer
+
+
+def refused(status: int, body: bytes, headers: dict, meta: dict) -> dict:
+    """A data call that did not answer 200, as a sentence: what happened and what to do."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = {}
+    detail = data.get("detail") if isinstance(data, dict) else None
+    if isinstance(detail, list):  # 422: which argument, what is wrong
+        said = "; ".join(f"{'.'.join(map(str, d.get('loc', [])[1:]))}: {d.get('msg')}" for d in detail)
+        return failure(f"Invalid arguments: {said}. Fix them and call again.", meta)
+    said = str(data.get("msg") or data.get("message") or detail or "") if isinstance(data, dict) else ""
+    if status == 402:
+        return failure(f"Not enough credits: {said}. Ask the account's owner to top up; nothing was charged.", meta)
+    if status == 429:
+        wait = headers.get("Retry-After", "1")
+        return failure(f"Rate limited: {said}. Wait {wait} seconds, then call again.", meta)
+    if status in (401, 403):
+        return failure(f"Refused: {said}. The API key must be fixed in the client's configuration.", meta)
+    if status >= 500:
+        wait = headers.get("Retry-After", "5")
+        return failure(f"{said or 'The gateway failed'}. Wait {wait} seconds and call again.", meta)
+    return failure(f"The provider refused this call ({status}): {said or 'no details'}. Nothing was charged.", meta)

@@ -1,0 +1,174 @@
+"""Provider objects shaped for a language model (handlers/mcp/): the fields an agent uses, nothing else.
+
+A raw post from the provider is about 2 KB (its author's whole profile inside it), so twenty are ~50 KB: more than
+a model should hold to answer a question. A compact post keeps its id, link, text, time, author (id, handle,
+name), counts, language, the ids that place it in a conversation and its media links (~300 bytes); a user its
+profile's figures (~250 bytes). `fields` asks for more of the provider's own object, by its top-level names.
+
+Text written by anyone (posts, bios, names) stays in data fields only: nothing here turns it into prose.
+Pure functions, no I/O.
+"""
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import orjson
+
+_PROVIDER_TIME = "%a %b %d %H:%M:%S %z %Y"  # the provider's createdAt: "Sun Nov 29 05:28:28 +0000 2026"
+
+
+def iso_time(value) -> str | None:
+    """The provider's createdAt (or milliseconds since the epoch) as ISO 8601 UTC; None if unreadable."""
+    try:
+        if isinstance(value, int | float):
+            moment = datetime.fromtimestamp(value / 1000, UTC)
+        else:
+            moment = datetime.strptime(value, _PROVIDER_TIME).astimezone(UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _count(value) -> int | None:
+    """Counts come as numbers or numeric strings (viewCount)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _extra(raw: dict, fields: Iterable[str], shaped: dict) -> dict:
+    for name in fields:
+        if name in raw and name not in shaped:
+            shaped[name] = raw[name]
+    return shaped
+
+
+def _pruned(shaped: dict) -> dict:
+    """Absent rather than null or empty: every byte counts in a model's context."""
+    return {k: v for k, v in shaped.items() if v not in (None, "", [], {})}
+
+
+def tweet(raw: dict, fields: Iterable[str] = ()) -> dict:
+    if not isinstance(raw, dict):
+        return {}
+    author = raw.get("author") if isinstance(raw.get("author"), dict) else {}
+    media = (raw.get("entities") or {}).get("media") or (raw.get("extendedEntities") or {}).get("media") or []
+    quoted = raw.get("quoted_tweet")
+    shaped = {
+        "id": str(raw.get("id", "")),
+        "url": raw.get("url"),
+        "text": raw.get("text"),
+        "created_at": iso_time(raw.get("createdAt")),
+        "author": _pruned({"id": author.get("id"), "handle": author.get("userName"), "name": author.get("name")}),
+        "likes": _count(raw.get("likeCount")),
+        "replies": _count(raw.get("replyCount")),
+        "reposts": _count(raw.get("retweetCount")),
+        "quotes": _count(raw.get("quoteCount")),
+        "views": _count(raw.get("viewCount")),
+        "lang": raw.get("lang"),
+        "reply_to": raw.get("inReplyToId"),
+        "quote_of": quoted.get("id") if isinstance(quoted, dict) else None,
+        # The conversation is worth a field only when it is not the post itself.
+        "conversation_id": raw.get("conversationId") if raw.get("conversationId") != raw.get("id") else None,
+        "media": [m.get("media_url_https") or m.get("url") for m in media if isinstance(m, dict)],
+    }
+    return _extra(raw, fields, _pruned(shaped))
+
+
+def user(raw: dict, fields: Iterable[str] = ()) -> dict:
+    if not isinstance(raw, dict):
+        return {}
+    shaped = {
+        "id": str(raw.get("id", "")),
+        "handle": raw.get("userName"),
+        "name": raw.get("name"),
+        "description": raw.get("description"),
+        "location": raw.get("location"),
+        "followers": _count(raw.get("followers")),
+        "following": _count(raw.get("following")),
+        "posts": _count(raw.get("statusesCount")),
+        "verified": raw.get("isBlueVerified") or None,
+        "created_at": iso_time(raw.get("createdAt")),
+    }
+    return _extra(raw, fields, _pruned(shaped))
+
+
+def trend(raw: dict, fields: Iterable[str] = ()) -> dict:
+    if not isinstance(raw, dict):
+        return {}
+    shaped = {"name": raw.get("name"), "query": raw.get("query"), "posts": _count(raw.get("tweet_volume"))}
+    return _extra(raw, fields, _pruned(shaped))
+
+
+def _find(node, key: str, depth: int = 0):
+    """The first value under `key` anywhere in `node` (the provider's nested panels), breadth by nesting."""
+    if depth > 8:
+        return None
+    if isinstance(node, dict):
+        if key in node:
+            return node[key]
+        children = node.values()
+    elif isinstance(node, list):
+        children = node
+    else:
+        return None
+    for child in children:
+        found = _find(child, key, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def space(raw: dict, fields: Iterable[str] = ()) -> dict:
+    meta = _find(raw, "metadata") or {}
+    host = _find(meta.get("creator_results"), "core") or {}
+    shaped = {
+        "id": meta.get("rest_id"),
+        "title": meta.get("title"),
+        "state": meta.get("state"),
+        "created_at": iso_time(meta.get("created_at")),
+        "started_at": iso_time(meta.get("start")),
+        "host": _pruned({"handle": host.get("screen_name"), "name": host.get("name")}),
+        "listeners": _count(meta.get("total_live_listeners")),
+        "replays": _count(meta.get("total_replay_watched")),
+    }
+    return _extra(meta, fields, _pruned(shaped))
+
+
+def community(raw: dict, fields: Iterable[str] = ()) -> dict:
+    found = _find(raw, "community_results_by_rest_id") or raw
+    result = found.get("result", found) if isinstance(found, dict) else {}
+    shaped = {
+        "id": result.get("rest_id"),
+        "name": result.get("name"),
+        "description": result.get("description"),
+        "members": _count(result.get("member_count")),
+        "moderators": _count(result.get("moderator_count")),
+        "created_at": iso_time(result.get("created_at")),
+        "join_policy": result.get("join_policy"),
+    }
+    return _extra(result, fields, _pruned(shaped))
+
+
+def plain(raw, fields: Iterable[str] = ()):
+    """An id (followers' ids) or any other value: as it came."""
+    return raw
+
+
+SHAPES = {"tweet": tweet, "user": user, "trend": trend, "space": space, "community": community, "id": plain}
+
+
+def fit(items: list, budget: int) -> tuple[list, int]:
+    """The leading whole items whose JSON fits in `budget` bytes (at least none), and their JSON size."""
+    kept, used = [], 2  # the brackets
+    for item in items:
+        size = len(orjson.dumps(item)) + 1  # the comma
+        if used + size > budget:
+            break
+        kept.append(item)
+        used += size
+    return kept, used
