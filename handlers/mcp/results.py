@@ -14,43 +14,26 @@ from social.endpoints import Endpoint
 
 __all__ = ["CURSOR_MAX", "definitions", "failure", "page", "refused", "structured", "success"]
 
-_PAGE_OUTPUT = {
-    "type": "object",
-    "properties": {
-        "items": {"type": "array"},
-        "returned": {"type": "integer"},
-        "truncated": {"type": "boolean"},
-        "next_cursor": {"type": ["string", "null"]},
-    },
-    "required": ["items", "returned", "truncated", "next_cursor"],
-}
+# Also `next_cursor`, `returned` and `truncated` (a page cut to fit): left out of the schema, which every agent pays
+# for in context with every tool.
+_PAGE_OUTPUT = {"type": "object", "properties": {"items": {"type": "array"}}, "required": ["items"]}
 _OUTPUT = {
     "estimate_cost": {
         "type": "object",
-        "properties": {
-            "most_credits": {"type": "integer"},
-            "least_credits": {"type": "integer"},
-            "cache_likely": {"type": "boolean"},
-        },
-        "required": ["most_credits", "least_credits", "cache_likely"],
+        "properties": {"most_credits": {"type": "integer"}, "cache_likely": {"type": "boolean"}},
+        "required": ["most_credits", "cache_likely"],
     },
-    "get_account": {
-        "type": "object",
-        "properties": {"balance": {"type": "integer"}, "plan": {"type": "string"}},
-        "required": ["balance", "plan"],
-    },
+    "get_account": {"type": "object", "properties": {"balance": {"type": "integer"}}, "required": ["balance"]},
 }
-_ANNOTATIONS = {"readOnlyHint": True, "destructiveHint": False, "openWorldHint": True}
 
 
 def _definition(tool: Tool) -> dict:
     return {
         "name": tool.name,
-        "title": tool.title,
         "description": tool.description,
         "inputSchema": tool.input_schema(),
         "outputSchema": _OUTPUT.get(tool.name, _PAGE_OUTPUT),
-        "annotations": {**_ANNOTATIONS, "openWorldHint": tool.data},
+        "annotations": {"readOnlyHint": True},
     }
 
 
