@@ -397,8 +397,8 @@ class Calls:
                 self.tiers.spawn(self.store.put(fetched.key, entry, self._keep(fetched.key)))
                 stored = True
         if fetched.claim is not None and not stored:
-            # Not kept (a guarded page, a charge that did not happen): the other processes waiting for it ask
-            # the provider themselves.
+            # Not kept there (a charge that did not happen): the other processes waiting for it ask the provider
+            # themselves.
             self.tiers.spawn(self.store.failed(fetched.claim, ""))
         return charged
 
