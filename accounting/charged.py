@@ -8,8 +8,10 @@ them in memory; accounting/tiers.py asks the key's owner worker, and the MongoDB
 Identical calls in flight at once make one provider call (`_flights`, here and at the key's owner worker, which
 answers its siblings through `answer_peer`): the call runs in a task of its own, so a caller that disconnects cancels nothing
 for the others, each waiter keeps its own deadline, and a failure reaches every waiter as the same uncharged
-error. Only answers that are charged are kept; while the provider fails, a kept answer no older than
-CACHE_STALE_IF_ERROR is served STALE. Stream polls read live (LIVE): never from the cache, never joined.
+error. Only answers that are charged are kept, and pages that ended their crawl (the crawl guard: as served, so
+that reading one again is a hit charged as any, never a free provider call); while the provider fails, a kept
+answer no older than CACHE_STALE_IF_ERROR is served STALE. Stream polls read live (LIVE): never from the cache,
+never joined.
 """
 
 import asyncio
@@ -78,8 +80,8 @@ class Fetched:
     seconds: float | None = None  # the provider's answer time (None: nothing forwarded on this call's behalf)
     age: int | None = None  # seconds since a cached answer was fetched (HIT, STALE)
     page: object = None
-    key: str | None = None  # the cache key: kept once charged (None: not cacheable)
-    guarded: bool = False  # the crawl guard ended a crawl on this page (X-Crawl-Guard)
+    key: str | None = None  # the cache key: kept once charged or guarded (None: not cacheable)
+    guarded: bool = False  # the crawl guard ended a crawl on this page, now or when it was kept (X-Crawl-Guard)
     data: bool = True  # the provider answered with data (not an error body, a 4xx or a 5xx)
     claim: str | None = None  # the shared tier's fill claim this call holds until its answer is kept there
     share: bool = False  # kept in the shared tier too once charged (a live read is kept in this process only)
@@ -92,7 +94,7 @@ class Calls:
         self.settings, self.meter, self.prices, self.metrics, self.store = settings, meter, prices, metrics, store
         ttls = [ttl_of(path, settings.cache_ttl) for path in settings.cache_ttl] + [900]
         self.cache = AnswerCache(settings.cache_max_bytes, max(max(ttls), settings.cache_stale_if_error))
-        self.crawls = Crawls()
+        self.crawls = Crawls(settings.crawl_guard_max_bytes)
         self.tiers = Tiers(metrics, store)
         self._flights: dict[str, asyncio.Future] = {}
 
@@ -128,7 +130,7 @@ class Calls:
         if key is not None and not want.live and ttl and self.cache.max_bytes:
             found = self.cache.get(key)
             if found is not None and found.age(time.time()) <= fresh:
-                return self._served(reservation, found, HIT)
+                return self._served(reservation, found, HIT, key, cursor)
         try:
             if key is None or want.live:
                 provided, source = await self._provide(upstream, endpoint, query, reservation.account_id, rate, parse)
@@ -138,7 +140,7 @@ class Calls:
         except UpstreamError:
             stale = await self._stale(key, endpoint) if not (parse or want.live) else None
             if stale is not None:
-                return self._served(reservation, stale, STALE)
+                return self._served(reservation, stale, STALE, key, cursor)
             self.meter.release(reservation)
             raise
         except BaseException:
@@ -146,11 +148,11 @@ class Calls:
             raise
         if isinstance(provided, Cached):  # another process's answer: the owner worker's, or the second tier's
             self._keep_newer(key, provided)
-            return self._served(reservation, provided, HIT)
+            return self._served(reservation, provided, HIT, key, cursor)
         if provided.items is None and provided.status >= 500:
             stale = await self._stale(key, endpoint) if not (parse or want.live) else None
             if stale is not None:
-                return self._served(reservation, stale, STALE)
+                return self._served(reservation, stale, STALE, key, cursor)
         response = provided.response
         worth = 0 if provided.items is None else self.prices.cost(endpoint.price, provided.items, size)
         fetched = Fetched(
@@ -181,13 +183,22 @@ class Calls:
         """Whether the endpoint's answers go through the shared tier (and its fill claims)."""
         return bool(self.store is not None and self.cache.max_bytes and ttl_of(endpoint.path, self.settings.cache_ttl))
 
-    def _served(self, reservation: Reservation, found: Cached, how: str) -> Fetched:
-        """A kept answer: charged CACHE_HIT_PRICE x its price (at most what was reserved)."""
+    def _served(
+        self, reservation: Reservation, found: Cached, how: str, key: str | None, cursor: str | None
+    ) -> Fetched:
+        """A kept answer: charged CACHE_HIT_PRICE x its price (at most what was reserved). A page that ended the
+        caller's crawl is served so again, whichever answer of it was kept (a coalesced caller's, another crawl's)."""
         cost = min(round(found.worth * self.settings.cache_hit_price), reservation.amount)
         self.metrics.cache_requests[how] += 1
         self.metrics.provider_calls_saved += 1
         self.metrics.credits_saved += found.worth - cost
-        return Fetched(reservation, found.status, found.body, cost, found.worth, how, age=int(found.age(time.time())))
+        fetched = Fetched(
+            reservation, found.status, found.body, cost, found.worth, how, age=int(found.age(time.time()))
+        )
+        if cursor and key is not None and self.crawls.seen:
+            if self.crawls.ended((reservation.account_id, _without_cursor(key)), cursor):
+                _end_crawl(fetched)
+        return fetched
 
     async def _stale(self, key: str | None, endpoint: Endpoint) -> Cached | None:
         """A kept answer that may stand in while the provider fails: no older than CACHE_STALE_IF_ERROR."""
@@ -358,42 +369,36 @@ class Calls:
 
     # --- the crawl guard -----------------------------------------------------------------------------
     def _guard(self, fetched: Fetched, key: str, cursor: str, following: str) -> None:
-        """A page whose next cursor (`following`, read with its count) is the one it was asked with, or one its
-        crawl already followed to another page, ends the crawl: served with no next page, not charged, not kept.
-        Only such a page is parsed (to rewrite it): parsing every paged answer cost a quarter of a call's CPU."""
-        crawl = (fetched.reservation.account_id, _without_cursor(key))
-        if not self.crawls.repeats(crawl, cursor, following):
-            return
-        try:
-            page = orjson.loads(fetched.body)  # a JSON object when read_answer read it so; parsed to be sure
-        except orjson.JSONDecodeError:
-            return
-        if not isinstance(page, dict):
-            return
-        page["has_next_page"], page["next_cursor"] = False, ""
-        fetched.body = orjson.dumps(page)
-        fetched.cost = fetched.worth = 0
-        fetched.key = None
-        fetched.guarded = True
+        """A page whose next cursor (`following`, read with its count) closes a cycle of its crawl's cursors
+        (accounting/crawls.py) ends the crawl: served with no next page, and not charged the first time this crawl
+        is served it. It is kept as served, at its full worth, so reading it again while fresh is a hit charged as
+        any. Only such a page is parsed (to rewrite it): parsing every paged answer cost a quarter of a call's CPU."""
+        ends, free = self.crawls.step((fetched.reservation.account_id, _without_cursor(key)), cursor, following)
+        if ends and _end_crawl(fetched) and free:
+            fetched.cost = 0
 
     # --- settle --------------------------------------------------------------------------------------
     def settle(self, fetched: Fetched) -> int:
-        """Charges the call what its answer costs; an answer charged from the provider is kept for others."""
+        """Charges the call what its answer costs; an answer charged from the provider, or a page that ended its
+        crawl (as served: without its next page), is kept for others."""
         charged = self.meter.settle(fetched.reservation, fetched.cost) if fetched.cost else 0
         if not fetched.cost:
             self.meter.release(fetched.reservation)
         stored = False
-        if charged and fetched.key is not None and fetched.cache in (MISS, COALESCED):
+        keep = fetched.key is not None and fetched.cache in (MISS, COALESCED) and (charged or fetched.guarded)
+        if fetched.kept_by is not None and fetched.cache == MISS and (fetched.guarded or not keep):
+            # Kept as it landed, but not charged, or kept with the next page this crawl is not served: dropped
+            # there (a guarded page is kept in this process only, as served).
+            self._unkeep(fetched.kept_by)
+        if keep:
             at = fetched.kept_by[2] if fetched.kept_by else time.time() - (fetched.seconds or 0)
             entry = Cached(fetched.status, fetched.body, fetched.worth, at)
             if self._keep_newer(fetched.key, entry) and fetched.share:  # also ends this process's fill claim
                 self.tiers.spawn(self.store.put(fetched.key, entry, self._keep(fetched.key)))
                 stored = True
-        elif fetched.kept_by is not None and fetched.cache == MISS:  # kept as it landed, but not charged
-            self._unkeep(fetched.kept_by)
         if fetched.claim is not None and not stored:
-            # Not kept (a guarded page, a charge that did not happen): the other processes waiting for it ask
-            # the provider themselves.
+            # Not kept there (a charge that did not happen): the other processes waiting for it ask the provider
+            # themselves.
             self.tiers.spawn(self.store.failed(fetched.claim, ""))
         return charged
 
@@ -455,6 +460,20 @@ class Call:
     def args(self) -> dict:
         extra = {"cursor": self.cursor} if self.cursor else {}
         return {"size": self.size, "account": self.account, "rate": self.rate, "fresh": self.fresh, **extra}
+
+
+def _end_crawl(fetched: Fetched) -> bool:
+    """Serves the page without a next page (X-Crawl-Guard); False when it is not a JSON object after all."""
+    try:
+        page = orjson.loads(fetched.body)  # a JSON object when read_answer read it so; parsed to be sure
+    except orjson.JSONDecodeError:
+        return False
+    if not isinstance(page, dict):
+        return False
+    page["has_next_page"], page["next_cursor"] = False, ""
+    fetched.body = orjson.dumps(page)
+    fetched.guarded = True
+    return True
 
 
 def _without_cursor(key: str) -> str:

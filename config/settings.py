@@ -562,6 +562,14 @@ class Settings:
         "CACHE_SHARED",
         group="Answer cache",
     )
+    crawl_guard_max_bytes: int = setting(
+        32 * 1024 * 1024,
+        "Bytes of the crawl guard's memory each process keeps (the pages each crawl was served, by cursor and next "
+        "cursor: docs/api.md), the least recently paged crawls forgotten first.",
+        "CRAWL_GUARD_MAX_BYTES",
+        group="Answer cache",
+        at_least=64 * 1024,
+    )
     qps_divisor: float = setting(
         1.0,
         "Each process enforces a key's QPS divided by this: 1 behind nginx hashing on X-API-Key, N for N processes without it.",

@@ -235,7 +235,8 @@ class DataCall:
                 raise ApiError(
                     402, f"Insufficient credits: this call needs at least {least} credits; top up your account"
                 )
-            await self.forward(key, reservation, size, query, rate, claim, args.get("cursor"))
+            cursor = args.get("cursor")  # followers_ids' is an integer: the crawl guard compares it as sent
+            await self.forward(key, reservation, size, query, rate, claim, None if cursor is None else str(cursor))
         finally:
             ctx.data.in_flight.leave(key.account_id)
 

@@ -68,7 +68,8 @@ _CACHED = {
     "Age": {"schema": I, "description": "HIT and STALE: seconds since the answer was asked of the provider"},
     "X-Crawl-Guard": {
         "schema": {"type": "string", "enum": ["repeated-cursor"]},
-        "description": "The provider's cursor stopped advancing: this page ends the crawl and is not charged",
+        "description": "The provider's cursors closed a cycle: this page ends the crawl (no next page), not charged "
+        "the first time the crawl is served it; read again, it is charged as any page (a hit while fresh)",
     },
 }
 

@@ -179,6 +179,11 @@ class GatewayCollector:
         yield _gauge(
             "gateway_cache_bytes", "Bytes of answers the cache holds in this process.", self.ctx.calls.cache.bytes
         )
+        yield _gauge(
+            "gateway_crawl_guard_bytes",
+            "Bytes of the crawl guard's memory in this process (within CRAWL_GUARD_MAX_BYTES).",
+            self.ctx.calls.crawls.bytes,
+        )
         yield _counter(
             "gateway_cache_provider_calls_saved",
             "Provider calls the cache and coalescing did not make (hits, stale and coalesced calls).",

@@ -24,7 +24,8 @@ DELAY = 0.3  # the provider's answer time: long enough for calls to meet in flig
 
 class Provider:
     """A provider stand-in: answers each path after `delay`, counts its calls; `status` 503 makes it fail.
-    A search page answers `cursors[asked cursor]` as its next cursor ("next" + a counter by default)."""
+    A search or followers_ids page answers `cursors[asked cursor]` as its next cursor ("next" + a counter by
+    default)."""
 
     def __init__(self, delay: float = DELAY):
         self.delay, self.status = delay, 200
@@ -48,11 +49,14 @@ class Provider:
         if self.status >= 500:
             return b'{"status":"error","msg":"down"}'
         asked = {k: v[-1].decode() for k, v in args.items()}
-        if path == "tweet/advanced_search":
+        if path in ("tweet/advanced_search", "user/followers_ids"):
             cursor = asked.get("cursor", "")
             following = self.cursors.get(cursor, f"next{sum(self.calls.values())}")
-            tweets = [{"id": str(i), "text": asked.get("query", "")} for i in range(20)]
-            page = {"tweets": tweets, "has_next_page": True, "next_cursor": following}
+            if path == "user/followers_ids":  # its cursors are integers, its next cursor a string
+                page = {"ids": list(range(500)), "has_next_page": True, "next_cursor": following}
+            else:
+                tweets = [{"id": str(i), "text": asked.get("query", "")} for i in range(20)]
+                page = {"tweets": tweets, "has_next_page": True, "next_cursor": following}
             return orjson.dumps({**page, "status": "success", "msg": ""})
         return orjson.dumps({"status": "success", "msg": "", "data": {"id": "1", "asked": asked}})
 
@@ -283,6 +287,93 @@ async def test_a_cursor_that_stops_advancing_ends_the_crawl_uncharged(mongo, pro
     assert repeated.headers["X-Crawl-Guard"] == "repeated-cursor" and charged(repeated) == 0
     reread, body = await page("c1")  # a page already served: a hit, not a loop
     assert reread.headers["X-Cache"] == "HIT" and body["next_cursor"] == "c2"
+
+
+@pytest.mark.gen_test(timeout=120)
+async def test_pages_asked_out_of_order_are_each_charged_in_full(mongo, provider):
+    """With cursors known in advance (replayed from an earlier crawl), asking a later page first never makes an
+    earlier one free: backward (3, 2, 1) or the odd pages first (3, 1, then 2). Only a cycle of the provider's
+    own cursors ends a crawl."""
+    gw = await served(mongo, provider, **CACHE_ON)
+    _, (key,), _ = await account_with_keys(gw, 100_000, 1)
+    provider.cursors = {"": "p1", "p1": "p2", "p2": "p3", "p3": "p4"}
+    full = charged(await gw.call("GET", "/social/tweet/advanced_search?query=first", **{"X-API-Key": key}))
+    assert full > 0
+    for query, order in (("backward", ["p3", "p2", "p1"]), ("odd-first", ["p3", "p1", "p2"])):
+        for cursor in order:
+            url = f"/social/tweet/advanced_search?query={query}&cursor={cursor}"
+            answer = await gw.call("GET", url, **{"X-API-Key": key})
+            body = orjson.loads(answer.body)
+            assert "X-Crawl-Guard" not in answer.headers, (query, cursor)
+            assert charged(answer) == full and answer.headers["X-Cache"] == "MISS", (query, cursor)
+            assert (body["has_next_page"], body["next_cursor"]) == (True, provider.cursors[cursor])
+
+
+@pytest.mark.gen_test(timeout=120)
+async def test_a_page_that_ended_its_crawl_is_read_again_as_a_hit_at_the_hit_price(mongo, provider):
+    """A guarded page is kept as served: reading it again is a cache hit charged CACHE_HIT_PRICE x its price,
+    never a free provider call."""
+    gw = await served(mongo, provider, CACHE_HIT_PRICE="0.5", **CACHE_ON)
+    _, (key,), _ = await account_with_keys(gw, 100_000, 1)
+    search = "/social/tweet/advanced_search?query=stuck"
+    provider.cursors = {"": "c1", "c1": "c2", "c2": "c1", "c3": "c3"}
+
+    async def page(cursor: str = ""):
+        response = await gw.call("GET", search + (f"&cursor={cursor}" if cursor else ""), **{"X-API-Key": key})
+        return response, orjson.loads(response.body)
+
+    full = charged((await page())[0])
+    assert charged((await page("c1"))[0]) == full
+    for cursor in ("c2", "c3"):  # a cycle followed forward, and the very cursor back
+        ended, _ = await page(cursor)
+        assert ended.headers["X-Crawl-Guard"] == "repeated-cursor" and charged(ended) == 0
+        asked = provider.total
+        for _ in range(4):
+            again, body = await page(cursor)
+            assert again.headers["X-Cache"] == "HIT" and again.headers["X-Crawl-Guard"] == "repeated-cursor"
+            assert charged(again) == round(full * 0.5) and again.body == ended.body
+            assert (body["has_next_page"], body["next_cursor"]) == (False, "") and len(body["tweets"]) == 20
+        assert provider.total == asked
+
+
+@pytest.mark.gen_test(timeout=120)
+async def test_followers_ids_is_guarded_and_a_guarded_page_read_again_is_charged(mongo, provider):
+    """followers_ids' integer cursor (0 and -1 included) is compared with the provider's string next cursor; with
+    the cache off, reading a guarded page again asks the provider and is charged in full (the crawl still ends)."""
+    gw = await served(mongo, provider)  # the harness's default: CACHE_MAX_BYTES=0
+    _, (key,), _ = await account_with_keys(gw, 1_000_000, 1)
+    ids = "/social/user/followers_ids?userName=aiko&count=5000"
+    provider.cursors = {"5000": "5000", "0": "0", "-1": "-1"}
+    answers = []
+    for cursor in ("5000", "0", "-1", "5000"):
+        answer = await gw.call("GET", f"{ids}&cursor={cursor}", **{"X-API-Key": key})
+        body = orjson.loads(answer.body)
+        assert answer.headers.get("X-Crawl-Guard") == "repeated-cursor", cursor
+        assert (body["has_next_page"], body["next_cursor"]) == (False, "") and len(body["ids"]) == 500
+        answers.append(charged(answer))
+    assert answers[:3] == [0, 0, 0] and answers[3] > 0
+    assert provider.calls["user/followers_ids"] == 4
+
+
+@pytest.mark.gen_test(timeout=120)
+async def test_the_crawl_guards_memory_stays_within_its_bound(mongo, provider):
+    """CRAWL_GUARD_MAX_BYTES bounds what the guard remembers, long queries and cursors counted; the least recently
+    paged crawls are forgotten, the current one still guarded."""
+    provider.delay = 0
+    gw = await served(mongo, provider, CRAWL_GUARD_MAX_BYTES="65536", CACHE_SHARED="false", **CACHE_ON)
+    _, (key,), _ = await account_with_keys(gw, 1_000_000, 1)
+    long_cursor = "k" * 1000
+    for i in range(40):  # about 3.5 KB each with its 900-character query: twice what the bound holds
+        url = f"/social/tweet/advanced_search?query={i}-{'x' * 900}&cursor={long_cursor}"
+        assert (await gw.call("GET", url, **{"X-API-Key": key})).code == 200
+    provider.cursors = {"s1": "s2", "s2": "s1"}
+    for cursor, guarded in (("s1", False), ("s2", True)):
+        url = f"/social/tweet/advanced_search?query=last&cursor={cursor}"
+        answer = await gw.call("GET", url, **{"X-API-Key": key})
+        assert ("X-Crawl-Guard" in answer.headers) == guarded
+    metrics = (await gw.call("GET", "/metrics")).body.decode()
+    held = float(re.search(r"^gateway_crawl_guard_bytes\{[^}]*\} (\S+)$", metrics, re.M).group(1))
+    assert 40_000 < held <= 65536
 
 
 @pytest.mark.gen_test(timeout=120)
