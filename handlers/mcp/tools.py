@@ -226,7 +226,11 @@ def route(tool: Tool, args: dict) -> tuple[Endpoint, list[tuple[str, str]], str]
     caller), and the shape of its items (which may differ by part)."""
     name, shape = tool.name, tool.shape
     if name == "search_tweets":
-        return BY_PATH["/tweet/advanced_search"], [("query", args["query"]), ("queryType", args.get("sort", "Latest"))], shape
+        return (
+            BY_PATH["/tweet/advanced_search"],
+            [("query", args["query"]), ("queryType", args.get("sort", "Latest"))],
+            shape,
+        )
     if name == "get_user":
         if "user_ids" in args:
             return BY_PATH["/user/batch_info_by_ids"], [("userIds", ",".join(args["user_ids"]))], shape
@@ -251,8 +255,10 @@ def route(tool: Tool, args: dict) -> tuple[Endpoint, list[tuple[str, str]], str]
     if name == "get_community":
         part = args.get("part", "info")
         path = {"info": "/community/info", "tweets": "/community/tweets", "members": "/community/members"}[part]
-        return BY_PATH[path], [("community_id", args["community_id"])], {"info": "community", "tweets": "tweet"}.get(
-            part, "user"
+        return (
+            BY_PATH[path],
+            [("community_id", args["community_id"])],
+            {"info": "community", "tweets": "tweet"}.get(part, "user"),
         )
     if name == "get_trends":
         return BY_PATH["/trends"], [("woeid", str(args.get("woeid", 1))), ("count", str(args.get("count", 30)))], shape
