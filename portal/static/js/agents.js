@@ -62,6 +62,7 @@ function chosenKey() {
 
 export async function loadAgents() {
   forget();
+  draw(); // no secret on the page while the list loads (another account's, after a switch)
   const list = keysList.restart();
   await act($("#agents-form"), null, async () => {
     const keys = await api("GET", "/keys");
@@ -93,9 +94,8 @@ function forget() {
 
 function draw() {
   const key = chosenKey();
-  if (!key) return;
-  const text = secret.shown && secret.keyId === key.key_id ? secret.value : key.prefix + "…";
-  $$("[data-config]", view).forEach((code) => (code.textContent = CONFIGS[code.dataset.config](text)));
+  const text = !key ? "" : secret.shown && secret.keyId === key.key_id ? secret.value : key.prefix + "…";
+  $$("[data-config]", view).forEach((code) => (code.textContent = key ? CONFIGS[code.dataset.config](text) : ""));
   $("#agents-reveal").textContent = secret.shown ? "Hide key" : "Show key";
   $("#agents-url").textContent = mcpUrl;
 }
