@@ -148,12 +148,15 @@ LOG_STATUS = Field(
     enum=("2XX", "4XX", "5XX", "200", "400", "404", "429", "501", "502", "503", "504"),
     description="A status class (4xx) or one of the statuses calls are recorded with",
 )
+LOG_VIA = Field(
+    "via", str, required=False, enum=("REST", "MCP"), description="Only REST calls, or only MCP tool calls (/mcp)"
+)
 LOG_REQUEST = Field("request_id", str, required=False, max_length=200, description="The call's X-Request-ID")
 LOG_LIMIT = Field("limit", int, required=False, default=50, minimum=1, maximum=500, description="Records per page")
 LOG_CURSOR = Field(
     "cursor", str, required=False, default="", max_length=400, description="next_cursor of the last page"
 )
-LOG_FIELDS = (LOG_KEY, LOG_ENDPOINT, LOG_STATUS, LOG_REQUEST, LOG_SINCE, LOG_UNTIL, LOG_LIMIT, LOG_CURSOR)
+LOG_FIELDS = (LOG_KEY, LOG_ENDPOINT, LOG_STATUS, LOG_VIA, LOG_REQUEST, LOG_SINCE, LOG_UNTIL, LOG_LIMIT, LOG_CURSOR)
 
 
 def _log_cursor(record: dict) -> str:
@@ -174,7 +177,7 @@ def _after(cursor: str) -> tuple[datetime, str] | None:
         ) from None
 
 
-def _matcher(key_id, endpoint, status, request_id, after) -> Callable[[dict], bool]:
+def _matcher(key_id, endpoint, status, via, request_id, after) -> Callable[[dict], bool]:
     def match(r: dict) -> bool:
         if key_id is not None and r["key_id"] != key_id:
             return False
@@ -182,6 +185,8 @@ def _matcher(key_id, endpoint, status, request_id, after) -> Callable[[dict], bo
             return False
         code = str(r["status"])
         if status and not (code == status or (status[1:].lower() == "xx" and code[0] == status[0])):
+            return False
+        if via and r.get("via", "rest") != via.lower():
             return False
         if request_id and r["request_id"] != request_id and r.get("replay_of") != request_id:
             return False
@@ -213,12 +218,12 @@ class UsageLogHandler(BaseHandler):
 
     @authenticated
     async def get(self) -> None:
-        key_id, endpoint, status, request_id, since, until, limit, cursor = map(self.query_arg, LOG_FIELDS)
+        key_id, endpoint, status, via, request_id, since, until, limit, cursor = map(self.query_arg, LOG_FIELDS)
         now = datetime.now(UTC)
         since = _utc(since) if since else now - timedelta(days=LOG_DAYS)
         until = _utc(until) if until else now
         after = _after(cursor)
-        match = _matcher(key_id, endpoint, status, request_id, after)
+        match = _matcher(key_id, endpoint, status, via, request_id, after)
         if after is not None:
             until = min(until, after[0] + timedelta(milliseconds=1))  # the match does the exact cut
         # One more than asked: whether a next page exists, without a count of the whole period.

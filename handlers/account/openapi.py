@@ -45,7 +45,7 @@ OPERATIONS: list[Operation] = [
     Operation(
         "get",
         "/usage/log",
-        "The request log: calls filtered by key, endpoint, status, time or request id, newest first, paged",
+        "The request log: calls filtered by key, endpoint, status, REST or MCP, time or request id, newest first, paged",
         "account",
         ref("UsageLogPage"),
         params=tuple(query_param(f) for f in account.LOG_FIELDS),

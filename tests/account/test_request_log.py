@@ -1,4 +1,4 @@
-"""Analytics and the request log: GET /usage/log filters (key, endpoint, status, time, request id) and pages
+"""Analytics and the request log: GET /usage/log filters (key, endpoint, status, REST or MCP, time, request id) and pages
 over stored and buffered records, each once; /usage/summary per endpoint carries p50/p95 of the provider's
 answer time as the records keep it; a revoked key's secret is never revealed again (410)."""
 
@@ -75,6 +75,24 @@ async def test_request_log_filters_and_pages_over_stored_and_buffered_records(ap
         status, body, _ = await api.call("GET", f"/usage/log?{query}", token=token)
         assert status == 422 and body["detail"][0]["loc"] == ["query", loc], query
     assert (await api.call("GET", "/usage/log"))[0] == 401
+
+
+@pytest.mark.settings(plan_rules=FAST)
+async def test_request_log_tells_an_agents_tool_calls_from_rest_calls(api, catalog):
+    user, key = await api.funded_key(1_000_000)
+    rest = await api.call("GET", info(catalog), key=key["key"])
+    arguments = {"user_name": catalog["users"][0]["userName"]}
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_user", "arguments": arguments}}
+    status, answer, _ = await api.call("POST", "/mcp", call, key=key["key"])
+    assert status == 200 and not answer["result"].get("isError"), answer
+    token = user["token"]
+    tools = await page_through(api, token, "via=mcp", 50)
+    assert [(r["via"], r["tool"], r["endpoint"]) for r in tools] == [("mcp", "get_user", "/social/user/info")]
+    rests = await page_through(api, token, "via=rest", 50)
+    assert [(r["request_id"], r["via"], r["tool"]) for r in rests] == [(rest[2]["X-Request-ID"], "rest", None)]
+    assert len(await page_through(api, token, "", 50)) == 2
+    status, body, _ = await api.call("GET", "/usage/log?via=soap", token=token)
+    assert status == 422 and body["detail"][0]["loc"] == ["query", "via"]
 
 
 @pytest.mark.settings(plan_rules=FAST)

@@ -150,7 +150,7 @@ async function loadLog(reset) {
   const requestId = $("#log-request").value.trim();
   // A request id is looked for in the whole history; the other filters within the period chosen above.
   query.set("since", requestId ? "1970-01-01T00:00:00+00:00" : new Date(Date.now() - days * 86400000).toISOString());
-  [["key_id", "#log-key"], ["endpoint", "#log-endpoint"], ["status", "#log-status"]].forEach(([name, sel]) => {
+  [["key_id", "#log-key"], ["endpoint", "#log-endpoint"], ["status", "#log-status"], ["via", "#log-via"]].forEach(([name, sel]) => {
     if ($(sel).value) query.set(name, $(sel).value);
   });
   if (requestId) query.set("request_id", requestId);
@@ -178,7 +178,12 @@ function drawCalls(records, append) {
     const row = el("tr");
     row.dataset.testid = "usage-row";
     cell(row, when(r.timestamp));
-    cell(row, r.endpoint, "path");
+    const endpoint = cell(row, r.endpoint, "path");
+    if (r.via === "mcp") {
+      // A tool call of an AI agent (the MCP server): the REST endpoint it called, and the tool.
+      row.dataset.via = "mcp";
+      endpoint.append(" ", el("span", "MCP · " + r.tool, "badge mcp"));
+    }
     cell(row, keyName(r.key_id), "path");
     cell(row, String(r.status), "num");
     const credits = cell(row, number.format(r.credits), "num");

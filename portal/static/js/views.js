@@ -11,6 +11,7 @@ import { loadAdmin } from "./admin.js";
 import { loadSecurity } from "./security.js";
 import { loadAudit } from "./activity.js";
 import { loadMembers } from "./members.js";
+import { loadAgents } from "./agents.js";
 
 // A view's name is its section's id (#view-<name>) and its nav link's data-view.
 const LOADERS = {
@@ -24,6 +25,7 @@ const LOADERS = {
   security: loadSecurity,
   activity: () => loadAudit(false),
   members: loadMembers,
+  agents: loadAgents,
 };
 export const VIEWS = Object.keys(LOADERS);
 
