@@ -319,3 +319,26 @@ async def test_a_thousand_hostile_messages_answer_no_5xx_and_cost_nothing(api):
     assert await credits(api, user) == before
     log = (await api.call("GET", "/usage/log?limit=10", token=user["token"]))[1]["records"]
     assert log == []
+
+
+@pytest.mark.gen_test(timeout=60)
+@pytest.mark.settings(upstream_timeout=1.0)
+async def test_a_provider_that_does_not_answer_in_time_is_a_tool_result_not_a_hang(api, scripted):
+    user, secret = await funded(api)
+    scripted.delay = 5.0  # past UPSTREAM_TIMEOUT
+    late = await tool(api, secret, "search_tweets", {"query": "anything"})
+    assert late["isError"] and "did not answer in time" in late["content"][0]["text"]
+    assert late["_meta"]["credits_charged"] == 0 and "Wait" in late["content"][0]["text"]
+    assert late["_meta"]["balance_after"] == await credits(api, user)
+
+
+@pytest.mark.gen_test(timeout=60)
+async def test_an_idempotency_key_on_the_post_makes_a_retried_call_free_as_over_rest(api, catalog):
+    user, secret = await funded(api)
+    retry = {"Idempotency-Key": "agent-run-7-step-3"}
+    args = {"user_name": catalog["users"][2]["userName"]}
+    first = await tool(api, secret, "get_user", args, headers=retry)
+    again = await tool(api, secret, "get_user", args, headers=retry)
+    assert first["_meta"]["credits_charged"] > 0 and again["_meta"]["credits_charged"] == 0
+    assert again["structuredContent"] == first["structuredContent"]
+    assert await credits(api, user) == 1_000_000 - first["_meta"]["credits_charged"]
