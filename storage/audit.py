@@ -72,6 +72,7 @@ ACTIONS = (
     "member.role_changed",
     "member.removed",
     "member.left",
+    "mcp.connected",
 )
 ACTOR_KINDS = ("account", "admin", "system", "anonymous")  # anonymous: not signed in (a failed login)
 SYSTEM = {"kind": "system", "id": None}

@@ -14,6 +14,7 @@ import urllib.parse
 from datetime import UTC, datetime
 
 import orjson
+from cachetools import TTLCache
 from tornado import httputil
 
 from handlers.base import BaseHandler, client_address
@@ -28,6 +29,8 @@ from services.cursors import PREFIX
 from social.answer_cache import answer_key, ttl_of
 from social.endpoints import page_size
 
+# An agent's connection in the account's activity view: once an hour per key and client in each process.
+_CONNECTED: TTLCache = TTLCache(maxsize=10_000, ttl=3600)
 MAX_REQUEST_BYTES = 64 * 1024  # a tool call's arguments are small; anything larger is refused before parsing
 INSTRUCTIONS = (
     "Read-only social data (posts, profiles, followers, lists, communities, Spaces, trends), charged in credits per "
@@ -91,7 +94,20 @@ class McpHandler(BaseHandler):
         if isinstance(found, Reply):
             return self.reply(found)
         self.log_fields["mcp_method"] = found.method
+        await self.connected(found, key)
         self.reply(await self.dispatch(found, key))
+
+    async def connected(self, call: Dispatch, key) -> None:
+        """The activity view's entry for an agent that connects: which key, which client, which revision."""
+        info = call.params.get("clientInfo") or (call.params.get("_meta") or {}).get(protocol.CLIENT_INFO_KEY)
+        info = info if isinstance(info, dict) else {}
+        client = str(info.get("name") or "unknown")[:60], str(info.get("version") or "")[:30]
+        seen = (key.key_id, client)
+        if seen in _CONNECTED:
+            return
+        _CONNECTED[seen] = True
+        details = {"key_id": key.key_id, "client": client[0], "client_version": client[1], "protocol": call.version}
+        await self.audit("mcp.connected", details=details)
 
     def check_origin(self) -> None:
         origin = self.request.headers.get("Origin")

@@ -16,6 +16,7 @@ HANDSHAKE = ("2025-11-25", "2025-06-18")
 SUPPORTED = (MODERN, *HANDSHAKE)
 VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
 CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 HEADER_MISMATCH, UNSUPPORTED_VERSION = -32020, -32022
@@ -54,8 +55,7 @@ def error(request_id, code: int, message: str, data=None, status: int | None = N
 def result(call: Dispatch, value: dict) -> Reply:
     if call.modern:
         value = {"resultType": "complete", **value}
-    status = 200
-    return Reply(status, {"jsonrpc": "2.0", "id": call.id, "result": value})
+    return Reply(200, {"jsonrpc": "2.0", "id": call.id, "result": value})
 
 
 def _valid_id(value) -> bool:

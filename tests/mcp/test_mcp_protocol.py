@@ -342,3 +342,21 @@ async def test_an_idempotency_key_on_the_post_makes_a_retried_call_free_as_over_
     assert first["_meta"]["credits_charged"] > 0 and again["_meta"]["credits_charged"] == 0
     assert again["structuredContent"] == first["structuredContent"]
     assert await credits(api, user) == 1_000_000 - first["_meta"]["credits_charged"]
+
+
+@pytest.mark.gen_test(timeout=60)
+async def test_an_agent_connecting_is_in_the_accounts_activity_once(api):
+    user, secret = await funded(api)
+    hello = {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "claude-code", "version": "2.1"},
+    }
+    for _ in range(3):  # reconnects within the hour are one entry
+        assert (await rpc(api, secret, "initialize", hello))[0] == 200
+    status, body, _ = await api.call("GET", "/audit?action=mcp.connected", token=user["token"])
+    assert status == 200, body
+    entries = body["entries"] if isinstance(body, dict) else body
+    assert [(e["action"], e["details"]["client"], e["details"]["protocol"]) for e in entries] == [
+        ("mcp.connected", "claude-code", "2025-06-18")
+    ]

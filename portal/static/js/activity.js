@@ -16,6 +16,7 @@ const ACTION_LABELS = {
   "webhook.created": "Webhook endpoint added", "webhook.deleted": "Webhook endpoint deleted",
   "admin.credit": "Credited by an admin", "admin.debit": "Debited by an admin",
   "admin.suspend": "Suspended by an admin", "admin.resume": "Resumed by an admin",
+  "mcp.connected": "AI agent connected (MCP)",
 };
 const actionSelect = $("#audit-action");
 Object.entries(ACTION_LABELS).forEach(([value, label]) => {
