@@ -116,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
         "release-outbound": _release_outbound,
     }
     try:
+        # Before any database is started or written: a command that cannot sign or check the archive stops here.
+        if args.command == "backup":
+            args.secrets_key = _secrets_key(settings, "sign the manifest with")
+        elif args.command == "restore":
+            args.secrets_key = _secrets_key(settings, "check the archive's signature with")
         with Database(settings, writes=args.command in ("restore", "migrate")) as source:
             return steps[args.command](source, args)
     except (Refused, backup.NoSnapshot, backup.ArchiveDamaged) as exc:
@@ -159,7 +164,7 @@ def _target_problem(uri: str) -> str | None:
 
 
 def _backup(db, args) -> int:
-    manifest = backup.dump(db, args.out, _secrets_key(args.settings, "sign the manifest with"))
+    manifest = backup.dump(db, args.out, args.secrets_key)
     counts = {name: c["count"] for name, c in manifest["collections"].items()}
     print(
         f"backup of {db.name} written to {args.out}: {len(counts)} collections, {sum(counts.values())} documents, "
@@ -172,7 +177,7 @@ def _restore(db, args) -> int:
     """All or nothing: the archive checked whole (signature, checksums, schema version), the target checked (empty,
     or --force and no gateway on it), the archive written into staging collections with its indexes, and only then
     put in place of the target's (storage/backup.py). The restored copy holds outbound until release-outbound."""
-    manifest = backup.verify(args.file, _secrets_key(args.settings, "check the archive's signature with"))
+    manifest = backup.verify(args.file, args.secrets_key)
     newer = manifest.get("schema_version") or 0
     if newer > schema.VERSION:
         raise Refused(f"the archive is at schema version {newer}, newer than this gateway's {schema.VERSION}")
@@ -234,8 +239,8 @@ def _migrate(db, args) -> int:
         _not_served(target, args.settings, "the target database")
         backup.drop(target, set(held) | set(backup.collections(db)))
         copied = backup.copy(db, target)
-        markers.forget_migrated(target)  # the copy is the one to serve, whatever its source was
         differences = _verify(target, copied)
+        markers.forget_migrated(target)  # the copy is the one to serve (a source migrated before: a migrate again)
     finally:
         target_client.close()
     documents = sum(copied.counts.values())
