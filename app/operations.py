@@ -151,9 +151,10 @@ def _not_served(db, settings: config.Settings, what: str) -> None:
     """Refused while a gateway process serves `db` (a heartbeat younger than LEASE_TIMEOUT)."""
     live = markers.live_processes(db, settings.lease_timeout)
     if live:
-        process, age = live[0]
+        age = live[0][1]  # the most recent heartbeat
         raise Refused(
-            f"a gateway serves {what} {db.name} ({len(live)} processes, the last heartbeat {max(age, 0):.0f} s ago): "
+            f"a gateway serves {what} {db.name} ({len(live)} process{'es' if len(live) > 1 else ''}, the last "
+            f"heartbeat {max(age, 0):.0f} s ago): "
             f"stop it first (a process killed without stopping counts for LEASE_TIMEOUT, {settings.lease_timeout:g} s)"
         )
 

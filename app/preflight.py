@@ -57,13 +57,15 @@ def stored_secrets(data_dir: str) -> dict:
 
 def start_problem(settings: Settings, label: str) -> str | None:
     """What `serve` checks on its database before any process uses it: the one line that refuses it, or None.
-    In order: a database `migrate` copied away is refused unless ALLOW_MIGRATED_DB; one whose secrets were sealed
-    with another SECRETS_KEY is refused (its keys would answer 401, reveals fail); its schema is brought up to this
-    gateway's version (storage/schema.py, logged step by step), a newer one refused. A restored database whose
+    In order: a database of a newer schema than this gateway's is refused; one `migrate` copied away is refused
+    unless ALLOW_MIGRATED_DB; one whose secrets were sealed with another SECRETS_KEY is refused (its keys would
+    answer 401, reveals fail); then its schema is brought up to this gateway's version (storage/schema.py, logged
+    step by step). A restored database whose
     outbound is held is said in a WARNING line (storage/markers.py). `label`: which database, as the start says."""
     client = snapshot.connect(settings.mongodb_uri)
     db = client[settings.mongodb_db]
     try:
+        schema.refuse_newer(db)
         problem = _migrated_problem(db, settings, label) or _secrets_problem(db, settings.secrets_key)
         if problem:
             return problem

@@ -209,7 +209,7 @@ async def test_a_restore_checks_the_whole_archive_first_and_a_refusal_leaves_the
     served = everything(mongo.uri, db_name, books)
     code, out, err = await cli("restore", archive, "--force", **source)  # onto the database the gateway serves
     assert code == 1 and len(err.strip().splitlines()) == 1, err
-    assert err.startswith(f"social-gateway: restore: a gateway serves the target database {db_name} (1 processes,")
+    assert err.startswith(f"social-gateway: restore: a gateway serves the target database {db_name} (1 process,")
     assert everything(mongo.uri, db_name, books) == served
     await asyncio.to_thread(gw.stop)
 
