@@ -60,8 +60,8 @@ def start_problem(settings: Settings, label: str) -> str | None:
     In order: a database of a newer schema than this gateway's is refused; one `migrate` copied away is refused
     unless ALLOW_MIGRATED_DB; one whose secrets were sealed with another SECRETS_KEY is refused (its keys would
     answer 401, reveals fail); then its schema is brought up to this gateway's version (storage/schema.py, logged
-    step by step). A restored database whose
-    outbound is held is said in a WARNING line (storage/markers.py). `label`: which database, as the start says."""
+    step by step). A restored database whose outbound is held is said in a WARNING line (storage/markers.py).
+    `label`: which database, as the start message names it."""
     client = snapshot.connect(settings.mongodb_uri)
     db = client[settings.mongodb_db]
     try:
