@@ -115,9 +115,10 @@ async def test_a_backup_taken_under_load_restores_into_a_database_the_gateway_se
         held = int(out.split("(of which ")[1].split()[0])
         assert held > 0, out  # the processes' leases were holding credits for calls in flight at that moment
 
-        # The gateway starts on it, every key answers, every rule and pending delivery is there; once the
-        # processes that ran at the backup are declared dead (LEASE_TIMEOUT, short here) their leases are
-        # reclaimed against the usage they had stored, and after a clean stop the books still add up.
+        # The gateway starts on it, every key answers, every rule and pending delivery is there (held: outbound is,
+        # on a restored database); the processes that ran at the backup are dead to it (the restore marked their
+        # heartbeats long past), so their leases are reclaimed against the usage they had stored, and after a
+        # clean stop the books still add up.
         restored = await Gateway(mongo.uri, sim.url, target["MONGODB_DB"], LEASE_TIMEOUT="3", **STREAMS).launch()
         every_key = [restored.call("GET", path, **{"X-API-Key": s}) for a in accounts for s in a["secrets"]]
         assert {r.code for r in await asyncio.gather(*every_key)} == {200}
