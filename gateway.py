@@ -25,7 +25,7 @@ import config
 from app import commands, workers
 from app.context import Context, build_context
 from app.embedded import DataDirBusy, Helpers, start_helpers
-from app.preflight import database_problem, schema_problem
+from app.preflight import SECRETS_FILE, database_problem, start_problem, stored_secrets
 from app.server import LISTEN_BACKLOG, LimitedServer, make_server, port_problem, raise_open_file_limit
 from app.tasks import start_background
 from config import logs
@@ -64,12 +64,10 @@ def with_dev_secrets(settings: config.Settings) -> config.Settings:
     """Development only: generate JWT_SECRET and SECRETS_KEY once and keep them under DATA_DIR."""
     if settings.jwt_secret and settings.secrets_key:
         return settings
-    path = os.path.join(settings.data_dir, "secrets.json")
+    path = os.path.join(settings.data_dir, SECRETS_FILE)
     os.makedirs(settings.data_dir, exist_ok=True)
-    if os.path.exists(path):
-        with open(path) as fh:
-            stored = json.load(fh)
-    else:
+    stored = stored_secrets(settings.data_dir)
+    if not stored:
         stored = {"jwt_secret": secrets.token_urlsafe(48), "secrets_key": secrets.token_urlsafe(48)}
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -393,8 +391,9 @@ def run_service(settings: config.Settings, count: int | None) -> int:
         print(f"social-gateway: {exc}", file=sys.stderr)
         return 1
     try:
-        # Before any process uses the database: a newer schema is refused, an older one brought forward.
-        problem = schema_problem(helpers.settings.mongodb_uri, settings.mongodb_db)
+        # Before any process uses the database: a database migrated away, or one written with another SECRETS_KEY,
+        # is refused; a newer schema too, an older one brought forward (app/preflight.py).
+        problem = start_problem(helpers.settings, helpers.database)
         if problem:
             print(f"social-gateway: {problem}", file=sys.stderr)
             return 1

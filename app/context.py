@@ -22,6 +22,7 @@ from payments.service import Payments, build_payments
 from runtime.accesslog import AccessLog
 from runtime.cache import LoadingCache
 from runtime.metrics import Metrics
+from runtime.outbound import Outbound
 from runtime.scrape import Scrape
 from security import passwords
 from security.apikeys import KeyVault
@@ -51,6 +52,7 @@ from storage.idempotency import IdempotencyStore
 from storage.keys import KeyStore
 from storage.leases import LeaseStore
 from storage.limits import Limits
+from storage.markers import outbound_hold
 from storage.members import MemberStore
 from storage.sessions import SessionStore
 from storage.signin import SignInStore
@@ -117,6 +119,7 @@ class Context:
     calls: Calls  # the charged data call and the answer cache (accounting/charged.py), data calls and polls alike
     expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
     access_log: AccessLog  # one JSON line per request (BaseHandler.on_finish)
+    outbound: Outbound  # held on a restored database: no webhook, email or poll leaves (runtime/outbound.py)
     # The embedded database's restarts by its supervisor (app/embedded.py), where this process reports them.
     embedded_db_restarts: Callable[[], int] | None = None
 
@@ -212,7 +215,9 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     alert_store, webhook_store = AlertStore(db), WebhookStore(db)
     await alert_store.ensure_indexes()
     await webhook_store.ensure_indexes()
-    outbox = Outbox(settings, webhook_store, accounts, vault, owner=leases.process_id)
+    # Read before any loop starts: on a restored database, not one delivery, email or poll leaves until released.
+    outbound = Outbound(await outbound_hold(db))
+    outbox = Outbox(settings, webhook_store, accounts, vault, owner=leases.process_id, outbound=outbound)
     detector = Detector(settings, alert_store, outbox, meter, accounts, keys_)
     payments.crediting.listeners.append(detector.order_changed)
     stream_store = StreamStore(db, settings.stream_event_retention)
@@ -307,6 +312,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         calls=calls,
         expiry=expiry,
         access_log=runtime.access_log,
+        outbound=outbound,
     )
     ops.process = ctx  # readiness and /metrics read the whole process
     return ctx

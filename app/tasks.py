@@ -13,6 +13,7 @@ from app.context import Context
 from runtime.accesslog import FLUSH_SECONDS
 from storage.admin import REFRESH_SECONDS
 from storage.changes import ChangeFeed
+from storage.markers import outbound_hold
 from streams.hub import WATCH_SECONDS
 
 log = logging.getLogger("gateway.tasks")
@@ -22,6 +23,7 @@ LAG_ALARM = 0.1  # a wake-up later than this is logged: something held the event
 # A key's token bucket refills within 1 / QPS seconds (5 s on the free plan): one idle this long is full,
 # and a full bucket behaves like a missing one, so dropping it frees memory without changing an answer.
 BUCKET_IDLE_SECONDS = 300.0
+OUTBOUND_SECONDS = 2.0  # how soon a process sees `release-outbound`
 
 
 def _still_cancelled() -> None:
@@ -107,6 +109,30 @@ async def forget_idle_buckets(ctx: Context, now: float | None = None) -> None:
     ctx.limiter.forget_idle(time.monotonic() if now is None else now, BUCKET_IDLE_SECONDS)
 
 
+async def poll_unless_held(ctx: Context) -> None:
+    """Stream rules and monitors poll the provider, and their events go out: not while outbound is held (a restored
+    database); what falls due meanwhile polls once it is released."""
+    if not ctx.outbound.held:
+        await ctx.poller.tick()
+
+
+async def watch_outbound(ctx: Context) -> None:
+    """While outbound is held: reads the hold every OUTBOUND_SECONDS until `social-gateway release-outbound` lifts
+    it (in every process), then wakes the dispatcher and the poller. Only a restore holds it again, and a restore
+    refuses a database a gateway serves: once released, there is nothing left to watch."""
+    db = ctx.client[ctx.settings.mongodb_db]
+    while ctx.outbound.held:
+        await asyncio.sleep(OUTBOUND_SECONDS)
+        try:
+            ctx.outbound.hold = await outbound_hold(db)
+        except Exception as exc:
+            _still_cancelled()
+            log.warning("reading the outbound hold failed (%s); retrying", type(exc).__name__)
+    log.warning("outbound released: webhooks, emails and stream polls go out from now on")
+    ctx.outbox.wake.set()
+    ctx.poller.nudge()
+
+
 def start_background(ctx: Context) -> list[asyncio.Task]:
     settings = ctx.settings
     tasks = {
@@ -124,12 +150,14 @@ def start_background(ctx: Context) -> list[asyncio.Task]:
             ctx.outbox.wake, settings.webhook_poll_seconds, ctx.outbox.work, "webhook dispatch"
         ),
         # Real time: due polls claimed, other processes' events tailed to this one's sockets, keys re-checked.
-        "stream-polls": every(settings.stream_tick_seconds, ctx.poller.tick, "stream poll"),
+        "stream-polls": every(settings.stream_tick_seconds, lambda: poll_unless_held(ctx), "stream poll"),
         "stream-tail": every(settings.stream_tick_seconds, ctx.hub.tail, "stream tail"),
         "stream-sockets": every(WATCH_SECONDS, ctx.hub.watch, "stream socket watch"),
         "stream-balance": every(settings.stream_balance_check_seconds, ctx.poller.check_balances, "stream balance"),
         "coherence": Coherence(settings, ChangeFeed(ctx.client[settings.mongodb_db]), ctx.meter, ctx.sessions).run(),
     }
+    if ctx.outbound.held:
+        tasks["outbound"] = watch_outbound(ctx)
     if ctx.expiry.passes:  # on SecantusDB: expired documents deleted here, not by its sweeper (storage/expiry.py)
         tasks["expiry"] = every(settings.db_expiry_seconds, ctx.expiry.once, "expiry pass")
     if ctx.payments.provider is not None:  # a missed notification still credits within a few intervals

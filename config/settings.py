@@ -166,6 +166,13 @@ class Settings:
         "ALLOW_EMBEDDED_DB",
         group="Database",
     )
+    allow_migrated_db: bool = setting(
+        False,
+        "serve on a database that `migrate` copied to another server (what it holds is stale from then on): "
+        "refused otherwise, with one line naming the target; allowed, a WARNING line says so at every start.",
+        "ALLOW_MIGRATED_DB",
+        group="Database",
+    )
     embedded_db_nice: int = setting(
         10,
         "Niceness of the embedded database process: its write bursts yield the cores to the request path (the "

@@ -1,5 +1,6 @@
 """What operations read of a gateway process: readiness (the database, the upstream breaker, the usage buffer, a
-drain) and the gateway's own /metrics figures, gathered at scrape time from the counters the service keeps anyway.
+drain; and whether outbound sending is held, which does not make it unready) and the gateway's own /metrics
+figures, gathered at scrape time from the counters the service keeps anyway.
 
 `ctx` is the gateway's whole composition (app/context.py's Context): these read every part of the process, and
 nothing else. The handlers, which do not see the process's parts, ask through `Ops`."""
@@ -29,6 +30,8 @@ async def readiness(ctx) -> tuple[bool, dict]:
         "upstream_breaker": breaker,
         "usage_buffer": {"depth": depth, "max": bound},
         "draining": draining,
+        # A restored database (runtime/outbound.py): no webhook, email or poll leaves until the operator releases it.
+        "outbound": ctx.outbound.state,
     }
     return ready, checks
 

@@ -8,9 +8,16 @@ crash gets (dead processes' leases reclaimed against their stored usage) gives e
 say (docs/operations.md, Backups). Without a snapshot (a standalone mongod) there is no such instant, and these
 refuse.
 
-The archive is a gzip-compressed tar: `manifest.json` (format, when, the schema version, per collection its
-document count, SHA-256 and indexes), then one `<collection>.bson` per collection (documents back to back, as
-mongodump writes them).
+The archive is a gzip-compressed tar, mode 0600 (it holds password hashes and sealed secrets): `manifest.json`
+(format, when, the schema version, per collection its document count, SHA-256 and indexes, and its signature:
+an HMAC under a key derived from SECRETS_KEY, security/seals.py), then one `<collection>.bson` per collection
+(documents back to back, as mongodump writes them). Checksums find a changed byte; the signature finds an archive
+edited with its manifest recomputed (a balance and its credits_added changed together).
+
+A restore is all or nothing: the whole archive is checked against its signed manifest, then written into staging
+collections beside the target's (`restoring.<name>`) with their indexes, so that a document held twice or one that
+breaks a unique index fails there; only then are the staged collections renamed over the target's. A failure
+before that leaves the target as it was (the staging collections dropped).
 """
 
 import hashlib
@@ -27,10 +34,13 @@ import bson
 from bson.raw_bson import RawBSONDocument
 from pymongo import IndexModel
 from pymongo.database import Database
+from pymongo.errors import BulkWriteError, OperationFailure
 
+from security import seals
 from storage import ledger, schema, snapshot
 
-FORMAT = 1
+FORMAT = 2  # 2: the manifest is signed (format 1 was not)
+STAGING = "restoring."  # the prefix of a restore's staging collections
 BATCH = 1000  # documents per insert
 RAW = bson.CodecOptions(document_class=RawBSONDocument)
 
@@ -51,7 +61,7 @@ class Copied:
 
 
 def collections(db: Database) -> list[str]:
-    return sorted(name for name in db.list_collection_names() if not name.startswith("system."))
+    return sorted(name for name in db.list_collection_names() if not name.startswith(("system.", STAGING)))
 
 
 def nonempty(db: Database) -> list[str]:
@@ -91,8 +101,9 @@ def _schema_of(db: Database, session) -> int | None:
 
 
 # --- backup ---------------------------------------------------------------------------------------------
-def dump(db: Database, out: str) -> dict:
-    """Writes the archive to `out` (through a temporary file beside it, renamed once complete); its manifest."""
+def dump(db: Database, out: str, secrets_key: str) -> dict:
+    """Writes the archive to `out` (through a temporary file beside it, renamed once complete), its manifest signed
+    with `secrets_key`; its manifest."""
     names = collections(db)
     indexes = {name: indexes_of(db, name) for name in names}
     folder = os.path.dirname(os.path.abspath(out))
@@ -122,19 +133,31 @@ def dump(db: Database, out: str) -> dict:
                     "sha256": digest.hexdigest(),
                     "indexes": indexes[name],
                 }
+        manifest = json.loads(json.dumps(manifest, default=str))  # as restore will read it back
+        manifest["signature"] = seals.sign_manifest(secrets_key, signed_part(manifest))
         partial = out + ".partial"
         try:
-            with tarfile.open(partial, "w:gz") as tar:
-                _add_bytes(tar, "manifest.json", json.dumps(manifest, indent=2, default=str).encode())
-                for name in names:
-                    tar.add(os.path.join(work, f"{name}.bson"), arcname=f"{name}.bson")
-            with open(partial, "rb") as fh:
-                os.fsync(fh.fileno())
+            if os.path.exists(partial):  # left by a backup that died: created anew below, with our mode
+                os.unlink(partial)
+            # 0600 from its creation: password hashes and sealed secrets are readable by the operator alone.
+            with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as raw:
+                with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+                    _add_bytes(tar, "manifest.json", json.dumps(manifest, indent=2).encode())
+                    for name in names:
+                        tar.add(os.path.join(work, f"{name}.bson"), arcname=f"{name}.bson")
+                raw.flush()
+                os.fsync(raw.fileno())
             os.replace(partial, out)
         finally:
             if os.path.exists(partial):  # a failed pack (a full disk) leaves nothing half-written behind
                 os.unlink(partial)
     return manifest
+
+
+def signed_part(manifest: dict) -> bytes:
+    """The manifest's canonical bytes, its signature left out."""
+    body = {k: v for k, v in manifest.items() if k != "signature"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -165,7 +188,8 @@ def _decode(fh) -> Iterator[RawBSONDocument]:
         yield RawBSONDocument(header + body)
 
 
-def manifest_of(path: str) -> dict:
+def manifest_of(path: str, secrets_key: str) -> dict:
+    """The archive's manifest once its signature is checked with `secrets_key`; ArchiveDamaged otherwise."""
     if not os.path.isfile(path):
         raise ArchiveDamaged(f"no such file: {path}")
     try:
@@ -176,40 +200,110 @@ def manifest_of(path: str) -> dict:
             manifest = json.loads(tar.extractfile(member).read())
     except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
         raise ArchiveDamaged(f"not a backup archive ({type(exc).__name__})") from None
-    if manifest.get("format") != FORMAT:
-        raise ArchiveDamaged(f"archive format {manifest.get('format')}, this gateway reads {FORMAT}")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise ArchiveDamaged(f"archive format {found}, this gateway reads {FORMAT} (signed manifests)")
+    signature = manifest.get("signature")
+    if not isinstance(signature, str) or not seals.manifest_signed_by(secrets_key, signed_part(manifest), signature):
+        raise ArchiveDamaged(
+            "the manifest's signature does not match: the archive was changed after it was written, or written by "
+            "a gateway with another SECRETS_KEY (restore with that one: in development, its DATA_DIR/secrets.json)"
+        )
+    if not isinstance(manifest.get("collections"), dict):
+        raise ArchiveDamaged("the manifest lists no collections")
     return manifest
 
 
-def verify(path: str) -> dict:
-    """The manifest, once every collection's documents match its count and SHA-256; ArchiveDamaged otherwise."""
-    manifest = manifest_of(path)
-    seen = set()
+def verify(path: str, secrets_key: str) -> dict:
+    """The manifest, once its signature holds, every collection's documents match its count and SHA-256 and the
+    schema version its database records is the one it states; ArchiveDamaged otherwise."""
+    manifest = manifest_of(path, secrets_key)
+    seen, recorded = set(), None
     try:
         for name, docs in _members(path):
             digest, count = hashlib.sha256(), 0
             for doc in docs:
                 digest.update(doc.raw)
                 count += 1
+                if name == "schema" and doc.get("_id") == schema.RECORD["_id"]:
+                    recorded = doc.get("version")
             expected = manifest["collections"].get(name)
-            if expected is None or (count, digest.hexdigest()) != (expected["count"], expected["sha256"]):
+            if expected is None or (count, digest.hexdigest()) != (expected.get("count"), expected.get("sha256")):
                 raise ArchiveDamaged(f"{name}: its documents do not match the manifest")
+            if name in seen:
+                raise ArchiveDamaged(f"{name}: in the archive twice")
             seen.add(name)
-    except (tarfile.TarError, OSError, EOFError) as exc:
+    except (tarfile.TarError, OSError, EOFError, bson.errors.BSONError) as exc:
         raise ArchiveDamaged(f"unreadable ({type(exc).__name__})") from None
     missing = set(manifest["collections"]) - seen
     if missing:
         raise ArchiveDamaged(f"collections missing from the archive: {', '.join(sorted(missing))}")
+    if recorded != manifest.get("schema_version"):
+        raise ArchiveDamaged(
+            f"its database records schema version {recorded}, its manifest {manifest.get('schema_version')}"
+        )
     return manifest
 
 
-def load(db: Database, path: str, manifest: dict) -> dict[str, int]:
-    """Writes a verified archive into `db` (whose collections of the same names were emptied): counts written."""
+def stage(db: Database, path: str, manifest: dict) -> dict[str, int]:
+    """Writes a verified archive into staging collections of `db` (`restoring.<name>`), each with its indexes:
+    counts written. A document the archive holds twice, or documents that break a unique index, are
+    ArchiveDamaged here, and nothing staged is left behind; the collections `db` serves are not touched."""
+    drop_staged(db)  # a restore that died midway left its own
     written = {}
-    for name, docs in _members(path):
-        written[name] = _insert(db, name, docs)
-        make_indexes(db, name, manifest["collections"][name]["indexes"])
+    try:
+        for name, docs in _members(path):
+            try:
+                written[name] = _insert(db, STAGING + name, docs)
+                make_indexes(db, STAGING + name, manifest["collections"][name]["indexes"])
+            except BulkWriteError as exc:
+                errors = exc.details.get("writeErrors") or [{}]
+                if any(error.get("code") != DUPLICATE_KEY for error in errors):
+                    raise
+                raise ArchiveDamaged(
+                    f"{name}: {len(errors)} documents repeat a unique key (first {errors[0].get('keyValue')}): "
+                    "the archive cannot be restored as it is"
+                ) from None
+            except OperationFailure as exc:
+                if exc.code != DUPLICATE_KEY:
+                    raise
+                raise ArchiveDamaged(
+                    f"{name}: its documents break a unique index ({_index_named(exc)}): "
+                    "the archive cannot be restored as it is"
+                ) from None
+    except BaseException:
+        drop_staged(db)
+        raise
     return written
+
+
+DUPLICATE_KEY = 11000
+
+
+def _index_named(exc: OperationFailure) -> str:
+    message = str(exc.details.get("errmsg") if exc.details else exc)
+    return message.split(" index: ", 1)[1].split(" ", 1)[0] if " index: " in message else "a unique index"
+
+
+def staged(db: Database, name: str):
+    """The staging collection of `name`."""
+    return db[STAGING + name]
+
+
+def drop_staged(db: Database) -> None:
+    for name in db.list_collection_names():
+        if name.startswith(STAGING):
+            db.drop_collection(name)
+
+
+def put_in_place(db: Database, names, others) -> None:
+    """The staged collections `names` renamed over the target's (each dropping the one it replaces), then the
+    target's collections `others`, which the archive does not hold, dropped."""
+    for name in names:
+        db.client.admin.command(
+            "renameCollection", f"{db.name}.{STAGING}{name}", to=f"{db.name}.{name}", dropTarget=True
+        )
+    drop(db, others)
 
 
 def _insert(db: Database, name: str, docs) -> int:

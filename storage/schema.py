@@ -56,15 +56,21 @@ def _ledger_of_additions(db: Database) -> str:
 STEPS: dict[int, Callable[[Database], str]] = {1: _ledger_of_additions}
 
 
-def bring_forward(db: Database, version: int = VERSION) -> list[str]:
-    """Checks the database's version and runs the steps up to `version`; what was done, one line per step.
-    SchemaTooNew when the database is newer."""
+def refuse_newer(db: Database, version: int = VERSION) -> int | None:
+    """The version the database records (recorded); SchemaTooNew when it is newer than `version`."""
     found = recorded(db)
     if found is not None and found > version:
         raise SchemaTooNew(
             f"the database {db.name} is at schema version {found}, newer than this gateway's {version}: "
             "run the newer release (or restore a backup taken before the upgrade)"
         )
+    return found
+
+
+def bring_forward(db: Database, version: int = VERSION) -> list[str]:
+    """Checks the database's version and runs the steps up to `version`; what was done, one line per step.
+    SchemaTooNew when the database is newer."""
+    found = refuse_newer(db, version)
     done = []
     for step in range(found or version, version):
         did = STEPS[step](db)

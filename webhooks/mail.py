@@ -1,6 +1,7 @@
 """Alert emails over SMTP (`SMTP_URL`): smtps:// is TLS from the first byte; smtp:// upgrades with STARTTLS
 when the server offers it (`?starttls=require` refuses to go on without it); user and password from the URL.
-smtplib runs in a thread, off the event loop; the password is never logged."""
+smtplib runs in a thread, off the event loop; the password is never logged. Nothing is sent while outbound is
+held (a restored database: runtime/outbound.py): `send` raises OutboundHeld, which its callers log."""
 
 import asyncio
 import smtplib
@@ -8,11 +9,14 @@ import ssl
 from email.message import EmailMessage
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from runtime.outbound import Outbound, OutboundHeld
+
 TIMEOUT = 10.0
 
 
 class Mailer:
-    def __init__(self, url: str, sender: str):
+    def __init__(self, url: str, sender: str, outbound: Outbound | None = None):
+        self.outbound = outbound or Outbound()
         parts = urlsplit(url)
         self.tls = parts.scheme == "smtps"
         self.host, self.port = parts.hostname or "localhost", parts.port or (465 if self.tls else 25)
@@ -22,6 +26,8 @@ class Mailer:
         self.context = ssl.create_default_context()
 
     async def send(self, to: str, subject: str, text: str) -> None:
+        if self.outbound.held:
+            raise OutboundHeld("outbound is held (a restored database)")
         message = EmailMessage()
         message["From"], message["To"], message["Subject"] = self.sender, to, subject
         message.set_content(text)

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 
 from config.settings import Settings
+from runtime.outbound import Outbound
 from security.apikeys import KeyVault
 from storage.accounts import AccountStore
 from storage.clock import now_utc
@@ -58,12 +59,21 @@ def secret_aad(endpoint_id: str) -> str:
 
 
 class Outbox:
-    def __init__(self, settings: Settings, store: WebhookStore, accounts: AccountStore, vault: KeyVault, owner: str):
+    def __init__(
+        self,
+        settings: Settings,
+        store: WebhookStore,
+        accounts: AccountStore,
+        vault: KeyVault,
+        owner: str,
+        outbound: Outbound | None = None,
+    ):
         self.settings, self.store, self.accounts, self.vault, self.owner = settings, store, accounts, vault, owner
+        self.outbound = outbound or Outbound()  # held: deliveries wait, pending (a restored database)
         self.sender = Sender(
             settings.webhook_timeout, settings.production, settings.webhook_allow_private, settings.webhook_concurrency
         )
-        self.mailer = Mailer(settings.smtp_url, settings.smtp_from) if settings.smtp_url else None
+        self.mailer = Mailer(settings.smtp_url, settings.smtp_from, self.outbound) if settings.smtp_url else None
         self.wake = asyncio.Event()
         self.outcomes: Counter = Counter()  # delivered, retried, failed: for /metrics
         self.depth, self.oldest_age = 0, 0.0  # pending deliveries, age of the oldest (seconds), as last polled
@@ -88,6 +98,8 @@ class Outbox:
     # --- the dispatcher (one step; app/tasks.py runs it when woken, or every WEBHOOK_POLL_SECONDS) ------------
     async def work(self) -> None:
         await self.fan_out()
+        if self.outbound.held:  # no attempt leaves; the deliveries stay pending until the hold is released
+            return
         # Oldest first alone handed every free place back to the longest backlog (an account's receivers that
         # never answer held all of them): first an account with nothing under way here, then any below its share.
         idle_first = True

@@ -61,6 +61,13 @@ SCHEMAS: dict = {
     "Ready": obj(
         ("status", "checks"),
         status={"enum": ["ready", "not ready"]},
-        checks=obj((), database=S, upstream_breaker=S, draining=B, usage_buffer=obj((), depth=I, max=I)),
+        checks=obj(
+            (),
+            database=S,
+            upstream_breaker=S,
+            draining=B,
+            usage_buffer=obj((), depth=I, max=I),
+            outbound={"enum": ["open", "held"]},
+        ),
     ),
 }

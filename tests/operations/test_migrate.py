@@ -1,5 +1,6 @@
 """`migrate --to` as an operator runs it: from the embedded database of the README's first session to a second
-server, then `serve` on the target carries on (docs/scale-out.md)."""
+server, then `serve` on the target carries on (docs/scale-out.md); a migrate onto the target while a gateway serves it
+is refused, and a plain `serve` on the data directory migrated away refuses to serve its stale copy."""
 
 import asyncio
 
@@ -7,7 +8,7 @@ import orjson
 import pytest
 from support import Gateway, cli
 
-from app.embedded import EmbeddedMongo
+from app.embedded import EmbeddedMongo, free_port
 
 pytestmark = pytest.mark.gen_test(timeout=120)
 
@@ -53,7 +54,25 @@ async def test_migrate_then_serve_on_the_target_carries_on_the_first_session(ups
         response = await gw.call("GET", path, **{"X-API-Key": key["key"]})
         assert response.code == 200
         assert (await call(gw, "GET", "/account", **auth))[1]["credits"] < before["credits"]
+        # Issue 46 (11): a second migrate --force onto the target the gateway now serves would replace its data.
+        code, out, err = await cli("migrate", "--to", target.uri, "--force", DATA_DIR=data_dir)
+        assert code == 1 and len(err.strip().splitlines()) == 1, out + err
+        assert err.startswith("social-gateway: migrate: a gateway serves the target database social_gateway")
         await asyncio.to_thread(on_target.stop)
         assert (await cli("reconcile", MONGODB_URI=target.uri, MONGODB_DB="social_gateway"))[0] == 0
+
+        # Issue 47 (11): `serve` as before, on the data directory migrated away, refuses its stale copy, naming the
+        # target; told otherwise (ALLOW_MIGRATED_DB), it serves and says so.
+        code, out, err = await cli("serve", "--port", str(free_port()), DATA_DIR=data_dir, UPSTREAM_URL=upstream_url)
+        assert code == 1 and len(err.strip().splitlines()) == 1, out + err
+        assert f"was migrated to 127.0.0.1:{target.port} (database social_gateway)" in err
+        assert "serve with MONGODB_URI set to the target, or set ALLOW_MIGRATED_DB=true" in err
+        stale = Gateway("", upstream_url, "social_gateway", DATA_DIR=data_dir, ALLOW_MIGRATED_DB="true")
+        del stale.env["MONGODB_URI"]
+        with open(tmp_path / "stale.log", "w") as fh:
+            stale.stderr = fh
+            await stale.launch()
+        await asyncio.to_thread(stale.stop)
+        assert "serving it anyway (ALLOW_MIGRATED_DB)" in (tmp_path / "stale.log").read_text()
     finally:
         target.stop()

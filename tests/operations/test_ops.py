@@ -246,6 +246,7 @@ async def test_readiness_follows_breaker_buffer_and_draining(api, ctx):
         "upstream_breaker": "closed",
         "draining": False,
         "usage_buffer": {"depth": 0, "max": ctx.settings.buffer_max},
+        "outbound": "open",  # held only on a restored database (tests/operations/test_backup.py)
     }
     breaker = ctx.upstream.breaker
     for _ in range(breaker.threshold):

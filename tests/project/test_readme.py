@@ -11,6 +11,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -344,9 +345,14 @@ def test_every_documented_command_and_option_works(served, tmp_path):
     archive, restored = str(tmp_path / "backup.tar.gz"), {"DATA_DIR": str(tmp_path / "restored")}
     assert runner.run("reconcile", DATA_DIR=served.data_dir).stdout.startswith("reconcile OK")
     assert "read at one moment" in runner.run("backup", "--out", archive, DATA_DIR=served.data_dir).stdout
+    # The runbook: the secrets go with the archive (here development's DATA_DIR/secrets.json).
+    assert "secrets.json" in runner.run("restore", archive, code=1, **restored).stderr
+    os.makedirs(restored["DATA_DIR"])
+    shutil.copy(os.path.join(served.data_dir, "secrets.json"), restored["DATA_DIR"])
     assert "checksums matched" in runner.run("restore", archive, **restored).stdout
     assert "--force" in runner.run("restore", archive, code=1, **restored).stderr
     assert "checksums matched" in runner.run("restore", archive, "--force", **restored).stdout
+    assert "released" in runner.run("release-outbound", **restored).stdout
     target = EmbeddedMongo(":memory:").start()
     try:
         for _ in range(2):  # the second time over what the first wrote
