@@ -202,3 +202,34 @@ async def test_the_audit_log_names_each_person(served):
     assert by["logout"] == people[roles.VIEWER]["email"]
     assert by["member.invited"] == owner["email"] and by["2fa.enabled"] == people[roles.DEVELOPER]["email"]
     assert all("member_id" in e["actor"] for e in body["entries"])  # every action in the account was someone's
+
+
+async def test_a_promotion_racing_a_removal_never_leaves_the_account_without_an_owner(served):
+    """Issue 46 item 5: an owner promotes a member while that member leaves (or is removed) at the same moment,
+    through both workers. Whatever order the two land in, the owners guard holds: the account's owners list
+    names only members who are owners, and its last real owner still cannot step down (409)."""
+    api, db = served
+    owner = await api.register(PASSWORDS[roles.OWNER])
+    account_id, own = owner["account_id"], (await me(api, owner["token"]))["member_id"]
+    outcomes = set()
+    for trial in range(12):
+        invitation = await invite(api, owner["token"], roles.ADMIN)
+        accept = {"token": invitation["token"], "password": PASSWORDS[roles.ADMIN]}
+        status, joined, _ = await api.call("POST", "/auth/invitations/accept", accept)
+        assert status == 200, joined
+        member = (await me(api, joined["token"]))["member_id"]
+        # Even trials: they leave; odd ones: the owner removes them. Both at the moment of the promotion.
+        gone = joined["token"] if trial % 2 == 0 else owner["token"]
+        promoted, removed = await asyncio.gather(
+            api.call("PATCH", f"/members/{member}", {"role": "owner"}, token=owner["token"]),
+            api.call("DELETE", f"/members/{member}", token=gone),
+        )
+        outcomes.add((promoted[0], removed[0]))
+        assert promoted[0] in (200, 404) and removed[0] == 200, (promoted[:2], removed[:2])
+        members = {m["person_id"]: m["role"] async for m in db.members.find({"account_id": account_id})}
+        owners = (await db.accounts.find_one({"_id": account_id}))["owners"]
+        assert owners and all(members.get(person) == roles.OWNER for person in owners), (owners, members)
+        assert sorted(members.values()) == [roles.OWNER]  # they are gone, whichever won
+        status, body, _ = await api.call("PATCH", f"/members/{own}", {"role": roles.ADMIN}, token=owner["token"])
+        assert status == 409 and "last owner" in body["detail"], (trial, status, body)
+    print(f"(promotion, removal) answers seen: {sorted(outcomes)}")
