@@ -205,6 +205,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     members = MemberStore(db)
     await members.ensure_indexes()
     await members.migrate()  # accounts from before members: each one's sign-in becomes its owner
+    await members.repair_owners()  # owners lists from before issue 46: a name of a member gone goes
     admin_store = AdminStore(db)
     await admin_store.ensure_indexes()
     alert_store, webhook_store = AlertStore(db), WebhookStore(db)

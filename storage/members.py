@@ -97,6 +97,26 @@ class MemberStore:
             changed += 1
         return changed
 
+    async def repair_owners(self) -> int:
+        """Owners lists written before the account ordered its roster (issue 46) may name a member who left as they
+        were made an owner: such a name goes, in one write made only if the list did not change since, unless no
+        name would stay. Each account checked once (it gets its roster_v). How many lists lost a name."""
+        repaired = 0
+        async for account in self.accounts.find(
+            {"owners.1": {"$exists": True}, "roster_v": {"$exists": False}}, {"owners": 1}
+        ):
+            owners = account["owners"]
+            real = await self.members.distinct("person_id", {"account_id": account["_id"], "role": OWNER})
+            ghosts = [person for person in owners if person not in real]
+            change: dict = {"$set": {"roster_v": 0}}
+            if ghosts and len(ghosts) < len(owners):
+                change["$pullAll"] = {"owners": ghosts}
+            result = await self.accounts.update_one(
+                {"_id": account["_id"], "owners": owners, "roster_v": {"$exists": False}}, change
+            )
+            repaired += 1 if "$pullAll" in change and result.modified_count else 0
+        return repaired
+
     async def make_owner(self, account_id: str, email: str, joined_at: datetime | None = None) -> None:
         """The registering sign-in as the account's first owner (also the migration's step)."""
         if await self.add(account_id, account_id, email, OWNER, joined_at=joined_at) is None:

@@ -273,6 +273,27 @@ async def test_accounts_from_before_members_get_their_owner_at_start(api, ctx):
     assert mine["role"] == "owner" and mine["accounts"] == [{"account_id": user["account_id"], "role": "owner"}]
 
 
+async def test_an_owners_list_from_before_issue_46_loses_the_names_of_members_gone(api, ctx):
+    """The race of issue 46 item 5 left, in databases it ran on, an owners list naming a member who had left: a
+    starting gateway takes such names off (never the last), so the last real owner stays one."""
+    owner = await api.register()
+    account_id, own = owner["account_id"], (await me(api, owner["token"]))["member_id"]
+    ghost = "6b0000000000000000000001"
+    await ctx.accounts.accounts.update_one(
+        {"_id": account_id}, {"$push": {"owners": ghost}, "$unset": {"roster_v": ""}}
+    )
+    assert (await api.call("PATCH", f"/members/{own}", {"role": "admin"}, token=owner["token"]))[0] == 200
+    await ctx.members.members.update_one({"_id": own}, {"$set": {"role": "owner"}})
+    await ctx.accounts.accounts.update_one(
+        {"_id": account_id}, {"$set": {"owners": [account_id, ghost]}, "$unset": {"roster_v": ""}}
+    )
+    assert await ctx.members.repair_owners() == 1
+    assert await ctx.members.repair_owners() == 0  # once
+    assert (await ctx.accounts.accounts.find_one({"_id": account_id}))["owners"] == [account_id]
+    status, body, _ = await api.call("PATCH", f"/members/{own}", {"role": "admin"}, token=owner["token"])
+    assert status == 409 and "last owner" in body["detail"]
+
+
 @pytest.mark.settings(admin_require_2fa=True)
 async def test_admin_rights_and_their_second_factor_are_the_persons_and_the_console_lists_members(api, ctx):
     owner = await api.register()
