@@ -4,8 +4,9 @@ Who may call what is each route's least role (handlers/members/openapi.py, check
 what the role check of a route cannot see is checked here: only an owner makes, changes or removes an owner, or
 revokes an invitation to become one, and the last owner stays one (409), also against a change racing it (the
 store's conditional updates decide, not what this request read first). An invitation is accepted only by the
-person it was sent to, and only while its inviter may still grant its role. A removed or demoted member's sessions lose the old rights at once, on every
-process: the session check reads the membership on every request (services/sessions.py).
+person it was sent to, and only while its inviter may still grant its role. A removed or demoted member's
+sessions lose the old rights at once, on every process: the session check reads the membership on every request
+(services/sessions.py).
 """
 
 from handlers.auth import handlers as auth
