@@ -210,6 +210,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     members = MemberStore(db)
     await members.ensure_indexes()
     await members.migrate()  # accounts from before members: each one's sign-in becomes its owner
+    await members.repair_owners()  # owners lists from before issue 46: a name of a member gone goes
     admin_store = AdminStore(db)
     await admin_store.ensure_indexes()
     alert_store, webhook_store = AlertStore(db), WebhookStore(db)
@@ -264,7 +265,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         auth=Auth(settings, accounts, members, signin, limits, audit, meter.account_cache, vault, outbox),
         cursors=CursorHandles(cursor_handles),
         keys=KeyService(keys_, meter, vault, settings.max_keys_per_account),
-        members=Members(settings, members, accounts, outbox),
+        members=Members(settings, members, accounts, outbox, limits),
         ops=ops,
         payments=payments,
         sessions=Sessions(settings, accounts, SessionStore(db), meter, members),

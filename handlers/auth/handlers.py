@@ -259,7 +259,8 @@ class SwitchHandler(AuthHandler):
 
 
 class AttributionHandler(BaseHandler):
-    """Stores first-touch data set-once and links earlier anonymous events; best effort."""
+    """Stores first-touch data set-once and links earlier anonymous events; best effort. An owner's (its
+    operation's least role): how the account came is not a viewer's to write."""
 
     @authenticated
     async def post(self) -> None:

@@ -122,12 +122,12 @@ OPERATIONS = [
     Operation(
         "post",
         "/auth/attribution",
-        "Store first-touch data once and link earlier anonymous events",
+        "Store first-touch data once and link earlier anonymous events (the account's: an owner's)",
         "auth",
         ref("AttributionResult"),
         body="Attribution",
-        errors=(401, 413, 422),
-        role=roles.VIEWER,
+        errors=(401, 403, 413, 422),
+        role=roles.OWNER,
     ),
     Operation(
         "post",

@@ -1,9 +1,12 @@
 """Members of an account and their invitations (services/members.py; roles: security/roles.py).
 
 Who may call what is each route's least role (handlers/members/openapi.py, checked by BaseHandler.prepare);
-what the role check of a route cannot see is checked here: only an owner makes, changes or removes an owner,
-and the last owner stays one (409). A removed or demoted member's sessions lose the old rights at once, on every
-process: the session check reads the membership on every request (services/sessions.py).
+what the role check of a route cannot see is checked here: only an owner makes, changes or removes an owner, or
+revokes an invitation to become one, and the last owner stays one (409), also against a change racing it (the
+store's conditional updates decide, not what this request read first). An invitation is accepted only by the
+person it was sent to, and only while its inviter may still grant its role. A removed or demoted member's
+sessions lose the old rights at once, on every process: the session check reads the membership on every request
+(services/sessions.py).
 """
 
 from handlers.auth import handlers as auth
@@ -13,7 +16,7 @@ from handlers.errors import ApiError, ValidationError, error
 from handlers.validation import Field, validate_body
 from security import passwords, roles
 from services.auth import DuplicateEmail
-from services.members import LastOwner
+from services.members import AlreadyInvited, LastOwner, OwnersOnly, TooManyInvitations
 
 
 def _a_role(value: str, loc: list) -> None:
@@ -40,6 +43,7 @@ ACCEPT = [
 MEMBER_ID, INVITATION_ID = r"([0-9a-f]{24})", r"(inv_[0-9a-f]{16})"
 _LAST_OWNER = "The account's last owner cannot be removed or demoted: make another member an owner first"
 _OWNERS_ONLY = "Only an owner can make an owner, or change or remove one"
+_ELSEWHERE = "This invitation was sent to another email address: sign in as that person to accept it"
 _GONE = "This invitation is unknown, already used, revoked or expired: ask for a new one"
 
 
@@ -86,9 +90,11 @@ class MemberHandler(BaseHandler):
         if not roles.may_assign(self.session.role, role, member["role"]):
             raise ApiError(403, _OWNERS_ONLY)
         try:
-            changed = await self.services.members.set_role(member, role)
+            changed = await self.services.members.set_role(member, role, self.session.role == roles.OWNER)
         except LastOwner:
             raise ApiError(409, _LAST_OWNER) from None
+        except OwnersOnly:  # made an owner since this request read them
+            raise ApiError(403, _OWNERS_ONLY) from None
         if changed is None:
             raise ApiError(404, "Not found")
         details = {"member_id": member_id, "email": member["email"], "from": member["role"], "to": role}
@@ -101,10 +107,12 @@ class MemberHandler(BaseHandler):
         leaving = member_id == self.session.member_id
         if not leaving and not roles.may_assign(self.session.role, member["role"], member["role"]):
             raise ApiError(403, _OWNERS_ONLY)
-        try:
-            removed = await self.services.members.remove(member)
+        try:  # anyone may leave, an owner too while another stays
+            removed = await self.services.members.remove(member, leaving or self.session.role == roles.OWNER)
         except LastOwner:
             raise ApiError(409, _LAST_OWNER) from None
+        except OwnersOnly:
+            raise ApiError(403, _OWNERS_ONLY) from None
         if removed:
             details = {"member_id": member_id, "email": member["email"], "role": member["role"]}
             await self.audit("member.left" if leaving else "member.removed", details=details)
@@ -122,7 +130,14 @@ class InvitationsHandler(BaseHandler):
         email, role = body["email"].strip().lower(), body["role"]
         if not roles.may_assign(self.session.role, role):
             raise ApiError(403, _OWNERS_ONLY)
-        invited = await self.services.members.invite(self.current_user, email, role, self.member())
+        try:
+            invited = await self.services.members.invite(self.current_user, email, role, self.member())
+        except AlreadyInvited:
+            raise ApiError(
+                409, "This address has a pending invitation to the account: revoke it to invite again"
+            ) from None
+        except TooManyInvitations as refused:
+            raise ApiError(429, f"{refused.reason}; retry later", {"Retry-After": str(refused.wait)}) from None
         if invited is None:
             raise ApiError(409, "This person is already a member of the account")
         invitation, token = invited
@@ -144,7 +159,10 @@ class InvitationsHandler(BaseHandler):
 class InvitationHandler(BaseHandler):
     @authenticated
     async def delete(self, invitation_id: str) -> None:
-        if not await self.services.members.revoke(self.current_user, invitation_id):
+        revoked = await self.services.members.revoke(self.current_user, invitation_id, self.session.role)
+        if revoked is None:
+            raise ApiError(403, _OWNERS_ONLY)
+        if not revoked:
             raise ApiError(404, "Not found")
         await self.audit("member.invitation_revoked", details={"invitation_id": invitation_id})
         self.send_json({"ok": True})
@@ -152,7 +170,8 @@ class InvitationHandler(BaseHandler):
 
 class AcceptHandler(AuthHandler):
     """Joins the invitation's account: as a new person (a password makes their sign-in), as a person who has one
-    (their password, or their session), and answers a session for that account. Works once."""
+    (their password, or their session: theirs only if they are the invited address), and answers a session for
+    that account. Works once."""
 
     async def post(self) -> None:
         body = validate_body(self.json_body(), ACCEPT)
@@ -164,6 +183,8 @@ class AcceptHandler(AuthHandler):
         account_id = invitation["account_id"]
         if await self.services.members.role(account_id, person["_id"]) is not None:
             raise ApiError(409, "You are already a member of this account")
+        if not await self.services.members.inviter_may(invitation):
+            raise ApiError(404, _GONE)  # its inviter was removed, or may no longer grant its role
         if await self.services.members.spend(invitation["_id"]) is None:
             raise ApiError(404, _GONE)  # used at the same moment by another request
         await self.services.members.add(
@@ -176,7 +197,10 @@ class AcceptHandler(AuthHandler):
     async def person(self, invitation: dict, password: str | None) -> dict:
         """Who accepts: the signed-in person, else the invited email's sign-in (its password), else a new one."""
         if self.session is not None:
-            return await self.current_person()
+            person = await self.current_person()
+            if person["email"] != invitation["email"]:  # the link alone is not the invited person
+                raise ApiError(403, _ELSEWHERE)
+            return person
         if password is None:
             raise ApiError(401, "Sign in, or give a password", {"WWW-Authenticate": "Bearer"})
         email = invitation["email"]

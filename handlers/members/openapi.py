@@ -61,8 +61,9 @@ OPERATIONS = [
     Operation(
         "post",
         "/auth/invitations/accept",
-        "Accept an invitation (once, within 7 days): a new person's password makes their sign-in; a person who "
-        "has one gives theirs or sends their session; returns a session token for the account",
+        "Accept an invitation (once, within 7 days, while its inviter may still grant its role): a new person's "
+        "password makes their sign-in; a person who has one gives theirs or sends their session (403 for a session "
+        "of another address); returns a session token for the account",
         "auth",
         ref("Session"),
         security=None,
@@ -127,17 +128,18 @@ OPERATIONS = [
         "post",
         "/members/invitations",
         "Invite someone by email, with a role (only an owner invites an owner); the link is emailed and works "
-        "once, for 7 days",
+        "once, for 7 days, for that address only. One pending invitation per address (409); at most 3 to one "
+        "address in an hour, and 100 by one account in 7 days (429)",
         "members",
         ref("NewInvitation"),
         body="Invite",
-        errors=(401, 403, 409, 413, 422),
+        errors=(401, 403, 409, 413, 422, 429),
         role=roles.ADMIN,
     ),
     Operation(
         "delete",
         "/members/invitations/{invitation_id}",
-        "Revoke a pending invitation",
+        "Revoke a pending invitation (only an owner revokes one to become an owner)",
         "members",
         ref("Removed"),
         params=(_INVITATION_ID,),

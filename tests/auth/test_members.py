@@ -4,6 +4,7 @@ effect at once, and the role of every portal operation enforced by the server fr
 The role matrix is built from the operations the OpenAPI document is built from (handlers/openapi.py
 PORTAL_OPERATIONS, each with its least role): every operation x every role."""
 
+import asyncio
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -272,6 +273,27 @@ async def test_accounts_from_before_members_get_their_owner_at_start(api, ctx):
     assert mine["role"] == "owner" and mine["accounts"] == [{"account_id": user["account_id"], "role": "owner"}]
 
 
+async def test_an_owners_list_from_before_issue_46_loses_the_names_of_members_gone(api, ctx):
+    """The race of issue 46 item 5 left, in databases it ran on, an owners list naming a member who had left: a
+    starting gateway takes such names off (never the last), so the last real owner stays one."""
+    owner = await api.register()
+    account_id, own = owner["account_id"], (await me(api, owner["token"]))["member_id"]
+    ghost = "6b0000000000000000000001"
+    await ctx.accounts.accounts.update_one(
+        {"_id": account_id}, {"$push": {"owners": ghost}, "$unset": {"roster_v": ""}}
+    )
+    assert (await api.call("PATCH", f"/members/{own}", {"role": "admin"}, token=owner["token"]))[0] == 200
+    await ctx.members.members.update_one({"_id": own}, {"$set": {"role": "owner"}})
+    await ctx.accounts.accounts.update_one(
+        {"_id": account_id}, {"$set": {"owners": [account_id, ghost]}, "$unset": {"roster_v": ""}}
+    )
+    assert await ctx.members.repair_owners() == 1
+    assert await ctx.members.repair_owners() == 0  # once
+    assert (await ctx.accounts.accounts.find_one({"_id": account_id}))["owners"] == [account_id]
+    status, body, _ = await api.call("PATCH", f"/members/{own}", {"role": "admin"}, token=owner["token"])
+    assert status == 409 and "last owner" in body["detail"]
+
+
 @pytest.mark.settings(admin_require_2fa=True)
 async def test_admin_rights_and_their_second_factor_are_the_persons_and_the_console_lists_members(api, ctx):
     owner = await api.register()
@@ -319,3 +341,126 @@ async def test_billing_members_write_the_alert_rules_about_money_only(api):
         "POST", "/alerts", {"kind": "balance_below", "credits": 5}, token=people["viewer"]["token"]
     )
     assert status == 403 and body == {"detail": roles.refusal(roles.DEVELOPER_OR_BILLING)}
+
+
+async def pending_ids(api, token: str) -> set[str]:
+    status, pending, _ = await api.call("GET", "/members/invitations", token=token)
+    assert status == 200, pending
+    return {i["invitation_id"] for i in pending}
+
+
+async def test_an_admin_revokes_only_the_invitations_it_could_make(api):
+    """Issue 46 item 6: an invitation to become an owner is an owner's to revoke."""
+    people = await team(api)
+    owner, admin = people[roles.OWNER]["token"], people[roles.ADMIN]["token"]
+    to_owner, to_dev = await invite(api, owner, roles.OWNER), await invite(api, owner, roles.DEVELOPER)
+    status, body, _ = await api.call("DELETE", f"/members/invitations/{to_owner['invitation_id']}", token=admin)
+    assert status == 403 and body == {"detail": "Only an owner can make an owner, or change or remove one"}
+    assert to_owner["invitation_id"] in await pending_ids(api, owner)
+    assert (await api.call("DELETE", f"/members/invitations/{to_dev['invitation_id']}", token=admin))[0] == 200
+    assert (await api.call("DELETE", f"/members/invitations/{to_owner['invitation_id']}", token=owner))[0] == 200
+    assert await pending_ids(api, owner) == set()
+
+
+async def test_an_invitation_is_accepted_only_by_the_address_it_was_sent_to(api):
+    """Issue 46 item 7: the link alone does not make its holder the invited person."""
+    owner, stranger = await api.register(), await api.register()
+    invitation = await invite(api, owner["token"], roles.ADMIN)
+    accept = {"token": invitation["token"]}
+    status, body, _ = await api.call("POST", "/auth/invitations/accept", accept, token=stranger["token"])
+    assert status == 403 and "sent to another email address" in body["detail"]
+    members = (await api.call("GET", "/members", token=owner["token"]))[1]
+    assert [m["email"] for m in members] == [owner["email"]]
+    # Still pending: the invited person accepts it (their password makes the invited address's sign-in).
+    status, joined, _ = await api.call("POST", "/auth/invitations/accept", {**accept, "password": PASSWORD})
+    assert status == 200 and (await me(api, joined["token"]))["email"] == invitation["email"]
+
+
+async def test_an_invitation_grants_only_what_its_inviter_still_may(api, ctx):
+    """Issue 46 item 7: an inviter removed or demoted takes back the pending invitations it could no longer make
+    (and acceptance checks the inviter's role again, for a demotion racing it)."""
+    people = await team(api)
+    owner = people[roles.OWNER]["token"]
+    ids = {m["role"]: m["member_id"] for m in (await api.call("GET", "/members", token=owner))[1]}
+
+    async def accepted(invitation: dict) -> int:
+        body = {"token": invitation["token"], "password": PASSWORD}
+        return (await api.call("POST", "/auth/invitations/accept", body))[0]
+
+    # An admin demoted to viewer: their invitation goes.
+    by_admin = await invite(api, people[roles.ADMIN]["token"], roles.DEVELOPER)
+    assert (await api.call("PATCH", f"/members/{ids['admin']}", {"role": "viewer"}, token=owner))[0] == 200
+    assert by_admin["invitation_id"] not in await pending_ids(api, owner)
+    assert await accepted(by_admin) == 404
+    # An owner demoted to admin: their invitation to become an owner goes, the one an admin may make stays.
+    dev = people[roles.DEVELOPER]["token"]
+    assert (await api.call("PATCH", f"/members/{ids['developer']}", {"role": "owner"}, token=owner))[0] == 200
+    to_owner, to_billing = await invite(api, dev, roles.OWNER), await invite(api, dev, roles.BILLING)
+    assert (await api.call("PATCH", f"/members/{ids['developer']}", {"role": "admin"}, token=owner))[0] == 200
+    assert await pending_ids(api, owner) == {to_billing["invitation_id"]}
+    assert await accepted(to_owner) == 404
+    assert await accepted(to_billing) == 200
+    # A removed inviter: theirs go.
+    by_removed = await invite(api, dev, roles.VIEWER)
+    assert (await api.call("DELETE", f"/members/{ids['developer']}", token=owner))[0] == 200
+    assert await accepted(by_removed) == 404
+    # A demotion racing the acceptance (its inviter's role changed after the invitation was read as pending).
+    raced = await invite(api, owner, roles.DEVELOPER)
+    await ctx.members.members.update_one({"_id": ids["owner"]}, {"$set": {"role": roles.VIEWER}})
+    assert await accepted(raced) == 404
+    await ctx.members.members.update_one({"_id": ids["owner"]}, {"$set": {"role": roles.OWNER}})
+    roster = sorted((m["email"], m["role"]) for m in (await api.call("GET", "/members", token=owner))[1])
+    assert roster == sorted(
+        [(people[r]["email"], r) for r in (roles.OWNER, roles.BILLING)]
+        + [(people[roles.ADMIN]["email"], "viewer"), (people[roles.VIEWER]["email"], "viewer")]
+        + [(to_billing["email"], "billing")]
+    )
+
+
+async def test_invitations_are_capped_per_address_and_per_account(api):
+    """Issue 46 item 7: one pending invitation per address and account, at most INVITATIONS_PER_EMAIL to one
+    address in an hour (an email each: the inbox is someone else's), INVITATIONS_PER_ACCOUNT by one account in
+    the days an invitation lives; all held when asked at once."""
+    owner = (await api.register())["token"]
+    address = email()
+    answers = await asyncio.gather(
+        *[
+            api.call("POST", "/members/invitations", {"email": address, "role": "viewer"}, token=owner)
+            for _ in range(12)
+        ]
+    )
+    assert sorted(a[0] for a in answers).count(200) <= 1 and {a[0] for a in answers} <= {200, 409, 429}
+    assert len(await pending_ids(api, owner)) <= 1
+    # Revoked and invited again, the address gets three in the hour, those made at once counted.
+    made = [a[1]["invitation_id"] for a in answers if a[0] == 200]
+    while True:
+        for invitation_id in await pending_ids(api, owner):
+            assert (await api.call("DELETE", f"/members/invitations/{invitation_id}", token=owner))[0] == 200
+        status, body, headers = await api.call(
+            "POST", "/members/invitations", {"email": address, "role": "viewer"}, token=owner
+        )
+        if status != 200:
+            break
+        made.append(body["invitation_id"])
+    assert status == 429 and "invited 3 times in the last hour" in body["detail"], body
+    assert 0 < int(headers["Retry-After"]) <= 3600 and len(made) <= 3
+    # The account: 100 in the days an invitation lives, however many asked at once (3 of them made above).
+    answers = await asyncio.gather(
+        *[
+            api.call("POST", "/members/invitations", {"email": email(), "role": "viewer"}, token=owner)
+            for _ in range(100)
+        ]
+    )
+    assert sorted(a[0] for a in answers) == [200] * 97 + [429] * 3, [a[:2] for a in answers if a[0] != 200]
+    assert "100 invitations in the last 7 days" in next(a[1]["detail"] for a in answers if a[0] == 429)
+
+
+async def test_the_accounts_attribution_is_an_owners_to_write(api):
+    """Issue 46 item 7: the set-once first touch says how the account came; a viewer cannot set it."""
+    people = await team(api)
+    first_touch = {"first_touch": {"utm_source": "viewer"}}
+    status, body, _ = await api.call("POST", "/auth/attribution", first_touch, token=people[roles.VIEWER]["token"])
+    assert (status, body) == (403, {"detail": roles.refusal(roles.OWNER)})
+    owners = {"first_touch": {"utm_source": "owner"}}
+    status, body, _ = await api.call("POST", "/auth/attribution", owners, token=people[roles.OWNER]["token"])
+    assert (status, body) == (200, {"ok": True, "stored": True})
