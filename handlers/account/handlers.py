@@ -88,7 +88,8 @@ class UsageHandler(BaseHandler):
 
 
 class UsageSummaryHandler(BaseHandler):
-    """Calls, credits and errors per day, endpoint and/or key over the last `days` UTC days, newest first."""
+    """Calls, credits, errors and what the answer cache saved per day, endpoint and/or key over the last `days` UTC
+    days, newest first."""
 
     @authenticated
     async def get(self) -> None:
@@ -102,8 +103,15 @@ class UsageSummaryHandler(BaseHandler):
         since_day = (datetime.now(UTC).date() - timedelta(days=days - 1)).isoformat()
         sums = await self.services.account.summary(account_id, since_day, fields)
         rows = [
-            {**dict(zip(fields, group, strict=True)), "calls": n, "credits": c, "errors": x}
-            for group, (n, c, x) in sums.items()
+            {
+                **dict(zip(fields, group, strict=True)),
+                "calls": n,
+                "credits": c,
+                "errors": x,
+                "from_cache": h,  # answered from the answer cache (a hit, or stale while the provider failed)
+                "credits_saved": v,  # what those calls were not charged
+            }
+            for group, (n, c, x, h, v) in sums.items()
         ]
         if fields == ("endpoint",):
             # Per endpoint alone: the provider's answer times too (forwarded calls; null where there were none).

@@ -24,7 +24,8 @@ OPERATIONS: list[Operation] = [
     Operation(
         "get",
         "/usage/summary",
-        "Calls, credits and errors per UTC day, endpoint and/or key (stored and buffered), newest first",
+        "Calls, credits, errors and the cache's savings per UTC day, endpoint and/or key (stored and buffered), "
+        "newest first",
         "account",
         array(ref("UsageSummaryRow")),
         params=(
@@ -108,13 +109,18 @@ SCHEMAS: dict = {
         credits_saved={"type": "integer", "description": "Credits a cached answer (hit, stale) was not charged"},
     ),
     "UsageSummaryRow": obj(
-        ("calls", "credits", "errors"),
+        ("calls", "credits", "errors", "from_cache", "credits_saved"),
         day={"type": "string", "format": "date", "description": "UTC day (when grouped by day)"},
         endpoint={"type": "string", "description": "Data route, e.g. /social/user/info (when grouped by endpoint)"},
         key_id={"type": "integer", "description": "When grouped by key"},
         calls=I,
         credits=I,
         errors={"type": "integer", "description": "Calls answered with a status other than 2xx"},
+        from_cache={
+            "type": "integer",
+            "description": "Calls answered from the answer cache (X-Cache HIT, or STALE while the provider failed)",
+        },
+        credits_saved={"type": "integer", "description": "Credits those calls were not charged (CACHE_HIT_PRICE)"},
         p50_ms=nullable({"type": "number", "description": "group_by=endpoint alone: median provider answer time"}),
         p95_ms=nullable({"type": "number", "description": "group_by=endpoint alone: 95th percentile, ms"}),
         samples={"type": "integer", "description": "group_by=endpoint alone: forwarded calls timed"},
