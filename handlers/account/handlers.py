@@ -1,4 +1,4 @@
-"""The account's balance and plan, and its usage history (buffered calls included): per call, summed
+"""The account's balance and plan, the price sheet, and its usage history (buffered calls included): per call, summed
 by day / endpoint / key, and exported as CSV or JSON lines."""
 
 import base64
@@ -12,6 +12,7 @@ from handlers.base import BaseHandler, authenticated, timestamp
 from handlers.errors import ValidationError, error
 from handlers.validation import Field
 from services.account import log_order
+from social import prices
 
 GROUPS = {"day": "day", "endpoint": "endpoint", "key": "key_id"}  # group_by value -> row field
 EXPORT_COLUMNS = ("timestamp", "key_id", "endpoint", "status", "credits", "request_id", "replay_of")
@@ -58,6 +59,14 @@ class AccountHandler(BaseHandler):
                 "created_at": account["created_at"],
             }
         )
+
+
+class PricesHandler(BaseHandler):
+    """The price sheet of the running settings (social/prices.py): public, for reading before spending; a reload
+    of the price rules shows at the next request."""
+
+    def get(self) -> None:
+        self.send_json(prices.sheet(prices.Terms.of(self.config)))
 
 
 class UsageHandler(BaseHandler):
@@ -282,6 +291,7 @@ class UsageExportHandler(BaseHandler):
 
 routes = [
     (r"/account", AccountHandler),
+    (r"/prices", PricesHandler),
     (r"/usage", UsageHandler),
     (r"/usage/summary", UsageSummaryHandler),
     (r"/usage/export", UsageExportHandler),

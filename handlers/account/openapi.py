@@ -13,6 +13,16 @@ OPERATIONS: list[Operation] = [
     Operation("get", "/account", "Credit balance and plan", "account", ref("Account"), role=roles.VIEWER),
     Operation(
         "get",
+        "/prices",
+        "What each data endpoint costs under the running price rules (PRICE_RULES), and how long its answers stay "
+        "fresh in the answer cache (CACHE_TTL); public",
+        "account",
+        ref("PriceSheet"),
+        security=None,
+        errors=(),
+    ),
+    Operation(
+        "get",
         "/usage",
         "Per-call history, newest first",
         "account",
@@ -77,6 +87,24 @@ OPERATIONS: list[Operation] = [
 ]
 
 SCHEMAS: dict = {
+    "PriceSheet": obj(
+        ("credits_per_usd", "minimum", "cache_hit_price", "endpoints"),
+        credits_per_usd=I,
+        minimum={"type": "integer", "description": "Every successful call costs at least this"},
+        cache_hit_price={"type": "number", "description": "Fraction of a call's price an answer from the cache costs"},
+        endpoints=array(
+            obj(
+                ("endpoint", "available", "price", "minimum", "page_size", "full_page", "fresh_seconds"),
+                endpoint={"type": "string", "description": "The data path after /social (or /twitter)"},
+                available=B,
+                price={"type": "string", "description": "The price rule in words: 18 per profile, 30 per call"},
+                minimum={"type": "integer", "description": "Credits a successful call costs at least (an empty page)"},
+                page_size=nullable({"type": "integer", "description": "A page with the defaults; null: ids sent"}),
+                full_page=nullable({"type": "integer", "description": "Credits of a full page: reserved first"}),
+                fresh_seconds={"type": "integer", "description": "Seconds an answer is served from the cache; 0: off"},
+            )
+        ),
+    ),
     "Account": obj(
         ("account_id", "credits", "plan", "qps_limit", "account_qps_limit", "max_keys"),
         account_id=S,
