@@ -100,12 +100,12 @@ function drawEndpoints(perEndpoint) {
       cell(row, endpoint, "path");
       cell(row, number.format(v.calls), "num");
       cell(row, number.format(v.credits), "num");
-      const cached = cell(row, v.from_cache === undefined ? "—" : number.format(v.from_cache), "num");
-      cached.dataset.testid = "endpoint-from-cache";
-      if (v.credits_saved) cached.append(" ", el("span", "saved " + number.format(v.credits_saved), "badge off"));
       cell(row, v.errors === undefined ? "—" : number.format(v.errors), "num");
       cell(row, ms(v.p50_ms), "num");
       cell(row, ms(v.p95_ms), "num");
+      const cached = cell(row, v.from_cache === undefined ? "—" : number.format(v.from_cache), "num");
+      cached.dataset.testid = "endpoint-from-cache";
+      if (v.credits_saved) cached.append(" ", el("span", "saved " + number.format(v.credits_saved), "badge off"));
       body.append(row);
     });
   labelCells($("#endpoints-table"));
