@@ -36,6 +36,13 @@ LOGIN = [
     Field("email", str, min_length=1, max_length=254),
     Field("password", str, min_length=1, max_length=128),
     Field("code", str, required=False, min_length=6, max_length=32, description="With two-factor sign-in: a code"),
+    Field(
+        "own_account",
+        bool,
+        required=False,
+        description="true: a sign-in that is in no account any more (removed from every one) starts an account of "
+        "its own, owned by it (otherwise 403)",
+    ),
 ]
 SWITCH = [Field("account_id", str, min_length=1, max_length=64, description="One of the accounts in /auth/me")]
 ATTRIBUTION = [
@@ -48,6 +55,11 @@ ATTRIBUTION = [
     ),
     Field("anonymous_id", str, required=False, min_length=1, max_length=128),
 ]
+
+
+NO_ACCOUNT = (
+    "You are not a member of any account any more: ask an owner for an invitation, or start an account of your own"
+)
 
 
 class AuthHandler(BaseHandler):
@@ -80,7 +92,7 @@ class AuthHandler(BaseHandler):
             raise ApiError(404, "Not found")  # not one of theirs: as if it did not exist
         chosen = chosen or (memberships[0] if memberships else None)
         if chosen is None:
-            raise ApiError(403, "You are not a member of any account any more: ask an owner for an invitation")
+            raise ApiError(403, NO_ACCOUNT)
         self.account_id, self.person_id = chosen["account_id"], person_id
         self.acting = {"member_id": chosen["_id"], "email": chosen.get("email")}
         await self.services.auth.seen(chosen["account_id"], person_id)
@@ -191,9 +203,24 @@ class LoginHandler(AuthHandler):
                 self.send_json(self.services.auth.challenge(account))
                 return
             method = await self.checked_code(account["_id"], body["code"])
+        started = None  # with own_account, a sign-in in no account starts one: the credits it got
+        if body.get("own_account") and not await self.services.auth.memberships(account["_id"]):
+            started = await self.own_account(account)
         await self.home_account(account["_id"])
+        if started is not None:
+            await self.audit("account.created", details={"credits": started, "own_account": True})
         await self.audit("login", details={"second_factor": method} if method else None)
         self.issue_session(account["_id"], account.get("session_version", 0))
+
+    async def own_account(self, person: dict) -> int:
+        """A sign-in in no account starts one of its own (services/auth.py); 403 where it cannot (a registered
+        sign-in whose account others own now: it may register anew with another email, or be invited)."""
+        credits = await self.services.auth.start_own_account(
+            person, self.ctx.throttles.signup.network(self.client_ip())
+        )
+        if credits is None:
+            raise ApiError(403, "This sign-in cannot start an account of its own: ask an owner for an invitation")
+        return credits
 
 
 class LogoutHandler(BaseHandler):
