@@ -57,9 +57,21 @@ ATTRIBUTION = [
 ]
 
 
-NO_ACCOUNT = (
-    "You are not a member of any account any more: ask an owner for an invitation, or start an account of your own"
+NO_ACCOUNT = "You are not a member of any account any more: ask an owner for an invitation"
+OR_START = ", or start an account of your own"  # what a sign-in in no account may do (LoginHandler own_account)
+
+
+CANNOT_START = (
+    "This sign-in cannot start an account of its own: it is the sign-in of the account it registered, which others "
+    "own now. Ask an owner for an invitation, or register anew with another email"
 )
+
+
+def may_start_account(sign_in: dict) -> bool:
+    """Whether a sign-in in no account may start one of its own (services/auth.py start_own_account): an invited
+    person's, or one whose own account lists it as owner (a start cut short); not a registered account's that
+    others own now."""
+    return bool(sign_in.get("person")) or sign_in["_id"] in (sign_in.get("owners") or [])
 
 
 class AuthHandler(BaseHandler):
@@ -82,9 +94,10 @@ class AuthHandler(BaseHandler):
             self.log_fields["throttled"] = True
             raise ApiError(429, "Too many attempts; retry later", {"Retry-After": str(wait)})
 
-    async def home_account(self, person_id: str, account_id: str | None = None) -> str:
+    async def home_account(self, person_id: str, account_id: str | None = None, may_start: bool = True) -> str:
         """The account a new session of the person acts for: `account_id` if they are its member, else their own
-        account, else the first they joined; 403 when they are a member of none. Sets it as this request's
+        account, else the first they joined; 403 when they are a member of none (saying they may start one of their
+        own, unless `may_start` is False). Sets it as this request's
         account, and its member as the one acting (the audit log)."""
         memberships = await self.services.auth.memberships(person_id)
         chosen = next((m for m in memberships if m["account_id"] == (account_id or person_id)), None)
@@ -92,7 +105,7 @@ class AuthHandler(BaseHandler):
             raise ApiError(404, "Not found")  # not one of theirs: as if it did not exist
         chosen = chosen or (memberships[0] if memberships else None)
         if chosen is None:
-            raise ApiError(403, NO_ACCOUNT)
+            raise ApiError(403, NO_ACCOUNT + (OR_START if may_start else ""))
         self.account_id, self.person_id = chosen["account_id"], person_id
         self.acting = {"member_id": chosen["_id"], "email": chosen.get("email")}
         await self.services.auth.seen(chosen["account_id"], person_id)
@@ -206,21 +219,23 @@ class LoginHandler(AuthHandler):
         started = None  # with own_account, a sign-in in no account starts one: the credits it got
         if body.get("own_account") and not await self.services.auth.memberships(account["_id"]):
             started = await self.own_account(account)
-        await self.home_account(account["_id"])
+        await self.home_account(account["_id"], may_start=may_start_account(account))
         if started is not None:
             await self.audit("account.created", details={"credits": started, "own_account": True})
         await self.audit("login", details={"second_factor": method} if method else None)
         self.issue_session(account["_id"], account.get("session_version", 0))
 
-    async def own_account(self, person: dict) -> int:
-        """A sign-in in no account starts one of its own (services/auth.py); 403 where it cannot (a registered
-        sign-in whose account others own now: it may register anew with another email, or be invited)."""
-        credits = await self.services.auth.start_own_account(
+    async def own_account(self, person: dict) -> int | None:
+        """A sign-in in no account starts one of its own (services/auth.py); the credits it got when this request
+        made it. 403 where it cannot (a registered sign-in whose account others own now: it may register anew with
+        another email, or be invited)."""
+        started = await self.services.auth.start_own_account(
             person, self.ctx.throttles.signup.network(self.client_ip())
         )
-        if credits is None:
-            raise ApiError(403, "This sign-in cannot start an account of its own: ask an owner for an invitation")
-        return credits
+        if started is None:
+            raise ApiError(403, CANNOT_START)
+        made, credits = started
+        return credits if made else None  # None: made by another request of theirs (audited there)
 
 
 class LogoutHandler(BaseHandler):

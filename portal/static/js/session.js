@@ -152,11 +152,25 @@ $("#second-factor-form").addEventListener("submit", async (event) => {
   const form = $("#second-factor-form");
   const body = { challenge: pending.challenge, code: $("#second-factor-code").value.trim() };
   const own = pending.ownAccount;
+  let mayStart = false;
   const me = await act(form, $('button[type="submit"]', form), async () => {
-    if (own) await api("POST", "/portal/login", Object.assign({}, own, { code: body.code }));
-    else await api("POST", "/portal/login/2fa", body);
+    try {
+      if (own) await api("POST", "/portal/login", Object.assign({}, own, { code: body.code }));
+      else await api("POST", "/portal/login/2fa", body);
+    } catch (err) {
+      mayStart = err.status === 403 && /start an account of your own/.test(err.message);
+      throw err;
+    }
     return api("GET", "/auth/me");
   });
+  if (mayStart) {
+    // In no account any more: the login form offers to start one (the password again, then a new code).
+    pending.challenge = null;
+    authPanel("#auth-form", "You are not a member of any account any more. Type your password again and choose " +
+      "\u201cStart an account of my own\u201d, or ask an owner for an invitation.");
+    $("#own-account-box").hidden = false;
+    return;
+  }
   if (me) {
     pending.challenge = pending.ownAccount = null;
     form.hidden = true;
