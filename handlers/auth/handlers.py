@@ -229,9 +229,12 @@ class LoginHandler(AuthHandler):
         """A sign-in in no account starts one of its own (services/auth.py); the credits it got when this request
         made it. 403 where it cannot (a registered sign-in whose account others own now: it may register anew with
         another email, or be invited)."""
-        started = await self.services.auth.start_own_account(
-            person, self.ctx.throttles.signup.network(self.client_ip())
-        )
+        address, signup = self.client_ip(), self.ctx.throttles.signup
+        wait = signup.check(address, time.monotonic()) if person.get("person") else 0  # a new account, as register's
+        if wait:
+            self.log_fields["throttled"] = True
+            raise ApiError(429, "Too many registrations from your network; retry later", {"Retry-After": str(wait)})
+        started = await self.services.auth.start_own_account(person, signup.network(address))
         if started is None:
             raise ApiError(403, CANNOT_START)
         made, credits = started
