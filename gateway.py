@@ -124,7 +124,9 @@ def reload(ctx: Context, environ=None) -> bool:
         return False
     settings = dataclasses.replace(ctx.settings, price_rules=fresh.price_rules, plan_rules=fresh.plan_rules)
     ctx.settings = ctx.meter.settings = settings
-    ctx.prices = Prices(settings.price_rules)
+    # Every holder of the prices gets the new ones: the charged call and the poller price with their own (they
+    # kept the start's, so a reload changed the price sheet and not the charges).
+    ctx.prices = ctx.calls.prices = ctx.poller.prices = ctx.view.services.streams.prices = Prices(settings.price_rules)
     ctx.account_cache.clear()  # cached views carry a plan computed with the old tiers
     log.info("reloaded price rules and plan tiers")
     return True

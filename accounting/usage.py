@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from config.settings import Settings
 from metering.ledger import budget_period
 from metering.usage import UsageBuffer
-from storage.usage import UsageStore, bucket_id, is_error, log_order
+from storage.usage import UsageStore, bucket_id, from_cache, is_error, log_order
 
 WRITTEN_MEMORY = 10.0  # seconds the charges of written batches are remembered (spent_unknown_since)
 
@@ -59,8 +59,8 @@ class UsageReads:
         return spent
 
     async def summary(self, account_id: str, since_day: str, group_by: tuple[str, ...]) -> dict[tuple, list]:
-        """(group values) -> [calls, credits, errors] from `since_day` (an ISO date, "" for all): stored
-        totals plus this process's buffered calls, each call counted once."""
+        """(group values) -> [calls, credits, errors, calls from the cache, credits saved] from `since_day` (an ISO
+        date, "" for all): stored totals plus this process's buffered calls, each call counted once."""
         buffered = self.buffer.with_batches(account_id, self.settings.flush_batch)
         # The buckets the buffered records are (or will be) written to: their stored totals are skipped,
         # the records counted instead, whether or not a flush writes them meanwhile.
@@ -71,10 +71,13 @@ class UsageReads:
             day = r["ts"].date().isoformat()
             if day >= since_day:
                 values = {"day": day, "endpoint": r["endpoint"], "key_id": r["key_id"]}
-                row = out.setdefault(tuple(values[name] for name in group_by), [0, 0, 0])
+                row = out.setdefault(tuple(values[name] for name in group_by), [0, 0, 0, 0, 0])
                 row[0] += 1
                 row[1] += r["credits"]
                 row[2] += is_error(r["status"])
+                if from_cache(r):
+                    row[3] += 1
+                    row[4] += r.get("saved", 0)
         return out
 
     async def credits_used(self, account_id: str, keys: list[dict]) -> dict[int, int]:

@@ -12,6 +12,7 @@ import re
 
 import orjson
 
+from config.settings import Settings
 from handlers.account import openapi as account
 from handlers.admin import openapi as admin
 from handlers.alerts import openapi as alerts
@@ -28,6 +29,7 @@ from handlers.ops import openapi as ops
 from handlers.sandbox import openapi as sandbox
 from handlers.streams import openapi as streams
 from security import roles
+from social import prices
 from social.endpoints import ENDPOINTS
 
 VERSION = "0.1.0"
@@ -55,8 +57,11 @@ def route_operations(rules: list) -> dict:
     return found
 
 
-def build(twitter_alias: bool, metrics_here: bool) -> dict:
-    """The document for an application: aliases and /metrics appear only where the application serves them."""
+def build(twitter_alias: bool, metrics_here: bool, terms: prices.Terms | None = None) -> dict:
+    """The document for an application: aliases and /metrics appear only where the application serves them; each
+    data operation says its price and freshness under `terms` (the running settings'; default: the defaults)."""
+    terms = terms or prices.Terms.of(Settings())
+    sheet = {row["endpoint"]: row for row in prices.sheet(terms)["endpoints"]}
     paths: dict = {}
     for op in PORTAL_OPERATIONS:
         if op.path != "/metrics" or metrics_here:
@@ -64,7 +69,8 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
     prefixes = [("/social", "data")] + ([("/twitter", "data (provider-compatible paths)")] if twitter_alias else [])
     for prefix, tag in prefixes:
         for endpoint in ENDPOINTS:
-            paths[prefix + endpoint.path] = {"get": data_operation(endpoint, prefix, tag)}
+            priced = prices.description(sheet[endpoint.path], terms.hit_price)
+            paths[prefix + endpoint.path] = {"get": data_operation(endpoint, prefix, tag, priced)}
         paths[prefix + "/tweet/websocket"] = {"get": streams.socket_operations(prefix)}
     return {
         "openapi": "3.1.0",
@@ -116,6 +122,7 @@ def build(twitter_alias: bool, metrics_here: bool) -> dict:
 
 
 @functools.lru_cache(maxsize=4)
-def serialized(twitter_alias: bool, metrics_here: bool) -> bytes:
-    """The document as JSON, built once per application shape."""
-    return orjson.dumps(build(twitter_alias, metrics_here))
+def serialized(twitter_alias: bool, metrics_here: bool, terms: prices.Terms) -> bytes:
+    """The document as JSON, built once per application shape and price terms (a reload of PRICE_RULES makes new
+    terms: the next request gets the document of the new prices)."""
+    return orjson.dumps(build(twitter_alias, metrics_here, terms))

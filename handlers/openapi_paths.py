@@ -206,7 +206,8 @@ def _data_param(param: Param) -> dict:
     return out
 
 
-def data_operation(endpoint: Endpoint, prefix: str, tag: str) -> dict:
+def data_operation(endpoint: Endpoint, prefix: str, tag: str, priced: str = "") -> dict:
+    """A data endpoint's operation; `priced`: its price and cache freshness in words (social/prices.py)."""
     if endpoint.available:
         ok = {
             "200": {
@@ -237,14 +238,12 @@ def data_operation(endpoint: Endpoint, prefix: str, tag: str) -> dict:
         errors = (400, 401, 402, 403, 404, 409, 422, 429, 502, 503, 504)  # 400, 404: the provider's, passed through
     else:
         ok, errors = {}, (401, 403, 422, 429, 501)
+    one_of = f"Send at least one of {', '.join(endpoint.one_of)} (422 when none is sent)." if endpoint.one_of else ""
+    description = "\n\n".join(text for text in (one_of, priced) if text)
     return {
         "operationId": (prefix + endpoint.path).strip("/").replace("/", "_"),
         "summary": endpoint.summary,
-        **(
-            {"description": f"Send at least one of {', '.join(endpoint.one_of)} (422 when none is sent)."}
-            if endpoint.one_of
-            else {}
-        ),
+        **({"description": description} if description else {}),
         "tags": [tag],
         "security": [{"apiKey": []}],
         "parameters": [_data_param(p) for p in endpoint.params] + [_IDEMPOTENCY_KEY, _CACHE_CONTROL],

@@ -95,6 +95,27 @@ class Auth:
         await self.members.make_owner(account["_id"], email)
         return account, credits
 
+    async def start_own_account(self, person: dict, network: str) -> tuple[bool, int] | None:
+        """An account of their own for a sign-in that is in no account any more (a member removed from every one):
+        owned by them, with signup credits as at registration (none once `network` had its share today): whether
+        this call made it (not another at the same moment, nor an earlier one), and the credits it got. The
+        account's id is the person's. None when it cannot be theirs: a registered sign-in's
+        document is the account it registered, and one that others own now cannot become theirs again."""
+        account_id, s = person["_id"], self.settings
+        made, credits = False, 0
+        if person.get("person"):  # an invited person's sign-in, no balance: it becomes the account
+            credits = s.signup_credits
+            if credits and not await self.accounts.claim_signup_credits(network, s.signup_credited_per_network):
+                credits = 0
+            made = await self.accounts.become_account(account_id, credits)
+            credits = credits if made else 0  # else made at the same moment by another request of theirs
+        account = await self.accounts.get(account_id)
+        if account is None or account.get("person") or account_id not in (account.get("owners") or []):
+            return None
+        await self.members.make_owner(account_id, person["email"])  # again after a start cut short: no change
+        self.account_cache.invalidate(account_id)
+        return made, credits
+
     async def create_person(self, email: str, password_hash: str) -> dict:
         """A sign-in of its own for an invited person (DuplicateEmail when one was made meanwhile)."""
         return await self.accounts.create_person(email, password_hash)

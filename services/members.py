@@ -150,6 +150,22 @@ class Members:
         await self.members.revoke(invitation["account_id"], invitation["_id"], invitation["role"])
         return False
 
+    async def preview(self, token: str) -> dict | None:
+        """What the holder of a link may know of its invitation before joining: who is invited with which role, to
+        which account (its name, else its email) and by whom, and until when; None as find_invitation."""
+        invitation = await self.members.find_invitation(token)
+        if invitation is None:
+            return None
+        account = await self.accounts.get(invitation["account_id"]) or {}
+        return {
+            "email": invitation["email"],
+            "role": invitation["role"],
+            "account_name": account.get("name") or None,
+            "account_email": account.get("email"),
+            "invited_by": (invitation.get("invited_by") or {}).get("email"),
+            "expires_at": invitation["expires_at"],
+        }
+
     async def spend(self, invitation_id: str) -> dict | None:
         """Uses the invitation up; None when it was used at the same moment by another request."""
         return await self.members.spend(invitation_id)

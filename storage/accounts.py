@@ -46,7 +46,12 @@ class AccountStore:
         return True
 
     async def create(self, email: str, password_hash: str, credits: int) -> dict:
-        account = {
+        return await self._sign_in(email, password_hash, self._new_account(credits))
+
+    @staticmethod
+    def _new_account(credits: int) -> dict:
+        """The fields that make a sign-in's document an account of its own: a balance, its books, its plan basis."""
+        return {
             "credits": credits,
             "credits_added": credits,  # the ledger of additions (storage/ledger.py): signup credits first
             "leases": {},
@@ -57,7 +62,17 @@ class AccountStore:
             "internal": False,
             **funding(credits),  # signup credits are the first reference of percentage balance alerts
         }
-        return await self._sign_in(email, password_hash, account)
+
+    async def become_account(self, person_id: str, credits: int) -> bool:
+        """An invited person's sign-in (create_person) becomes an account of their own, owned by them, with
+        `credits` to start: one conditional write (of two at once, one makes it; False for the other, and for a
+        sign-in that is an account already). The person's id is the account's, as for one who registered."""
+        fields = {**self._new_account(credits), "owners": [person_id], "became_account_at": now_utc()}
+        del fields["is_admin"]  # the sign-in's own (`admin grant` may have set it)
+        result = await self.accounts.update_one(
+            {"_id": person_id, "person": True}, {"$set": fields, "$unset": {"person": ""}}
+        )
+        return result.modified_count == 1
 
     async def create_person(self, email: str, password_hash: str) -> dict:
         """A sign-in without an account of its own (an invited person, storage/members.py): the same identity

@@ -18,7 +18,12 @@ Right after its buckets, a batch writes their totals, one small document per buc
 one row per key and endpoint, for GET /usage/summary and key budgets (reading the buckets themselves
 means decoding every record: seconds for a year of heavy use):
 
-    {_id: <bucket id>, account_id, lease, day, rows: JSON of [[key_id, endpoint, calls, credits, errors], ...]}
+    {_id: <bucket id>, account_id, lease, day, rows: JSON of [[key_id, endpoint, calls, credits, errors], ...],
+     cache?: JSON of [[key_id, endpoint, calls served from the cache, credits they saved], ...]}
+
+`cache` is a field of its own (only where some call was served from the answer cache), not more columns in
+`rows`: a process of an earlier version, which reads `rows` as five columns, still reads every totals document
+(a rolling replacement, the reconcile command). Totals written before it existed count no cached calls.
 
 Both writes are idempotent (ids from the batch). A process killed between the two writes of a batch
 leaves that batch (at most FLUSH_BATCH records) out of summaries; its records, charges and export
@@ -103,10 +108,16 @@ def is_error(status: int) -> bool:
     return not 200 <= status < 300
 
 
+def from_cache(record: dict) -> bool:
+    """The call was answered from the answer cache (a hit, or a stale answer while the provider failed)."""
+    return record.get("cache") in ("hit", "stale")
+
+
 def totals_doc(bucket: dict) -> dict:
-    """The totals document of a bucket: one row [key_id, endpoint, calls, credits, errors] per key and endpoint."""
+    """The totals document of a bucket: one row [key_id, endpoint, calls, credits, errors] per key and endpoint,
+    and [key_id, endpoint, calls from the cache, credits saved] where the cache answered any."""
     rows = totals_of(bucket["records"])
-    return {
+    doc = {
         "_id": bucket["_id"],
         "account_id": bucket["account_id"],
         "lease": bucket["lease"],
@@ -115,17 +126,28 @@ def totals_doc(bucket: dict) -> dict:
         # year of documents, nested arrays cost seconds on the embedded server); orjson reads it back.
         "rows": orjson.dumps([[t["key_id"], t["endpoint"], t["n"], t["credits"], t["errors"]] for t in rows]),
     }
+    cached = [[t["key_id"], t["endpoint"], t["cached"], t["saved"]] for t in rows if t["cached"]]
+    if cached:
+        doc["cache"] = orjson.dumps(cached)
+    return doc
 
 
 def totals_of(records) -> list[dict]:
-    """Calls, credits and errors per (key, endpoint) of some records."""
+    """Calls, credits, errors, calls from the cache and the credits they saved per (key, endpoint) of some
+    records."""
     sums: dict[tuple, list[int]] = {}
     for r in records:
-        row = sums.setdefault((r["key_id"], r["endpoint"]), [0, 0, 0])
+        row = sums.setdefault((r["key_id"], r["endpoint"]), [0, 0, 0, 0, 0])
         row[0] += 1
         row[1] += r["credits"]
         row[2] += is_error(r["status"])
-    return [{"key_id": k, "endpoint": e, "n": n, "credits": c, "errors": x} for (k, e), (n, c, x) in sums.items()]
+        if from_cache(r):
+            row[3] += 1
+            row[4] += r.get("saved", 0)
+    return [
+        {"key_id": k, "endpoint": e, "n": n, "credits": c, "errors": x, "cached": h, "saved": v}
+        for (k, e), (n, c, x, h, v) in sums.items()
+    ]
 
 
 def flatten(bucket: dict) -> list[dict]:
@@ -174,21 +196,27 @@ class UsageStore:
     async def summary(
         self, account_id: str, since_day: str, group_by: tuple[str, ...], skip: set[str] = frozenset()
     ) -> dict[tuple, list[int]]:
-        """(day?, endpoint?, key_id?) -> [calls, credits, errors] over the totals of days from `since_day`
-        (an ISO date, "" for all), except the buckets `skip` (batches this process still holds)."""
+        """(day?, endpoint?, key_id?) -> [calls, credits, errors, calls from the cache, credits saved] over the
+        totals of days from `since_day` (an ISO date, "" for all), except the buckets `skip` (batches this
+        process still holds)."""
         out: dict[tuple, list[int]] = {}
         pick = [("day", "endpoint", "key_id").index(name) for name in group_by]
         query = {"account_id": account_id, "day": {"$gte": since_day}}
-        async for doc in self.totals.find(query, {"day": 1, "rows": 1}):
+        async for doc in self.totals.find(query, {"day": 1, "rows": 1, "cache": 1}):
             if doc["_id"] in skip:
                 continue
             day = doc["day"]
             for key_id, endpoint, n, credits, errors in orjson.loads(doc["rows"]):
                 values = (day, endpoint, key_id)
-                row = out.setdefault(tuple(values[i] for i in pick), [0, 0, 0])
+                row = out.setdefault(tuple(values[i] for i in pick), [0, 0, 0, 0, 0])
                 row[0] += n
                 row[1] += credits
                 row[2] += errors
+            for key_id, endpoint, cached, saved in orjson.loads(doc.get("cache") or b"[]"):
+                values = (day, endpoint, key_id)
+                row = out[tuple(values[i] for i in pick)]  # its calls are in `rows`
+                row[3] += cached
+                row[4] += saved
         return out
 
     async def backfill(self) -> int:

@@ -1,4 +1,4 @@
-"""The account's balance and plan, and its usage history (buffered calls included): per call, summed
+"""The account's balance and plan, the price sheet, and its usage history (buffered calls included): per call, summed
 by day / endpoint / key, and exported as CSV or JSON lines."""
 
 import base64
@@ -12,6 +12,7 @@ from handlers.base import BaseHandler, authenticated, timestamp
 from handlers.errors import ValidationError, error
 from handlers.validation import Field
 from services.account import log_order
+from social import prices
 
 GROUPS = {"day": "day", "endpoint": "endpoint", "key": "key_id"}  # group_by value -> row field
 EXPORT_COLUMNS = ("timestamp", "key_id", "endpoint", "status", "credits", "request_id", "replay_of")
@@ -60,6 +61,14 @@ class AccountHandler(BaseHandler):
         )
 
 
+class PricesHandler(BaseHandler):
+    """The price sheet of the running settings (social/prices.py): public, for reading before spending; a reload
+    of the price rules shows at the next request."""
+
+    def get(self) -> None:
+        self.send_json(prices.sheet(prices.Terms.of(self.config)))
+
+
 class UsageHandler(BaseHandler):
     """Per-call history, newest first."""
 
@@ -90,7 +99,8 @@ class UsageHandler(BaseHandler):
 
 
 class UsageSummaryHandler(BaseHandler):
-    """Calls, credits and errors per day, endpoint and/or key over the last `days` UTC days, newest first."""
+    """Calls, credits, errors and what the answer cache saved per day, endpoint and/or key over the last `days` UTC
+    days, newest first."""
 
     @authenticated
     async def get(self) -> None:
@@ -104,8 +114,15 @@ class UsageSummaryHandler(BaseHandler):
         since_day = (datetime.now(UTC).date() - timedelta(days=days - 1)).isoformat()
         sums = await self.services.account.summary(account_id, since_day, fields)
         rows = [
-            {**dict(zip(fields, group, strict=True)), "calls": n, "credits": c, "errors": x}
-            for group, (n, c, x) in sums.items()
+            {
+                **dict(zip(fields, group, strict=True)),
+                "calls": n,
+                "credits": c,
+                "errors": x,
+                "from_cache": h,  # answered from the answer cache (a hit, or stale while the provider failed)
+                "credits_saved": v,  # what those calls were not charged
+            }
+            for group, (n, c, x, h, v) in sums.items()
         ]
         if fields == ("endpoint",):
             # Per endpoint alone: the provider's answer times too (forwarded calls; null where there were none).
@@ -283,6 +300,7 @@ class UsageExportHandler(BaseHandler):
 
 routes = [
     (r"/account", AccountHandler),
+    (r"/prices", PricesHandler),
     (r"/usage", UsageHandler),
     (r"/usage/summary", UsageSummaryHandler),
     (r"/usage/export", UsageExportHandler),

@@ -13,6 +13,16 @@ OPERATIONS: list[Operation] = [
     Operation("get", "/account", "Credit balance and plan", "account", ref("Account"), role=roles.VIEWER),
     Operation(
         "get",
+        "/prices",
+        "What each data endpoint costs under the running price rules (PRICE_RULES), and how long its answers stay "
+        "fresh in the answer cache (CACHE_TTL); public",
+        "account",
+        ref("PriceSheet"),
+        security=None,
+        errors=(),
+    ),
+    Operation(
+        "get",
         "/usage",
         "Per-call history, newest first",
         "account",
@@ -24,7 +34,8 @@ OPERATIONS: list[Operation] = [
     Operation(
         "get",
         "/usage/summary",
-        "Calls, credits and errors per UTC day, endpoint and/or key (stored and buffered), newest first",
+        "Calls, credits, errors and the cache's savings per UTC day, endpoint and/or key (stored and buffered), "
+        "newest first",
         "account",
         array(ref("UsageSummaryRow")),
         params=(
@@ -76,6 +87,24 @@ OPERATIONS: list[Operation] = [
 ]
 
 SCHEMAS: dict = {
+    "PriceSheet": obj(
+        ("credits_per_usd", "minimum", "cache_hit_price", "endpoints"),
+        credits_per_usd=I,
+        minimum={"type": "integer", "description": "Every successful call costs at least this"},
+        cache_hit_price={"type": "number", "description": "Fraction of a call's price an answer from the cache costs"},
+        endpoints=array(
+            obj(
+                ("endpoint", "available", "price", "minimum", "page_size", "full_page", "fresh_seconds"),
+                endpoint={"type": "string", "description": "The data path after /social (or /twitter)"},
+                available=B,
+                price={"type": "string", "description": "The price rule in words: 18 per profile, 30 per call"},
+                minimum={"type": "integer", "description": "Credits a successful call costs at least (an empty page)"},
+                page_size=nullable({"type": "integer", "description": "A page with the defaults; null: ids sent"}),
+                full_page=nullable({"type": "integer", "description": "Credits of a full page: reserved first"}),
+                fresh_seconds={"type": "integer", "description": "Seconds an answer is served from the cache; 0: off"},
+            )
+        ),
+    ),
     "Account": obj(
         ("account_id", "credits", "plan", "qps_limit", "account_qps_limit", "max_keys"),
         account_id=S,
@@ -110,13 +139,18 @@ SCHEMAS: dict = {
         tool=nullable({"type": "string", "description": "The MCP tool that made the call (via mcp)"}),
     ),
     "UsageSummaryRow": obj(
-        ("calls", "credits", "errors"),
+        ("calls", "credits", "errors", "from_cache", "credits_saved"),
         day={"type": "string", "format": "date", "description": "UTC day (when grouped by day)"},
         endpoint={"type": "string", "description": "Data route, e.g. /social/user/info (when grouped by endpoint)"},
         key_id={"type": "integer", "description": "When grouped by key"},
         calls=I,
         credits=I,
         errors={"type": "integer", "description": "Calls answered with a status other than 2xx"},
+        from_cache={
+            "type": "integer",
+            "description": "Calls answered from the answer cache (X-Cache HIT, or STALE while the provider failed)",
+        },
+        credits_saved={"type": "integer", "description": "Credits those calls were not charged (CACHE_HIT_PRICE)"},
         p50_ms=nullable({"type": "number", "description": "group_by=endpoint alone: median provider answer time"}),
         p95_ms=nullable({"type": "number", "description": "group_by=endpoint alone: 95th percentile, ms"}),
         samples={"type": "integer", "description": "group_by=endpoint alone: forwarded calls timed"},

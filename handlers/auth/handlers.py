@@ -36,6 +36,13 @@ LOGIN = [
     Field("email", str, min_length=1, max_length=254),
     Field("password", str, min_length=1, max_length=128),
     Field("code", str, required=False, min_length=6, max_length=32, description="With two-factor sign-in: a code"),
+    Field(
+        "own_account",
+        bool,
+        required=False,
+        description="true: a sign-in that is in no account any more (removed from every one) starts an account of "
+        "its own, owned by it (otherwise 403)",
+    ),
 ]
 SWITCH = [Field("account_id", str, min_length=1, max_length=64, description="One of the accounts in /auth/me")]
 ATTRIBUTION = [
@@ -48,6 +55,23 @@ ATTRIBUTION = [
     ),
     Field("anonymous_id", str, required=False, min_length=1, max_length=128),
 ]
+
+
+NO_ACCOUNT = "You are not a member of any account any more: ask an owner for an invitation"
+OR_START = ", or start an account of your own"  # what a sign-in in no account may do (LoginHandler own_account)
+
+
+CANNOT_START = (
+    "This sign-in cannot start an account of its own: it is the sign-in of the account it registered, which others "
+    "own now. Ask an owner for an invitation, or register anew with another email"
+)
+
+
+def may_start_account(sign_in: dict) -> bool:
+    """Whether a sign-in in no account may start one of its own (services/auth.py start_own_account): an invited
+    person's, or one whose own account lists it as owner (a start cut short); not a registered account's that
+    others own now."""
+    return bool(sign_in.get("person")) or sign_in["_id"] in (sign_in.get("owners") or [])
 
 
 class AuthHandler(BaseHandler):
@@ -70,9 +94,10 @@ class AuthHandler(BaseHandler):
             self.log_fields["throttled"] = True
             raise ApiError(429, "Too many attempts; retry later", {"Retry-After": str(wait)})
 
-    async def home_account(self, person_id: str, account_id: str | None = None) -> str:
+    async def home_account(self, person_id: str, account_id: str | None = None, may_start: bool = True) -> str:
         """The account a new session of the person acts for: `account_id` if they are its member, else their own
-        account, else the first they joined; 403 when they are a member of none. Sets it as this request's
+        account, else the first they joined; 403 when they are a member of none (saying they may start one of their
+        own, unless `may_start` is False). Sets it as this request's
         account, and its member as the one acting (the audit log)."""
         memberships = await self.services.auth.memberships(person_id)
         chosen = next((m for m in memberships if m["account_id"] == (account_id or person_id)), None)
@@ -80,7 +105,7 @@ class AuthHandler(BaseHandler):
             raise ApiError(404, "Not found")  # not one of theirs: as if it did not exist
         chosen = chosen or (memberships[0] if memberships else None)
         if chosen is None:
-            raise ApiError(403, "You are not a member of any account any more: ask an owner for an invitation")
+            raise ApiError(403, NO_ACCOUNT + (OR_START if may_start else ""))
         self.account_id, self.person_id = chosen["account_id"], person_id
         self.acting = {"member_id": chosen["_id"], "email": chosen.get("email")}
         await self.services.auth.seen(chosen["account_id"], person_id)
@@ -191,9 +216,29 @@ class LoginHandler(AuthHandler):
                 self.send_json(self.services.auth.challenge(account))
                 return
             method = await self.checked_code(account["_id"], body["code"])
-        await self.home_account(account["_id"])
+        started = None  # with own_account, a sign-in in no account starts one: the credits it got
+        if body.get("own_account") and not await self.services.auth.memberships(account["_id"]):
+            started = await self.own_account(account)
+        await self.home_account(account["_id"], may_start=may_start_account(account))
+        if started is not None:
+            await self.audit("account.created", details={"credits": started, "own_account": True})
         await self.audit("login", details={"second_factor": method} if method else None)
         self.issue_session(account["_id"], account.get("session_version", 0))
+
+    async def own_account(self, person: dict) -> int | None:
+        """A sign-in in no account starts one of its own (services/auth.py); the credits it got when this request
+        made it. 403 where it cannot (a registered sign-in whose account others own now: it may register anew with
+        another email, or be invited)."""
+        address, signup = self.client_ip(), self.ctx.throttles.signup
+        wait = signup.check(address, time.monotonic()) if person.get("person") else 0  # a new account, as register's
+        if wait:
+            self.log_fields["throttled"] = True
+            raise ApiError(429, "Too many registrations from your network; retry later", {"Retry-After": str(wait)})
+        started = await self.services.auth.start_own_account(person, signup.network(address))
+        if started is None:
+            raise ApiError(403, CANNOT_START)
+        made, credits = started
+        return credits if made else None  # None: made by another request of theirs (audited there)
 
 
 class LogoutHandler(BaseHandler):

@@ -168,6 +168,21 @@ class InvitationHandler(BaseHandler):
         self.send_json({"ok": True})
 
 
+PREVIEW = [ACCEPT[0]]
+
+
+class PreviewHandler(BaseHandler):
+    """An invitation as its link's holder sees it before joining (public: the token is the credential). A POST, so
+    that the token stays out of URLs and access logs, as the link keeps it in the fragment."""
+
+    async def post(self) -> None:
+        token = validate_body(self.json_body(), PREVIEW)["token"]
+        preview = await self.services.members.preview(token)
+        if preview is None:
+            raise ApiError(404, _GONE)
+        self.send_json(preview)
+
+
 class AcceptHandler(AuthHandler):
     """Joins the invitation's account: as a new person (a password makes their sign-in), as a person who has one
     (their password, or their session: theirs only if they are the invited address), and answers a session for
@@ -221,6 +236,7 @@ routes = [
     (rf"/members/invitations/{INVITATION_ID}", InvitationHandler),
     (rf"/members/{MEMBER_ID}", MemberHandler),
     (r"/auth/invitations/accept", AcceptHandler),
+    (r"/auth/invitations/preview", PreviewHandler),
     (r"/portal/invitations/accept", AcceptHandler, {"cookie": True}),  # the web portal's: the session in its cookie
     (r"/portal/switch", auth.SwitchHandler, {"cookie": True}),
 ]

@@ -12,6 +12,7 @@ from handlers.context import HandlerContext
 from handlers.errors import ApiError
 from handlers.ops.openapi import ALIASES
 from runtime import scrape
+from social import prices
 
 
 class HealthHandler(BaseHandler):
@@ -83,7 +84,8 @@ class OpenAPIHandler(BaseHandler):
     def get(self) -> None:
         settings = self.config
         aliases = settings.twitter_alias and self.query_arg(ALIASES)
-        self.finish(openapi.serialized(aliases, not settings.metrics_port))
+        # The running settings' prices and cache freshness in each data operation (a reload shows at once).
+        self.finish(openapi.serialized(aliases, not settings.metrics_port, prices.Terms.of(settings)))
 
 
 routes = [

@@ -56,7 +56,9 @@ async def test_summary_by_key_endpoint_and_day(api, ctx, catalog):
 
     rows = (await api.call("GET", "/usage/summary?group_by=day", token=user["token"]))[1]
     total = [sum(v[i] for v in expected.values()) for i in range(3)]
-    assert rows == [{"day": today, "calls": total[0], "credits": total[1], "errors": total[2]}]
+    assert rows == [
+        {"day": today, "calls": total[0], "credits": total[1], "errors": total[2], "from_cache": 0, "credits_saved": 0}
+    ]
     # Comma-separated works too, and the default is by day.
     by_key = (await api.call("GET", "/usage/summary?group_by=day,key", token=user["token"]))[1]
     assert {r["key_id"]: r["calls"] for r in by_key} == {a["key_id"]: 4, b["key_id"]: 3}
@@ -64,6 +66,27 @@ async def test_summary_by_key_endpoint_and_day(api, ctx, catalog):
     # Another account sees none of it.
     other = await api.register()
     assert (await api.call("GET", "/usage/summary?group_by=key", token=other["token"]))[1] == []
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=3600, cache_max_bytes=1 << 20)
+async def test_summary_counts_calls_served_from_the_cache_and_the_credits_they_saved(api, ctx, catalog):
+    """Issue 47 (8): the period's savings and, per endpoint, the calls the cache answered; stored and buffered calls
+    alike, each once."""
+    user, key = await api.funded_key(1_000_000)
+    info = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    answers = [await api.call("GET", info, key=key["key"]) for _ in range(2)]
+    await ctx.meter.flush()  # the miss and the first hit stored, the next hit buffered
+    answers.append(await api.call("GET", info, key=key["key"]))
+    await api.call("GET", "/social/trends", key=key["key"])  # a miss of another endpoint
+    assert [h["X-Cache"] for _, _, h in answers] == ["MISS", "HIT", "HIT"]
+    price = int(answers[0][2]["X-Credits-Charged"])
+    rows = (await api.call("GET", "/usage/summary?days=7&group_by=endpoint", token=user["token"]))[1]
+    by_endpoint = {r["endpoint"]: (r["calls"], r["from_cache"], r["credits_saved"]) for r in rows}
+    assert by_endpoint == {"/social/user/info": (3, 2, 2 * price), "/social/trends": (1, 0, 0)}
+    (day,) = (await api.call("GET", "/usage/summary?days=7&group_by=day", token=user["token"]))[1]
+    assert (day["calls"], day["from_cache"], day["credits_saved"]) == (4, 2, 2 * price)
+    await ctx.meter.flush()  # all stored now: the same figures
+    assert (await api.call("GET", "/usage/summary?days=7&group_by=day", token=user["token"]))[1] == [day]
 
 
 @pytest.mark.settings(plan_rules=FAST, flush_interval=3600)
@@ -92,7 +115,14 @@ async def test_summary_reads_older_days_and_folds_buckets_written_before_rollups
     assert await ctx.usage.backfill() == 2
     assert await ctx.usage.backfill() == 0  # once
     rows = (await api.call("GET", "/usage/summary?days=30&group_by=day", token=user["token"]))[1]
-    assert rows[-1] == {"day": old.date().isoformat(), "calls": 3, "credits": 36, "errors": 1}
+    assert rows[-1] == {
+        "day": old.date().isoformat(),
+        "calls": 3,
+        "credits": 36,
+        "errors": 1,
+        "from_cache": 0,
+        "credits_saved": 0,
+    }
     assert rows[0]["day"] > rows[-1]["day"]  # newest first
     assert len((await api.call("GET", "/usage/summary?days=10", token=user["token"]))[1]) == 1  # outside the window
 

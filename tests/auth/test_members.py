@@ -464,3 +464,75 @@ async def test_the_accounts_attribution_is_an_owners_to_write(api):
     owners = {"first_touch": {"utm_source": "owner"}}
     status, body, _ = await api.call("POST", "/auth/attribution", owners, token=people[roles.OWNER]["token"])
     assert (status, body) == (200, {"ok": True, "stored": True})
+
+
+async def test_an_invitation_link_shows_who_invites_whom_to_which_account_with_which_role(api):
+    """Issue 47 (4): the link's holder reads the invitation before joining (public), and nothing else."""
+    owner = await api.register()
+    address = email()
+    invitation = await invite(api, owner["token"], roles.BILLING, address)
+    status, preview, _ = await api.call("POST", "/auth/invitations/preview", {"token": invitation["token"]})
+    assert status == 200 and preview == {
+        "email": address,
+        "role": "billing",
+        "account_name": None,  # no name given: the account's email says whose it is
+        "account_email": owner["email"],
+        "invited_by": owner["email"],
+        "expires_at": invitation["expires_at"],
+    }
+    status, body, _ = await api.call("POST", "/auth/invitations/preview", {"token": "not-a-token"})
+    assert status == 404 and "unknown, already used" in body["detail"]
+    accept = {"token": invitation["token"], "password": "a long new password"}
+    assert (await api.call("POST", "/auth/invitations/accept", accept))[0] == 200
+    assert (await api.call("POST", "/auth/invitations/preview", {"token": invitation["token"]}))[0] == 404  # used
+
+
+async def test_a_member_removed_from_every_account_starts_an_account_of_their_own(api, ctx):
+    """Issue 47 (5): login tells them they may, and with own_account they own a new account; their sign-in is
+    the same (the password, later invitations)."""
+    owner = await api.register()
+    newcomer = await join(api, owner["token"], roles.DEVELOPER, "a long new password")
+    member = (await me(api, newcomer["token"]))["member_id"]
+    assert (await api.call("DELETE", f"/members/{member}", token=owner["token"]))[0] == 200
+    credentials = {"email": newcomer["email"], "password": "a long new password"}
+    status, body, _ = await api.call("POST", "/auth/login", credentials)
+    assert status == 403 and "start an account of your own" in body["detail"]
+    status, body, _ = await api.call("POST", "/auth/register", credentials)
+    assert status == 409  # registering still says the email has a sign-in
+    wrong = {**credentials, "password": "not the password at all", "own_account": True}
+    assert (await api.call("POST", "/auth/login", wrong))[0] == 401
+    # Two starts at once (a double click, two tabs): one account, its signup credits added once.
+    both = await asyncio.gather(*(api.call("POST", "/auth/login", {**credentials, "own_account": True}) for _ in "ab"))
+    assert [status for status, _, _ in both] == [200, 200], both
+    session = both[0][1]
+    assert both[1][1]["account_id"] == session["account_id"]
+    mine = await me(api, session["token"])
+    assert mine["role"] == "owner" and mine["account_id"] == mine["person_id"] == session["account_id"]
+    assert [(a["account_id"], a["role"]) for a in mine["accounts"]] == [(session["account_id"], "owner")]
+    status, account, _ = await api.call("GET", "/account", token=session["token"])
+    assert status == 200 and account["credits"] in (0, ctx.settings.signup_credits)  # as at registration
+    stored = await ctx.accounts.accounts.find_one({"_id": session["account_id"]})
+    assert stored["credits_added"] == stored["credits"] == account["credits"]  # the books: signup credits added
+    key = await api.new_key(session["token"])  # an owner's account: keys, members, billing
+    assert key["key_id"]
+    status, listed, _ = await api.call("GET", "/members", token=session["token"])
+    assert [(m["email"], m["role"]) for m in listed] == [(newcomer["email"], "owner")]
+    # Asked again later: a login into the same account, no second one, no second signup credit.
+    status, again, _ = await api.call("POST", "/auth/login", {**credentials, "own_account": True})
+    assert status == 200 and again["account_id"] == session["account_id"]
+    assert (await api.call("GET", "/account", token=again["token"]))[1]["credits"] == account["credits"]
+
+
+async def test_a_registrant_whose_account_others_own_now_cannot_take_it_back(api):
+    people = await team(api)
+    owner, admin = people[roles.OWNER], people[roles.ADMIN]
+    listed = {m["role"]: m for m in (await api.call("GET", "/members", token=owner["token"]))[1]}
+    await api.call("PATCH", f"/members/{listed['admin']['member_id']}", {"role": "owner"}, token=owner["token"])
+    assert (await api.call("DELETE", f"/members/{listed['owner']['member_id']}", token=admin["token"]))[0] == 200
+    credentials = {"email": owner["email"], "password": PASSWORD}
+    status, body, _ = await api.call("POST", "/auth/login", credentials)
+    assert status == 403 and "start an account of your own" not in body["detail"]  # not offered what cannot be
+    status, body, _ = await api.call("POST", "/auth/login", {**credentials, "own_account": True})
+    assert status == 403 and "cannot start an account of its own" in body["detail"]
+    status, listed, _ = await api.call("GET", "/members", token=admin["token"])
+    assert owner["email"] not in [m["email"] for m in listed]  # not brought back into the account it left

@@ -509,3 +509,41 @@ async def test_reload_swaps_prices_and_plans(api, ctx, tmp_path):
     config_file.write_text('plan_rules = "not a list"\n')
     assert not gateway.reload(ctx, {"CONFIG_FILE": str(config_file)})
     assert ctx.prices.minimum == 40 and (await api.call("GET", "/account", token=user["token"]))[1]["qps_limit"] == 7
+
+
+@pytest.mark.settings(cache_max_bytes=1 << 20, cache_ttl={"user/info": 1800})
+async def test_the_price_sheet_the_documents_prices_and_the_charges_follow_a_reload(api, ctx, tmp_path, catalog):
+    """Issue 47 (7): GET /prices (public) and each data operation of /openapi.json say what the running price rules
+    charge and how long an answer stays fresh; after a SIGHUP reload all three, charges included, say the new."""
+
+    def info_row(sheet: dict) -> dict:
+        return next(row for row in sheet["endpoints"] if row["endpoint"] == "/user/info")
+
+    def described(doc: dict) -> str:
+        return doc["paths"]["/social/user/info"]["get"]["description"]
+
+    status, sheet, _ = await api.call("GET", "/prices")
+    assert status == 200 and info_row(sheet) == {
+        "endpoint": "/user/info",
+        "available": True,
+        "price": "18 per profile",
+        "minimum": 15,
+        "page_size": 1,
+        "full_page": 18,
+        "fresh_seconds": 1800,  # CACHE_TTL's, over the default 900
+    }
+    trends = next(row for row in sheet["endpoints"] if row["endpoint"] == "/trends")
+    assert trends["price"] == "15 per call" and trends["fresh_seconds"] == 300
+    doc = (await api.call("GET", "/openapi.json"))[1]
+    assert "18 per profile" in described(doc) and "fresh 1,800 s" in described(doc)
+
+    config_file = tmp_path / "gateway.toml"
+    config_file.write_text("price_rules = { profiles = { each = 25 } }\n")
+    assert gateway.reload(ctx, {"CONFIG_FILE": str(config_file)})
+    assert info_row((await api.call("GET", "/prices"))[1])["price"] == "25 per profile"
+    assert "25 per profile" in described((await api.call("GET", "/openapi.json"))[1])
+    _, key = await api.funded_key(100_000)
+    status, _, headers = await api.call(
+        "GET", f"/social/user/info?userName={catalog['users'][0]['userName']}", key=key["key"]
+    )
+    assert status == 200 and headers["X-Credits-Charged"] == "25"  # charged as the sheet says

@@ -1,6 +1,6 @@
 // Signing in and out: the page's start, register and log in (with the second factor's step), log out, the
 // session's end, forgotten password and the emailed reset link (handlers/auth/: handlers.py, twofactor.py, reset.py).
-import { $, $$, FEATURES, el } from "./dom.js";
+import { $, $$, FEATURES, el, when } from "./dom.js";
 import { ApiFailure, act, api, clearError, onSessionEnd, showError, state } from "./api.js";
 import { VIEWS, currentView, route } from "./views.js";
 import { loadAccount, passwordChange } from "./account.js";
@@ -9,8 +9,9 @@ import { stopOrderPolling } from "./billing.js";
 import { applyRoles, loadRoles } from "./roles.js";
 
 const AUTH_PANELS = ["#auth-form", "#second-factor-form", "#forgot-form", "#reset-form", "#accept-form"];
-// the second factor's challenge, the emailed reset token, an invitation's token (/#invitation=<token>)
-const pending = { challenge: null, resetToken: null, invitation: null };
+// the second factor's challenge, the emailed reset token, an invitation's token (/#invitation=<token>), and the
+// credentials of a login that starts an account of its own while its second factor is asked for
+const pending = { challenge: null, resetToken: null, invitation: null, ownAccount: null };
 
 export async function start() {
   FEATURES.forEach((f) => $$('[data-feature="' + f + '"]').forEach((n) => (n.hidden = false)));
@@ -77,20 +78,32 @@ function signedOut(message) {
 
 onSessionEnd(signedOut); // a 401 on a signed-in page
 
-async function authenticate(path, trigger) {
+async function authenticate(path, trigger, extra) {
   const scope = $("#auth-form");
-  const body = { email: $("#email").value.trim(), password: $("#password").value };
+  const body = Object.assign({ email: $("#email").value.trim(), password: $("#password").value }, extra);
+  $("#own-account-box").hidden = true;
   const done = await act(scope, trigger, async () => {
-    const answer = await api("POST", path, body);
+    let answer;
+    try {
+      answer = await api("POST", path, body);
+    } catch (err) {
+      // A sign-in in no account any more (removed from every one) may start an account of its own.
+      if (err.status === 403 && /start an account of your own/.test(err.message)) $("#own-account-box").hidden = false;
+      throw err;
+    }
     if (answer && answer.two_factor_required) return answer; // the second step: askSecondFactor, below
     return api("GET", "/auth/me");
   });
   if (done) {
     $("#password").value = "";
-    if (done.two_factor_required) askSecondFactor(done.challenge);
-    else signedIn(done);
+    if (done.two_factor_required) {
+      pending.ownAccount = body.own_account ? body : null; // sent again with the code (POST /portal/login)
+      askSecondFactor(done.challenge);
+    } else signedIn(done);
   }
 }
+$("#own-account").addEventListener("click", () =>
+  authenticate("/portal/login", $("#own-account"), { own_account: true }));
 
 $("#auth-form").addEventListener("submit", (event) => {
   event.preventDefault();
@@ -113,6 +126,7 @@ $("#logout").addEventListener("click", async () => {
 
 function authPanel(selector, notice) {
   AUTH_PANELS.forEach((s) => ($(s).hidden = s !== selector));
+  $("#auth-title").textContent = selector === "#accept-form" ? "You are invited" : "Log in or create an account";
   AUTH_PANELS.forEach((s) => clearError($(s)));
   $("#auth-notice").textContent = notice || "";
   $("#auth-notice").hidden = !notice;
@@ -120,7 +134,11 @@ function authPanel(selector, notice) {
   if (first) first.focus();
 }
 $$("#view-auth [data-back]").forEach((b) => b.addEventListener("click", () => {
-  pending.challenge = pending.resetToken = null;
+  if (!$("#accept-form").hidden && invited.withSession) {
+    location.reload(); // not joining: back to the portal, still signed in (the link left the address bar)
+    return;
+  }
+  pending.challenge = pending.resetToken = pending.ownAccount = null;
   authPanel("#auth-form");
 }));
 
@@ -133,12 +151,28 @@ $("#second-factor-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const form = $("#second-factor-form");
   const body = { challenge: pending.challenge, code: $("#second-factor-code").value.trim() };
+  const own = pending.ownAccount;
+  let mayStart = false;
   const me = await act(form, $('button[type="submit"]', form), async () => {
-    await api("POST", "/portal/login/2fa", body);
+    try {
+      if (own) await api("POST", "/portal/login", Object.assign({}, own, { code: body.code }));
+      else await api("POST", "/portal/login/2fa", body);
+    } catch (err) {
+      mayStart = err.status === 403 && /start an account of your own/.test(err.message);
+      throw err;
+    }
     return api("GET", "/auth/me");
   });
-  if (me) {
+  if (mayStart) {
+    // In no account any more: the login form offers to start one (the password again, then a new code).
     pending.challenge = null;
+    authPanel("#auth-form", "You are not a member of any account any more. Type your password again and choose " +
+      "\u201cStart an account of my own\u201d, or ask an owner for an invitation.");
+    $("#own-account-box").hidden = false;
+    return;
+  }
+  if (me) {
+    pending.challenge = pending.ownAccount = null;
     form.hidden = true;
     $("#auth-form").hidden = false;
     signedIn(me);
@@ -223,11 +257,58 @@ function takeInvitation() {
   history.replaceState(null, "", location.pathname + location.search);
   return true;
 }
-function showAcceptForm(withSession) {
+// The invitation as its link shows it (POST /auth/invitations/preview): account, inviter, role, invited email.
+// Signed in, joining is one click with that sign-in; signed out, a password makes (or is) the person's sign-in.
+const invited = { label: "", role: "", withSession: false };
+async function showAcceptForm(withSession) {
   signedOut("");
+  const form = $("#accept-form");
+  invited.withSession = withSession;
+  $("#accept-facts").hidden = true;
+  $("#accept-signed-in").hidden = true;
+  $("#accept-progress").hidden = true;
   $("#accept-password-field").hidden = withSession;
   $("#accept-help").hidden = withSession;
-  authPanel("#accept-form", withSession ? "You are invited to another account: join it with your sign-in." : "");
+  $("#accept-title").textContent = "Join an account";
+  $("#accept-submit").textContent = "Join the account";
+  authPanel("#accept-form", "");
+  const token = pending.invitation;
+  let preview;
+  let me = null;
+  try {
+    preview = await api("POST", "/auth/invitations/preview", { token });
+    if (withSession) me = await api("GET", "/auth/me").catch(() => null); // an ended session: as signed out
+  } catch (err) {
+    if (pending.invitation === token) showError(form, err);
+    return;
+  }
+  if (pending.invitation !== token) return; // another link was opened meanwhile
+  drawInvitation(preview, me);
+}
+
+function drawInvitation(preview, me) {
+  invited.label = preview.account_name || "the account of " + (preview.account_email || "another member");
+  invited.role = preview.role;
+  invited.withSession = me !== null;
+  const join = "Join " + invited.label + " as " + preview.role;
+  $("#accept-title").textContent = join;
+  $("#accept-account").textContent = preview.account_name ? preview.account_name + " (" + preview.account_email + ")" : preview.account_email || "—";
+  $("#accept-inviter").textContent = preview.invited_by || "a member";
+  $("#accept-role").textContent = preview.role;
+  $("#accept-email").textContent = preview.email;
+  $("#accept-expires").textContent = when(preview.expires_at);
+  $("#accept-facts").hidden = false;
+  $("#accept-password-field").hidden = me !== null;
+  $("#accept-help").hidden = me !== null;
+  $("#accept-submit").textContent = me ? join : "Join as " + preview.role;
+  if (me) {
+    const other = me.email !== preview.email ? "; the invitation was sent to " + preview.email + ", and joining adds this sign-in" : "";
+    $("#accept-signed-in").textContent = "You are signed in as " + me.email + other + ".";
+    $("#accept-signed-in").hidden = false;
+  } else {
+    $("#accept-help").textContent = "New here: choose a password for your own sign-in as " + preview.email +
+      ". Already have a sign-in with " + preview.email + ": give its password.";
+  }
 }
 window.addEventListener("hashchange", () => {
   if (takeInvitation()) showAcceptForm(state.me !== null || document.body.dataset.signedIn === "yes");
@@ -237,16 +318,29 @@ $("#accept-form").addEventListener("submit", async (event) => {
   const form = $("#accept-form");
   const body = { token: pending.invitation };
   if (!$("#accept-password-field").hidden) body.password = $("#accept-password").value;
-  const me = await act(form, $('button[type="submit"]', form), async () => {
+  const submit = $("#accept-submit");
+  const label = submit.textContent;
+  // Joining with a password takes seconds: the password is hashed (or checked) slowly on purpose, as at
+  // registration and login. Say so while it runs.
+  const progress = $("#accept-progress");
+  progress.textContent = body.password === undefined
+    ? "Joining " + (invited.label || "the account") + "…"
+    : "Joining: checking your password takes a few seconds (it is hashed slowly on purpose, against guessing)…";
+  progress.hidden = false;
+  submit.textContent = "Joining…";
+  const me = await act(form, submit, async () => {
     await api("POST", "/portal/invitations/accept", body);
     return api("GET", "/auth/me");
   });
+  progress.hidden = true;
+  submit.textContent = label;
   if (me) {
     pending.invitation = null;
     form.reset();
     form.hidden = true;
     $("#auth-form").hidden = false;
     $("#auth-notice").hidden = true;
+    $("#auth-title").textContent = "Log in or create an account"; // for the next time the page is signed out
     signedIn(me);
   }
 });

@@ -43,6 +43,7 @@ export async function loadUsage() {
       byDay.forEach((r) => perDay.has(r.day) && perDay.set(r.day, { calls: r.calls, credits: r.credits }));
       byEndpoint.forEach((r) => perEndpoint.set(r.endpoint, r));
       drawChart($("#usage-chart"), $("#usage-totals"), perDay, days);
+      drawSaved(byDay, days);
       drawEndpoints(perEndpoint);
       drawKeyUsage(byKey);
       logFilters(perEndpoint);
@@ -75,6 +76,16 @@ export async function loadUsage() {
 $$('input[name="days"]', usageView).forEach((r) => r.addEventListener("change", loadUsage));
 $("#usage-refresh").addEventListener("click", loadUsage);
 
+// What the answer cache saved over the period: the calls it answered and the credits they were not charged.
+function drawSaved(byDay, days) {
+  const calls = byDay.reduce((sum, r) => sum + (r.from_cache || 0), 0);
+  const saved = byDay.reduce((sum, r) => sum + (r.credits_saved || 0), 0);
+  const line = $("#usage-saved");
+  line.textContent = "Saved by the cache in the last " + days + " days: " + number.format(saved) + " credits (" +
+    number.format(calls) + (calls === 1 ? " call" : " calls") + " answered from the cache).";
+  line.hidden = false;
+}
+
 const ms = (value) => (value === null || value === undefined ? "—" : number.format(Math.round(value)));
 
 function drawEndpoints(perEndpoint) {
@@ -92,6 +103,9 @@ function drawEndpoints(perEndpoint) {
       cell(row, v.errors === undefined ? "—" : number.format(v.errors), "num");
       cell(row, ms(v.p50_ms), "num");
       cell(row, ms(v.p95_ms), "num");
+      const cached = cell(row, v.from_cache === undefined ? "—" : number.format(v.from_cache), "num");
+      cached.dataset.testid = "endpoint-from-cache";
+      if (v.credits_saved) cached.append(" ", el("span", "saved " + number.format(v.credits_saved), "badge off"));
       body.append(row);
     });
   labelCells($("#endpoints-table"));

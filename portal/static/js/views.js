@@ -4,6 +4,7 @@ import { state } from "./api.js";
 import { loadAccount } from "./account.js";
 import { loadKeys } from "./keys.js";
 import { loadUsage } from "./usage.js";
+import { loadPrices } from "./prices.js";
 import { loadBilling } from "./billing.js";
 import { loadAlerts } from "./alerts.js";
 import { loadStreams } from "./streams.js";
@@ -18,6 +19,7 @@ const LOADERS = {
   overview: () => loadAccount($("#view-overview")),
   keys: loadKeys,
   usage: loadUsage,
+  prices: loadPrices,
   billing: loadBilling,
   alerts: loadAlerts,
   streams: () => loadStreams(),
