@@ -43,7 +43,13 @@ SCHEMAS = {
     ),
     "AcceptInvitation": body_schema(members.ACCEPT),
     "Switch": body_schema(auth.SWITCH),
-    "MemberAccount": obj(("account_id", "role"), account_id=S, role=_ROLE),
+    "MemberAccount": obj(
+        ("account_id", "role", "name", "email"),
+        account_id=S,
+        role=_ROLE,
+        name=nullable({"type": "string", "description": "The account's name (PATCH /account); null: none"}),
+        email=nullable({"type": "string", "description": "The email the account was registered with"}),
+    ),
     "Removed": obj(("ok",), ok=B),
 }
 
