@@ -37,12 +37,25 @@ FORMAT = Field("format", str, required=False, default="csv", check=_format, desc
 
 
 NAME_MAX = 80  # characters of an account's name: a header, a picker's option
+# Direction overrides and marks (Trojan Source): an owner's name must not make another member's picker read as
+# something it is not ("Your account" spelled backwards around other text).
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def _shown_name(value: str, loc: list) -> None:
+    no_controls(value, loc)
+    if any(c in BIDI for c in value):
+        raise ValidationError([error(loc, "Input should not contain text direction marks", "string_pattern_mismatch")])
+
+
+_shown_name.pattern = r"^[^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*$"  # for OpenAPI
+
 RENAME = [
     Field(
         "name",
         str,
         max_length=NAME_MAX,
-        check=no_controls,
+        check=_shown_name,
         description="What the account's members see it as (the portal's account picker); empty removes the name",
     )
 ]

@@ -24,9 +24,14 @@ window.addEventListener("DOMContentLoaded", async function () {
   toggle.href = aliases ? "/docs" : "/docs?aliases=true";
   toggle.textContent = aliases ? "Hide the /twitter aliases" : "Also list the /twitter aliases";
   const url = "/openapi.json" + (aliases ? "?aliases=true" : "");
-  const doc = await (await fetch(url, { credentials: "same-origin" })).json();
+  let source;
+  try {
+    source = { spec: forCustomers(await (await fetch(url, { credentials: "same-origin" })).json()) };
+  } catch (err) {
+    source = { url }; // Swagger UI reads it again, and says what went wrong
+  }
   window.ui = SwaggerUIBundle({
-    spec: forCustomers(doc),
+    ...source,
     dom_id: "#swagger-ui",
     deepLinking: true,
     presets: [SwaggerUIBundle.presets.apis],

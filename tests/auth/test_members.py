@@ -252,12 +252,13 @@ async def test_an_owner_names_the_account_and_every_member_sees_the_name(api):
         (None, other["email"], "owner"),
         ("Acme research", owner["email"], "viewer"),
     ]
-    # Only an owner names it (an admin: 403); a name is a line of text of at most 80 characters.
+    # Only an owner names it (an admin: 403); a name is a line of text of at most 80 characters, read as written.
     status, body, _ = await api.call("PATCH", "/account", {"name": "Mine now"}, token=admin["token"])
     assert (status, body) == (403, {"detail": roles.refusal(roles.OWNER)})
     for wrong, kind in (
         ({"name": "x" * 81}, "string_too_long"),
         ({"name": "two\nlines"}, "string_pattern_mismatch"),
+        ({"name": "\u202etnuocca ruoY"}, "string_pattern_mismatch"),  # a direction override: no look-alike
         ({"name": 7}, "string_type"),
         ({"name": None}, "missing"),
         ({}, "missing"),
