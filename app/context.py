@@ -256,7 +256,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     )
     ops = Ops()
     services = Services(
-        account=AccountService(meter),
+        account=AccountService(meter, accounts),
         admin=AdminService(
             admin_store, accounts, meter, payments, audit_service, members, stream_store, poller, upstream
         ),

@@ -32,7 +32,7 @@ class AdminService:
     ):
         self.store, self.accounts, self.meter, self.payments = store, accounts, meter, payments
         self.audit, self.members, self.streams, self.poller, self.upstream = audit, members, streams, poller, upstream
-        self.usage = AccountService(meter)
+        self.usage = AccountService(meter, accounts)
 
     async def metrics(self, days: int, include_internal: bool, admin_emails: tuple) -> dict:
         return await self.store.metrics(days, include_internal, admin_emails)

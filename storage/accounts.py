@@ -105,6 +105,22 @@ class AccountStore:
     async def get(self, account_id: str) -> dict | None:
         return await self.accounts.find_one({"_id": account_id}, {"password_hash": 0})
 
+    async def set_name(self, account_id: str, name: str | None) -> dict | None:
+        """The account's name as its owner chose it (None removes it); the account after the change, None if gone.
+        A name is for people only: no process caches it, so no changed_at."""
+        change = {"$set": {"name": name}} if name else {"$unset": {"name": ""}}
+        return await self.accounts.find_one_and_update(
+            {"_id": account_id, **ACCOUNTS_ONLY},
+            change,
+            projection={"password_hash": 0},
+            return_document=ReturnDocument.AFTER,
+        )
+
+    async def labels(self, account_ids: list[str]) -> dict[str, dict]:
+        """What tells accounts apart for a person in several: each one's name (if set) and email, by id."""
+        cursor = self.accounts.find({"_id": {"$in": account_ids}, **ACCOUNTS_ONLY}, {"name": 1, "email": 1})
+        return {doc["_id"]: doc async for doc in cursor}
+
     async def set_attribution(self, account_id: str, first_touch: dict | None, anonymous_id: str | None) -> bool:
         """Set-once first touch; earlier anonymous events of this browser are linked to the account.
 

@@ -41,6 +41,7 @@ log = logging.getLogger("gateway.audit")
 
 ACTIONS = (
     "account.created",
+    "account.renamed",
     "login",
     "login.failed",
     "logout",

@@ -1,4 +1,4 @@
-"""The account's balance and plan, the price sheet, and its usage history (buffered calls included): per call, summed
+"""The account's balance, plan and name, the price sheet, and its usage history (buffered calls included): per call, summed
 by day / endpoint / key, and exported as CSV or JSON lines."""
 
 import base64
@@ -9,8 +9,8 @@ from datetime import UTC, date, datetime, time, timedelta
 import orjson
 
 from handlers.base import BaseHandler, authenticated, timestamp
-from handlers.errors import ValidationError, error
-from handlers.validation import Field
+from handlers.errors import ApiError, ValidationError, error
+from handlers.validation import Field, no_controls, validate_body
 from services.account import log_order
 from social import prices
 
@@ -37,17 +37,54 @@ def _format(value: str, loc: list) -> None:
 FORMAT = Field("format", str, required=False, default="csv", check=_format, description="csv or jsonl")
 
 
+NAME_MAX = 80  # characters of an account's name: a header, a picker's option
+# Direction overrides and marks (Trojan Source): an owner's name must not make another member's picker read as
+# something it is not ("Your account" spelled backwards around other text).
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def _shown_name(value: str, loc: list) -> None:
+    no_controls(value, loc)
+    if any(c in BIDI for c in value):
+        raise ValidationError([error(loc, "Input should not contain text direction marks", "string_pattern_mismatch")])
+
+
+_shown_name.pattern = r"^[^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*$"  # for OpenAPI
+
+RENAME = [
+    Field(
+        "name",
+        str,
+        max_length=NAME_MAX,
+        check=_shown_name,
+        description="What the account's members see it as (the portal's account picker); empty removes the name",
+    )
+]
+
+
 class AccountHandler(BaseHandler):
-    """Credit balance and plan state."""
+    """Credit balance and plan state; an owner names the account (PATCH)."""
 
     @authenticated
     async def get(self) -> None:
-        account = await self.current_account()
+        await self.send_account(await self.current_account())
+
+    @authenticated
+    async def patch(self) -> None:
+        name = validate_body(self.json_body(), RENAME)["name"].strip() or None  # only blanks: no name
+        account = await self.services.account.rename(self.current_user, name)
+        if account is None:
+            raise ApiError(401, "Invalid or expired token", {"WWW-Authenticate": "Bearer"})  # the account is gone
+        await self.audit("account.renamed", details={"name": name})
+        await self.send_account(account)
+
+    async def send_account(self, account: dict) -> None:
         service = self.services.account
         view = await service.view(account["_id"])
         self.send_json(
             {
                 "account_id": account["_id"],
+                "name": account.get("name"),
                 "email": account["email"],
                 "credits": await service.balance(account["_id"], account),
                 "plan": view.plan.name,

@@ -3,7 +3,7 @@ schemas, the query parameters being the very `Field` declarations handlers/accou
 
 from handlers.account import handlers as account
 from handlers.openapi_operations import Operation
-from handlers.openapi_schema import TIME, B, I, N, S, array, nullable, obj, query, query_param, ref
+from handlers.openapi_schema import TIME, B, I, N, S, array, body_schema, nullable, obj, query, query_param, ref
 from security import roles
 
 # A repeat answered with the first answer to its Idempotency-Key: a record of its own, 0 credits.
@@ -11,6 +11,16 @@ REPLAY_OF = nullable({"type": "string", "description": "The first call's request
 
 OPERATIONS: list[Operation] = [
     Operation("get", "/account", "Credit balance and plan", "account", ref("Account"), role=roles.VIEWER),
+    Operation(
+        "patch",
+        "/account",
+        "Name the account (what its members see it as); an empty name removes it",
+        "account",
+        ref("Account"),
+        body="AccountRename",
+        errors=(401, 403, 413, 422),
+        role=roles.OWNER,
+    ),
     Operation(
         "get",
         "/prices",
@@ -105,10 +115,14 @@ SCHEMAS: dict = {
             )
         ),
     ),
+    "AccountRename": body_schema(account.RENAME),
     "Account": obj(
         ("account_id", "credits", "plan", "qps_limit", "account_qps_limit", "max_keys"),
         account_id=S,
-        email=S,
+        name=nullable(
+            {"type": "string", "description": "The name an owner gave the account (PATCH /account); null: none"}
+        ),
+        email={"type": "string", "description": "The email the account was registered with"},
         credits=I,
         plan=S,
         qps_limit=N,

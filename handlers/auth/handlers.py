@@ -274,6 +274,9 @@ class MeHandler(BaseHandler):
     async def get(self) -> None:
         account, person = await self.current_account(), await self.current_person()
         session = self.session
+        memberships = await self.services.auth.memberships(person["_id"])
+        # What tells the accounts apart in the portal's picker: each one's name, else the email it was registered with.
+        labels = await self.services.account.labels([m["account_id"] for m in memberships])
         self.send_json(
             {
                 "account_id": account["_id"],
@@ -285,8 +288,13 @@ class MeHandler(BaseHandler):
                 "member_id": session.member_id,
                 "role": session.role,
                 "accounts": [
-                    {"account_id": m["account_id"], "role": m["role"]}
-                    for m in await self.services.auth.memberships(person["_id"])
+                    {
+                        "account_id": m["account_id"],
+                        "role": m["role"],
+                        "name": labels.get(m["account_id"], {}).get("name"),
+                        "email": labels.get(m["account_id"], {}).get("email"),
+                    }
+                    for m in memberships
                 ],
             }
         )

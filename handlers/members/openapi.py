@@ -53,7 +53,13 @@ SCHEMAS = {
         expires_at=TIME,
     ),
     "Switch": body_schema(auth.SWITCH),
-    "MemberAccount": obj(("account_id", "role"), account_id=S, role=_ROLE),
+    "MemberAccount": obj(
+        ("account_id", "role", "name", "email"),
+        account_id=S,
+        role=_ROLE,
+        name=nullable({"type": "string", "description": "The account's name (PATCH /account); null: none"}),
+        email=nullable({"type": "string", "description": "The email the account was registered with"}),
+    ),
     "Removed": obj(("ok",), ok=B),
 }
 

@@ -75,7 +75,9 @@ async def test_a_registered_account_is_its_sign_ins_and_lists_its_one_account(ap
     user = await api.register()
     mine = await me(api, user["token"])
     assert mine["account_id"] == user["account_id"] == mine["person_id"] and mine["role"] == "owner"
-    assert mine["accounts"] == [{"account_id": user["account_id"], "role": "owner"}]
+    assert mine["accounts"] == [
+        {"account_id": user["account_id"], "role": "owner", "name": None, "email": user["email"]}
+    ]
     status, members, _ = await api.call("GET", "/members", token=user["token"])
     assert status == 200 and [(m["email"], m["role"], m["two_factor"]) for m in members] == [
         (user["email"], "owner", False)
@@ -215,8 +217,8 @@ async def test_a_person_with_two_accounts_switches_between_them(api):
     assert mine["account_id"] == owner["account_id"] and mine["role"] == "billing"
     assert mine["email"] == other["email"] and mine["person_id"] == other["account_id"]
     assert mine["accounts"] == [
-        {"account_id": other["account_id"], "role": "owner"},
-        {"account_id": owner["account_id"], "role": "billing"},
+        {"account_id": other["account_id"], "role": "owner", "name": None, "email": other["email"]},
+        {"account_id": owner["account_id"], "role": "billing", "name": None, "email": owner["email"]},
     ]
     # Their own account's session is still theirs; switch answers a token for the other account.
     status, switched, _ = await api.call(
@@ -232,6 +234,48 @@ async def test_a_person_with_two_accounts_switches_between_them(api):
     # A login goes to the person's own account first.
     status, body, _ = await api.call("POST", "/auth/login", {"email": other["email"], "password": PASSWORD})
     assert status == 200 and body["account_id"] == other["account_id"]
+
+
+async def test_an_owner_names_the_account_and_every_member_sees_the_name(api):
+    people = await team(api)
+    owner, admin = people[roles.OWNER], people[roles.ADMIN]
+    status, account, _ = await api.call("PATCH", "/account", {"name": "  Acme research  "}, token=owner["token"])
+    assert status == 200 and account["name"] == "Acme research" and account["email"] == owner["email"]
+    assert (await api.call("GET", "/account", token=people[roles.VIEWER]["token"]))[1]["name"] == "Acme research"
+    # A person in two accounts tells them apart by name (or, unnamed, by the email each was registered with).
+    other = await api.register()
+    invitation = await invite(api, owner["token"], roles.VIEWER, other["email"])
+    status, _, _ = await api.call(
+        "POST", "/auth/invitations/accept", {"token": invitation["token"]}, token=other["token"]
+    )
+    assert status == 200
+    assert [(a["name"], a["email"], a["role"]) for a in (await me(api, other["token"]))["accounts"]] == [
+        (None, other["email"], "owner"),
+        ("Acme research", owner["email"], "viewer"),
+    ]
+    # Only an owner names it (an admin: 403); a name is a line of text of at most 80 characters, read as written.
+    status, body, _ = await api.call("PATCH", "/account", {"name": "Mine now"}, token=admin["token"])
+    assert (status, body) == (403, {"detail": roles.refusal(roles.OWNER)})
+    for wrong, kind in (
+        ({"name": "x" * 81}, "string_too_long"),
+        ({"name": "two\nlines"}, "string_pattern_mismatch"),
+        ({"name": "\u202etnuocca ruoY"}, "string_pattern_mismatch"),  # a direction override: no look-alike
+        ({"name": 7}, "string_type"),
+        ({"name": None}, "missing"),
+        ({}, "missing"),
+        ({"name": "ok", "owner": "me"}, "extra_forbidden"),
+    ):
+        status, body, _ = await api.call("PATCH", "/account", wrong, token=owner["token"])
+        assert status == 422 and body["detail"][0]["type"] == kind, (wrong, body)
+    assert (await api.call("GET", "/account", token=owner["token"]))[1]["name"] == "Acme research"  # unchanged
+    # The change is in the audit log, by whom; blanks remove the name.
+    status, entries, _ = await api.call("GET", "/audit?action=account.renamed", token=admin["token"])
+    assert [(e["details"], e["actor"]["email"]) for e in entries["entries"]] == [
+        ({"name": "Acme research"}, owner["email"])
+    ]
+    status, account, _ = await api.call("PATCH", "/account", {"name": "   "}, token=owner["token"])
+    assert status == 200 and account["name"] is None
+    assert (await me(api, other["token"]))["accounts"][1]["name"] is None
 
 
 async def test_the_audit_log_names_the_person_and_keys_outlive_their_maker(api, catalog):
@@ -270,7 +314,9 @@ async def test_accounts_from_before_members_get_their_owner_at_start(api, ctx):
     assert await ctx.members.migrate() >= 1
     assert await ctx.members.migrate() == 0  # idempotent
     mine = await me(api, user["token"])  # the token issued before works again: same person, same account
-    assert mine["role"] == "owner" and mine["accounts"] == [{"account_id": user["account_id"], "role": "owner"}]
+    assert mine["role"] == "owner" and [(a["account_id"], a["role"]) for a in mine["accounts"]] == [
+        (user["account_id"], "owner")
+    ]
 
 
 async def test_an_owners_list_from_before_issue_46_loses_the_names_of_members_gone(api, ctx):

@@ -1,4 +1,4 @@
-// The overview: the balance (and its warning, shown on every view), the plan, the password change.
+// The overview: the balance (and its warning, shown on every view), the plan, the account's name, the password change.
 import { $, el, number, usd } from "./dom.js";
 import { act, api, listGeneration, showError } from "./api.js";
 
@@ -21,6 +21,8 @@ export async function loadAccount(scope) {
   $("#plan").textContent = account.plan;
   $("#qps").textContent = "up to " + number.format(account.qps_limit) + " calls per second per key";
   $("#paid").textContent = usd.format(account.total_paid_usd);
+  const name = $("#account-name");
+  if (scope && document.activeElement !== name) name.value = account.name || ""; // never under the owner's typing
   const warning = $("#balance-warning");
   warning.textContent = "";
   warning.className = "warning";
@@ -58,4 +60,18 @@ passwordForm.addEventListener("submit", async (event) => {
     ok.textContent = "Password changed.";
     ok.hidden = false;
   }
+});
+
+const nameForm = $("#account-name-form");
+nameForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const ok = $(".ok", nameForm);
+  ok.hidden = true;
+  const done = await act(nameForm, $('button[type="submit"]', nameForm), () =>
+    api("PATCH", "/account", { name: $("#account-name").value }));
+  if (done === undefined) return;
+  $("#account-name").value = done.name || "";
+  ok.textContent = done.name ? "Saved: the account is now \u201c" + done.name + "\u201d." : "Saved: the account has no name.";
+  ok.hidden = false;
+  document.dispatchEvent(new CustomEvent("account-renamed", { detail: done.name }));
 });

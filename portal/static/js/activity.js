@@ -5,8 +5,10 @@ import { act, api, listGeneration, state } from "./api.js";
 
 let auditCursor = null; // where the next page starts
 const auditList = listGeneration(); // a slow earlier filter's page must not replace the newer one's
+// Every action storage/audit.py records (ACTIONS), in words: the "What" filter offers each one
+// (tests/portal/test_browser_header.py holds the two lists together).
 const ACTION_LABELS = {
-  "account.created": "Account created", "login": "Signed in", "login.failed": "Failed sign-in", "logout": "Signed out",
+  "account.created": "Account created", "account.renamed": "Account renamed", "login": "Signed in", "login.failed": "Failed sign-in", "logout": "Signed out",
   "password.changed": "Password changed", "password.reset_requested": "Password reset asked",
   "password.reset": "Password reset", "2fa.enabled": "Two-factor turned on", "2fa.disabled": "Two-factor turned off",
   "2fa.failed": "Wrong two-factor code", "2fa.recovery_used": "Recovery code used",
@@ -16,6 +18,9 @@ const ACTION_LABELS = {
   "webhook.created": "Webhook endpoint added", "webhook.deleted": "Webhook endpoint deleted",
   "admin.credit": "Credited by an admin", "admin.debit": "Debited by an admin",
   "admin.suspend": "Suspended by an admin", "admin.resume": "Resumed by an admin",
+  "member.invited": "Member invited", "member.invitation_revoked": "Invitation revoked",
+  "member.joined": "Member joined", "member.role_changed": "Member's role changed",
+  "member.removed": "Member removed", "member.left": "Member left",
   "mcp.connected": "AI agent connected (MCP)",
 };
 const actionSelect = $("#audit-action");
@@ -37,7 +42,15 @@ function actorText(actor) {
   if (actor.kind === "system") return "the system";
   if (actor.kind === "anonymous") return "someone not signed in";
   if (actor.kind === "admin") return "admin " + (actor.email || actor.id);
-  return state.me && actor.id === state.me.account_id ? "you" : "account " + actor.id;
+  // A member acting for the account (actor.id is the account, whoever acted): you by your membership or your
+  // email (one person, one email; another account's entries, for an admin), anyone else by their email.
+  const me = state.me;
+  if (actor.member_id) {
+    const mine = me && (actor.member_id === me.member_id || (actor.email && actor.email === me.email));
+    return mine ? "you" : actor.email || "member " + actor.member_id;
+  }
+  // Written before accounts had members: the one who registered the account (their id is the account's) acted.
+  return me && actor.id === me.person_id ? "you" : "account " + actor.id;
 }
 function detailsText(entry) {
   const d = Object.assign({}, entry.details);

@@ -19,13 +19,14 @@ export async function loadMembers() {
     return;
   }
   if (!membersList.isCurrent(list)) return;
-  fillTable("#members-table", "#members-empty", members, "member", drawMember);
+  const owners = members.filter((m) => m.role === "owner").length;
+  fillTable("#members-table", "#members-empty", members, "member", (row, m) => drawMember(row, m, owners));
   const managing = may("get /members/invitations");
   $("#invitations-box").hidden = !managing;
   if (managing) loadInvitations();
 }
 
-function drawMember(row, m) {
+function drawMember(row, m, owners) {
   const mine = m.member_id === state.me.member_id;
   cell(row, m.email + (mine ? " (you)" : ""), "path");
   const roleCell = cell(row, "");
@@ -44,6 +45,7 @@ function drawMember(row, m) {
       const done = await act(row, picker, () =>
         api("PATCH", "/members/" + m.member_id, { role: picker.value }));
       if (done === undefined) picker.value = m.role; // refused: its reason is shown in the row
+      else if ((m.role === "owner") !== (done.role === "owner")) loadMembers(); // who is the last owner changed
       else m.role = done.role;
     });
     roleCell.append(picker);
@@ -54,6 +56,14 @@ function drawMember(row, m) {
   cell(row, when(m.joined_at));
   cell(row, when(m.last_seen_at));
   const actions = cell(row, "");
+  if (m.role === "owner" && owners < 2) {
+    // The server refuses the last owner's leaving or removal (409): say so, and why, before anyone tries.
+    const note = el("p", mine ? "You are the only owner: make another member an owner before you leave." :
+      "The only owner: another member must be made an owner first.", "hint");
+    note.dataset.testid = "last-owner";
+    actions.append(note);
+    return;
+  }
   const remove = button(mine ? "Leave" : "Remove", "danger small", mine ? "leave-account" : "remove-member");
   if (!mine) remove.dataset.op = "delete /members/{member_id}";
   remove.addEventListener("click", async () => {

@@ -1,6 +1,7 @@
-// The Security view: two-factor sign-in turned on (QR code, first code, recovery codes) and off, new recovery codes.
-import { $, confirmAction, el, when } from "./dom.js";
-import { act, api, listGeneration } from "./api.js";
+// The Security view: two-factor sign-in turned on (QR code, first code, recovery codes: copied or downloaded as a
+// text file) and off, new recovery codes.
+import { $, confirmAction, copy, el, when } from "./dom.js";
+import { act, api, listGeneration, state } from "./api.js";
 
 const statusLoad = listGeneration(); // a slow earlier status must not undo a change made since
 
@@ -29,12 +30,36 @@ $("#tfa-setup-form").addEventListener("submit", async (event) => {
   $("#tfa-enable-form").hidden = false;
   $("#tfa-code").focus();
 });
+let shownCodes = [];
 function showRecoveryCodes(codes) {
+  shownCodes = codes;
   const list = $("#tfa-recovery-codes");
   list.textContent = "";
   codes.forEach((c) => list.append(el("li", c)));
+  $("#tfa-recovery-status").textContent = "";
+  // The file is made here, in the page: the codes are never sent anywhere again.
+  const made = new Date().toISOString().slice(0, 10);
+  const text = "Recovery codes for " + (state.me ? state.me.email : "your sign-in") + " at " + location.host +
+    ", made " + made + ".\nEach signs you in once, in place of the code from your phone.\n\n" + codes.join("\n") + "\n";
+  const link = $("#tfa-recovery-download");
+  forgetDownload();
+  link.href = URL.createObjectURL(new Blob([text], { type: "text/plain" }));
+  link.download = "recovery-codes-" + location.hostname + "-" + made + ".txt";
   $("#tfa-recovery").hidden = false;
 }
+function forgetDownload() {
+  const link = $("#tfa-recovery-download");
+  if (link.href.startsWith("blob:")) URL.revokeObjectURL(link.href);
+  link.href = "#security";
+  link.removeAttribute("download");
+}
+function hideRecoveryCodes() {
+  shownCodes = [];
+  forgetDownload();
+  $("#tfa-recovery").hidden = true;
+  $("#tfa-recovery-codes").textContent = "";
+}
+$("#tfa-recovery-copy").addEventListener("click", () => copy(shownCodes.join("\n"), $("#tfa-recovery-status")));
 $("#tfa-enable-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const form = $("#tfa-enable-form");
@@ -47,10 +72,7 @@ $("#tfa-enable-form").addEventListener("submit", async (event) => {
   showRecoveryCodes(done.recovery_codes);
   loadSecurity();
 });
-$("#tfa-recovery-done").addEventListener("click", () => {
-  $("#tfa-recovery").hidden = true;
-  $("#tfa-recovery-codes").textContent = "";
-});
+$("#tfa-recovery-done").addEventListener("click", hideRecoveryCodes);
 $("#tfa-regenerate-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const form = $("#tfa-regenerate-form");
@@ -69,7 +91,7 @@ $("#tfa-disable-form").addEventListener("submit", async (event) => {
   if (!(await confirmAction("Turn off two-factor sign-in?", "Your password alone will sign you in.", "Turn off"))) return;
   if (await act(form, $('button[type="submit"]', form), () => api("POST", "/auth/2fa/disable", body))) {
     form.reset();
-    $("#tfa-recovery").hidden = true;
+    hideRecoveryCodes();
     loadSecurity();
   }
 });

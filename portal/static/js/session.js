@@ -44,16 +44,15 @@ async function signedIn(me) {
     // A user the development sandbox knows, so that the example answers with data.
     api("GET", "/sandbox/catalog").then((c) => c.users && c.users[0] && exampleCall(c.users[0].userName), () => {});
   }
-  $("#who-email").textContent = me.email;
-  $("#who-role").textContent = me.role;
-  drawPicker(me);
+  drawWho(me);
   $("#view-auth").hidden = true;
   $("#nav").hidden = false;
   $("#who").hidden = false;
   $('#nav a[data-view="admin"]').hidden = !me.is_admin;
   route();
   applyRoles(document);
-  $("#main").focus();
+  // Focus where the views are, for a screen reader, without scrolling past the navigation (and the balance warning).
+  $("#main").focus({ preventScroll: true });
   if (currentView() !== "overview") loadAccount(null); // the balance warning shows on every view
 }
 
@@ -225,19 +224,35 @@ $("#reset-form").addEventListener("submit", async (event) => {
 });
 
 
-// The account picker: a person in several accounts chooses which one the session acts for (POST /portal/switch).
-function drawPicker(me) {
+// The header says who is signed in (email, role here) and for which account: its name, else whose it is. A person in
+// several accounts chooses which one the session acts for with the picker (POST /portal/switch).
+function accountLabel(me, a) {
+  if (a.name) return a.name;
+  if (a.account_id === me.person_id) return "Your account";
+  return a.email ? a.email + "\u2019s account" : "Account \u2026" + a.account_id.slice(-6);
+}
+function drawWho(me) {
+  $("#who-email").textContent = me.email;
+  $("#who-role").textContent = me.role;
+  const current = me.accounts.find((a) => a.account_id === me.account_id);
+  $("#who-account").textContent = current ? accountLabel(me, current) : "";
   const picker = $("#account-picker");
   picker.textContent = "";
   me.accounts.forEach((a) => {
-    const label = a.account_id === me.person_id ? "Your account" : "Account \u2026" + a.account_id.slice(-6);
-    const option = el("option", label + " (" + a.role + ")");
+    const option = el("option", accountLabel(me, a) + " (" + a.role + ")");
     option.value = a.account_id;
     option.selected = a.account_id === me.account_id;
     picker.append(option);
   });
   picker.hidden = me.accounts.length < 2;
+  $("#who-account").hidden = !picker.hidden;
 }
+// An owner renamed the account (account.js): the header and the picker say the new name at once.
+document.addEventListener("account-renamed", (event) => {
+  if (!state.me) return;
+  state.me.accounts.forEach((a) => { if (a.account_id === state.me.account_id) a.name = event.detail; });
+  drawWho(state.me);
+});
 $("#account-picker").addEventListener("change", async (event) => {
   const picker = event.target;
   try {
