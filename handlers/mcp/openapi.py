@@ -30,8 +30,13 @@ SCHEMAS: dict = {
         "required": ["jsonrpc", "method"],
         "properties": {
             "jsonrpc": {"const": "2.0"},
-            "id": {"type": ["string", "integer"]},
-            "method": {"type": "string", "examples": ["tools/list"]},
+            "id": {
+                "oneOf": [
+                    {"type": "string", "maxLength": 256},
+                    {"type": "integer", "minimum": -(2**53), "maximum": 2**53},
+                ]
+            },
+            "method": {"type": "string", "minLength": 1, "examples": ["tools/list"]},
             "params": {"type": "object"},
         },
     },

@@ -74,20 +74,17 @@ def classify(body, headers) -> Reply | Dispatch:
     if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
         return error(None, INVALID_REQUEST, "Body must be one JSON-RPC 2.0 request or notification object")
     method = body.get("method")
-    if "id" not in body:
-        if isinstance(method, str):  # a notification: acknowledged, nothing to act on
+    if "id" not in body:  # a notification (acknowledged, nothing to act on), or a response to a request this server
+        # never sends (refused, as the transport allows)
+        if isinstance(method, str) and method and isinstance(body.get("params", {}), dict):
             return Reply(202, None)
         return error(None, INVALID_REQUEST, "A message without an id must be a notification with a method")
     request_id = body["id"]
     if not _valid_id(request_id):
         return error(None, INVALID_REQUEST, "id must be a string (at most 256 characters) or an integer")
     if not isinstance(method, str) or not method:
-        if "result" in body or "error" in body:  # a response to a request this server never sends
-            return Reply(202, None)
         return error(request_id, INVALID_REQUEST, "method must be a non-empty string")
     params = body.get("params", {})
-    if params is None:
-        params = {}
     if not isinstance(params, dict):
         return error(request_id, INVALID_PARAMS, "params must be an object")
     meta = params.get("_meta")
