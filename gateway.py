@@ -47,7 +47,6 @@ from handlers import (
 )
 from handlers.base import NotFoundHandler
 from handlers.data_plane import DataPlane
-from metering.pricing import Prices
 from portal import pages
 from services.ops import registry
 
@@ -122,11 +121,8 @@ def reload(ctx: Context, environ=None) -> bool:
     except (config.SettingsError, OSError) as exc:
         log.error("reload refused, the current price rules and plan tiers stay: %s", exc)
         return False
-    settings = dataclasses.replace(ctx.settings, price_rules=fresh.price_rules, plan_rules=fresh.plan_rules)
-    ctx.settings = ctx.meter.settings = settings
-    # Every holder of the prices gets the new ones: the charged call and the poller price with their own (they
-    # kept the start's, so a reload changed the price sheet and not the charges).
-    ctx.prices = ctx.calls.prices = ctx.poller.prices = ctx.view.services.streams.prices = Prices(settings.price_rules)
+    # One shared state (runtime/state.py): the next call and poll of every part read the new rules from it.
+    ctx.settings = dataclasses.replace(ctx.settings, price_rules=fresh.price_rules, plan_rules=fresh.plan_rules)
     ctx.account_cache.clear()  # cached views carry a plan computed with the old tiers
     log.info("reloaded price rules and plan tiers")
     return True

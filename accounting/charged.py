@@ -27,6 +27,7 @@ from config.settings import Settings
 from metering.ledger import Reservation
 from metering.pricing import Prices
 from runtime.metrics import Metrics
+from runtime.state import State
 from social.answer_cache import AnswerCache, answer_key, ttl_of
 from social.endpoints import Endpoint, read_answer, read_parsed
 from social.upstream import UpstreamClient, UpstreamError
@@ -90,13 +91,18 @@ class Fetched:
 
 
 class Calls:
-    def __init__(self, settings: Settings, meter: Meter, prices: Prices, metrics: Metrics, store: AnswerStore | None):
-        self.settings, self.meter, self.prices, self.metrics, self.store = settings, meter, prices, metrics, store
+    def __init__(self, settings: Settings, meter: Meter, state: State, metrics: Metrics, store: AnswerStore | None):
+        self.settings, self.meter, self.state, self.metrics, self.store = settings, meter, state, metrics, store
         ttls = [ttl_of(path, settings.cache_ttl) for path in settings.cache_ttl] + [900]
         self.cache = AnswerCache(settings.cache_max_bytes, max(max(ttls), settings.cache_stale_if_error))
         self.crawls = Crawls(settings.crawl_guard_max_bytes)
         self.tiers = Tiers(metrics, store)
         self._flights: dict[str, asyncio.Future] = {}
+
+    @property
+    def prices(self) -> Prices:
+        """The prices now: a reload (SIGHUP) replaces them on the process's state, not on a copy kept here."""
+        return self.state.prices
 
     # --- reserve ------------------------------------------------------------------------------------
     def bounds(self, endpoint: Endpoint, size: int) -> tuple[int, int]:

@@ -29,6 +29,7 @@ from metering.usage import UsageBuffer
 from runtime.cache import LoadingCache
 from runtime.flight import single_flight
 from runtime.metrics import Metrics
+from runtime.state import State
 from security.apikeys import KeyVault
 from storage.accounts import AccountStore
 from storage.budgets import BudgetStore
@@ -57,7 +58,7 @@ class LeasesExpired(Exception):
 class Meter:
     def __init__(
         self,
-        settings: Settings,
+        state: State,
         accounts: AccountStore,
         keys: KeyStore,
         usage: UsageStore,
@@ -67,7 +68,9 @@ class Meter:
         budget_store: BudgetStore,
         clock=time.monotonic,
     ):
-        self.settings, self.accounts, self.keys, self.usage, self.leases = settings, accounts, keys, usage, leases
+        # state: the settings now (a reload replaces the plan tiers there); the rest of them never change
+        self.state, self.accounts, self.keys, self.usage, self.leases = state, accounts, keys, usage, leases
+        settings = state.settings
         self.vault, self.metrics, self.clock = vault, metrics, clock
         self.ledger = Ledger(settings.lease_seconds)
         self.closing = False  # close() began: no reservation from here on, whatever a heartbeat says
@@ -95,6 +98,10 @@ class Meter:
         # Told of every balance or payment change (here, or elsewhere through coherence), and of every account
         # whose usage a flush has just stored (_stored): alerts/ looks again.
         self.account_listeners: list[Callable[[str], None]] = []
+
+    @property
+    def settings(self) -> Settings:
+        return self.state.settings
 
     # --- views from memory -----------------------------------------------------------------
     async def _load_key(self, digest: str) -> KeyEntry | None:

@@ -15,7 +15,7 @@ from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from alerts.detector import Detector
 from config.settings import Settings
-from handlers.context import DataPath, HandlerContext, Runtime, Services, State, Throttles
+from handlers.context import DataPath, HandlerContext, Runtime, Services, Throttles
 from metering.limiter import RateLimiter
 from metering.pricing import Prices
 from payments.service import Payments, build_payments
@@ -24,6 +24,7 @@ from runtime.cache import LoadingCache
 from runtime.metrics import Metrics
 from runtime.outbound import Outbound
 from runtime.scrape import Scrape
+from runtime.state import State
 from security import passwords
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
@@ -87,8 +88,8 @@ class Context:
     """Every part of one gateway process: the stores, the services over them, the runtime pieces. app/, the
     background tasks (app/tasks.py) and the tests work from it; the handlers get `view` only, whose parts are
     the same objects as here (the throttles and the failure budget are theirs only). What changes while the process runs is held once, on the view, and set through
-    the properties below: the settings and the drain's flags (its `state`), the upstream client, the scrape
-    gatherer."""
+    the properties below: the settings, their prices and the drain's flags (its `state`), the upstream client,
+    the scrape gatherer."""
 
     view: HandlerContext
     client: AsyncMongoClient
@@ -99,7 +100,6 @@ class Context:
     key_cache: LoadingCache  # digest -> KeyEntry
     account_cache: LoadingCache  # account id -> AccountView
     limiter: RateLimiter
-    prices: Prices
     meter: Meter
     metrics: Metrics
     executor: ThreadPoolExecutor  # CPU-heavy work (password hashing) off the event loop
@@ -129,7 +129,11 @@ class Context:
 
     @settings.setter
     def settings(self, value: Settings) -> None:
-        self.view.state.settings = value
+        self.view.state.reload(value)  # with their prices
+
+    @property
+    def prices(self) -> Prices:
+        return self.view.state.prices
 
     @property
     def stopping(self) -> bool:
@@ -182,7 +186,8 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         node += f":{worker}" + ("" if generation % 2 else "b")
     leases = LeaseStore(db, usage, process_id=uuid.uuid4().hex, node=node)
     vault = KeyVault(settings.secrets_key)
-    meter = Meter(settings, accounts, keys_, usage, leases, vault, metrics, BudgetStore(db))
+    state = State(settings)  # what a reload changes: every part below that prices or plans reads it from here
+    meter = Meter(state, accounts, keys_, usage, leases, vault, metrics, BudgetStore(db))
     await meter.start()
     upstream = UpstreamClient(
         settings.upstream_url,
@@ -223,15 +228,14 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     payments.crediting.listeners.append(detector.order_changed)
     stream_store = StreamStore(db, settings.stream_event_retention)
     await stream_store.ensure_indexes(expiry)
-    prices = Prices(settings.price_rules)
     answers = AnswerStore(db, owner=leases.process_id) if settings.cache_shared else None
     if answers is not None:
         await answers.ensure_indexes(expiry)
-    calls = Calls(settings, meter, prices, metrics, answers)
+    calls = Calls(settings, meter, state, metrics, answers)
     hub = Hub(
         stream_store, meter.key_cache, meter.account_cache, metrics, settings.stream_ping_seconds, leases.process_id
     )
-    poller = Poller(settings, stream_store, meter, upstream, prices, outbox, hub, calls, owner=leases.process_id)
+    poller = Poller(settings, stream_store, meter, upstream, state, outbox, hub, calls, owner=leases.process_id)
     limits, signin = Limits(db), SignInStore(db)
     cursor_handles = CursorHandleStore(db)
     await cursor_handles.ensure_indexes(expiry)
@@ -269,7 +273,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         ops=ops,
         payments=payments,
         sessions=Sessions(settings, accounts, SessionStore(db), meter, members),
-        streams=Manager(settings, stream_store, prices, poller.nudge),
+        streams=Manager(settings, stream_store, state, poller.nudge),
         hub=hub,
     )
     data = DataPath(
@@ -284,7 +288,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     )
     runtime = Runtime(metrics=metrics, access_log=AccessLog(), scrape=Scrape(), executor=executor, decoy_hash=decoy)
     ctx = Context(
-        view=HandlerContext(State(settings), services, data, throttles, runtime),
+        view=HandlerContext(state, services, data, throttles, runtime),
         client=client,
         accounts=accounts,
         keys=keys_,
@@ -293,7 +297,6 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         key_cache=meter.key_cache,
         account_cache=meter.account_cache,
         limiter=data.limiter,
-        prices=prices,
         meter=meter,
         metrics=metrics,
         executor=executor,

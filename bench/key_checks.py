@@ -27,6 +27,7 @@ from handlers.data_call import DataCall
 from handlers.social import check_key
 from metering.ledger import Budget, budget_period
 from runtime.metrics import Metrics
+from runtime.state import State
 from social.endpoints import BY_PATH, scope_of
 
 SECRET = "sgw_bench"
@@ -45,7 +46,7 @@ class CachedKeys:
 
 def make_meter(settings) -> Meter:
     leases = SimpleNamespace(process_id="bench")
-    meter = Meter(settings, None, None, None, leases, None, Metrics(), None)  # no store is reached
+    meter = Meter(State(settings), None, None, None, leases, None, Metrics(), None)  # no store is reached
     meter.ledger.lease_is("acct", 10**15, meter.clock())  # a lease held: no database on the path
     return meter
 

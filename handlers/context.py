@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
-from config.settings import Settings
 from metering.limiter import RateLimiter
 from payments.service import Payments
 from runtime.accesslog import AccessLog
 from runtime.metrics import Metrics
 from runtime.scrape import Scrape
+from runtime.state import State
 from security.apikeys import KeyVault
 from security.throttle import CheckoutThrottle, LoginThrottle, SignupThrottle
 from services.account import AccountService
@@ -35,15 +35,6 @@ from social.pool import InFlight
 from social.upstream import FailureBudget, UpstreamClient
 from streams.hub import Hub
 from streams.manage import Manager
-
-
-@dataclass(slots=True)
-class State:
-    """The one mutable state of the process, shared (never copied) by the handlers and app/."""
-
-    settings: Settings  # replaced by a reload (SIGHUP: price rules and plan tiers)
-    stopping: bool = False  # set when a drain starts: readiness says draining (calls are still answered)
-    draining: bool = False  # set once the drain answered its open connections: data calls get 503
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import logging
 import time
 from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import orjson
 
@@ -32,6 +32,17 @@ HAND_OVER_WINDOW = timedelta(seconds=10)  # a drain's hand-over covers what was 
 # last event: an event stamped earlier but written later (a loaded database took seconds) is not missed
 HAND_OVER_SECONDS = 2.0  # the most a drain waits to keep its sockets' hand-overs before it closes them
 HOLD_STALE = 6.0  # a hold not renewed this long belongs to a process that died: a new socket may take it
+
+
+class Resumed(NamedTuple):
+    """A socket resumed from what its key's last socket handed over (Hub.missed): the live events its client
+    had are those stamped before `since` (ms) and those in `had`; `known` lists the latter found in the replay's
+    window, (ms, id), its last event last: its own hand-over passes them on (the client had them from a process
+    before this one, which its next process cannot otherwise know)."""
+
+    since: int
+    had: set[str]
+    known: list[tuple[int, str]]
 
 
 class Socket(Protocol):
@@ -119,13 +130,13 @@ class Hub:
 
     async def missed(
         self, account_id: str, after_id: str | None, after_ms: int | None, handed: dict | None = None
-    ) -> tuple[list[tuple[str, bytes, int]], dict, tuple[int, set[str]] | None]:
+    ) -> tuple[list[tuple[str, bytes, int]], dict, Resumed | None]:
         """What a reconnecting socket asks for: the account's events after an event id or a time (ms), as (id,
         frame, ms), and what its `connected` event says of them (`replay`: how many, and whether that is all it
         missed). `handed`: what the key's last socket had when its process drained (TweetSocket.hand_over);
-        resuming from its last event, the replay starts HAND_OVER_WINDOW earlier and leaves out what it had: an
-        event another process stamped earlier but wrote later is not missed, and none is sent twice. Then the third
-        value, (ms, ids), tells which live events the client had: those before ms, and those ids."""
+        resuming from its last event, the replay starts HAND_OVER_WINDOW earlier (or where that socket's own
+        knowledge began, `since`) and leaves out what it had: an event another process stamped earlier but wrote
+        later is not missed, and none is sent twice. Then the third value tells which live events the client had."""
         kept_since = datetime.now(UTC) - timedelta(seconds=self.store.retention)
         after, mark, had, resume = None, None, set(), None
         if after_id is not None:
@@ -136,10 +147,14 @@ class Hub:
             after, mark = found["created_at"], found["_id"]
             if handed and handed.get("last") == after_id:
                 after, mark, had = after - HAND_OVER_WINDOW, None, {*handed["had"], after_id}
-                resume = (millis(after), had)
+                if "since" in handed:  # that socket was resumed too: before its own replay, its client had all
+                    after = max(after, datetime.fromtimestamp(handed["since"] / 1000, UTC))
         else:
             after = datetime.fromtimestamp(after_ms / 1000, UTC) + timedelta(milliseconds=1)
         found_events = await self.store.events_after(account_id, after, mark, RESUME_LIMIT + 1 + len(had))
+        if had:
+            known = [(millis(e["created_at"]), e["_id"]) for e in found_events if e["_id"] in had - {after_id}]
+            resume = Resumed(millis(after), had, [*known, (millis(found["created_at"]), after_id)])
         events = [e for e in found_events if e["_id"] not in had]
         replay = {"events": min(len(events), RESUME_LIMIT), "complete": True}
         if len(events) > RESUME_LIMIT:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from config.settings import Settings
-from metering.pricing import Prices
+from runtime.state import State
 from storage.caps import Held
 from storage.streams import ACTIVE, INACTIVE, LIVE, StreamStore
 from streams import rules as polls
@@ -23,9 +23,10 @@ class LimitReached(Exception):
 
 
 class Manager:
-    def __init__(self, settings: Settings, store: StreamStore, prices: Prices, switched_on: Callable[[], None]):
+    def __init__(self, settings: Settings, store: StreamStore, state: State, switched_on: Callable[[], None]):
         # switched_on: the poller looks for due polls at once (Poller.nudge)
-        self.settings, self.store, self.prices, self.switched_on = settings, store, prices, switched_on
+        # state: the prices now (a reload replaces them there)
+        self.settings, self.store, self.state, self.switched_on = settings, store, state, switched_on
 
     async def add(
         self,
@@ -123,7 +124,7 @@ class Manager:
     def row(self, rule: dict) -> dict:
         """A rule or monitor as the portal shows it: its state and what it costs a day at its interval."""
         per_day = polls.polls_per_day(rule["interval_seconds"])
-        least = polls.least_cost(self.prices)
+        least = polls.least_cost(self.state.prices)
         return {
             "rule_id": rule["_id"],
             "kind": rule["kind"],

@@ -29,7 +29,7 @@ from accounting.keys import KeyEntry
 from accounting.meter import LeasesExpired, Meter
 from alerts import rules as alert_kinds
 from config.settings import Settings
-from metering.pricing import Prices
+from runtime.state import State
 from social.upstream import UpstreamClient, UpstreamError
 from storage.clock import now_utc
 from storage.streams import ACTIVE, INACTIVE, PAUSED, PAUSED_BUDGET, StreamStore
@@ -53,14 +53,14 @@ class Poller:
         store: StreamStore,
         meter: Meter,
         upstream: UpstreamClient,
-        prices: Prices,
+        state: State,
         outbox: Outbox,
         hub: Hub,
         calls: Calls,
         owner: str,
     ):
         self.settings, self.store, self.meter, self.upstream = settings, store, meter, upstream
-        self.prices, self.outbox, self.hub, self.owner = prices, outbox, hub, owner
+        self.state, self.outbox, self.hub, self.owner = state, outbox, hub, owner  # state: the prices now (a reload)
         self.calls = calls  # the charged call (accounting/charged.py): polls read live, never from the cache
         # A claim outlives the longest poll: the provider's time-out, the writes after it, and margin.
         self.hold = settings.upstream_timeout + settings.upstream_connect_timeout + 10
@@ -352,7 +352,7 @@ class Poller:
             rules = await self.store.live_rules(account_id)
             if not rules:
                 continue
-            need = polls.hour_need(rules, self.prices)
+            need = polls.hour_need(rules, self.state.prices)
             balance = await self.meter.balance(account_id)
             paused = [r for r in rules if r.get("status") == PAUSED]
             if balance < need and len(paused) < len(rules):

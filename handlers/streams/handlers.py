@@ -23,7 +23,7 @@ from handlers.errors import ApiError, ValidationError, error
 from handlers.social import api_key
 from handlers.validation import Field, no_controls, validate_body
 from streams import rules as polls
-from streams.hub import HAND_OVER_WINDOW
+from streams.hub import HAND_OVER_WINDOW, Resumed
 from streams.manage import LimitReached, Manager
 
 SCOPE = polls.SEARCH.path
@@ -231,7 +231,7 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
         self.conn_id = secrets.token_hex(12)
         self.replaying: list[tuple] | None = []  # live events while the missed ones are sent
         self.replayed: set[str] = set()  # ids of the events the resume sent (the tail may bring them again)
-        self.had: tuple[int, set[str]] | None = None  # a handed-over resume: live events the client had (Hub.missed)
+        self.had: Resumed | None = None  # a handed-over resume: live events the client had (Hub.missed)
         self.sent: deque[tuple[int, str]] = deque(maxlen=SENT_MEMORY)  # (ms, id) of the last events sent
         self.leaving: tuple[int, str] | None = None  # a drain's close, once the frames queued here are sent
         self.unsent = 0  # bytes queued for this client (waiting here or handed over) and not yet sent
@@ -280,6 +280,8 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
         missed: list[tuple[str, bytes, int]] = []
         if self.after != (None, None):
             missed, connected["replay"], self.had = await ctx.services.hub.missed(self.account_id, *self.after, handed)
+        if self.had is not None:  # what the client had from earlier processes, for this one's hand-over
+            self.sent.extend(self.had.known)
         self._write(orjson.dumps(connected))
         for event_id, frame, at in missed:
             self._write(frame)
@@ -305,19 +307,22 @@ class TweetSocket(Anonymous, tornado.websocket.WebSocketHandler):
         """An event the client had from the process it left (the tail of this one reads the last seconds again)."""
         if self.had is None or at is None:
             return False
-        since, ids = self.had
-        return at < since or event_id in ids
+        return at < self.had.since or event_id in self.had.had
 
     def hand_over(self) -> dict | None:
         """This process drains: what the client had, for the socket that resumes it elsewhere (Hub.missed): its
-        last event, and every event it had from HAND_OVER_WINDOW before that one. The key's hold stays: it
-        carries this (and its process lets go of it)."""
+        last event, and every event it had from HAND_OVER_WINDOW before that one (`since`: from this socket's
+        own replay's start, if later: before it, the client had every event). The events it had from an earlier
+        process are among them (`sent` starts with them), so a second hand-over sends none of those again. The
+        key's hold stays: it carries this (and its process lets go of it)."""
         self.held = False
         if not self.sent:
             return None
         last_at, last = self.sent[-1]
         since = last_at - int(HAND_OVER_WINDOW.total_seconds() * 1000)
-        return {"last": last, "had": [event_id for at, event_id in self.sent if at >= since]}
+        if self.had is not None:
+            since = max(since, self.had.since)
+        return {"last": last, "since": since, "had": [event_id for at, event_id in self.sent if at >= since]}
 
     def _write(self, frame: bytes) -> None:
         """Queues a text frame (bytes: encoded once for every socket). A client that stops reading is closed

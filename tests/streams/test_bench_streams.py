@@ -1,6 +1,6 @@
 """`./dev bench --streams` (bench/streams.py), CI-sized: what it counts as exactly once must count what a user
-would notice, and a small real run (rules at 1 s, one worker) must end with every check at zero and every
-figure of the report there. The run across a killed worker (`--streams-workers 2`) waits out the key's socket
+would notice, and a small real run (rules at 1 s, one worker) must end with every check of that at zero and every
+figure of the report there (how late polls came, on a busy machine, is reported, not checked). The run across a killed worker (`--streams-workers 2`) waits out the key's socket
 hold of the dead connection (15 s): too long for CI, it is run by hand (docs/benchmarks.md)."""
 
 import argparse
@@ -86,7 +86,7 @@ def test_a_small_run_delivers_everything_once_and_reports_every_figure(tmp_path)
         restart=False,
         data_rate=20.0,
         data_seconds=0.5,
-        drain=3.0,
+        drain=30.0,  # the most it waits for the last deliveries (it goes on once all came): a bound, not a pace
         out_dir=str(tmp_path),
     )
     result = streams.run(args)
@@ -99,6 +99,10 @@ def test_a_small_run_delivers_everything_once_and_reports_every_figure(tmp_path)
         "reconnections_refused_while_held",
         "db_tweets_checked",
         "db_busy_rules_last_poll_age_s",
+        # Two polls' usage records closer than half an interval: the first came late (its record is written when
+        # its answer is), which a busy machine does; pace is the bench's to report, not a violation.
+        "db_polls_within_half_an_interval",
+        "db_close_polls_sample",
     )
     assert not {name: value for name, value in once.items() if value and name not in counts}, once
     for phase in ("no_rule_active", "rules_active"):
