@@ -11,8 +11,8 @@ REST, MCP, MCP, REST, ... (ABBA) so that a busy machine's load falls on both sid
 (wrk), the gateway's CPU per call (/proc utime+stime over the round / answers), the database's CPU per call and the
 gateway's MongoDB commands per call (its /metrics). The deltas are judged on the median over rounds.
 
-**Size**, on the sandbox's world through a served gateway: the compact posts of `search_tweets` (from: 50 users
-across the catalog) and the compact profiles of `get_user` (200 users) and `get_followers` (the big accounts'
+**Size**, on the sandbox's world through a served gateway: the compact posts of `search_tweets` (from: the 30 most
+active users and 50 across the catalog) and the compact profiles of `get_user` (200 users) and `get_followers` (the big accounts'
 followers), their median bytes; a 20-post page's result (the structured content a model reads, and the whole
 JSON-RPC answer, which carries it twice: `structuredContent` and its text copy, with `_meta`); the bytes of
 `tools/list`'s tools.
@@ -208,7 +208,9 @@ def sizes(work: str, mongo: EmbeddedMongo) -> dict:
             tools = listed["result"]["tools"]
             users = [u["userName"] for u in catalog["users"]]
             tweets, profiles, pages, answers, raw_tweets = [], [], [], [], []
-            for name in users[:: max(1, len(users) // 50)][:50]:
+            # The 30 most active users' pages (20 posts each), and 50 across the catalog.
+            sample = list(dict.fromkeys(users[:30] + users[:: max(1, len(users) // 50)][:50]))
+            for name in sample:
                 answer, size = mcp_call(gateway.url, key, "search_tweets", {"query": f"from:{name}"})
                 assert "structuredContent" in answer["result"], answer
                 items = answer["result"]["structuredContent"]["items"]
