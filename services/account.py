@@ -6,6 +6,7 @@ from datetime import datetime
 
 from accounting.keys import AccountView
 from accounting.meter import Meter
+from services.balances import RecentBalances
 from storage.usage import log_order
 
 __all__ = ["AccountService", "log_order"]
@@ -14,6 +15,7 @@ __all__ = ["AccountService", "log_order"]
 class AccountService:
     def __init__(self, meter: Meter):
         self.meter = meter
+        self.recent = RecentBalances(meter.ledger, self.balance)
 
     async def view(self, account_id: str) -> AccountView:
         """The account as the data plane sees it: its plan, limits and suspension (cached)."""
@@ -22,6 +24,11 @@ class AccountService:
     async def balance(self, account_id: str, doc: dict | None = None) -> int:
         """Credits, leases included (from `doc`, the account as just read, when given)."""
         return await self.meter.balance(account_id, doc)
+
+    async def balance_after(self, account_id: str) -> int:
+        """The balance after this process's settled charges, read at most a second ago (services/balances.py): what
+        a tool result reports on every call, without a database read each time."""
+        return await self.recent.after(account_id)
 
     async def recent(self, account_id: str, since: datetime, limit: int) -> list[dict]:
         return await self.meter.reads.recent(account_id, since, limit)

@@ -19,7 +19,7 @@ from tornado import httputil
 from handlers.base import BaseHandler, client_address
 from handlers.data_call import DataCall
 from handlers.errors import ApiError
-from handlers.mcp import balances, protocol, results
+from handlers.mcp import protocol, results
 from handlers.mcp.protocol import Dispatch, Reply
 from handlers.mcp.tools import BY_NAME, TOOLS, check, route
 from handlers.social import check_key, parse_args, upstream_query
@@ -190,9 +190,7 @@ class McpHandler(BaseHandler):
             "rest_call": rest,
         }
         if made.account_id is not None:
-            # Not a database read per call (handlers/mcp/balances.py).
-            known = balances.of(self.ctx.data.meter.ledger, self.services.account.balance)
-            meta["balance_after"] = await known.after(made.account_id)
+            meta["balance_after"] = await self.services.account.balance_after(made.account_id)
         if made.status != 200:
             return results.refused(made.status, made.body, made.answer_headers, meta)
         page = results.page(

@@ -1,16 +1,16 @@
-"""The balance a data tool's result reports (`_meta.balance_after`), without a database read per tool call.
+"""Recent balances: an account's balance as an MCP tool result reports it (`_meta.balance_after`, handlers/mcp/),
+without a database read per call.
 
-Read from MongoDB on every call (the account document, and other processes' persisted usage: Meter.balance), it was
-a round trip per tool call: a quarter of the gateway's CPU per call, and at 200 calls in flight the database's queue
-in every call's latency (docs/benchmarks.md, "MCP tool calls"). Here a process reads an account's balance at most
-once per FRESH seconds (calls at once share the read in flight) and moves it by what this process has spent of its
-lease since: exact for this process's own charges; other processes' charges and a top-up show within FRESH seconds
-(other processes' charges only ever show once their usage is flushed, as in any read of the balance).
+Read from MongoDB on every tool call (the account document and other processes' persisted usage: Meter.balance),
+it was a round trip per call: a quarter of the gateway's CPU per tool call, and at 200 calls in flight the
+database's queue in every call's latency (docs/benchmarks.md, "MCP tool calls"). Here a process reads an account's
+balance at most once per FRESH seconds (calls at once share the read in flight) and moves it by what this process
+has spent of its lease since: exact for this process's own charges; other processes' charges and a top-up show
+within FRESH seconds (other processes' charges only ever show once their usage is flushed, as in any read).
 """
 
 import asyncio
 import time
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -28,15 +28,7 @@ class _Read:
     at: float
 
 
-def of(ledger: Ledger, read: Callable[[str], Awaitable[int]]) -> "Balances":
-    """The process's Balances over its ledger (one per gateway: a test may run several in one interpreter)."""
-    found = _BY_LEDGER.get(ledger)
-    if found is None:
-        found = _BY_LEDGER[ledger] = Balances(ledger, read)
-    return found
-
-
-class Balances:
+class RecentBalances:
     """One process's recent balance reads, by account."""
 
     def __init__(self, ledger: Ledger, read: Callable[[str], Awaitable[int]]):
@@ -50,8 +42,8 @@ class Balances:
         purse = self.ledger.purses.get(account_id)
         if known is None or known.purse is not purse or time.monotonic() - known.at > FRESH:
             known = await self._fresh(account_id)
-            purse = known.purse
-        return known.balance - (purse.spent - known.spent if purse is not None else 0)
+            purse = self.ledger.purses.get(account_id)  # charges may have settled while the read ran
+        return known.balance - (purse.spent - known.spent if purse is not None and purse is known.purse else 0)
 
     async def _fresh(self, account_id: str) -> _Read:
         pending = self.reading.get(account_id)
@@ -70,6 +62,3 @@ class Balances:
             self.known = {a: r for a, r in self.known.items() if r.at >= cut}
         self.known[account_id] = found
         return found
-
-
-_BY_LEDGER: "weakref.WeakKeyDictionary[Ledger, Balances]" = weakref.WeakKeyDictionary()
