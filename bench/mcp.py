@@ -9,7 +9,10 @@ same proportions and every call asks for a distinct profile. The answer cache is
 call reaches the provider. wrk drives 200 connections, closed loop (200 calls in flight), in rounds alternated
 REST, MCP, MCP, REST, ... (ABBA) so that a busy machine's load falls on both sides alike. Per round: p50/p99
 (wrk), the gateway's CPU per call (/proc utime+stime over the round / answers), the database's CPU per call and the
-gateway's MongoDB commands per call (its /metrics). The deltas are judged on the median over rounds.
+gateway's MongoDB commands per call (its /metrics); the CPU delta is judged on the median over rounds of each pair.
+Then both at once for twice a round's seconds, 100 connections each (200 in flight), so that both sides' latency
+meets the very same moments of the machine's load: the p50 delta is judged there (alternated rounds 20 s apart
+differed by up to hundreds of ms on a shared machine, either way).
 
 **Size**, on the sandbox's world through a served gateway: the compact posts of `search_tweets` (from: the 30 most
 active users and 50 across the catalog) and the compact profiles of `get_user` (200 users) and `get_followers` (the big accounts'
@@ -20,7 +23,11 @@ JSON-RPC answer, which carries it twice: `structuredContent` and its text copy, 
 Goals: a tool call adds at most 2 ms to the p50 and 0.3 ms of CPU to its REST call; median compact post <= 400
 bytes, median profile <= 300 bytes, a 20-post page <= 10 KB, all tool definitions <= 8,000 bytes.
 
-    ./dev bench --mcp [--seconds 20] [--rounds 4] [--connections 200] [--warmup 3] [--readme]
+`--nice N` (root) raises the priority of the measured processes (the gateway, the provider, the database, wrk) by N
+on a machine others keep busy: with fewer cores free than the gateway needs, a call's CPU turns into queueing, and
+the p50 then measures the machine's load more than the call (both sides are measured, the deltas judged, alike).
+
+    ./dev bench --mcp [--seconds 20] [--rounds 4] [--connections 200] [--warmup 3] [--nice 10] [--readme]
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 
@@ -119,10 +127,10 @@ end
 """
 
 
-def names(keys: list[str]) -> list[tuple[str, str]]:
+def names(keys: list[str], prefix: str = "u") -> list[tuple[str, str]]:
     """(userName, key) of every call: each names its delay bucket (`x` and two hex digits, a stride of 97 so short
     and long delays alternate evenly) and is distinct within the list (no two calls coalesce)."""
-    return [(f"u{i}x{i * 97 % 256:02x}", keys[i % len(keys)]) for i in range(len(keys) * 256)]
+    return [(f"{prefix}{i}x{i * 97 % 256:02x}", keys[i % len(keys)]) for i in range(len(keys) * 256)]
 
 
 def provider_conf(work: str, port: int) -> str:
@@ -132,11 +140,22 @@ def provider_conf(work: str, port: int) -> str:
     )
 
 
-def wrk_round(port: int, calls: list[tuple[str, str]], mode: str, seconds: float, connections: int) -> dict:
+def wrk_round(
+    port: int, calls: list[tuple[str, str]], mode: str, seconds: float, connections: int, nice: int = 0
+) -> dict:
     entries = ",".join('{"%s","%s"}' % call for call in calls)
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
         fh.write(WRK_SCRIPT % (entries, mode, PROTOCOL))
-    command = ["wrk", "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout=10s", "-s", fh.name]
+    command = [
+        *(["nice", "-n", str(-nice)] if nice else []),
+        "wrk",
+        "-t2",
+        f"-c{connections}",
+        f"-d{max(1, round(seconds))}s",
+        "--timeout=10s",
+        "-s",
+        fh.name,
+    ]
     try:
         out = subprocess.run([*command, f"http://127.0.0.1:{port}"], capture_output=True, text=True, check=True)
     finally:
@@ -146,7 +165,7 @@ def wrk_round(port: int, calls: list[tuple[str, str]], mode: str, seconds: float
 
 def measured_round(gateway, pids: list[int], db_pid: int, calls, mode: str, args) -> dict:
     before, db_before, commands = sum(cpu_seconds(p) for p in pids), cpu_seconds(db_pid), db_commands(gateway.url)
-    figures = wrk_round(gateway.port, calls, mode, args.seconds, args.connections)
+    figures = wrk_round(gateway.port, calls, mode, args.seconds, args.connections, args.nice)
     used, db_used = sum(cpu_seconds(p) for p in pids) - before, cpu_seconds(db_pid) - db_before
     after = db_commands(gateway.url)
     answers = max(figures["requests"], 1)
@@ -286,6 +305,13 @@ def settings(upstream: str) -> dict:
     }
 
 
+def prioritize(pid: int, nice: int) -> None:
+    """Every thread of a process at nice -`nice` (Linux sets a priority per thread; threads started later inherit
+    their creator's)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.setpriority(os.PRIO_PROCESS, int(tid), -nice)
+
+
 def speed(work: str, mongo: EmbeddedMongo, args) -> dict:
     page_bytes = record_user(work)
     port = free_port()
@@ -294,6 +320,9 @@ def speed(work: str, mongo: EmbeddedMongo, args) -> dict:
     try:
         wait_for(upstream + "/", provider)
         gateway, pids = start_gateway(work, mongo, 1, settings(upstream))
+        if args.nice:
+            for pid in (*pids, provider.pid, mongo.process.pid):
+                prioritize(pid, args.nice)
         try:
             _, keys = customer(gateway.url, f"mcp-speed-{time.time_ns()}@example.com", KEYS)
             calls = names(keys)
@@ -311,12 +340,31 @@ def speed(work: str, mongo: EmbeddedMongo, args) -> dict:
                     print(f"bench --mcp: round {r + 1}/{args.rounds}, {mode}...", file=sys.stderr, flush=True)
                     pair[mode] = measured_round(gateway, pids, mongo.process.pid, calls, mode, args)
                 rounds.append(pair)
+            print("bench --mcp: both at once...", file=sys.stderr, flush=True)
+            both = at_once(gateway.port, keys, args)
         finally:
             stop_gateway(gateway)
     finally:
         provider.terminate()
         provider.wait(10)
-    return {"provider_answer_bytes": page_bytes, "rounds": rounds, **summary(rounds)}
+    return {"provider_answer_bytes": page_bytes, "rounds": rounds, **summary(rounds), "at_once": both}
+
+
+def at_once(port: int, keys: list[str], args) -> dict:
+    """REST and MCP calls in flight together for twice a round's seconds, half the connections each (other names
+    for MCP: no call joins the other side's): the same moments of the machine's load for both sides' latency."""
+    seconds, half = args.seconds * 2, args.connections // 2
+    with ThreadPoolExecutor(2) as pool:
+        rest = pool.submit(wrk_round, port, names(keys), "rest", seconds, half, args.nice)
+        mcp = pool.submit(wrk_round, port, names(keys, "v"), "mcp", seconds, half, args.nice)
+        figures = {"rest": rest.result(), "mcp": mcp.result()}
+    for f in figures.values():
+        f["errors"] = f["tool_errors"] + f["socket_errors"]
+        f["errors"] += sum(n for s, n in f["statuses"].items() if not 200 <= int(s) < 300)
+    figures["p50_delta_ms"] = round(figures["mcp"]["p50_ms"] - figures["rest"]["p50_ms"], 1)
+    figures["p99_delta_ms"] = round(figures["mcp"]["p99_ms"] - figures["rest"]["p99_ms"], 1)
+    figures["load_average"] = round(os.getloadavg()[0], 1)
+    return figures
 
 
 def summary(rounds: list[dict]) -> dict:
@@ -341,6 +389,7 @@ def run(args) -> dict:
     work = tempfile.mkdtemp(prefix="gw-mcp-bench-")
     mongo = EmbeddedMongo(os.path.join(work, "db")).start()
     result: dict = {
+        "nice": args.nice,
         "connections": args.connections,
         "seconds": args.seconds,
         "rounds": args.rounds,
@@ -359,9 +408,11 @@ def run(args) -> dict:
 def goals(result: dict) -> dict:
     speed_, size = result["speed"], result["size"]
     return {
-        f"a tool call adds <= {GOALS['p50_ms']} ms to the p50": speed_["p50_ms"]["delta"] <= GOALS["p50_ms"],
+        f"a tool call adds <= {GOALS['p50_ms']} ms to the p50 (both at once)": speed_["at_once"]["p50_delta_ms"]
+        <= GOALS["p50_ms"],
         f"a tool call adds <= {GOALS['cpu_ms']} ms of CPU": speed_["cpu_ms_per_call"]["delta"] <= GOALS["cpu_ms"],
-        "0 errors either side": not any(speed_["errors"].values()),
+        "0 errors either side": not any(speed_["errors"].values())
+        and not any(speed_["at_once"][side]["errors"] for side in ("rest", "mcp")),
         f"median compact post <= {GOALS['tweet']} bytes": size["tweet_bytes_median"] <= GOALS["tweet"],
         f"median compact profile <= {GOALS['user']} bytes": size["user_bytes_median"] <= GOALS["user"],
         f"a 20-post page <= {GOALS['page']:,} bytes (every one, as a model reads it)": (
@@ -374,15 +425,24 @@ def goals(result: dict) -> dict:
 
 def report(result: dict) -> str:
     s, z = result["speed"], result["size"]
+    a = s["at_once"]
     lines = [
         f"bench --mcp: {result['connections']} in flight, {result['rounds']} rounds of {result['seconds']:g} s each "
-        f"way (ABBA), provider {result['provider']}, one gateway process, answer cache off",
+        f"way (ABBA), provider {result['provider']}, one gateway process, answer cache off"
+        + (f", measured processes at nice -{result['nice']}" if result.get("nice") else ""),
         "",
-        "| per call (median over rounds) | REST | MCP | MCP - REST (paired) | goal |",
+        "| per call (rounds: the median) | REST | MCP | MCP - REST (rounds: the median of each pair's) | goal |",
         "|---|---|---|---|---|",
-        f"| p50 ms | {s['p50_ms']['rest']} | {s['p50_ms']['mcp']} | **{s['p50_ms']['delta']:+.1f}** | <= +2 ms |",
-        f"| p99 ms | {s['p99_ms']['rest']} | {s['p99_ms']['mcp']} | {s['p99_ms']['delta']:+.1f} | |",
-        f"| gateway CPU ms | {s['cpu_ms_per_call']['rest']} | {s['cpu_ms_per_call']['mcp']} | "
+        f"| p50 ms, both at once ({a['rest']['requests']:,} + {a['mcp']['requests']:,} calls, "
+        f"{result['connections'] // 2} + {result['connections'] // 2} in flight, {2 * result['seconds']:g} s, "
+        f"load average {a['load_average']}) | {a['rest']['p50_ms']:.1f} | {a['mcp']['p50_ms']:.1f} | "
+        f"**{a['p50_delta_ms']:+.1f}** | <= +2 ms |",
+        f"| p99 ms, both at once | {a['rest']['p99_ms']:.1f} | {a['mcp']['p99_ms']:.1f} | {a['p99_delta_ms']:+.1f} | |",
+        f"| p50 ms, alternated rounds | {s['p50_ms']['rest']:.1f} | {s['p50_ms']['mcp']:.1f} | "
+        f"{s['p50_ms']['delta']:+.1f} | |",
+        f"| p99 ms, alternated rounds | {s['p99_ms']['rest']:.1f} | {s['p99_ms']['mcp']:.1f} | "
+        f"{s['p99_ms']['delta']:+.1f} | |",
+        f"| gateway CPU ms (alternated rounds) | {s['cpu_ms_per_call']['rest']} | {s['cpu_ms_per_call']['mcp']} | "
         f"**{s['cpu_ms_per_call']['delta']:+.3f}** | <= +0.3 ms |",
         f"| database CPU ms | {s['db_cpu_ms_per_call']['rest']} | {s['db_cpu_ms_per_call']['mcp']} | "
         f"{s['db_cpu_ms_per_call']['delta']:+.3f} | |",

@@ -21,7 +21,7 @@ WebSockets and webhooks, the data calls' p99 with and without the rules, and exa
 across a killed worker) (bench/streams.py).
 `./dev bench --backup [--seconds 60 --rate 200 --rules 50]` takes a backup under that load with a 0.7 s provider, a
 webhook receiver down and active rules, restores it and checks the books and that everything is there (bench/backup.py).
-`./dev bench --mcp [--seconds 20 --rounds 4 --connections 200]` sets an MCP tool call beside the REST call it wraps
+`./dev bench --mcp [--seconds 20 --rounds 4 --connections 200 --nice 10]` sets an MCP tool call beside the REST call it wraps
 against a 0.7 s provider (the p50 and CPU it adds) and measures the compact answers' sizes (bench/mcp.py).
 `./dev bench --reload [--rate 300 --sockets 100 --seconds 60]` sends SIGUSR2 to `serve --workers 2` under
 data calls to a 0.7 s provider and resuming WebSocket clients: failed calls, socket errors, events missed or
@@ -161,6 +161,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--reload", action="store_true", help="SIGUSR2 to serve --workers 2 under load (bench/reload.py)"
+    )
+    parser.add_argument(
+        "--nice", type=int, default=0, help="--mcp: raise the measured processes' priority by N (root; busy machine)"
     )
     parser.add_argument(
         "--mcp", action="store_true", help="an MCP tool call beside its REST call, and answer sizes (bench/mcp.py)"
