@@ -407,8 +407,12 @@ def run(args) -> dict:
 
 def goals(result: dict) -> dict:
     speed_, size = result["speed"], result["size"]
+    at_once, alone = speed_["at_once"]["p50_delta_ms"], speed_["p50_ms"]["delta"]
     return {
-        f"a tool call adds <= {GOALS['p50_ms']} ms to the p50 (both at once)": speed_["at_once"]["p50_delta_ms"]
+        f"a tool call adds <= {GOALS['p50_ms']} ms to the p50 (both at once)": at_once <= GOALS["p50_ms"],
+        # Alternated rounds: each side alone at 200 in flight, where the tool call's extra CPU adds queueing too;
+        # reliable on a quiet machine only (rounds 20 s apart meet different moments of another's load).
+        f"a tool call adds <= {GOALS['p50_ms']} ms to the p50 (alternated rounds, each side alone)": alone
         <= GOALS["p50_ms"],
         f"a tool call adds <= {GOALS['cpu_ms']} ms of CPU": speed_["cpu_ms_per_call"]["delta"] <= GOALS["cpu_ms"],
         "0 errors either side": not any(speed_["errors"].values())
