@@ -15,7 +15,7 @@ __all__ = ["AccountService", "log_order"]
 class AccountService:
     def __init__(self, meter: Meter):
         self.meter = meter
-        self.recent = RecentBalances(meter.ledger, self.balance)
+        self.balances = RecentBalances(meter.ledger, self.balance)
 
     async def view(self, account_id: str) -> AccountView:
         """The account as the data plane sees it: its plan, limits and suspension (cached)."""
@@ -28,7 +28,7 @@ class AccountService:
     async def balance_after(self, account_id: str) -> int:
         """The balance after this process's settled charges, read at most a second ago (services/balances.py): what
         a tool result reports on every call, without a database read each time."""
-        return await self.recent.after(account_id)
+        return await self.balances.after(account_id)
 
     async def recent(self, account_id: str, since: datetime, limit: int) -> list[dict]:
         return await self.meter.reads.recent(account_id, since, limit)
