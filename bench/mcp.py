@@ -11,12 +11,13 @@ REST, MCP, MCP, REST, ... (ABBA) so that a busy machine's load falls on both sid
 (wrk), the gateway's CPU per call (/proc utime+stime over the round / answers), the database's CPU per call and the
 gateway's MongoDB commands per call (its /metrics); the CPU delta is judged on the median over rounds of each pair.
 Then both at once for twice a round's seconds, 100 connections each (200 in flight), so that both sides' latency
-meets the very same moments of the machine's load: the p50 delta is judged there (alternated rounds 20 s apart
-differed by up to hundreds of ms on a shared machine, either way).
+meets the very same moments of the machine's load. The p50 delta is judged both at once and on the alternated
+rounds (each side alone at 200 in flight, where a tool call's extra CPU queues behind itself): rounds 20 s apart
+differed by up to hundreds of ms on a shared machine, either way, and agree only on a quiet one.
 
 **Size**, on the sandbox's world through a served gateway: the compact posts of `search_tweets` (from: the 30 most
-active users and 50 across the catalog) and the compact profiles of `get_user` (200 users) and `get_followers` (the big accounts'
-followers), their median bytes; a 20-post page's result (the structured content a model reads, and the whole
+active users and 50 across the catalog) and the compact profiles of `get_user` (200 users) and `get_followers`
+(the big accounts' followers), their median bytes; a 20-post page's result (the structured content a model reads, and the whole
 JSON-RPC answer, which carries it twice: `structuredContent` and its text copy, with `_meta`); the bytes of
 `tools/list`'s tools.
 
