@@ -21,6 +21,8 @@ WebSockets and webhooks, the data calls' p99 with and without the rules, and exa
 across a killed worker) (bench/streams.py).
 `./dev bench --backup [--seconds 60 --rate 200 --rules 50]` takes a backup under that load with a 0.7 s provider, a
 webhook receiver down and active rules, restores it and checks the books and that everything is there (bench/backup.py).
+`./dev bench --mcp [--seconds 20 --rounds 4 --connections 200 --nice 10]` sets an MCP tool call beside the REST call it wraps
+against a 0.7 s provider (the p50 and CPU it adds) and measures the compact answers' sizes (bench/mcp.py).
 `./dev bench --reload [--rate 300 --sockets 100 --seconds 60]` sends SIGUSR2 to `serve --workers 2` under
 data calls to a 0.7 s provider and resuming WebSocket clients: failed calls, socket errors, events missed or
 doubled, and when the new code answered (bench/reload.py).
@@ -104,7 +106,7 @@ def main() -> None:
         default="fixed,longtail,random",
         help="--latency: the provider's delay models (random: the long tail drawn at random per call)",
     )
-    parser.add_argument("--warmup", type=float, default=3, help="--latency: seconds of warm-up before each run")
+    parser.add_argument("--warmup", type=float, default=3, help="--latency, --mcp: seconds of warm-up before each run")
     parser.add_argument("--timeout", type=float, default=10, help="--latency: wrk's timeout per call, seconds")
     parser.add_argument(
         "--workers-connections", default="600,1200", help="--latency: in flight against serve --workers 2 (a list)"
@@ -119,12 +121,16 @@ def main() -> None:
         action="store_true",
         help="--latency: lift ACCOUNT_MAX_IN_FLIGHT, UPSTREAM_MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS (diagnosis)",
     )
-    parser.add_argument("--readme", action="store_true", help="--latency: write the table into docs/benchmarks.md")
+    parser.add_argument(
+        "--readme", action="store_true", help="--latency, --cache, --mcp: write the table into docs/benchmarks.md"
+    )
     parser.add_argument("--out", default=None, help="where the JSON goes (bench/results/latest.json or static.json)")
     parser.add_argument(
         "--static", action="store_true", help="static upstream, the gateway's own cost (bench/static.py)"
     )
-    parser.add_argument("--rounds", type=int, default=3, help="--static: alternating saturation rounds of each")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="--static, --mcp (default 4): alternating rounds of each side"
+    )
     parser.add_argument(
         "--loop",
         choices=["asyncio", "uvloop"],
@@ -156,7 +162,25 @@ def main() -> None:
     parser.add_argument(
         "--reload", action="store_true", help="SIGUSR2 to serve --workers 2 under load (bench/reload.py)"
     )
+    parser.add_argument(
+        "--nice", type=int, default=0, help="--mcp: raise the measured processes' priority by N (root; busy machine)"
+    )
+    parser.add_argument(
+        "--mcp", action="store_true", help="an MCP tool call beside its REST call, and answer sizes (bench/mcp.py)"
+    )
     args = parser.parse_args()
+    if args.mcp:
+        from bench import mcp
+
+        if "--seconds" not in sys.argv:
+            args.seconds = 20
+        if "--rounds" not in sys.argv:
+            args.rounds = 4
+        args.connections = int(args.connections or 200)
+        result = mcp.run(args)
+        out = args.out or os.path.join(HERE, "results", "mcp.json")
+        publish(result, out, mcp.report(result), args.readme and mcp.write_benchmarks_doc)
+        return
     if args.reload:
         from bench import reload
 

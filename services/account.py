@@ -6,6 +6,7 @@ from datetime import datetime
 
 from accounting.keys import AccountView
 from accounting.meter import Meter
+from services.balances import RecentBalances
 from storage.accounts import AccountStore
 from storage.usage import log_order
 
@@ -15,6 +16,7 @@ __all__ = ["AccountService", "log_order"]
 class AccountService:
     def __init__(self, meter: Meter, accounts: AccountStore):
         self.meter, self.accounts = meter, accounts
+        self.balances = RecentBalances(meter.ledger, self.balance)
 
     async def view(self, account_id: str) -> AccountView:
         """The account as the data plane sees it: its plan, limits and suspension (cached)."""
@@ -31,6 +33,11 @@ class AccountService:
     async def labels(self, account_ids: list[str]) -> dict[str, dict]:
         """Each account's name (when it has one) and email, by id: what tells a person's accounts apart."""
         return await self.accounts.labels(account_ids)
+
+    async def balance_after(self, account_id: str) -> int:
+        """The balance after this process's settled charges, read at most a second ago (services/balances.py): what
+        a tool result reports on every call, without a database read each time."""
+        return await self.balances.after(account_id)
 
     async def recent(self, account_id: str, since: datetime, limit: int) -> list[dict]:
         return await self.meter.reads.recent(account_id, since, limit)

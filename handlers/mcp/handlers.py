@@ -206,7 +206,7 @@ class McpHandler(BaseHandler):
             "rest_call": rest,
         }
         if made.account_id is not None:
-            meta["balance_after"] = await self.services.account.balance(made.account_id)
+            meta["balance_after"] = await self.services.account.balance_after(made.account_id)
         if made.status != 200:
             return results.refused(made.status, made.body, made.answer_headers, meta)
         page = results.page(made.body, endpoint, shape, args.get("fields", ()), skip, self.config.mcp_max_result_bytes)
