@@ -3,7 +3,8 @@
 Every connection the server accepts (app/server.py `LimitedServer`) starts here, on an asyncio protocol
 (uvloop's transports, in C). A request whose head is a plain data GET (HTTP/1.1, a data endpoint's exact path,
 no body, a Host Tornado accepts) is served on it by `DataCall`, the one data call the Tornado path serves too
-(handlers/data_call.py). At the first request that is anything else (the portal, a WebSocket, another method,
+(handlers/data_call.py); so is an MCP message (POST /mcp, HTTP/1.1, a Content-Length within the MCP limit), by the
+`Exchange` Tornado's route serves too (handlers/mcp/handlers.py). At the first request that is anything else (the portal, a WebSocket, another method,
 HTTP/1.0, a body, a head too large or not in the common form), the connection is handed to Tornado's
 HTTP/1 connection with the bytes read so far, and stays there: Tornado answers it, its limits (413/431, slow
 bodies) and errors included, exactly as if it had accepted it.
@@ -34,6 +35,7 @@ from tornado.iostream import IOStream
 
 from handlers.data_call import DataCall
 from handlers.data_plane import DataPlane, host_ok
+from handlers.mcp.handlers import MAX_REQUEST_BYTES, OnConnection
 
 if TYPE_CHECKING:
     from app.server import LimitedServer
@@ -98,7 +100,7 @@ class Connection(asyncio.Protocol):
         self.context = _RequestContext(ip)
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
-        self.call: DataCall | None = None  # the request being answered
+        self.call: DataCall | OnConnection | None = None  # the request being answered
         self.close_after = False  # the answer under way ends the connection
         self.writing = False  # the kernel has not taken all of the last answer yet
         self.reading = True
@@ -158,42 +160,75 @@ class Connection(asyncio.Protocol):
                 self.hand_over()
             return
         head = bytes(buffer[:end])
-        call = self.data_call(head)
+        if head.startswith(b"POST /mcp "):
+            call = self.mcp_call(head, end + 4)
+            if call is False:
+                return  # its body is not all here yet
+        else:
+            call = self.data_call(head)
         if call is None:
             self.hand_over()
             return
-        del buffer[: end + 4]
+        del buffer[: end + 4 + (len(call.exchange.body) if isinstance(call, OnConnection) else 0)]
         self.call = call
         call.task = asyncio.ensure_future(call.run())
 
-    def data_call(self, head: bytes) -> DataCall | None:
-        """The DataCall for a head, or None: a request for Tornado."""
-        if not head.startswith(b"GET ") or head.count(b"\r") != head.count(b"\n"):  # a bare CR or LF somewhere
+    def mcp_call(self, head: bytes, body_at: int) -> OnConnection | None | bool:
+        """An MCP message (POST /mcp with a Content-Length within the MCP limit, HTTP/1.1), served here as a data
+        GET is (its answer's CPU was mostly Tornado's connection and routing: docs/benchmarks.md, MCP tool calls);
+        None: Tornado's (a chunked or too large body, Expect, HTTP/1.0); False: its body is still coming."""
+        parsed = self.parsed(head)
+        if parsed is None:
             return None
-        text = head.decode("latin-1")
-        first, _, rest = text.partition("\r\n")
+        start_line, headers = parsed
+        if start_line.path != "/mcp" or "Transfer-Encoding" in headers or "Expect" in headers:
+            return None
+        try:
+            length = int(headers.get("Content-Length", ""))
+        except ValueError:
+            return None
+        if not 0 <= length <= MAX_REQUEST_BYTES or "," in headers.get("Content-Length", ""):
+            return None
+        if len(self.buffer) < body_at + length:
+            return False
+        self.keep_alive(headers)
+        return OnConnection(self.front.app.ctx, self, headers, bytes(self.buffer[body_at : body_at + length]))
+
+    def parsed(self, head: bytes) -> tuple[httputil.RequestStartLine, httputil.HTTPHeaders] | None:
+        """The head's start line and headers as Tornado parses them, or None: not in the common form (HTTP/1.1,
+        no bare CR or LF, a Host Tornado accepts)."""
+        if head.count(b"\r") != head.count(b"\n"):  # a bare CR or LF somewhere
+            return None
+        first, _, rest = head.decode("latin-1").partition("\r\n")
         try:
             start_line = httputil.parse_request_start_line(first)
             headers = httputil.HTTPHeaders.parse(rest)
         except httputil.HTTPInputError:
             return None
-        if start_line.version != "HTTP/1.1":
+        if start_line.version != "HTTP/1.1" or not host_ok(headers.get("Host"), "HTTP/1.1"):
             return None
-        path, _, query = start_line.path.partition("?")
-        endpoint = self.front.app.data_paths.get(path)
-        if (
-            endpoint is None
-            or "Content-Length" in headers
-            or "Transfer-Encoding" in headers
-            or "Expect" in headers
-            or not host_ok(headers.get("Host"), "HTTP/1.1")
-        ):
-            return None
+        return start_line, headers
+
+    def keep_alive(self, headers: httputil.HTTPHeaders) -> None:
         connection = headers.get("Connection")
         self.close_after = (
             connection is not None and connection.lower() == "close"
         ) or self.front.server.conn_params.no_keep_alive
         self.waiting_since = 0.0  # not waiting: answering
+
+    def data_call(self, head: bytes) -> DataCall | None:
+        """The DataCall for a head, or None: a request for Tornado."""
+        if not head.startswith(b"GET "):
+            return None
+        parsed = self.parsed(head)
+        if parsed is None:
+            return None
+        start_line, headers = parsed
+        path, _, query = start_line.path.partition("?")
+        endpoint = self.front.app.data_paths.get(path)
+        if endpoint is None or "Content-Length" in headers or "Transfer-Encoding" in headers or "Expect" in headers:
+            return None
+        self.keep_alive(headers)
         return DataCall(self.front.app.ctx, self, endpoint, headers, path, query)
 
     # --- what DataCall calls (Tornado's HTTP1Connection's names) -----------------------------------------

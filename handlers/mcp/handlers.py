@@ -9,15 +9,17 @@ says `via: mcp` and the tool. What comes back is shaped for a model (social/comp
 MCP_MAX_RESULT_BYTES at whole items (docs/mcp.md).
 """
 
+import re
 import time
 import urllib.parse
 from datetime import UTC, datetime
 
 import orjson
 from cachetools import TTLCache
+from pymongo.errors import ConnectionFailure
 from tornado import httputil
 
-from handlers.base import BaseHandler, client_address
+from handlers.base import BaseHandler, answered, client_address, http_date, log_failure, request_id
 from handlers.data_call import DataCall
 from handlers.errors import ApiError
 from handlers.mcp import protocol, results
@@ -31,6 +33,7 @@ from social.endpoints import page_size
 
 # An agent's connection in the account's activity view: once an hour per key and client in each process.
 _CONNECTED: TTLCache = TTLCache(maxsize=10_000, ttl=3600)
+_LOOPBACK = re.compile(r"http://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]{1,5})?")
 MAX_REQUEST_BYTES = 64 * 1024  # a tool call's arguments are small; anything larger is refused before parsing
 INSTRUCTIONS = (
     "Read-only social data (posts, profiles, followers, lists, communities, Spaces, trends), charged in credits per "
@@ -58,44 +61,60 @@ class ToolCall(DataCall):
         self.log_fields["status"] = self.status
 
 
-class McpHandler(BaseHandler):
-    """POST /mcp: one JSON-RPC request or notification. GET and DELETE answer 405: no stream, no session."""
+class Exchange:
+    """One POST to /mcp, apart from its transport: the request's headers and body in, (status, headers, body) out.
+    Served on the front's own connections like a data GET (`OnConnection`), or by Tornado (`McpHandler`)."""
 
-    def initialize(self, ctx, **kwargs) -> None:
-        super().initialize(ctx)
-        self.log_fields["route"] = "/mcp"
+    def __init__(self, ctx, headers: httputil.HTTPHeaders, body: bytes, peer: str):
+        self.ctx, self.headers, self.body, self.peer = ctx, headers, body, peer
+        self.request_id = request_id(headers.get("X-Request-ID", ""))
+        self.account_id: str | None = None
+        self.log_fields: dict = {"route": "/mcp"}
+        self.secret = ""
 
-    def error_body(self, status: int, message: str) -> dict:
-        return {"jsonrpc": "2.0", "id": None, "error": {"code": protocol.INVALID_REQUEST, "message": message}}
+    @property
+    def services(self):
+        return self.ctx.services
 
-    async def prepare(self) -> None:
-        """No portal session: the API key authenticates (its `Authorization: Bearer` is a key, not a session)."""
+    @property
+    def config(self):
+        return self.ctx.state.settings
 
-    def check_xsrf_cookie(self) -> None:
-        """An API key in a header cannot be attached by another site (and Origin is checked in `post`)."""
+    def client_ip(self) -> str:
+        return client_address(self.peer, self.headers, self.config.trusted_proxies)
 
-    def write_error(self, status_code: int, **kwargs) -> None:
-        if status_code == 401:
-            self.set_header(
-                "WWW-Authenticate", 'Bearer realm="mcp", error="invalid_token", error_description="API key required"'
-            )
-        super().write_error(status_code, **kwargs)
+    async def answer(self) -> tuple[int, dict, bytes]:
+        try:
+            reply = await self.post()
+        except ApiError as exc:
+            extra = dict(exc.extra_headers)
+            if exc.status_code == 401:
+                extra["WWW-Authenticate"] = 'Bearer realm="mcp", error="invalid_token"'
+            return exc.status_code, extra, orjson.dumps(_fault(exc.message))
+        except Exception as exc:
+            log_failure("POST", "/mcp", self.request_id, exc)
+            status = 503 if isinstance(exc, ConnectionFailure) else 500
+            extra = {"Retry-After": "1"} if status == 503 else {}
+            return status, extra, orjson.dumps(_fault("The gateway failed; retry shortly"))
+        if reply.message is None:
+            return 202, {}, b""
+        return reply.status, {}, orjson.dumps(reply.message)
 
-    async def post(self) -> None:
+    async def post(self) -> Reply:
         self.check_origin()
-        if len(self.request.body) > MAX_REQUEST_BYTES:
+        if len(self.body) > MAX_REQUEST_BYTES:
             raise ApiError(413, f"A message is at most {MAX_REQUEST_BYTES} bytes")
         key = await self.authenticate()
         try:
-            body = orjson.loads(self.request.body)
+            body = orjson.loads(self.body)
         except orjson.JSONDecodeError:
-            return self.reply(protocol.error(None, protocol.PARSE_ERROR, "Parse error: the body is not JSON"))
-        found = protocol.classify(body, self.request.headers)
+            return protocol.error(None, protocol.PARSE_ERROR, "Parse error: the body is not JSON")
+        found = protocol.classify(body, self.headers)
         if isinstance(found, Reply):
-            return self.reply(found)
+            return found
         self.log_fields["mcp_method"] = found.method
         await self.connected(found, key)
-        self.reply(await self.dispatch(found, key))
+        return await self.dispatch(found, key)
 
     async def connected(self, call: Dispatch, key) -> None:
         """The activity view's entry for an agent that connects: which key, which client, which revision."""
@@ -107,36 +126,36 @@ class McpHandler(BaseHandler):
             return
         _CONNECTED[seen] = True
         details = {"key_id": key.key_id, "client": client[0], "client_version": client[1], "protocol": call.version}
-        await self.audit("mcp.connected", details=details)
+        await self.services.audit.record(
+            "mcp.connected", key.account_id, key.account_id, self.client_ip(), details, None
+        )
 
     def check_origin(self) -> None:
-        origin = self.request.headers.get("Origin")
+        """DNS rebinding: a page of another site whose name was pointed at this gateway sends its own Origin, and a
+        Host that matches it, so only origins named in advance pass: MCP_ALLOWED_ORIGINS, PUBLIC_URL's, and outside
+        production the loopback ones (a browser-based inspector on this machine)."""
+        origin = self.headers.get("Origin")
         if origin is None:
             return  # not a browser: programs and agents send none
-        own = f"{self.request.protocol}://{self.request.host}"
-        allowed = {o.strip() for o in self.config.mcp_allowed_origins.split(",") if o.strip()}
-        if origin != own and origin not in allowed:
-            raise ApiError(403, "This Origin may not call /mcp (MCP_ALLOWED_ORIGINS)")
+        settings = self.config
+        allowed = {o.strip().rstrip("/") for o in settings.mcp_allowed_origins.split(",") if o.strip()}
+        public = urllib.parse.urlsplit(settings.public_url)
+        if public.scheme and public.netloc:
+            allowed.add(f"{public.scheme}://{public.netloc}")
+        if origin in allowed or (not settings.production and _LOOPBACK.fullmatch(origin)):
+            return
+        raise ApiError(403, "This Origin may not call /mcp (MCP_ALLOWED_ORIGINS)")
 
     async def authenticate(self):
-        headers = self.request.headers
-        secret = headers.get("X-API-Key", "").strip()
+        secret = self.headers.get("X-API-Key", "").strip()
         if not secret:
-            scheme, _, token = headers.get("Authorization", "").partition(" ")
+            scheme, _, token = self.headers.get("Authorization", "").partition(" ")
             secret = token.strip() if scheme.lower() == "bearer" else ""
         if not secret:
             raise ApiError(401, "Missing API key: send it as Authorization: Bearer <key> or X-API-Key")
         key = await check_key(self, {"X-API-Key": secret}, None)
         self.secret = secret
         return key
-
-    def reply(self, answer: Reply) -> None:
-        if answer.message is None:
-            self.set_status(202)
-            self.finish()
-            return
-        self.set_status(answer.status)
-        self.finish(orjson.dumps(answer.message))
 
     # --- the methods ----------------------------------------------------------------------------------------
     async def dispatch(self, call: Dispatch, key) -> Reply:
@@ -194,8 +213,8 @@ class McpHandler(BaseHandler):
         query = urllib.parse.urlencode(params, safe=",")
         headers = httputil.HTTPHeaders({"X-API-Key": self.secret, "X-Request-ID": self.request_id})
         for name in ("Idempotency-Key", "Cache-Control"):
-            if name in self.request.headers:
-                headers[name] = self.request.headers[name]
+            if name in self.headers:
+                headers[name] = self.headers[name]
         made = ToolCall(self.ctx, endpoint, headers, query, self.client_ip(), tool.name)
         await made.run()
         rest = {"method": "GET", "path": made.path, "query": query}
@@ -271,9 +290,78 @@ class McpHandler(BaseHandler):
             }
         )
 
-    def client_ip(self) -> str:
-        return client_address(self.request.remote_ip, self.request.headers, self.config.trusted_proxies)
+
+def _fault(message: str) -> dict:
+    """An HTTP-level refusal (401, 403, 413, 5xx) as a JSON-RPC error without an id: the request was not read."""
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": protocol.INVALID_REQUEST, "message": message}}
+
+
+class McpHandler(BaseHandler):
+    """POST /mcp on Tornado's connection (HTTP/1.0, a chunked body, a connection that carried a portal request);
+    GET and DELETE answer 405: no stream, no session."""
+
+    def initialize(self, ctx, **kwargs) -> None:
+        super().initialize(ctx)
+        self.log_fields["route"] = "/mcp"
+
+    def error_body(self, status: int, message: str) -> dict:
+        return _fault(message)
+
+    async def prepare(self) -> None:
+        """No portal session: the API key authenticates (its `Authorization: Bearer` is a key, not a session)."""
+
+    def check_xsrf_cookie(self) -> None:
+        """An API key in a header cannot be attached by another site (and Origin is checked)."""
+
+    async def post(self) -> None:
+        exchange = Exchange(self.ctx, self.request.headers, self.request.body, self.request.remote_ip)
+        exchange.request_id = self.request_id
+        status, headers, body = await exchange.answer()
+        self.account_id = exchange.account_id
+        self.log_fields.update(exchange.log_fields)
+        self.set_status(status)
+        for name, value in headers.items():
+            self.set_header(name, value)
+        self.finish(body)
+
+
+class OnConnection:
+    """POST /mcp on the front's own connection (app/front.py), as a data GET is served there: no HTTPServerRequest,
+    no routing, no RequestHandler; the answer carries what a RequestHandler's would (handlers/base.py)."""
+
+    __slots__ = ("exchange", "conn", "started", "task")
+
+    def __init__(self, ctx, conn, headers: httputil.HTTPHeaders, body: bytes):
+        self.conn, self.started = conn, time.perf_counter()
+        self.exchange = Exchange(ctx, headers, body, conn.context.remote_ip)
+
+    async def run(self) -> None:
+        exchange = self.exchange
+        status, extra, body = await exchange.answer()
+        headers = httputil.HTTPHeaders()
+        headers["Content-Type"] = "application/json"
+        headers["Date"] = http_date()
+        headers["Cache-Control"] = "no-store"
+        headers["X-Content-Type-Options"] = "nosniff"
+        headers["X-Request-ID"] = exchange.request_id
+        for name, value in extra.items():
+            headers[name] = value
+        headers["Content-Length"] = str(len(body))
+        reason = httputil.responses.get(status, "Unknown")
+        self.conn.write_headers(httputil.ResponseStartLine("", status, reason), headers, body)
+        self.conn.finish()
+        answered(
+            exchange.ctx,
+            "POST",
+            "/mcp",
+            status,
+            self.started,
+            exchange.request_id,
+            exchange.client_ip,
+            exchange.account_id,
+            exchange.log_fields,
+        )
 
 
 routes = [(r"/mcp", McpHandler)]
-__all__ = ["TOOLS", "McpHandler", "routes"]
+__all__ = ["TOOLS", "Exchange", "McpHandler", "OnConnection", "routes"]
