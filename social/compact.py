@@ -9,7 +9,7 @@ Text written by anyone (posts, bios, names) stays in data fields only: nothing h
 Pure functions, no I/O.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 import orjson
@@ -162,13 +162,43 @@ def plain(raw, fields: Iterable[str] = ()):
 SHAPES = {"tweet": tweet, "user": user, "trend": trend, "space": space, "community": community, "id": plain}
 
 
-def fit(items: list, budget: int) -> tuple[list, int]:
-    """The leading whole items whose JSON fits in `budget` bytes (at least none), and their JSON size."""
-    kept, used = [], 2  # the brackets
+def fit(items: list, budget: int, size: Callable[[object], int]) -> list:
+    """The leading whole items whose sizes (`size`: an item's bytes with its separators) add up to at most `budget`
+    bytes: at least none."""
+    kept, used = [], 0
     for item in items:
-        size = len(orjson.dumps(item)) + 1  # the comma
-        if used + size > budget:
+        used += size(item)
+        if used > budget:
             break
         kept.append(item)
-        used += size
-    return kept, used
+    return kept
+
+
+def cut(item, budget: int, size: Callable[[object], int]):
+    """An item too large for a result on its own (a 25,000-character post, a large field asked for), made to fit
+    `budget`: its longest texts shortened, each ending in "…", and `"cut": true`; at worst its id alone. Handed out
+    so, it lets a cut page go on past it instead of stopping there."""
+    if not isinstance(item, dict):
+        return item
+    shaped = orjson.loads(orjson.dumps(item))  # a deep copy to shorten
+    shaped["cut"] = True
+    while size(shaped) > budget:
+        found = _longest_text(shaped)
+        if found is None:
+            return {"id": item.get("id"), "cut": True}
+        holder, key, text = found
+        holder[key] = text[: len(text) // 2] + "…"
+    return shaped
+
+
+def _longest_text(node, best=None):
+    """(holder, key, text) of the longest string worth shortening anywhere in `node`: over 64 characters, so never an
+    id and seldom a link."""
+    pairs = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in pairs:
+        if isinstance(value, str):
+            if len(value) > 64 and (best is None or len(value) > len(best[2])):
+                best = (node, key, value)
+        else:
+            best = _longest_text(value, best)
+    return best

@@ -193,7 +193,8 @@ class McpHandler(BaseHandler):
             meta["balance_after"] = await self.services.account.balance(made.account_id)
         if made.status != 200:
             return results.refused(made.status, made.body, made.answer_headers, meta)
-        page = results.page(made.body, endpoint, shape, args.get("fields", ()), skip, self.config.mcp_max_result_bytes)
+        fields, most = args.get("fields", ()), self.config.mcp_max_result_bytes
+        page = results.page(made.body, endpoint, shape, fields, skip, most, meta)
         if page is None:
             return results.failure("The data provider answered with an error; you were not charged.", meta)
         next_cursor = page.next_cursor

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import orjson
 
 from handlers.mcp.tools import CURSOR_MAX, TOOLS, Tool
-from social.compact import SHAPES, fit
+from social.compact import SHAPES, cut, fit
 from social.endpoints import Endpoint
 
 __all__ = ["CURSOR_MAX", "definitions", "failure", "page", "refused", "structured", "success"]
@@ -50,9 +50,11 @@ class Page:
     next_cursor: str | None  # the provider's, for the next page
 
 
-def page(body: bytes, endpoint: Endpoint, shape: str, fields, skip: int, max_bytes: int) -> Page | None:
-    """A provider answer as compact items, past the `skip` already handed out, cut at whole items to fit;
-    None for an error body (the provider's own error, not charged)."""
+def page(body: bytes, endpoint: Endpoint, shape: str, fields, skip: int, max_bytes: int, meta: dict) -> Page | None:
+    """A provider answer as compact items, past the `skip` already handed out, cut at whole items so that the
+    whole result (`success` with this `meta`) is at most `max_bytes`; None for an error body (the provider's own
+    error, not charged). An item too large on its own is handed out shortened (social/compact.py `cut`), so a
+    continued page always moves on."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -65,10 +67,28 @@ def page(body: bytes, endpoint: Endpoint, shape: str, fields, skip: int, max_byt
     if not isinstance(raw, list):
         raw = []
     items = [SHAPES[shape](item, fields) for item in raw[skip:]]
-    # Two copies travel (structuredContent and its text, escaped): each gets under half the bound.
-    kept, _ = fit(items, max_bytes * 2 // 5)
     nxt = data.get("next_cursor") if data.get("has_next_page", True) else None
-    return Page(kept, len(kept), len(kept) < len(items), str(nxt) if nxt not in (None, "", 0, "0") else None)
+    nxt = str(nxt) if nxt not in (None, "", 0, "0") else None
+    room = max_bytes - _envelope(nxt, meta)
+    kept = fit(items, room, _both_copies)
+    if not kept and items:
+        kept = [cut(items[0], room, _both_copies)]
+    return Page(kept, len(kept), len(kept) < len(items), nxt)
+
+
+def _both_copies(item) -> int:
+    """An item's bytes in a result: in `structuredContent`, and again in the text copy, where its JSON is a string
+    (every quotation mark and backslash escaped once more), each with its comma."""
+    encoded = orjson.dumps(item)
+    return len(encoded) + len(orjson.dumps(encoded.decode())) - 2 + 2
+
+
+def _envelope(nxt: str | None, meta: dict) -> int:
+    """The bytes of a result around its items: `_meta`, the counts and the longest cursor it may hand out (the
+    provider's, or a handle of `mcp:` and 32 hex digits)."""
+    handle = "m" * 36
+    cursor = nxt if nxt is not None and len(handle) < len(nxt) <= CURSOR_MAX else handle
+    return len(orjson.dumps(success(Page([], 10**6, False, None), cursor, meta)))
 
 
 def success(found: Page, next_cursor: str | None, meta: dict) -> dict:

@@ -1,0 +1,46 @@
+"""/mcp attacked on its promises (docs/mcp.md): results that would not fit MCP_MAX_RESULT_BYTES, cut pages whose
+continuation must neither repeat nor skip posts, cursor handles used where they were not given, and keys and
+accounts that must be refused by every tool."""
+
+import orjson
+import pytest
+from test_mcp_protocol import funded, tool
+
+
+async def walk(api, secret, name: str, arguments: dict, calls: int = 12) -> tuple[list[dict], list[str]]:
+    """Each result of following `next_cursor` through a page cut to fit (at most `calls` calls), and the ids of
+    the posts handed out."""
+    results, ids, cursor = [], [], None
+    for _ in range(calls):
+        found = await tool(api, secret, name, {**arguments, **({"cursor": cursor} if cursor else {})})
+        assert not found.get("isError"), found
+        results.append(found)
+        content = found["structuredContent"]
+        ids += [item["id"] for item in content["items"]]
+        cursor = content["next_cursor"]
+        if not content["truncated"]:
+            break
+    return results, ids
+
+
+@pytest.mark.gen_test(timeout=60)
+@pytest.mark.settings(mcp_max_result_bytes=4_000)
+async def test_a_post_too_large_for_one_result_is_handed_out_cut_and_the_page_goes_on(api, provider):
+    _, secret = await funded(api)
+    newest_first = [provider.post("bob", "short"), provider.post("carol", "long " * 5_000), provider.post("dan", "hi")]
+    results, ids = await walk(api, secret, "search_tweets", {"query": "anything"})
+    assert ids == newest_first[::-1]  # every post once: the long one too, none left behind
+    assert all(len(orjson.dumps(found)) <= 4_000 for found in results)
+    long = next(item for r in results for item in r["structuredContent"]["items"] if item["id"] == newest_first[1])
+    assert long["cut"] is True and long["text"].startswith("long long") and long["text"].endswith("…")
+
+
+@pytest.mark.gen_test(timeout=60)
+@pytest.mark.settings(mcp_max_result_bytes=4_000)
+async def test_a_result_of_posts_full_of_quotation_marks_still_fits_with_its_escaped_text_copy(api, provider):
+    _, secret = await funded(api)
+    posted = [provider.post("eve", '"' * 350 + f" {n}") for n in range(6)]  # code, ASCII art: escaped twice
+    results, ids = await walk(api, secret, "search_tweets", {"query": "anything"})
+    assert ids == posted[::-1]
+    for found in results:  # both copies: the text one escapes every quotation mark again
+        assert len(orjson.dumps(found)) <= 4_000, [len(orjson.dumps(found)) for found in results]
