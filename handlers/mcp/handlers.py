@@ -167,11 +167,15 @@ class McpHandler(BaseHandler):
 
     async def data_tool(self, tool, args: dict, key) -> dict:
         endpoint, params, shape = route(tool, args)
+        call = endpoint.path + "?" + urllib.parse.urlencode(params, safe=",")  # what a handle continues
         cursor, skip = args.get("cursor"), 0
         if cursor and cursor.startswith(PREFIX):
-            found = await self.services.cursors.resolve(key.account_id, cursor)
+            found = await self.services.cursors.resolve(key.account_id, call, cursor)
             if found is None:
-                return results.failure("This cursor has expired or is not yours: start again without a cursor.")
+                return results.failure(
+                    "This cursor has expired, is not yours or was given for other arguments: call again with the "
+                    "arguments it came with, or start again without a cursor."
+                )
             cursor, skip = found
         if cursor:
             params.append(("cursor", cursor))
@@ -199,9 +203,9 @@ class McpHandler(BaseHandler):
             return results.failure("The data provider answered with an error; you were not charged.", meta)
         next_cursor = page.next_cursor
         if page.truncated:  # continue inside this page: the same page again (a cache hit), past what was handed out
-            next_cursor = await self.services.cursors.hand_out(key.account_id, cursor or "", skip + page.returned)
+            next_cursor = await self.services.cursors.hand_out(key.account_id, call, cursor or "", skip + page.returned)
         elif next_cursor and len(next_cursor) > results.CURSOR_MAX:
-            next_cursor = await self.services.cursors.hand_out(key.account_id, next_cursor, 0)
+            next_cursor = await self.services.cursors.hand_out(key.account_id, call, next_cursor, 0)
         return results.success(page, next_cursor, meta)
 
     async def account(self, key) -> dict:

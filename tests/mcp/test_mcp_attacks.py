@@ -4,7 +4,7 @@ accounts that must be refused by every tool."""
 
 import orjson
 import pytest
-from test_mcp_protocol import funded, tool
+from test_mcp_protocol import credits, funded, tool
 
 
 async def walk(api, secret, name: str, arguments: dict, calls: int = 12) -> tuple[list[dict], list[str]]:
@@ -44,3 +44,32 @@ async def test_a_result_of_posts_full_of_quotation_marks_still_fits_with_its_esc
     assert ids == posted[::-1]
     for found in results:  # both copies: the text one escapes every quotation mark again
         assert len(orjson.dumps(found)) <= 4_000, [len(orjson.dumps(found)) for found in results]
+
+
+@pytest.mark.gen_test(timeout=60)
+@pytest.mark.settings(mcp_max_result_bytes=4_000)
+async def test_a_cursor_handle_continues_only_the_call_and_the_account_it_was_given_for(api, provider, catalog):
+    user, secret = await funded(api)
+    for n in range(8):
+        provider.post("frank", f"post {n} " + "words " * 60)
+    first = await tool(api, secret, "search_tweets", {"query": "frank"})
+    handle = first["structuredContent"]["next_cursor"]
+    assert first["structuredContent"]["truncated"] and handle.startswith("mcp:")
+    before = await credits(api, user)
+    # Handed to another search, or another tool, the handle would skip the first posts of a page never read.
+    for name, arguments in (
+        ("search_tweets", {"query": "something else"}),
+        ("search_tweets", {"query": "frank", "sort": "Top"}),
+        ("get_user_tweets", {"user_name": catalog["users"][0]["userName"]}),
+    ):
+        misused = await tool(api, secret, name, {**arguments, "cursor": handle})
+        assert misused.get("isError"), (name, arguments, misused.get("structuredContent"))
+        assert "start again without a cursor" in misused["content"][0]["text"]
+    _, stranger = await funded(api)
+    taken = await tool(api, stranger, "search_tweets", {"query": "frank", "cursor": handle})
+    assert taken.get("isError")
+    assert await credits(api, user) == before  # nothing read, nothing charged
+    # Its own call goes on where the first result stopped, `fields` asked or not.
+    going_on = await tool(api, secret, "search_tweets", {"query": "frank", "cursor": handle, "fields": ["lang"]})
+    ids = [t["id"] for t in first["structuredContent"]["items"] + going_on["structuredContent"]["items"]]
+    assert len(ids) == len(set(ids)) and not going_on.get("isError")
