@@ -28,6 +28,7 @@ from services.cursors import PREFIX
 from social.answer_cache import answer_key, ttl_of
 from social.endpoints import page_size
 
+SUSPENDED = "This account is suspended; its keys are refused until an admin resumes it"  # as its data calls
 MAX_REQUEST_BYTES = 64 * 1024  # a tool call's arguments are small; anything larger is refused before parsing
 INSTRUCTIONS = (
     "Read-only social data (posts, profiles, followers, lists, communities, Spaces, trends), charged in credits per "
@@ -159,6 +160,9 @@ class McpHandler(BaseHandler):
         problems = check(tool, args)
         if problems:
             return protocol.result(call, results.failure("Invalid arguments: " + "; ".join(problems) + "."))
+        if not tool.data and (await self.services.account.view(key.account_id)).suspended:
+            # As its data calls and the REST balance (/oapi/my/info): a suspended account's keys read nothing.
+            return protocol.result(call, results.refused(403, orjson.dumps({"msg": SUSPENDED}), {}, {}))
         if tool.name == "get_account":
             return protocol.result(call, await self.account(key))
         if tool.name == "estimate_cost":

@@ -73,3 +73,24 @@ async def test_a_cursor_handle_continues_only_the_call_and_the_account_it_was_gi
     going_on = await tool(api, secret, "search_tweets", {"query": "frank", "cursor": handle, "fields": ["lang"]})
     ids = [t["id"] for t in first["structuredContent"]["items"] + going_on["structuredContent"]["items"]]
     assert len(ids) == len(set(ids)) and not going_on.get("isError")
+
+
+@pytest.mark.gen_test(timeout=60)
+@pytest.mark.settings(admin_emails="boss@example.com")
+async def test_a_suspended_accounts_key_is_refused_by_every_tool(api, ctx, catalog):
+    admin = (await api.register("boss@example.com"))["token"]
+    assert await ctx.accounts.set_admin("boss@example.com", True)
+    user, secret = await funded(api)
+    account_id = (await api.call("GET", "/account", token=user["token"]))[1]["account_id"]
+    suspended = await api.call("POST", f"/admin/accounts/{account_id}/suspend", {"reason": "abuse"}, token=admin)
+    assert suspended[0] == 200
+    assert (await api.call("GET", "/oapi/my/info", key=secret))[0] == 403  # the REST balance, as its data calls
+    name = catalog["users"][0]["userName"]
+    for tool_name, arguments in (
+        ("get_user", {"user_name": name}),
+        ("get_account", {}),
+        ("estimate_cost", {"tool": "get_user", "arguments": {"user_name": name}}),
+    ):
+        refused = await tool(api, secret, tool_name, arguments)
+        assert refused.get("isError") and "suspended" in refused["content"][0]["text"], (tool_name, refused)
+        assert "structuredContent" not in refused
