@@ -541,8 +541,9 @@ class Settings:
     )
     mcp_allowed_origins: str = setting(
         "",
-        "Comma-separated browser origins (https://app.example) allowed to call /mcp besides the gateway's own; a "
-        "request with any other Origin header is refused 403 (DNS rebinding). Requests without Origin are allowed.",
+        "Comma-separated browser origins (https://app.example) allowed to call /mcp besides the gateway's own "
+        "(PUBLIC_URL's; without it, the request's when it names localhost or an address); a request with any other "
+        "Origin header is refused 403 (DNS rebinding). Requests without Origin are allowed.",
         "MCP_ALLOWED_ORIGINS",
         group="MCP (AI agents)",
     )

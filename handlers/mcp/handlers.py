@@ -9,6 +9,7 @@ says `via: mcp` and the tool. What comes back is shaped for a model (social/comp
 MCP_MAX_RESULT_BYTES at whole items (docs/mcp.md).
 """
 
+import ipaddress
 import time
 import urllib.parse
 from datetime import UTC, datetime
@@ -98,10 +99,24 @@ class McpHandler(BaseHandler):
         origin = self.request.headers.get("Origin")
         if origin is None:
             return  # not a browser: programs and agents send none
-        own = f"{self.request.protocol}://{self.request.host}"
         allowed = {o.strip() for o in self.config.mcp_allowed_origins.split(",") if o.strip()}
-        if origin != own and origin not in allowed:
+        if origin not in allowed and origin != self.own_origin():
             raise ApiError(403, "This Origin may not call /mcp (MCP_ALLOWED_ORIGINS)")
+
+    def own_origin(self) -> str | None:
+        """The gateway's own origin: PUBLIC_URL's when set; else the one the request names only when its host is an
+        address or `localhost`. A DNS-rebinding page sends an Origin and a Host that agree (its own name, now
+        resolving here), so a name taken from the request alone proves nothing."""
+        public = urllib.parse.urlsplit(self.config.public_url)
+        if public.scheme and public.netloc:
+            return f"{public.scheme}://{public.netloc}"
+        name = self.request.host_name.strip("[]").lower()
+        if name != "localhost":
+            try:
+                ipaddress.ip_address(name)
+            except ValueError:
+                return None
+        return f"{self.request.protocol}://{self.request.host}"
 
     async def authenticate(self):
         headers = self.request.headers

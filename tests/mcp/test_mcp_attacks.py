@@ -4,7 +4,7 @@ accounts that must be refused by every tool."""
 
 import orjson
 import pytest
-from test_mcp_protocol import credits, funded, tool
+from test_mcp_protocol import credits, funded, rpc, tool
 
 
 async def walk(api, secret, name: str, arguments: dict, calls: int = 12) -> tuple[list[dict], list[str]]:
@@ -94,3 +94,27 @@ async def test_a_suspended_accounts_key_is_refused_by_every_tool(api, ctx, catal
         refused = await tool(api, secret, tool_name, arguments)
         assert refused.get("isError") and "suspended" in refused["content"][0]["text"], (tool_name, refused)
         assert "structuredContent" not in refused
+
+
+@pytest.mark.gen_test(timeout=60)
+async def test_a_dns_rebinding_page_is_refused_though_its_origin_names_the_host_it_reached(api):
+    _, secret = await funded(api)
+    port = api.base.rstrip("/").rsplit(":", 1)[1]
+    # A page on rebind.example whose name now resolves to the gateway: its Origin and the Host it sends agree.
+    rebound = {"Origin": f"http://rebind.example:{port}", "Host": f"rebind.example:{port}"}
+    status, body, _ = await rpc(api, secret, "tools/list", headers=rebound)
+    assert status == 403 and "Origin" in body["error"]["message"]
+    own = {"Origin": f"http://127.0.0.1:{port}", "Host": f"127.0.0.1:{port}"}
+    assert (await rpc(api, secret, "tools/list", headers=own))[0] == 200
+    localhost = {"Origin": f"http://localhost:{port}", "Host": f"localhost:{port}"}
+    assert (await rpc(api, secret, "tools/list", headers=localhost))[0] == 200
+
+
+@pytest.mark.gen_test(timeout=60)
+@pytest.mark.settings(public_url="https://gateway.example")
+async def test_behind_its_public_url_the_gateways_own_origin_is_that_url(api):
+    _, secret = await funded(api)
+    named = {"Origin": "https://gateway.example", "Host": "gateway.example"}
+    assert (await rpc(api, secret, "tools/list", headers=named))[0] == 200
+    other = {"Origin": "https://rebind.example", "Host": "rebind.example"}
+    assert (await rpc(api, secret, "tools/list", headers=other))[0] == 403
