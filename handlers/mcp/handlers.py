@@ -187,7 +187,7 @@ class McpHandler(BaseHandler):
     async def data_tool(self, tool, args: dict, key) -> dict:
         endpoint, params, shape = route(tool, args)
         call = endpoint.path + "?" + urllib.parse.urlencode(params, safe=",")  # what a handle continues
-        cursor, skip = args.get("cursor"), 0
+        cursor, skip, after = args.get("cursor"), 0, None
         if cursor and cursor.startswith(PREFIX):
             found = await self.services.cursors.resolve(key.account_id, call, cursor)
             if found is None:
@@ -195,7 +195,7 @@ class McpHandler(BaseHandler):
                     "This cursor has expired, is not yours or was given for other arguments: call again with the "
                     "arguments it came with, or start again without a cursor."
                 )
-            cursor, skip = found
+            cursor, skip, after = found
         if cursor:
             params.append(("cursor", cursor))
         query = urllib.parse.urlencode(params, safe=",")
@@ -217,12 +217,13 @@ class McpHandler(BaseHandler):
         if made.status != 200:
             return results.refused(made.status, made.body, made.answer_headers, meta)
         fields, most = args.get("fields", ()), self.config.mcp_max_result_bytes
-        page = results.page(made.body, endpoint, shape, fields, skip, most, meta)
+        page = results.page(made.body, endpoint, shape, fields, skip, after, most, meta)
         if page is None:
             return results.failure("The data provider answered with an error; you were not charged.", meta)
         next_cursor = page.next_cursor
         if page.truncated:  # continue inside this page: the same page again (a cache hit), past what was handed out
-            next_cursor = await self.services.cursors.hand_out(key.account_id, call, cursor or "", skip + page.returned)
+            handed = (cursor or "", page.position, page.last_id)
+            next_cursor = await self.services.cursors.hand_out(key.account_id, call, *handed)
         elif next_cursor and len(next_cursor) > results.CURSOR_MAX:
             next_cursor = await self.services.cursors.hand_out(key.account_id, call, next_cursor, 0)
         return results.success(page, next_cursor, meta)

@@ -48,10 +48,15 @@ class Page:
     returned: int
     truncated: bool
     next_cursor: str | None  # the provider's, for the next page
+    position: int = 0  # items of the provider's page handed out so far, these included
+    last_id: str | None = None  # the id of the last of them
 
 
-def page(body: bytes, endpoint: Endpoint, shape: str, fields, skip: int, max_bytes: int, meta: dict) -> Page | None:
-    """A provider answer as compact items, past the `skip` already handed out, cut at whole items so that the
+def page(
+    body: bytes, endpoint: Endpoint, shape: str, fields, skip: int, after: str | None, max_bytes: int, meta: dict
+) -> Page | None:
+    """A provider answer as compact items, past those already handed out (the first `skip`, the last of them the
+    item `after`: when the page read again has changed, what follows that item), cut at whole items so that the
     whole result (`success` with this `meta`) is at most `max_bytes`; None for an error body (the provider's own
     error, not charged). An item too large on its own is handed out shortened (social/compact.py `cut`), so a
     continued page always moves on."""
@@ -66,6 +71,9 @@ def page(body: bytes, endpoint: Endpoint, shape: str, fields, skip: int, max_byt
         raw = [raw] if raw else []
     if not isinstance(raw, list):
         raw = []
+    ids = [_id_of(item) for item in raw]
+    if after is not None and after in ids:  # new items on top, or some gone: go on after the last one handed out
+        skip = ids.index(after) + 1
     items = [SHAPES[shape](item, fields) for item in raw[skip:]]
     nxt = data.get("next_cursor") if data.get("has_next_page", True) else None
     nxt = str(nxt) if nxt not in (None, "", 0, "0") else None
@@ -73,7 +81,14 @@ def page(body: bytes, endpoint: Endpoint, shape: str, fields, skip: int, max_byt
     kept = fit(items, room, _both_copies)
     if not kept and items:
         kept = [cut(items[0], room, _both_copies)]
-    return Page(kept, len(kept), len(kept) < len(items), nxt)
+    position = skip + len(kept)
+    return Page(kept, len(kept), len(kept) < len(items), nxt, position, ids[position - 1] if kept else None)
+
+
+def _id_of(item) -> str | None:
+    """A provider item's id (an id list's items are ids)."""
+    found = item.get("id") if isinstance(item, dict) else item
+    return None if found is None or isinstance(found, dict | list) else str(found)
 
 
 def _both_copies(item) -> int:

@@ -118,3 +118,26 @@ async def test_behind_its_public_url_the_gateways_own_origin_is_that_url(api):
     assert (await rpc(api, secret, "tools/list", headers=named))[0] == 200
     other = {"Origin": "https://rebind.example", "Host": "rebind.example"}
     assert (await rpc(api, secret, "tools/list", headers=other))[0] == 403
+
+
+@pytest.mark.gen_test(timeout=60)
+@pytest.mark.settings(mcp_max_result_bytes=4_000, cache_ttl={"tweet/advanced_search": 0})
+async def test_a_cut_page_read_again_after_new_posts_continues_after_the_last_post_handed_out(api, provider):
+    _, secret = await funded(api)
+    older = [provider.post("grace", f"post {n} " + "words " * 60) for n in range(8)]
+    first = await tool(api, secret, "search_tweets", {"query": "grace"})
+    handed = [t["id"] for t in first["structuredContent"]["items"]]
+    assert first["structuredContent"]["truncated"] and handed == older[::-1][: len(handed)]
+    # The answer is no longer fresh (here: never cached) and two posts came since: the page read again starts with
+    # them, and a bare position would hand out again what the first result ended with.
+    for _ in range(2):
+        provider.post("grace", "new " + "words " * 60)
+    cursor, seen = first["structuredContent"]["next_cursor"], list(handed)
+    for _ in range(12):
+        found = await tool(api, secret, "search_tweets", {"query": "grace", "cursor": cursor})
+        seen += [t["id"] for t in found["structuredContent"]["items"]]
+        cursor = found["structuredContent"]["next_cursor"]
+        if not found["structuredContent"]["truncated"]:
+            break
+    assert len(seen) == len(set(seen)), "a post handed out twice"
+    assert set(older) <= set(seen), "a post of the page skipped"
