@@ -90,8 +90,8 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "get_followers",
-        "A user's followers or followings (direction), newest first, up to 200 profiles a page; ids_only: up to "
-        "5,000 follower ids a page." + _COST + UNTRUSTED,
+        "A user's followers or followings (direction), newest first, up to 200 profiles a page; ids_only: "
+        "follower ids only, 50-200 a page." + _COST + UNTRUSTED,
         {
             "user_name": _HANDLE,
             "direction": {"type": "string", "enum": ["followers", "followings"], "default": "followers"},
@@ -250,6 +250,9 @@ def check(tool: Tool, args) -> list[str]:
         schema = tool.properties.get(name)
         if schema is not None:
             problems += [f"{name}: {p}" for p in _value(schema, value)]
+    if tool.name == "get_followers" and args.get("ids_only") is True and args.get("direction") == "followings":
+        # The provider lists followers' ids only: answering followers here would be a wrong answer, not a cheap one.
+        problems.append("ids_only lists followers only; for followings leave ids_only out")
     return problems
 
 

@@ -141,3 +141,16 @@ async def test_a_cut_page_read_again_after_new_posts_continues_after_the_last_po
             break
     assert len(seen) == len(set(seen)), "a post handed out twice"
     assert set(older) <= set(seen), "a post of the page skipped"
+
+
+@pytest.mark.gen_test(timeout=60)
+async def test_followings_asked_as_ids_are_refused_not_answered_with_followers(api, catalog):
+    user, secret = await funded(api)
+    before = await credits(api, user)
+    who = catalog["big_accounts"][0]
+    asked = {"user_name": who, "direction": "followings", "ids_only": True}
+    found = await tool(api, secret, "get_followers", asked)
+    assert found.get("isError"), found.get("_meta")  # the provider lists followers' ids only
+    assert "ids_only" in found["content"][0]["text"] and await credits(api, user) == before
+    estimate = await tool(api, secret, "estimate_cost", {"tool": "get_followers", "arguments": asked})
+    assert estimate.get("isError")
