@@ -188,6 +188,8 @@ class McpHandler(BaseHandler):
         endpoint, params, shape = route(tool, args)
         call = endpoint.path + "?" + urllib.parse.urlencode(params, safe=",")  # what a handle continues
         cursor, skip, after = args.get("cursor"), 0, None
+        if cursor and not cursor.startswith(PREFIX) and not tool.paged:
+            return results.failure(f"{tool.name} takes only a next_cursor it handed out: call again without cursor.")
         if cursor and cursor.startswith(PREFIX):
             found = await self.services.cursors.resolve(key.account_id, call, cursor)
             if found is None:
@@ -254,7 +256,7 @@ class McpHandler(BaseHandler):
         if problems:
             return results.failure("Invalid arguments for " + other.name + ": " + "; ".join(problems) + ".")
         endpoint, params, _ = route(other, wanted)
-        if wanted.get("cursor") and not wanted["cursor"].startswith(PREFIX):
+        if wanted.get("cursor") and not wanted["cursor"].startswith(PREFIX) and other.paged:
             params.append(("cursor", wanted["cursor"]))
         arguments = {name: [value.encode()] for name, value in params}
         try:

@@ -23,7 +23,7 @@ class Tool:
     required: tuple[str, ...] = ()
     one_of: tuple[str, ...] = ()  # at least one of these arguments
     shape: str = "tweet"  # social/compact.py SHAPES: what each item becomes
-    paged: bool = False
+    paged: bool = False  # pages of the provider's: its cursors are taken; else only handles (a cut result's)
     data: bool = True  # a data call (charged); False: the gateway answers itself
     examples: tuple[dict, ...] = field(default=())
 
@@ -42,7 +42,8 @@ def _s(description: str, **more) -> dict:
 
 _HANDLE = {"type": "string", "pattern": "^@?[A-Za-z0-9_]{1,50}$"}
 _ID = {"type": "string", "pattern": "^[0-9]{1,20}$"}
-_CURSOR = {"type": "string", "maxLength": CURSOR_MAX, "description": "A next_cursor"}
+# A result's next_cursor. Every tool whose result may be cut takes one: batches by id and trends too (a handle).
+_CURSOR = {"type": "string", "maxLength": CURSOR_MAX}
 _FIELDS = {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 10, "description": "Extra fields"}
 _COST = " Per-item price; cached repeats free."
 
@@ -68,6 +69,7 @@ TOOLS: tuple[Tool, ...] = (
         {
             "user_name": _HANDLE,
             "user_ids": {"type": "array", "items": _ID, "minItems": 1, "maxItems": 100},
+            "cursor": _CURSOR,
             "fields": _FIELDS,
         },
         one_of=("user_name", "user_ids"),
@@ -108,7 +110,11 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "get_tweets",
         "Up to 100 posts by id." + UNTRUSTED,
-        {"tweet_ids": {"type": "array", "items": _ID, "minItems": 1, "maxItems": 100}, "fields": _FIELDS},
+        {
+            "tweet_ids": {"type": "array", "items": _ID, "minItems": 1, "maxItems": 100},
+            "cursor": _CURSOR,
+            "fields": _FIELDS,
+        },
         required=("tweet_ids",),
         examples=({"tweet_ids": ["1840639654258017932"]},),
     ),
@@ -152,6 +158,7 @@ TOOLS: tuple[Tool, ...] = (
         {
             "woeid": {"type": "integer", "minimum": 1, "default": 1},
             "count": {"type": "integer", "minimum": 1, "maximum": 100, "default": 30},
+            "cursor": _CURSOR,
         },
         shape="trend",
         examples=({"woeid": 1, "count": 10},),

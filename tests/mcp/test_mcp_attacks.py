@@ -154,3 +154,30 @@ async def test_followings_asked_as_ids_are_refused_not_answered_with_followers(a
     assert "ids_only" in found["content"][0]["text"] and await credits(api, user) == before
     estimate = await tool(api, secret, "estimate_cost", {"tool": "get_followers", "arguments": asked})
     assert estimate.get("isError")
+
+
+@pytest.mark.gen_test(timeout=90)
+@pytest.mark.settings(mcp_max_result_bytes=4_000)
+async def test_a_cut_batch_of_profiles_posts_or_trends_is_continued_by_its_cursor(api, catalog):
+    _, secret = await funded(api)
+    user_ids = [u["id"] for u in catalog["users"][:40]]
+    tweet_ids = catalog["tweets"][:40]
+    for name, arguments, key in (
+        ("get_user", {"user_ids": user_ids}, "id"),
+        ("get_tweets", {"tweet_ids": tweet_ids}, "id"),
+        ("get_trends", {"count": 100}, "name"),
+    ):
+        handed, cursor, pieces = [], None, 0
+        while pieces < 30:
+            pieces += 1
+            found = await tool(api, secret, name, {**arguments, **({"cursor": cursor} if cursor else {})})
+            assert not found.get("isError"), (name, found["content"])
+            assert len(orjson.dumps(found)) <= 4_000
+            handed += [item[key] for item in found["structuredContent"]["items"]]
+            cursor = found["structuredContent"]["next_cursor"]
+            if not found["structuredContent"]["truncated"]:
+                break
+        assert pieces > 1, name  # cut at 4,000 bytes: the continuation is what is tried here
+        assert len(handed) == len(set(handed)), name
+        if key == "id":
+            assert set(handed) == set(user_ids if name == "get_user" else tweet_ids), name
