@@ -139,6 +139,8 @@ def refused(status: int, body: bytes, headers: dict, meta: dict) -> dict:
         return failure(f"Invalid arguments: {said}. Fix them and call again.", meta)
     said = str(data.get("msg") or data.get("message") or detail or "") if isinstance(data, dict) else ""
     if status == 402:
+        if "credit_limit" in said:  # the key's budget (handlers/social.py budget_message) says what to change
+            return failure(f"Not enough credits: {said}; nothing was charged.", meta)
         return failure(f"Not enough credits: {said}. Ask the account's owner to top up; nothing was charged.", meta)
     if status == 429:
         wait = headers.get("Retry-After", "1")

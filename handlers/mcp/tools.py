@@ -280,8 +280,13 @@ def _value(schema: dict, value) -> list[str]:
     if kind == "integer":
         if isinstance(value, bool) or not isinstance(value, int):
             return ["must be an integer"]
-        if value < schema.get("minimum", value) or value > schema.get("maximum", value):
-            return [f"must be between {schema.get('minimum', '-')} and {schema.get('maximum', '-')}"]
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if low is not None and high is not None and not low <= value <= high:
+            return [f"must be between {low} and {high}"]
+        if low is not None and value < low:
+            return [f"must be at least {low}"]
+        if high is not None and value > high:
+            return [f"must be at most {high}"]
         return []
     if kind == "boolean":
         return [] if isinstance(value, bool) else ["must be true or false"]

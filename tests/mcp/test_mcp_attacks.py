@@ -181,3 +181,19 @@ async def test_a_cut_batch_of_profiles_posts_or_trends_is_continued_by_its_curso
         assert len(handed) == len(set(handed)), name
         if key == "id":
             assert set(handed) == set(user_ids if name == "get_user" else tweet_ids), name
+
+
+@pytest.mark.gen_test(timeout=60)
+async def test_error_sentences_say_what_to_do_for_a_keys_budget_and_an_open_bound(api, catalog):
+    user, _ = await funded(api)
+    made = await api.call(
+        "POST", "/keys", {"name": "agent", "credit_limit": 20, "credit_limit_period": "total"}, token=user["token"]
+    )
+    secret = made[1]["key"]
+    assert not (await tool(api, secret, "get_user", {"user_name": catalog["users"][0]["userName"]})).get("isError")
+    over = await tool(api, secret, "search_tweets", {"query": "budget spent"})  # 2 credits left of 20
+    text = over["content"][0]["text"]
+    assert over["isError"] and "credit_limit" in text
+    assert "top up" not in text  # the balance is not what stopped it: topping up would change nothing
+    low = await tool(api, secret, "get_trends", {"woeid": 0})
+    assert low["isError"] and "woeid: must be at least 1." in low["content"][0]["text"]
