@@ -136,8 +136,9 @@ def refused(status: int, body: bytes, headers: dict, meta: dict) -> dict:
     detail = data.get("detail") if isinstance(data, dict) else None
     if isinstance(detail, list):  # 422: which argument, what is wrong
         said = "; ".join(f"{'.'.join(map(str, d.get('loc', [])[1:]))}: {d.get('msg')}" for d in detail)
-        return failure(f"Invalid arguments: {said}. Fix them and call again.", meta)
+        return failure(f"Invalid arguments: {_short(said)}. Fix them and call again.", meta)
     said = str(data.get("msg") or data.get("message") or detail or "") if isinstance(data, dict) else ""
+    said = _short(said)  # a provider's refusal is passed through: its message may be any length
     if status == 402:
         if "credit_limit" in said:  # the key's budget (handlers/social.py budget_message) says what to change
             return failure(f"Not enough credits: {said}; nothing was charged.", meta)
@@ -151,3 +152,8 @@ def refused(status: int, body: bytes, headers: dict, meta: dict) -> dict:
         wait = headers.get("Retry-After", "5")
         return failure(f"{said or 'The gateway failed'}. Wait {wait} seconds and call again.", meta)
     return failure(f"The provider refused this call ({status}): {said or 'no details'}. Nothing was charged.", meta)
+
+
+def _short(said: str, most: int = 300) -> str:
+    """A message quoted in a sentence, at most `most` characters: a result stays within MCP_MAX_RESULT_BYTES."""
+    return said if len(said) <= most else said[:most] + "…"

@@ -4,6 +4,7 @@ accounts that must be refused by every tool."""
 
 import orjson
 import pytest
+from support import recorder, use_upstream
 from test_mcp_protocol import credits, funded, rpc, tool
 
 
@@ -197,3 +198,17 @@ async def test_error_sentences_say_what_to_do_for_a_keys_budget_and_an_open_boun
     assert "top up" not in text  # the balance is not what stopped it: topping up would change nothing
     low = await tool(api, secret, "get_trends", {"woeid": 0})
     assert low["isError"] and "woeid: must be at least 1." in low["content"][0]["text"]
+
+
+@pytest.mark.gen_test(timeout=60)
+async def test_a_providers_long_refusal_is_cut_to_fit_the_result(api, ctx):
+    server, url, _ = await recorder(404, orjson.dumps({"status": "error", "msg": "No such user. " * 6_000}))
+    use_upstream(ctx, url)
+    try:
+        user, secret = await funded(api)
+        refused = await tool(api, secret, "get_user", {"user_name": "someone"})
+    finally:
+        server.stop()
+    assert refused["isError"] and refused["content"][0]["text"].startswith("The provider refused this call (404)")
+    assert len(orjson.dumps(refused)) <= 40_000  # MCP_MAX_RESULT_BYTES: an error is a result too
+    assert refused["_meta"]["credits_charged"] == 0 and await credits(api, user) == 1_000_000
