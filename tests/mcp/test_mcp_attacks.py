@@ -212,3 +212,15 @@ async def test_a_providers_long_refusal_is_cut_to_fit_the_result(api, ctx):
     assert refused["isError"] and refused["content"][0]["text"].startswith("The provider refused this call (404)")
     assert len(orjson.dumps(refused)) <= 40_000  # MCP_MAX_RESULT_BYTES: an error is a result too
     assert refused["_meta"]["credits_charged"] == 0 and await credits(api, user) == 1_000_000
+
+
+@pytest.mark.gen_test(timeout=60)
+async def test_a_notification_at_a_revision_not_served_is_refused_as_a_request_is(api):
+    _, secret = await funded(api)
+    note = orjson.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    for version in ("1999-01-01", "2099-01-01"):
+        status, body, _ = await rpc(api, secret, "", raw=note, headers={"MCP-Protocol-Version": version})
+        assert (status, body["error"]["code"]) == (400, -32022), version
+        assert body["error"]["data"]["requested"] == version
+    for version in ("2026-07-28", "2025-11-25", "2025-06-18"):  # served: acknowledged, as without the header
+        assert (await rpc(api, secret, "", raw=note, headers={"MCP-Protocol-Version": version}))[0] == 202
