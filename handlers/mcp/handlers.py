@@ -221,7 +221,7 @@ class McpHandler(BaseHandler):
         fields, most = args.get("fields", ()), self.config.mcp_max_result_bytes
         page = results.page(made.body, endpoint, shape, fields, skip, after, most, meta)
         if page is None:
-            return results.failure("The data provider answered with an error; you were not charged.", meta)
+            return results.failure(results.provider_error(made.body), meta)
         next_cursor = page.next_cursor
         if page.truncated:  # continue inside this page: the same page again (a cache hit), past what was handed out
             handed = (cursor or "", page.position, page.last_id)

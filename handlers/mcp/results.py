@@ -12,7 +12,7 @@ from handlers.mcp.tools import CURSOR_MAX, TOOLS, Tool
 from social.compact import SHAPES, cut, fit
 from social.endpoints import Endpoint
 
-__all__ = ["CURSOR_MAX", "definitions", "failure", "page", "refused", "structured", "success"]
+__all__ = ["CURSOR_MAX", "definitions", "failure", "page", "provider_error", "refused", "structured", "success"]
 
 # Also `next_cursor`, `returned` and `truncated` (a page cut to fit): left out of the schema, which every agent pays
 # for in context with every tool.
@@ -125,6 +125,18 @@ def failure(sentence: str, meta: dict | None = None) -> dict:
     if meta:
         answer["_meta"] = meta
     return answer
+
+
+def provider_error(body: bytes) -> str:
+    """A provider's answer of an error in a successful reply ("user not found"), as a sentence: what it said (cut
+    short) and what to do."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = None
+    said = str(data.get("msg") or data.get("message") or "") if isinstance(data, dict) else ""
+    what = f": {_short(said)}" if said else " with an error"
+    return f"The data provider answered{what}. Check the arguments (ids, handle) before calling again; nothing was charged."
 
 
 def refused(status: int, body: bytes, headers: dict, meta: dict) -> dict:

@@ -224,3 +224,12 @@ async def test_a_notification_at_a_revision_not_served_is_refused_as_a_request_i
         assert body["error"]["data"]["requested"] == version
     for version in ("2026-07-28", "2025-11-25", "2025-06-18"):  # served: acknowledged, as without the header
         assert (await rpc(api, secret, "", raw=note, headers={"MCP-Protocol-Version": version}))[0] == 202
+
+
+@pytest.mark.gen_test(timeout=60)
+async def test_a_provider_answer_of_not_found_says_so_and_what_to_do(api):
+    user, secret = await funded(api)
+    missing = await tool(api, secret, "get_user", {"user_name": "nosuchuser_zz"})
+    text = missing["content"][0]["text"]
+    assert missing["isError"] and "user not found" in text and "Check" in text, text
+    assert missing["_meta"]["credits_charged"] == 0 and await credits(api, user) == 1_000_000
