@@ -47,6 +47,16 @@ def _extra(raw: dict, fields: Iterable[str], shaped: dict) -> dict:
     return shaped
 
 
+def _within(value, key: str):
+    """`value[key]` when `value` is an object: an empty one may come as `[]` (as PHP writes it), or as anything."""
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _object(value) -> dict:
+    """`value` when it is an object, else an empty one: a provider's panel may come as anything."""
+    return value if isinstance(value, dict) else {}
+
+
 def _pruned(shaped: dict) -> dict:
     """Absent rather than null or empty: every byte counts in a model's context."""
     return {k: v for k, v in shaped.items() if v not in (None, "", [], {})}
@@ -56,7 +66,8 @@ def tweet(raw: dict, fields: Iterable[str] = ()) -> dict:
     if not isinstance(raw, dict):
         return {}
     author = raw.get("author") if isinstance(raw.get("author"), dict) else {}
-    media = (raw.get("entities") or {}).get("media") or (raw.get("extendedEntities") or {}).get("media") or []
+    media = _within(raw.get("entities"), "media") or _within(raw.get("extendedEntities"), "media")
+    media = media if isinstance(media, list) else []
     quoted = raw.get("quoted_tweet")
     shaped = {
         "id": str(raw.get("id", "")),
@@ -124,8 +135,8 @@ def _find(node, key: str, depth: int = 0):
 
 
 def space(raw: dict, fields: Iterable[str] = ()) -> dict:
-    meta = _find(raw, "metadata") or {}
-    host = _find(meta.get("creator_results"), "core") or {}
+    meta = _object(_find(raw, "metadata"))
+    host = _object(_find(meta.get("creator_results"), "core"))
     shaped = {
         "id": meta.get("rest_id"),
         "title": meta.get("title"),
@@ -141,7 +152,7 @@ def space(raw: dict, fields: Iterable[str] = ()) -> dict:
 
 def community(raw: dict, fields: Iterable[str] = ()) -> dict:
     found = _find(raw, "community_results_by_rest_id") or raw
-    result = found.get("result", found) if isinstance(found, dict) else {}
+    result = _object(found.get("result", found) if isinstance(found, dict) else None)
     shaped = {
         "id": result.get("rest_id"),
         "name": result.get("name"),
@@ -160,6 +171,25 @@ def plain(raw, fields: Iterable[str] = ()):
 
 
 SHAPES = {"tweet": tweet, "user": user, "trend": trend, "space": space, "community": community, "id": plain}
+
+
+def writable(item):
+    """`item` as JSON can hold it: a value nested deeper than the JSON writer goes (a provider's field asked for by
+    `fields`) is left out of an object, and such an item that is no object becomes null."""
+    try:
+        orjson.dumps(item)
+        return item
+    except TypeError:
+        if not isinstance(item, dict):
+            return None
+    kept = {}
+    for name, value in item.items():
+        try:
+            orjson.dumps(value)
+        except TypeError:
+            continue
+        kept[name] = value
+    return kept
 
 
 def fit(items: list, budget: int, size: Callable[[object], int]) -> list:
@@ -191,14 +221,17 @@ def cut(item, budget: int, size: Callable[[object], int]):
     return shaped
 
 
-def _longest_text(node, best=None):
+def _longest_text(node):
     """(holder, key, text) of the longest string worth shortening anywhere in `node`: over 64 characters, so never an
-    id and seldom a link."""
-    pairs = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, value in pairs:
-        if isinstance(value, str):
-            if len(value) > 64 and (best is None or len(value) > len(best[2])):
-                best = (node, key, value)
-        else:
-            best = _longest_text(value, best)
+    id and seldom a link. A walk with a stack of its own: a provider's object may nest deeper than recursion goes."""
+    best, stack = None, [node]
+    while stack:
+        holder = stack.pop()
+        pairs = holder.items() if isinstance(holder, dict) else enumerate(holder) if isinstance(holder, list) else ()
+        for key, value in pairs:
+            if isinstance(value, str):
+                if len(value) > 64 and (best is None or len(value) > len(best[2])):
+                    best = (holder, key, value)
+            elif isinstance(value, dict | list):
+                stack.append(value)
     return best

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import orjson
 
 from handlers.mcp.tools import CURSOR_MAX, TOOLS, Tool
-from social.compact import SHAPES, cut, fit
+from social.compact import SHAPES, cut, fit, writable
 from social.endpoints import Endpoint
 
 __all__ = ["CURSOR_MAX", "definitions", "failure", "page", "provider_error", "refused", "structured", "success"]
@@ -74,7 +74,7 @@ def page(
     ids = [_id_of(item) for item in raw]
     if after is not None and after in ids:  # new items on top, or some gone: go on after the last one handed out
         skip = ids.index(after) + 1
-    items = [SHAPES[shape](item, fields) for item in raw[skip:]]
+    items = [writable(SHAPES[shape](item, fields)) for item in raw[skip:]]
     nxt = data.get("next_cursor") if data.get("has_next_page", True) else None
     nxt = str(nxt) if nxt not in (None, "", 0, "0") else None
     room = max_bytes - _envelope(nxt, meta)

@@ -7,6 +7,8 @@ import pytest
 from support import recorder, use_upstream
 from test_mcp_protocol import credits, funded, rpc, tool
 
+from social.compact import SHAPES
+
 
 async def walk(api, secret, name: str, arguments: dict, calls: int = 12) -> tuple[list[dict], list[str]]:
     """Each result of following `next_cursor` through a page cut to fit (at most `calls` calls), and the ids of
@@ -233,3 +235,48 @@ async def test_a_provider_answer_of_not_found_says_so_and_what_to_do(api):
     text = missing["content"][0]["text"]
     assert missing["isError"] and "user not found" in text and "Check" in text, text
     assert missing["_meta"]["credits_charged"] == 0 and await credits(api, user) == 1_000_000
+
+
+@pytest.mark.gen_test(timeout=60)
+async def test_odd_provider_objects_are_shaped_not_answered_with_a_500(api, ctx):
+    """Empty objects sent as `[]` (as PHP serializes them), and a field nested deeper than a JSON writer goes."""
+    deep = b"[" * 400 + b"]" * 400
+    body = (
+        b'{"tweets":[{"id":"1","text":"empty as a list","author":{"userName":"a"},"entities":[],'
+        b'"extendedEntities":[]},{"id":"2","text":"deep","author":{"userName":"b"},"entities":{"x":' + deep + b"}}],"
+        b'"has_next_page":false}'
+    )
+    server, url, _ = await recorder(200, body)
+    use_upstream(ctx, url)
+    try:
+        user, secret = await funded(api)
+        charged = 0
+        for fields in ([], ["entities"]):
+            status, answer, _ = await rpc(
+                api, secret, "tools/call", {"name": "search_tweets", "arguments": {"query": "odd", "fields": fields}}
+            )
+            assert status == 200, answer
+            found = answer["result"]
+            assert [t["id"] for t in found["structuredContent"]["items"]] == ["1", "2"]
+            charged += found["_meta"]["credits_charged"]
+    finally:
+        server.stop()
+    assert await credits(api, user) == 1_000_000 - charged  # what was charged was answered
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        [],
+        "x",
+        None,
+        {"metadata": "x"},
+        {"metadata": {"creator_results": {"core": "z"}}},
+        {"result": "x"},
+        {"community_results_by_rest_id": {"result": "s"}},
+        {"entities": "x", "author": [], "quoted_tweet": []},
+    ],
+)
+def test_every_shape_takes_any_provider_object(odd):
+    for shape in SHAPES.values():  # a 500 after the call was charged is what this rules out
+        shape(odd, ["entities", "metadata"])
