@@ -147,7 +147,7 @@ def refused(status: int, body: bytes, headers: dict, meta: dict) -> dict:
         data = {}
     detail = data.get("detail") if isinstance(data, dict) else None
     if isinstance(detail, list):  # 422: which argument, what is wrong
-        said = "; ".join(f"{'.'.join(map(str, d.get('loc', [])[1:]))}: {d.get('msg')}" for d in detail)
+        said = "; ".join(map(_problem, detail))
         return failure(f"Invalid arguments: {_short(said)}. Fix them and call again.", meta)
     said = str(data.get("msg") or data.get("message") or detail or "") if isinstance(data, dict) else ""
     said = _short(said)  # a provider's refusal is passed through: its message may be any length
@@ -169,3 +169,12 @@ def refused(status: int, body: bytes, headers: dict, meta: dict) -> dict:
 def _short(said: str, most: int = 300) -> str:
     """A message quoted in a sentence, at most `most` characters: a result stays within MCP_MAX_RESULT_BYTES."""
     return said if len(said) <= most else said[:most] + "…"
+
+
+def _problem(found) -> str:
+    """One entry of a 422's `detail` ({"loc": ["query", name], "msg": ...}), or whatever a provider put there."""
+    if not isinstance(found, dict):
+        return str(found)
+    where = found.get("loc")
+    where = ".".join(map(str, where[1:])) if isinstance(where, list) else ""
+    return f"{where}: {found.get('msg')}"

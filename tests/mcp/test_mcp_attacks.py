@@ -264,6 +264,19 @@ async def test_odd_provider_objects_are_shaped_not_answered_with_a_500(api, ctx)
     assert await credits(api, user) == 1_000_000 - charged  # what was charged was answered
 
 
+@pytest.mark.gen_test(timeout=60)
+async def test_a_provider_refusal_of_an_odd_shape_is_a_tool_result_not_a_500(api, ctx):
+    server, url, _ = await recorder(400, b'{"detail":[1,"x",null,{"loc":5}]}')
+    use_upstream(ctx, url)
+    try:
+        user, secret = await funded(api)
+        status, answer, _ = await rpc(api, secret, "tools/call", {"name": "get_user", "arguments": {"user_name": "u"}})
+    finally:
+        server.stop()
+    assert status == 200 and answer["result"]["isError"], answer
+    assert await credits(api, user) == 1_000_000
+
+
 @pytest.mark.parametrize(
     "odd",
     [
