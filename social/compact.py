@@ -9,6 +9,7 @@ Text written by anyone (posts, bios, names) stays in data fields only: nothing h
 Pure functions, no I/O.
 """
 
+import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
@@ -17,8 +18,21 @@ import orjson
 _PROVIDER_TIME = "%a %b %d %H:%M:%S %z %Y"  # the provider's createdAt: "Sun Nov 29 05:28:28 +0000 2026"
 
 
+_MONTHS = {m: n for n, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
+_UTC_TIME = re.compile(r"[A-Z][a-z]{2} ([A-Z][a-z]{2}) (\d\d) (\d\d):(\d\d):(\d\d) \+0000 (\d{4})")
+
+
 def iso_time(value) -> str | None:
-    """The provider's createdAt (or milliseconds since the epoch) as ISO 8601 UTC; None if unreadable."""
+    """The provider's createdAt (or milliseconds since the epoch) as ISO 8601 UTC; None if unreadable.
+    Its usual form, in UTC, is read by hand: strptime costs ~25 µs a post, most of a 20-post page's shaping."""
+    found = _UTC_TIME.fullmatch(value) if isinstance(value, str) else None
+    if found is not None and found.group(1) in _MONTHS:
+        month, day, hour, minute, second, year = found.group(1), *map(int, found.groups()[1:])
+        try:
+            moment = datetime(year, _MONTHS[month], day, hour, minute, second)  # checks the date exists
+        except ValueError:
+            return None
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         if isinstance(value, int | float):
             moment = datetime.fromtimestamp(value / 1000, UTC)

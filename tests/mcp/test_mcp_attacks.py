@@ -2,12 +2,15 @@
 continuation must neither repeat nor skip posts, cursor handles used where they were not given, and keys and
 accounts that must be refused by every tool."""
 
+import random
+from datetime import UTC, datetime, timedelta
+
 import orjson
 import pytest
 from support import recorder, use_upstream
 from test_mcp_protocol import credits, funded, rpc, tool
 
-from social.compact import SHAPES
+from social.compact import SHAPES, iso_time
 
 
 async def walk(api, secret, name: str, arguments: dict, calls: int = 12) -> tuple[list[dict], list[str]]:
@@ -293,3 +296,13 @@ async def test_a_provider_refusal_of_an_odd_shape_is_a_tool_result_not_a_500(api
 def test_every_shape_takes_any_provider_object(odd):
     for shape in SHAPES.values():  # a 500 after the call was charged is what this rules out
         shape(odd, ["entities", "metadata"])
+
+
+def test_the_providers_time_read_by_hand_is_what_strptime_reads():
+    rng, start = random.Random(51), datetime(2006, 3, 21, tzinfo=UTC)
+    for _ in range(2_000):
+        moment = start + timedelta(seconds=rng.randrange(10**9))
+        assert iso_time(moment.strftime("%a %b %d %H:%M:%S +0000 %Y")) == moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for unreadable in ("Sun Feb 30 05:28:28 +0000 2026", "Sun Nov 29 24:00:00 +0000 2026", "Sun Xyz 29 05:28:28 +0000"):
+        assert iso_time(unreadable) is None
+    assert iso_time("Sun Nov 29 05:28:28 +0100 2026") == "2026-11-29T04:28:28Z"  # another offset: strptime's way
