@@ -548,9 +548,10 @@ class Settings:
     )
     mcp_allowed_origins: str = setting(
         "",
-        "Comma-separated browser origins (https://app.example) allowed to call /mcp besides PUBLIC_URL's (and, "
-        "outside production, loopback ones); any other Origin header is refused 403 (DNS rebinding). Requests "
-        "without Origin (programs, agents) are allowed.",
+        "Comma-separated browser origins (https://app.example) allowed to call /mcp besides the gateway's own "
+        "(PUBLIC_URL's; without it, the request's when it names localhost or an address) and, outside production, "
+        "loopback ones; any other Origin header is refused 403 (DNS rebinding). Requests without Origin (programs, "
+        "agents) are allowed.",
         "MCP_ALLOWED_ORIGINS",
         group="MCP (AI agents)",
     )

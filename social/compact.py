@@ -10,18 +10,16 @@ Pure functions, no I/O.
 """
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 import orjson
 
 _PROVIDER_TIME = "%a %b %d %H:%M:%S %z %Y"  # the provider's createdAt: "Sun Nov 29 05:28:28 +0000 2026"
-_MONTHS = {
-    m: n for n, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)
-}
-# The form the provider always sends, in UTC: read without strptime, which cost ~60-100 us a time here (its locale
-# lock and format cache), for every post of a page (docs/benchmarks.md, "MCP tool calls"). Any other form (another
-# offset) goes to strptime.
+_MONTHS = {m: n for n, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
+# The form the provider always sends, in UTC, read without strptime, which cost ~25-100 us a time here (its locale
+# lock and format cache), for every post of a page (docs/benchmarks.md, "MCP tool calls"); another offset goes to
+# strptime.
 _UTC_TIME = re.compile(
     r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (" + "|".join(_MONTHS) + r") (\d\d?) (\d\d):(\d\d):(\d\d) \+0000 (\d{4})",
     re.ASCII,
@@ -62,6 +60,16 @@ def _extra(raw: dict, fields: Iterable[str], shaped: dict) -> dict:
     return shaped
 
 
+def _within(value, key: str):
+    """`value[key]` when `value` is an object: an empty one may come as `[]` (as PHP writes it), or as anything."""
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _object(value) -> dict:
+    """`value` when it is an object, else an empty one: a provider's panel may come as anything."""
+    return value if isinstance(value, dict) else {}
+
+
 def _pruned(shaped: dict) -> dict:
     """Absent rather than null or empty: every byte counts in a model's context."""
     return {k: v for k, v in shaped.items() if v not in (None, "", [], {})}
@@ -71,7 +79,8 @@ def tweet(raw: dict, fields: Iterable[str] = ()) -> dict:
     if not isinstance(raw, dict):
         return {}
     author = raw.get("author") if isinstance(raw.get("author"), dict) else {}
-    media = (raw.get("entities") or {}).get("media") or (raw.get("extendedEntities") or {}).get("media") or []
+    media = _within(raw.get("entities"), "media") or _within(raw.get("extendedEntities"), "media")
+    media = media if isinstance(media, list) else []
     quoted = raw.get("quoted_tweet")
     shaped = {
         "id": str(raw.get("id", "")),
@@ -139,8 +148,8 @@ def _find(node, key: str, depth: int = 0):
 
 
 def space(raw: dict, fields: Iterable[str] = ()) -> dict:
-    meta = _find(raw, "metadata") or {}
-    host = _find(meta.get("creator_results"), "core") or {}
+    meta = _object(_find(raw, "metadata"))
+    host = _object(_find(meta.get("creator_results"), "core"))
     shaped = {
         "id": meta.get("rest_id"),
         "title": meta.get("title"),
@@ -156,7 +165,7 @@ def space(raw: dict, fields: Iterable[str] = ()) -> dict:
 
 def community(raw: dict, fields: Iterable[str] = ()) -> dict:
     found = _find(raw, "community_results_by_rest_id") or raw
-    result = found.get("result", found) if isinstance(found, dict) else {}
+    result = _object(found.get("result", found) if isinstance(found, dict) else None)
     shaped = {
         "id": result.get("rest_id"),
         "name": result.get("name"),
@@ -177,13 +186,65 @@ def plain(raw, fields: Iterable[str] = ()):
 SHAPES = {"tweet": tweet, "user": user, "trend": trend, "space": space, "community": community, "id": plain}
 
 
-def fit(items: list, budget: int) -> tuple[list, int]:
-    """The leading whole items whose JSON fits in `budget` bytes (at least none), and their JSON size."""
-    kept, used = [], 2  # the brackets
+def writable(item):
+    """`item` as JSON can hold it: a value nested deeper than the JSON writer goes (a provider's field asked for by
+    `fields`) is left out of an object, and such an item that is no object becomes null."""
+    try:
+        orjson.dumps(item)
+        return item
+    except TypeError:
+        if not isinstance(item, dict):
+            return None
+    kept = {}
+    for name, value in item.items():
+        try:
+            orjson.dumps(value)
+        except TypeError:
+            continue
+        kept[name] = value
+    return kept
+
+
+def fit(items: list, budget: int, size: Callable[[object], int]) -> list:
+    """The leading whole items whose sizes (`size`: an item's bytes with its separators) add up to at most `budget`
+    bytes: at least none."""
+    kept, used = [], 0
     for item in items:
-        size = len(orjson.dumps(item)) + 1  # the comma
-        if used + size > budget:
+        used += size(item)
+        if used > budget:
             break
         kept.append(item)
-        used += size
-    return kept, used
+    return kept
+
+
+def cut(item, budget: int, size: Callable[[object], int]):
+    """An item too large for a result on its own (a 25,000-character post, a large field asked for), made to fit
+    `budget`: its longest texts shortened, each ending in "…", and `"cut": true`; at worst its id alone. Handed out
+    so, it lets a cut page go on past it instead of stopping there."""
+    if not isinstance(item, dict):
+        return item
+    shaped = orjson.loads(orjson.dumps(item))  # a deep copy to shorten
+    shaped["cut"] = True
+    while size(shaped) > budget:
+        found = _longest_text(shaped)
+        if found is None:
+            return {"id": item.get("id"), "cut": True}
+        holder, key, text = found
+        holder[key] = text[: len(text) // 2] + "…"
+    return shaped
+
+
+def _longest_text(node):
+    """(holder, key, text) of the longest string worth shortening anywhere in `node`: over 64 characters, so never an
+    id and seldom a link. A walk with a stack of its own: a provider's object may nest deeper than recursion goes."""
+    best, stack = None, [node]
+    while stack:
+        holder = stack.pop()
+        pairs = holder.items() if isinstance(holder, dict) else enumerate(holder) if isinstance(holder, list) else ()
+        for key, value in pairs:
+            if isinstance(value, str):
+                if len(value) > 64 and (best is None or len(value) > len(best[2])):
+                    best = (holder, key, value)
+            elif isinstance(value, dict | list):
+                stack.append(value)
+    return best

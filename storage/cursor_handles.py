@@ -2,7 +2,10 @@
 already handed out), so a model never carries a cursor longer than handlers/mcp/tools.py CURSOR_MAX, and a page cut
 to fit a model's context can be continued where it was cut. In the database, so any worker answers any handle:
 
-    {_id: "<handle>", account_id, cursor, skip, expires_at}
+    {_id: "<handle>", account_id, cursor, skip, after, expires_at}
+
+`after`: the id of the last item handed out (None for a provider cursor named for its length only), so a page read
+again after it changed (new posts on top) continues after that item rather than at a bare position.
 
 A handle belongs to the account that was given it; the TTL index removes it after HANDLE_SECONDS.
 """
@@ -24,17 +27,17 @@ class CursorHandleStore:
     async def ensure_indexes(self, expiry: Expiry) -> None:
         await expiry.create_indexes(self.docs, [IndexModel("expires_at", expireAfterSeconds=0)])
 
-    async def put(self, handle: str, account_id: str, cursor: str, skip: int) -> None:
+    async def put(self, handle: str, account_id: str, cursor: str, skip: int, after: str | None) -> None:
         """Idempotent: the handle is derived from what it names, so writing it twice writes the same document."""
         expires = datetime.now(UTC) + timedelta(seconds=HANDLE_SECONDS)
         await self.docs.update_one(
             {"_id": handle},
-            {"$set": {"account_id": account_id, "cursor": cursor, "skip": skip, "expires_at": expires}},
+            {"$set": {"account_id": account_id, "cursor": cursor, "skip": skip, "after": after, "expires_at": expires}},
             upsert=True,
         )
 
-    async def get(self, handle: str, account_id: str) -> tuple[str, int] | None:
+    async def get(self, handle: str, account_id: str) -> tuple[str, int, str | None] | None:
         doc = await self.docs.find_one({"_id": handle, "account_id": account_id})
         if doc is None or doc["expires_at"].replace(tzinfo=UTC) < datetime.now(UTC):
             return None
-        return doc["cursor"], doc["skip"]
+        return doc["cursor"], doc["skip"], doc.get("after")

@@ -9,6 +9,7 @@ says `via: mcp` and the tool. What comes back is shaped for a model (social/comp
 MCP_MAX_RESULT_BYTES at whole items (docs/mcp.md).
 """
 
+import ipaddress
 import re
 import time
 import urllib.parse
@@ -34,6 +35,7 @@ from social.endpoints import page_size
 # An agent's connection in the account's activity view: once an hour per key and client in each process.
 _CONNECTED: TTLCache = TTLCache(maxsize=10_000, ttl=3600)
 _LOOPBACK = re.compile(r"http://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]{1,5})?")
+SUSPENDED = "This account is suspended; its keys are refused until an admin resumes it"  # as its data calls
 MAX_REQUEST_BYTES = 64 * 1024  # a tool call's arguments are small; anything larger is refused before parsing
 INSTRUCTIONS = (
     "Read-only social data (posts, profiles, followers, lists, communities, Spaces, trends), charged in credits per "
@@ -139,12 +141,27 @@ class Exchange:
             return  # not a browser: programs and agents send none
         settings = self.config
         allowed = {o.strip().rstrip("/") for o in settings.mcp_allowed_origins.split(",") if o.strip()}
-        public = urllib.parse.urlsplit(settings.public_url)
-        if public.scheme and public.netloc:
-            allowed.add(f"{public.scheme}://{public.netloc}")
-        if origin in allowed or (not settings.production and _LOOPBACK.fullmatch(origin)):
+        if origin in allowed or origin == self.own_origin():
+            return
+        if not settings.production and _LOOPBACK.fullmatch(origin):
             return
         raise ApiError(403, "This Origin may not call /mcp (MCP_ALLOWED_ORIGINS)")
+
+    def own_origin(self) -> str | None:
+        """The gateway's own origin: PUBLIC_URL's when set; else the one the request names only when its host is an
+        address or `localhost`. A DNS-rebinding page sends an Origin and a Host that agree (its own name, now
+        resolving here), so a name taken from the request alone proves nothing."""
+        public = urllib.parse.urlsplit(self.config.public_url)
+        if public.scheme and public.netloc:
+            return f"{public.scheme}://{public.netloc}"
+        host = self.headers.get("Host", "")
+        name = urllib.parse.urlsplit("//" + host).hostname or ""  # without its port; an IPv6 address unbracketed
+        if name != "localhost":
+            try:
+                ipaddress.ip_address(name)
+            except ValueError:
+                return None
+        return f"http://{host}"  # the gateway serves plain HTTP (TLS ends at the proxy, which sets PUBLIC_URL)
 
     async def authenticate(self):
         secret = self.headers.get("X-API-Key", "").strip()
@@ -194,6 +211,9 @@ class Exchange:
         problems = check(tool, args)
         if problems:
             return protocol.result(call, results.failure("Invalid arguments: " + "; ".join(problems) + "."))
+        if not tool.data and (await self.services.account.view(key.account_id)).suspended:
+            # As its data calls and the REST balance (/oapi/my/info): a suspended account's keys read nothing.
+            return protocol.result(call, results.refused(403, orjson.dumps({"msg": SUSPENDED}), {}, {}))
         if tool.name == "get_account":
             return protocol.result(call, await self.account(key))
         if tool.name == "estimate_cost":
@@ -202,12 +222,18 @@ class Exchange:
 
     async def data_tool(self, tool, args: dict, key) -> dict:
         endpoint, params, shape = route(tool, args)
-        cursor, skip = args.get("cursor"), 0
+        call = endpoint.path + "?" + urllib.parse.urlencode(params, safe=",")  # what a handle continues
+        cursor, skip, after = args.get("cursor"), 0, None
+        if cursor and not cursor.startswith(PREFIX) and not tool.paged:
+            return results.failure(f"{tool.name} takes only a next_cursor it handed out: call again without cursor.")
         if cursor and cursor.startswith(PREFIX):
-            found = await self.services.cursors.resolve(key.account_id, cursor)
+            found = await self.services.cursors.resolve(key.account_id, call, cursor)
             if found is None:
-                return results.failure("This cursor has expired or is not yours: start again without a cursor.")
-            cursor, skip = found
+                return results.failure(
+                    "This cursor has expired, is not yours or was given for other arguments: call again with the "
+                    "arguments it came with, or start again without a cursor."
+                )
+            cursor, skip, after = found
         if cursor:
             params.append(("cursor", cursor))
         query = urllib.parse.urlencode(params, safe=",")
@@ -228,14 +254,16 @@ class Exchange:
             meta["balance_after"] = await self.services.account.balance_after(made.account_id)
         if made.status != 200:
             return results.refused(made.status, made.body, made.answer_headers, meta)
-        page = results.page(made.body, endpoint, shape, args.get("fields", ()), skip, self.config.mcp_max_result_bytes)
+        fields, most = args.get("fields", ()), self.config.mcp_max_result_bytes
+        page = results.page(made.body, endpoint, shape, fields, skip, after, most, meta)
         if page is None:
-            return results.failure("The data provider answered with an error; you were not charged.", meta)
+            return results.failure(results.provider_error(made.body), meta)
         next_cursor = page.next_cursor
         if page.truncated:  # continue inside this page: the same page again (a cache hit), past what was handed out
-            next_cursor = await self.services.cursors.hand_out(key.account_id, cursor or "", skip + page.returned)
+            handed = (cursor or "", page.position, page.last_id)
+            next_cursor = await self.services.cursors.hand_out(key.account_id, call, *handed)
         elif next_cursor and len(next_cursor) > results.CURSOR_MAX:
-            next_cursor = await self.services.cursors.hand_out(key.account_id, next_cursor, 0)
+            next_cursor = await self.services.cursors.hand_out(key.account_id, call, next_cursor, 0)
         return results.success(page, next_cursor, meta)
 
     async def account(self, key) -> dict:
@@ -264,7 +292,7 @@ class Exchange:
         if problems:
             return results.failure("Invalid arguments for " + other.name + ": " + "; ".join(problems) + ".")
         endpoint, params, _ = route(other, wanted)
-        if wanted.get("cursor") and not wanted["cursor"].startswith(PREFIX):
+        if wanted.get("cursor") and not wanted["cursor"].startswith(PREFIX) and other.paged:
             params.append(("cursor", wanted["cursor"]))
         arguments = {name: [value.encode()] for name, value in params}
         try:

@@ -76,6 +76,9 @@ def classify(body, headers) -> Reply | Dispatch:
     method = body.get("method")
     if "id" not in body:  # a notification (acknowledged, nothing to act on), or a response to a request this server
         # never sends (refused, as the transport allows)
+        header = headers.get("MCP-Protocol-Version")
+        if header is not None and header not in SUPPORTED:  # told so, as a request is (no id to answer to)
+            return _unsupported(None, header)
         if isinstance(method, str) and method and isinstance(body.get("params", {}), dict):
             return Reply(202, None)
         return error(None, INVALID_REQUEST, "A message without an id must be a notification with a method")
@@ -98,12 +101,7 @@ def classify(body, headers) -> Reply | Dispatch:
         version = asked if asked in HANDSHAKE else HANDSHAKE[0]
         return Dispatch(request_id, method, params, version)
     if header is not None and header not in HANDSHAKE:
-        return error(
-            request_id,
-            UNSUPPORTED_VERSION,
-            "Unsupported protocol version",
-            {"supported": list(SUPPORTED), "requested": header},
-        )
+        return _unsupported(request_id, header)
     return Dispatch(request_id, method, params, header or HANDSHAKE[-1])
 
 
@@ -119,10 +117,14 @@ def _modern(request_id, method: str, params: dict, meta: dict, headers) -> Reply
     if named is not None and params.get(named) is not None and headers.get("Mcp-Name") != params.get(named):
         return error(request_id, HEADER_MISMATCH, f"Mcp-Name header does not match the body's {named}")
     if version != MODERN:
-        return error(
-            request_id,
-            UNSUPPORTED_VERSION,
-            "Unsupported protocol version",
-            {"supported": list(SUPPORTED), "requested": version if isinstance(version, str) else str(version)},
-        )
+        return _unsupported(request_id, version if isinstance(version, str) else str(version))
     return Dispatch(request_id, method, params, MODERN)
+
+
+def _unsupported(request_id, requested: str) -> Reply:
+    return error(
+        request_id,
+        UNSUPPORTED_VERSION,
+        "Unsupported protocol version",
+        {"supported": list(SUPPORTED), "requested": requested},
+    )

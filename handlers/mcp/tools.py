@@ -23,7 +23,7 @@ class Tool:
     required: tuple[str, ...] = ()
     one_of: tuple[str, ...] = ()  # at least one of these arguments
     shape: str = "tweet"  # social/compact.py SHAPES: what each item becomes
-    paged: bool = False
+    paged: bool = False  # pages of the provider's: its cursors are taken; else only handles (a cut result's)
     data: bool = True  # a data call (charged); False: the gateway answers itself
     examples: tuple[dict, ...] = field(default=())
 
@@ -42,7 +42,8 @@ def _s(description: str, **more) -> dict:
 
 _HANDLE = {"type": "string", "pattern": "^@?[A-Za-z0-9_]{1,50}$"}
 _ID = {"type": "string", "pattern": "^[0-9]{1,20}$"}
-_CURSOR = {"type": "string", "maxLength": CURSOR_MAX, "description": "A next_cursor"}
+# A result's next_cursor. Every tool whose result may be cut takes one: batches by id and trends too (a handle).
+_CURSOR = {"type": "string", "maxLength": CURSOR_MAX}
 _FIELDS = {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 10, "description": "Extra fields"}
 _COST = " Per-item price; cached repeats free."
 
@@ -68,6 +69,7 @@ TOOLS: tuple[Tool, ...] = (
         {
             "user_name": _HANDLE,
             "user_ids": {"type": "array", "items": _ID, "minItems": 1, "maxItems": 100},
+            "cursor": _CURSOR,
             "fields": _FIELDS,
         },
         one_of=("user_name", "user_ids"),
@@ -90,8 +92,8 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "get_followers",
-        "A user's followers or followings (direction), newest first, up to 200 profiles a page; ids_only: up to "
-        "5,000 follower ids a page." + _COST + UNTRUSTED,
+        "A user's followers or followings (direction), newest first, up to 200 profiles a page; ids_only: "
+        "follower ids only, 50-200 a page." + _COST + UNTRUSTED,
         {
             "user_name": _HANDLE,
             "direction": {"type": "string", "enum": ["followers", "followings"], "default": "followers"},
@@ -108,7 +110,11 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "get_tweets",
         "Up to 100 posts by id." + UNTRUSTED,
-        {"tweet_ids": {"type": "array", "items": _ID, "minItems": 1, "maxItems": 100}, "fields": _FIELDS},
+        {
+            "tweet_ids": {"type": "array", "items": _ID, "minItems": 1, "maxItems": 100},
+            "cursor": _CURSOR,
+            "fields": _FIELDS,
+        },
         required=("tweet_ids",),
         examples=({"tweet_ids": ["1840639654258017932"]},),
     ),
@@ -152,6 +158,7 @@ TOOLS: tuple[Tool, ...] = (
         {
             "woeid": {"type": "integer", "minimum": 1, "default": 1},
             "count": {"type": "integer", "minimum": 1, "maximum": 100, "default": 30},
+            "cursor": _CURSOR,
         },
         shape="trend",
         examples=({"woeid": 1, "count": 10},),
@@ -250,6 +257,9 @@ def check(tool: Tool, args) -> list[str]:
         schema = tool.properties.get(name)
         if schema is not None:
             problems += [f"{name}: {p}" for p in _value(schema, value)]
+    if tool.name == "get_followers" and args.get("ids_only") is True and args.get("direction") == "followings":
+        # The provider lists followers' ids only: answering followers here would be a wrong answer, not a cheap one.
+        problems.append("ids_only lists followers only; for followings leave ids_only out")
     return problems
 
 
@@ -270,8 +280,13 @@ def _value(schema: dict, value) -> list[str]:
     if kind == "integer":
         if isinstance(value, bool) or not isinstance(value, int):
             return ["must be an integer"]
-        if value < schema.get("minimum", value) or value > schema.get("maximum", value):
-            return [f"must be between {schema.get('minimum', '-')} and {schema.get('maximum', '-')}"]
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if low is not None and high is not None and not low <= value <= high:
+            return [f"must be between {low} and {high}"]
+        if low is not None and value < low:
+            return [f"must be at least {low}"]
+        if high is not None and value > high:
+            return [f"must be at most {high}"]
         return []
     if kind == "boolean":
         return [] if isinstance(value, bool) else ["must be true or false"]
