@@ -520,7 +520,10 @@ async def test_a_flood_of_made_up_keys_never_reaches_the_database(api, ctx, cata
 OPERATOR = {"$gt": ""}
 BODIES = {  # every JSON body the portal takes, with a valid value for each field
     "/auth/register": (auth.CREDENTIALS, {"email": "x@example.com", "password": PASSWORD}),
-    "/auth/login": (auth.LOGIN, {"email": "x@example.com", "password": PASSWORD, "code": "123456"}),
+    "/auth/login": (
+        auth.LOGIN,
+        {"email": "x@example.com", "password": PASSWORD, "code": "123456", "own_account": False},
+    ),
     "/auth/login/2fa": (twofactor.SECOND_STEP, {"challenge": "c", "code": "123456"}),
     "/auth/2fa/setup": (twofactor.SETUP, {"password": PASSWORD}),
     "/auth/2fa/enable": (twofactor.ENABLE, {"code": "123456"}),

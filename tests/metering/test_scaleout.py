@@ -302,4 +302,4 @@ async def test_after_registering_again_a_batch_being_written_is_counted_once(ctx
 
     monkeypatch.setattr(ctx.meter.usage, "insert_batch", write_then_read)
     await ctx.meter.flush()
-    assert seen == [{(4343,): [3, 3 * PRICE, 0]}]
+    assert seen == [{(4343,): [3, 3 * PRICE, 0, 0, 0]}]  # calls, credits, errors, from the cache, credits saved
