@@ -103,9 +103,12 @@ async def test_a_customer_keeps_hundreds_of_calls_in_flight_at_its_plans_rate(mo
     seen = {"now": 0, "most": 0}
     # Slower than the real 0.7 s, so that a loaded test machine gets all 400 calls out while the first wait.
     server, url = provider(SlowProvider, delay=2.0, seen=seen)
-    # The default limits; a provider deadline a loaded machine (the suite's other files beside this test's own 400
-    # clients and provider in one process) cannot miss: the invariant is that no call is refused, not its pace.
-    gw = await Gateway(mongo.uri, url, "t_real_load", PLAN_RULES=PLAN_1000, UPSTREAM_TIMEOUT="60").launch()
+    # The default limits; provider deadlines a loaded machine (the suite's other files beside this test's own 400
+    # clients and provider in one process: 400 connections to open at once) cannot miss: the invariant is that no
+    # call is refused, not its pace.
+    gw = await Gateway(
+        mongo.uri, url, "t_real_load", PLAN_RULES=PLAN_1000, UPSTREAM_TIMEOUT="60", UPSTREAM_CONNECT_TIMEOUT="30"
+    ).launch()
     try:
         user, keys, auth = await account_with_keys(gw, 10**8, 10)
         await many_calls(gw.url, keys, 10)  # the account's plan and lease are loaded
