@@ -146,6 +146,20 @@ def http_date() -> str:
     return _DATE[1]
 
 
+def answer_headers(own: dict, body: bytes) -> httputil.HTTPHeaders:
+    """The headers of an answer written without a RequestHandler (a data call, an MCP message on the front's own
+    connection): the defaults every BaseHandler answer carries, then its own, then the body's length."""
+    headers = httputil.HTTPHeaders()
+    headers["Content-Type"] = "application/json"
+    headers["Date"] = http_date()
+    headers["Cache-Control"] = "no-store"
+    headers["X-Content-Type-Options"] = "nosniff"
+    for name, value in own.items():
+        headers[name] = value
+    headers["Content-Length"] = str(len(body))
+    return headers
+
+
 class BaseHandler(Anonymous):
     ctx: HandlerContext  # what this process's handlers see (handlers/context.py): services, no store
     acting: dict | None = None  # the member a sign-in acts as, before it has a session (handlers/auth/)

@@ -19,7 +19,7 @@ from accounting.charged import MISS, Joined, wanted
 from accounting.idempotency import Answer, Claim
 from accounting.keys import KeyEntry
 from accounting.meter import LeasesExpired
-from handlers.base import answered, client_address, error_answer, http_date, log_failure, request_id
+from handlers.base import answer_headers, answered, client_address, error_answer, log_failure, request_id
 from handlers.context import HandlerContext
 from handlers.errors import ApiError
 from handlers.idempotent import idempotency_key, kept_body, send_replay, start
@@ -105,16 +105,9 @@ class DataCall:
     def finish(self, body: bytes) -> None:
         """Sends the answer: the defaults every answer carries (handlers/base.py BaseHandler), then its own."""
         status = self.status
-        headers = httputil.HTTPHeaders()
-        headers["Content-Type"] = "application/json"
-        headers["Date"] = http_date()
-        headers["Cache-Control"] = "no-store"
-        headers["X-Content-Type-Options"] = "nosniff"
-        for name, value in self.out.items():
-            headers[name] = value
         if status in _NO_BODY or 100 <= status < 200:
             raise RuntimeError(f"Cannot send body with status code HTTP{status}")
-        headers["Content-Length"] = str(len(body))
+        headers = answer_headers(self.out, body)
         self.done = True
         self.conn.write_headers(httputil.ResponseStartLine("", status, self.reason), headers, body)
         self.conn.finish()

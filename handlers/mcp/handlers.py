@@ -17,12 +17,11 @@ from datetime import UTC, datetime
 
 import orjson
 from cachetools import TTLCache
-from pymongo.errors import ConnectionFailure
 from tornado import httputil
 
-from handlers.base import BaseHandler, answered, client_address, http_date, log_failure, request_id
+from handlers.base import BaseHandler, answer_headers, answered, client_address, error_answer, log_failure, request_id
 from handlers.data_call import DataCall
-from handlers.errors import ApiError
+from handlers.errors import REASONS, ApiError
 from handlers.mcp import protocol, results
 from handlers.mcp.protocol import Dispatch, Reply
 from handlers.mcp.tools import BY_NAME, TOOLS, check, route
@@ -88,16 +87,13 @@ class Exchange:
     async def answer(self) -> tuple[int, dict, bytes]:
         try:
             reply = await self.post()
-        except ApiError as exc:
-            extra = dict(exc.extra_headers)
-            if exc.status_code == 401:
+        except Exception as exc:  # the one error path of every answer (handlers/base.py), in JSON-RPC's shape
+            log_failure("POST", "/mcp", self.request_id, exc)  # (client errors are not logged)
+            status = exc.status_code if isinstance(exc, ApiError) else 500
+            status, extra, body = error_answer(exc, status, REASONS.get(status, ""), lambda _, text: _fault(text))
+            if status == 401:
                 extra["WWW-Authenticate"] = 'Bearer realm="mcp", error="invalid_token"'
-            return exc.status_code, extra, orjson.dumps(_fault(exc.message))
-        except Exception as exc:
-            log_failure("POST", "/mcp", self.request_id, exc)
-            status = 503 if isinstance(exc, ConnectionFailure) else 500
-            extra = {"Retry-After": "1"} if status == 503 else {}
-            return status, extra, orjson.dumps(_fault("The gateway failed; retry shortly"))
+            return status, extra, body
         if reply.message is None:
             return 202, {}, b""
         return reply.status, {}, orjson.dumps(reply.message)
@@ -296,11 +292,12 @@ class Exchange:
             params.append(("cursor", wanted["cursor"]))
         arguments = {name: [value.encode()] for name, value in params}
         try:
-            query = upstream_query(endpoint, arguments, parse_args(endpoint, arguments))
+            parsed = parse_args(endpoint, arguments)
         except ValidationError as exc:
             return results.failure("Invalid arguments: " + "; ".join(e["msg"] for e in exc.errors) + ".")
+        query = upstream_query(endpoint, arguments, parsed)
         calls = self.ctx.data.calls
-        size = page_size(endpoint, parse_args(endpoint, arguments))
+        size = page_size(endpoint, parsed)
         most, least = calls.bounds(endpoint, size)
         kept = calls.cache.get(answer_key(endpoint.path, query))
         ttl = ttl_of(endpoint.path, self.config.cache_ttl)
@@ -366,15 +363,7 @@ class OnConnection:
     async def run(self) -> None:
         exchange = self.exchange
         status, extra, body = await exchange.answer()
-        headers = httputil.HTTPHeaders()
-        headers["Content-Type"] = "application/json"
-        headers["Date"] = http_date()
-        headers["Cache-Control"] = "no-store"
-        headers["X-Content-Type-Options"] = "nosniff"
-        headers["X-Request-ID"] = exchange.request_id
-        for name, value in extra.items():
-            headers[name] = value
-        headers["Content-Length"] = str(len(body))
+        headers = answer_headers({"X-Request-ID": exchange.request_id, **extra}, body)
         reason = httputil.responses.get(status, "Unknown")
         self.conn.write_headers(httputil.ResponseStartLine("", status, reason), headers, body)
         self.conn.finish()
