@@ -51,6 +51,7 @@ from app.embedded import EmbeddedMongo, free_port
 from app.server import raise_open_file_limit
 from bench.latency import ECHO_MODULE, TEMP_PATHS, customer, ensure_tools, longtail_delays, start_gateway, stop_gateway
 from bench.measure import HERE, UPSTREAM_KEY, cpu_seconds, db_commands, spawn, start_nginx
+from bench.static import record_answer
 from gateway_testing.stack import request, wait_for
 
 KEYS = 10  # one account's keys, rotated by both sides
@@ -275,21 +276,8 @@ def sizes(work: str, mongo: EmbeddedMongo) -> dict:
 
 def record_user(work: str) -> int:
     """The sandbox's own `user/info` answer (its most active ordinary account), saved as the provider's one page."""
-    port = free_port()
-    sandbox = spawn([sys.executable, "-m", "sandbox", "--port", str(port), "--api-key", UPSTREAM_KEY])
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_for(base + "/healthz", sandbox)
-        catalog = json.loads(urllib.request.urlopen(base + "/sandbox/catalog").read())
-        name = catalog["users"][0]["userName"]
-        req = urllib.request.Request(f"{base}/twitter/user/info?userName={name}", headers={"X-API-Key": UPSTREAM_KEY})
-        body = urllib.request.urlopen(req).read()
-    finally:
-        sandbox.terminate()
-        sandbox.wait(10)
+    body = record_answer(work, lambda catalog: f"/user/info?userName={catalog['users'][0]['userName']}")
     assert orjson.loads(body)["status"] == "success"
-    with open(os.path.join(work, "page.json"), "wb") as fh:
-        fh.write(body)
     return len(body)
 
 

@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 
 from app.embedded import EmbeddedMongo, free_port
 from bench import load
@@ -143,28 +144,31 @@ def ensure_tools() -> None:
     ensure_packages({"nginx": nginx_binary() is not None, "wrk": shutil.which("wrk") is not None})
 
 
-def record_page(work: str) -> str:
-    """A 20-post advanced_search page from the sandbox, saved as the static upstream's one answer."""
+def record_answer(work: str, call: Callable[[dict], str]) -> bytes:
+    """The sandbox's own answer to `call(its catalog)` (a provider path and query), saved as the static upstream's
+    one answer (`work`/page.json)."""
     port = free_port()
     sandbox = spawn([sys.executable, "-m", "sandbox", "--port", str(port), "--api-key", UPSTREAM_KEY])
     try:
         base = f"http://127.0.0.1:{port}"
         wait_for(base + "/healthz", sandbox)
         catalog = json.loads(urllib.request.urlopen(base + "/sandbox/catalog").read())
-        user = catalog["big_accounts"][0]
-        request = urllib.request.Request(
-            f"{base}/twitter/tweet/advanced_search?query=from%3A{user}", headers={"X-API-Key": UPSTREAM_KEY}
-        )
+        request = urllib.request.Request(f"{base}/twitter{call(catalog)}", headers={"X-API-Key": UPSTREAM_KEY})
         body = urllib.request.urlopen(request).read()
     finally:
         sandbox.terminate()
         sandbox.wait(10)
+    with open(os.path.join(work, "page.json"), "wb") as fh:
+        fh.write(body)
+    return body
+
+
+def record_page(work: str) -> str:
+    """A 20-post advanced_search page from the sandbox, saved as the static upstream's one answer."""
+    body = record_answer(work, lambda catalog: f"/tweet/advanced_search?query=from%3A{catalog['big_accounts'][0]}")
     page = json.loads(body)
     assert page["status"] == "success" and len(page["tweets"]) == 20, "the recorded page must hold 20 posts"
-    path = os.path.join(work, "page.json")
-    with open(path, "wb") as fh:
-        fh.write(body)
-    return path
+    return os.path.join(work, "page.json")
 
 
 def start_upstream(work: str, page: str) -> tuple[subprocess.Popen, int, str]:
