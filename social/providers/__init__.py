@@ -5,6 +5,7 @@ today). `social/endpoints.py` stays our contract (parameters, price, page size);
 
 Adding a kind is one more module here, registered in KINDS, and a sandbox dialect (sandbox/dialects/)."""
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from social.endpoints import Endpoint
@@ -32,6 +33,22 @@ class Adapter(Protocol):
         """The provider's answer as ours: canonical status and body (a field with no counterpart is null, never
         invented)."""
         ...
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One request put to a provider on a call's behalf (a failed-over call makes several): what the operator's
+    cost ledger records, whether or not the customer was charged."""
+
+    at: float  # wall-clock seconds when the attempt ended
+    provider: str  # its name in PROVIDERS
+    endpoint: str  # our path after /social
+    status: int  # the provider's HTTP status; 0: no answer (`error` says why)
+    error: str  # "" or an UpstreamError kind: timeout, unreachable, unavailable, failed, busy, saturated
+    items: int  # items in the answer (0 for a failure or an empty page)
+    cost_usd: float  # what the operator owes the provider for it, by its cost table (0 when it bills nothing)
+    seconds: float  # how long it took
+    account: str  # whose call it was (the ledger is the operator's; never shown to another account)
 
 
 def adapter(kind: str) -> Adapter:
