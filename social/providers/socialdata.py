@@ -18,7 +18,8 @@ endpoint (status, message or msg, has_next_page, next_cursor, the results key). 
 counterpart for is null (UNFILLABLE), never made up. Statuses: 404 of the user, post, List or Community looked up
 is our HTTP 200 "... not found" answer (for `/tweets`: the id left out); 400 and 422 are our 400; 401, 402 (out
 of credit), 403 and 429 stay what they are (the provider refusing our key: the key pool rests it); 5xx stay;
-a 2xx we cannot read is a 502. Cursors are SocialData's own `next_cursor`, passed back as `cursor`."""
+a 2xx we cannot read is a 502. Cursors are SocialData's own `next_cursor`, passed back as `cursor` (what they
+hold beyond printable ASCII, spaces included, escaped in ours and restored: `_outward`, `_inward`)."""
 
 import functools
 from datetime import UTC, datetime
@@ -169,6 +170,8 @@ class SocialData:
 
 def _page(endpoint: Endpoint, served: str, order: tuple[str, ...], body) -> dict:
     users: dict = {}  # an account met again in the page (a timeline's author) is normalized once
+    if body.get("status") == "error" or (served in ("user", "tweet") and _id(body) is None):
+        raise ValueError("not the documented answer")  # an error in a 2xx, or an object without its id
     if served == "user":
         return _envelope(endpoint, order, "success", "", _user(body, users), "")
     if served == "tweet":

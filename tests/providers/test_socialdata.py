@@ -284,8 +284,16 @@ def test_error_statuses_map_to_ours():
         code, body = answer("/user/info", status)
         assert code == status and body["status"] == "error"
     # A 2xx that is not the documented shape is a failure, not an empty success.
-    for broken in (b"<html>", b"[]", b'{"tweets": 3}', b'{"users": [{"id_str": "1"}]}'):
+    for broken in (
+        b"<html>",
+        b"[]",
+        b'{"tweets": 3}',
+        b'{"users": [{"id_str": "1"}]}',
+        b'{"tweets": [], "next_cursor": {}}',
+    ):
         assert answer("/tweet/advanced_search", 200, broken)[0] == 502
+    for broken in (b'{"status": "error", "message": "x"}', b'{"name": "no id"}'):
+        assert answer("/user/info", 200, broken)[0] == 502
 
 
 @pytest.mark.gen_test(timeout=30)
