@@ -10,7 +10,7 @@ saves the figures: operations, test cases, failures by check.
 
     .venv/bin/python bench/fuzz.py [--max-examples 100] [--max-time 600] [--seed 3] [--workers 1]
 
-tests/data/test_fuzz.py runs the same with a CI-sized budget.
+tests/data/test_fuzz.py and tests/operations/test_fuzz_portal.py run the same with a CI-sized budget, in two halves.
 """
 
 from __future__ import annotations

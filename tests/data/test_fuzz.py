@@ -1,12 +1,11 @@
-"""Property-based API fuzzing against the live service's own /openapi.json.
+"""Property-based API fuzzing against the live service's own /openapi.json: the data operations here, every
+other one in tests/operations/test_fuzz_portal.py (two files, so that the suite runs the halves at once).
 
 The CI-sized run: schemathesis (coverage, fuzzing and stateful phases, default checks) on every
 operation of a real gateway process, with a session token and a funded API key per security
 scheme. `bench/fuzz.py` is the same with a bigger budget. The documented links are also walked
 by hand, so the create -> reveal -> revoke -> reveal chain is checked on every run, not by chance.
 """
-
-import re
 
 import pytest
 from support import FAST
@@ -16,17 +15,15 @@ from bench import fuzz
 pytestmark = pytest.mark.gen_test(timeout=60)
 
 
-def test_schemathesis_finds_no_failure_on_any_operation():
-    figures = fuzz.run(
-        max_examples=3, seed=20261121, workers=1
-    )  # one worker: CPython 3.11 is not reliable compiling in threads
+def test_schemathesis_finds_no_failure_on_any_data_operation():
+    # one worker: CPython 3.11 is not reliable compiling in threads
+    figures = fuzz.run(max_examples=3, seed=20261121, workers=1, extra=["--include-tag-regex", "^data"])
     report = figures["output"][-4000:]
     assert figures["gateway_alive_after"], report
-    assert figures["operations"] >= 80, report  # 27 portal and operations + 2 x 30 data endpoints
-    assert figures["test_cases"] >= 1500, report
+    assert figures["operations"] >= 30, report  # the 30 data endpoints (their /twitter aliases are not listed)
+    assert figures["test_cases"] >= 2000, report
     assert figures["failures"] == [] and figures["errors"] == [], report
     assert figures["exit_code"] == 0, report
-    assert re.search(r"Stateful \(in [0-9.]+s\)", figures["output"]), report  # the stateful phase ran
 
 
 def _operation(doc: dict, operation_id: str) -> tuple[str, str]:
