@@ -41,9 +41,10 @@ import logging
 import os
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 
+from fontTools.ttLib import TTFont  # fpdf2's own dependency: a font's coverage
 from fpdf import FPDF
 from fpdf.enums import Align, TableBordersLayout, WrapMode, XPos, YPos
 from fpdf.fonts import FontFace
@@ -101,7 +102,7 @@ class Document:
     totals: Sequence[tuple[str, Cell]] = ()
     notes: Sequence[str] = ()
     footer: str = ""
-    subject: str = field(default="", compare=False)  # the PDF's metadata; the title when empty
+    subject: str = ""  # the PDF's metadata; the title when empty
 
 
 def amount(value: Cell, decimals: int = 2) -> str:
@@ -123,8 +124,6 @@ class _Font:
 @functools.cache
 def _fonts() -> tuple[_Font, ...]:
     """The installed fonts of FONTS, in order, each with its coverage (read once per process)."""
-    from fontTools.ttLib import TTFont  # fpdf2's own dependency
-
     found = []
     for regular, bold in FONTS:
         for folder in FONT_DIRS:
