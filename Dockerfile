@@ -13,6 +13,7 @@ COPY setup.cfg pyproject.toml README.md gateway.py ./
 COPY accounting accounting
 COPY alerts alerts
 COPY app app
+COPY billing billing
 COPY config config
 COPY handlers handlers
 COPY metering metering
@@ -29,6 +30,9 @@ COPY webhooks webhooks
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
+# Liberation Sans and DejaVu Sans: billing PDFs embed one for names outside Windows-1252 (billing/pdf.py)
+RUN apt-get update && apt-get install -y --no-install-recommends fonts-liberation fonts-dejavu-core \
+    && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --home-dir /data --create-home gateway
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels

@@ -1,5 +1,8 @@
-"""Billing, crypto top-ups: the routes (handlers.py) and their part of the OpenAPI document (openapi.py)."""
+"""Billing: crypto top-ups (handlers.py), billing details, receipts and credit notes (documents.py), and their part
+of the OpenAPI document (openapi.py)."""
 
-from handlers.billing.handlers import routes
+from handlers.billing import documents, handlers
+
+routes = handlers.routes + documents.routes
 
 __all__ = ["routes"]

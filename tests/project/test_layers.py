@@ -16,6 +16,7 @@ LAYERS = [
     ["portal"],
     ["handlers"],
     ["services"],
+    ["billing"],
     ["streams"],
     ["alerts"],
     ["accounting"],
