@@ -139,11 +139,10 @@ class Router:
             return await self.first.client.get(endpoint.path, query, account, weight, None, endpoint.path)
         now = time.monotonic()
         end = now + self.deadline
+        pinned = None
         if self.pins and endpoint.path in self.pinned_paths and "cursor=" in query:
-            provider, query = self._unpin(query)
-            candidates: tuple[Provider, ...] = (provider,)
-        else:
-            candidates = self._candidates(endpoint, size, now)
+            pinned, query = self._unpin(query)
+        candidates = (pinned,) if pinned is not None else self._candidates(endpoint, size, now)
         if not candidates:
             raise UpstreamError("unavailable", "no provider serves this endpoint")
         failure = UpstreamError("timeout", "no time left for another provider")
@@ -187,15 +186,20 @@ class Router:
             serving = tuple(p for p in serving if not p.cooling(now)) + tuple(p for p in serving if p.cooling(now))
         return serving
 
-    def _unpin(self, query: str) -> tuple[Provider, str]:
-        """The provider a cursor is pinned to, and the query with the provider's own cursor."""
-        provider, pairs = self.first, []
+    def _unpin(self, query: str) -> tuple[Provider | None, str]:
+        """The provider a cursor is pinned to, and the query with the provider's own cursor (None, the query as it
+        was: no cursor after all). A cursor naming no provider of PROVIDERS goes to the first, as it is."""
+        provider, pairs = None, []
         for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True, encoding="latin-1"):
-            if name == "cursor":
+            if name == "cursor" and value:
                 head, sep, rest = value.partition(PIN)
                 if sep and head in self.named:
                     provider, value = self.named[head], rest
+                else:
+                    provider = self.first
             pairs.append((name, value))
+        if provider is None:
+            return None, query
         return provider, urllib.parse.urlencode(pairs, safe=",", encoding="latin-1")
 
     def pin(self, endpoint: Endpoint, provider: str, body: bytes, following: str) -> tuple[bytes, str]:

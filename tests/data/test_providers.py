@@ -141,6 +141,9 @@ async def test_a_cursor_stays_with_the_provider_that_issued_it(api, ctx):
         a.stop()
         status, _, headers = await search(api, key["key"], "the", cursor=second["next_cursor"])
         assert status in (502, 503, 504) and headers.get("X-Credits-Charged", "0") == "0"
+        # A cursor naming no provider (handed out before B was listed) is the first provider's, A's.
+        status, _, _ = await search(api, key["key"], "the", cursor="DAACCgACGdy")
+        assert status in (502, 503, 504)
         assert b.stats["requests"] == 0  # the crawl never went on at B with A's cursor
         status, fresh, headers = await search(api, key["key"], "the")  # a new crawl goes to B
         assert status == 200 and headers["X-Provider"] == "b" and fresh["next_cursor"].startswith("b~")
@@ -215,7 +218,7 @@ async def test_a_rule_delivers_every_tweet_once_through_a_failover(api, ctx, bas
     b.tweets = a.tweets  # one world, two providers
     use_providers(ctx, entry("a", a.url), entry("b", b.url))
     try:
-        _, key = await api.funded_key(1_000_000)
+        user, key = await api.funded_key(1_000_000)
         status, body, _ = await api.call(
             "POST",
             "/oapi/tweet_filter/add_rule",
@@ -232,6 +235,7 @@ async def test_a_rule_delivers_every_tweet_once_through_a_failover(api, ctx, bas
         posted += [a.post() for _ in range(3)]
         await asyncio.sleep(1.2)
         assert b.queries, "no poll failed over to B"
+        assert {"a", "b"} <= {r["provider"] for r in await log_of(api, user)}  # the polls' usage records
     finally:
         a.stop()
         b.stop()
