@@ -1,9 +1,9 @@
 """The operator's cost ledger: where every provider attempt (`Attempt`) is reported, one call of `record` each.
 
 The router (social/providers/router.py) reports to whatever `Context.ledger` is. This module holds the interface
-and the in-memory default: totals per provider and endpoint, and the most recent attempts, in this process. A
-stored ledger (what the margin view reads) implements the same `record`: it is called on the data call's path,
-so it must not block or await (buffer, and write in the background)."""
+and an in-memory one: totals per provider and endpoint, and the most recent attempts, in this process. The gateway
+runs the stored one (accounting/costs.py, what the margin view and /metrics read), which implements the same
+`record`: it is called on the data call's path, so it must not block or await (buffer, and write in the background)."""
 
 from collections import deque
 from typing import Protocol
@@ -14,8 +14,9 @@ RECENT = 10_000  # attempts the in-memory ledger keeps (the totals count them al
 
 
 class Ledger(Protocol):
-    def record(self, attempt: Attempt) -> None:
-        """One attempt, as it ended. Synchronous and cheap: it runs on every provider call."""
+    def record(self, attempt: Attempt, failover: bool = False) -> None:
+        """One attempt, as it ended (`failover`: the router asks the next provider after it). Synchronous and
+        cheap: it runs on every provider call."""
         ...
 
 
@@ -27,7 +28,7 @@ class MemoryLedger:
         self.recent: deque[Attempt] = deque(maxlen=keep)
         self.totals: dict[tuple[str, str], list] = {}
 
-    def record(self, attempt: Attempt) -> None:
+    def record(self, attempt: Attempt, failover: bool = False) -> None:
         self.recent.append(attempt)
         row = self.totals.get((attempt.provider, attempt.endpoint))
         if row is None:

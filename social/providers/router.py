@@ -158,7 +158,8 @@ class Router:
                 response = await provider.client.get(path, sent, account, weight, timeout, endpoint.path)
             except UpstreamError as exc:
                 if exc.kind not in UNSENT:
-                    self._report(provider, endpoint.path, 0, exc.kind, 0, time.perf_counter() - started, account)
+                    seconds, failover = time.perf_counter() - started, exc.kind in FAILOVER and more
+                    self._report(provider, endpoint.path, 0, exc.kind, 0, seconds, account, failover)
                     provider.failed(time.monotonic(), self.cooldown)
                 if exc.kind not in FAILOVER or not more:
                     raise
@@ -168,7 +169,7 @@ class Router:
             if status >= 500 or status in REFUSALS:
                 provider.failed(time.monotonic(), self.cooldown)
                 if more:
-                    self._report(provider, endpoint.path, status, "", 0, response.seconds, account)
+                    self._report(provider, endpoint.path, status, "", 0, response.seconds, account, failover=True)
                     continue
             else:
                 provider.answered()
@@ -227,11 +228,21 @@ class Router:
         self._report(provider, path, status, "", 0, seconds, account or "")
 
     def _report(
-        self, provider: Provider, path: str, status: int, error: str, items: int, seconds: float, account: str
+        self,
+        provider: Provider,
+        path: str,
+        status: int,
+        error: str,
+        items: int,
+        seconds: float,
+        account: str,
+        failover: bool = False,
     ) -> None:
+        """`failover`: the next provider is asked after this attempt."""
         ok = 200 <= status < 300
         paid = provider.costs.paid(path, items, ok)
-        self.ledger.record(Attempt(time.time(), provider.name, path, status, error, items, paid, seconds, account))
+        attempt = Attempt(time.time(), provider.name, path, status, error, items, paid, seconds, account)
+        self.ledger.record(attempt, failover)
 
     def close(self) -> None:
         for provider in self.providers:
