@@ -152,7 +152,12 @@ class Router:
                 break
             more = i + 1 < len(candidates)
             timeout = min(provider.client.timeout, left / 2 if more else left)
-            path, sent = (endpoint.path, query) if provider.passes else provider.adapter.request(endpoint, query)
+            try:
+                path, sent = (endpoint.path, query) if provider.passes else provider.adapter.request(endpoint, query)
+            except LookupError:  # this call's parameters have no counterpart there: as an endpoint it cannot serve
+                if not more:
+                    raise UpstreamError("unavailable", "no provider can serve this call") from None
+                continue
             started = time.perf_counter()
             try:
                 response = await provider.client.get(path, sent, account, weight, timeout, endpoint.path)
@@ -267,12 +272,11 @@ def build(settings: Settings, ledger: Ledger) -> Router:
                 f"PROVIDERS: provider {entry['name']}: kind must be one of {', '.join(KINDS)}, not {entry['kind']!r}"
             )
         keys = entry["keys"] if isinstance(entry["keys"], str) else list(provider_keys(entry["keys"]))
-        default_prefix = settings.upstream_path_prefix if entry["kind"] == "twitterapi" else ""
         kind = adapter(entry["kind"])
         client = UpstreamClient(
             entry["url"],
             keys,
-            entry.get("prefix", default_prefix),
+            entry.get("prefix", settings.upstream_path_prefix),  # both kinds' APIs live under /twitter
             settings.upstream_connect_timeout,
             settings.upstream_timeout,
             settings.upstream_max_connections,

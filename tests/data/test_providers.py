@@ -27,8 +27,8 @@ pytestmark = pytest.mark.gen_test(timeout=60)
 QUICK = dict(plan_rules=FAST, upstream_timeout=2.0, breaker_reset_seconds=0.3)
 
 
-def entry(name: str, url: str, **costs) -> dict:
-    found = {"name": name, "kind": "twitterapi", "url": url, "keys": [UPSTREAM_KEY]}
+def entry(name: str, url: str, kind: str = "twitterapi", **costs) -> dict:
+    found = {"name": name, "kind": kind, "url": url, "keys": [UPSTREAM_KEY]}
     return {**found, "costs": costs} if costs else found
 
 
@@ -150,6 +150,46 @@ async def test_a_cursor_stays_with_the_provider_that_issued_it(api, ctx):
     finally:
         a.stop()
         b.stop()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_between_two_dialects_calls_fail_over_and_cost_route_in_one_shape(api, ctx, catalog):
+    """A twitterapi provider that is down, then the dearer one, and a socialdata one: answers in our shape from
+    either (tests/providers/ compares them field by field), a crawl's pages through the provider that started it,
+    and an endpoint SocialData cannot serve always at the other."""
+    port = free_port()
+    b = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, dialect="socialdata")
+    use_providers(ctx, entry("a", f"http://127.0.0.1:{port}"), entry("b", b.url, kind="socialdata"))
+    a = None
+    try:
+        user, key = await api.funded_key(1_000_000)
+        name = catalog["users"][0]["userName"]
+        status, via_b, headers = await api.call("GET", f"/social/user/info?userName={name}", key=key["key"])
+        assert status == 200 and headers["X-Provider"] == "b" and via_b["data"]["userName"] == name
+        status, first, headers = await search(api, key["key"], "the")
+        assert status == 200 and headers["X-Provider"] == "b" and first["next_cursor"].startswith("b~")
+        a = sandbox.start("127.0.0.1", port, UPSTREAM_KEY)
+        use_providers(
+            ctx,
+            entry("a", a.url, item=0.001),
+            entry("b", b.url, kind="socialdata", item=0.0002),
+            routing_rule="cost",
+        )
+        status, second, headers = await search(api, key["key"], "the", cursor=first["next_cursor"])
+        assert status == 200 and headers["X-Provider"] == "b" and second["tweets"] != first["tweets"]
+        status, _, headers = await api.call(
+            "GET", f"/social/user/info?userName={name}", key=key["key"], headers={"Cache-Control": "no-cache"}
+        )
+        assert status == 200 and headers["X-Provider"] == "b"  # the cheaper one
+        query = qs({"userName": catalog["big_accounts"][0]})
+        status, _, headers = await api.call("GET", f"/social/user/followers?{query}", key=key["key"])
+        assert status == 200 and headers["X-Provider"] == "a"  # SocialData cannot serve it: never routed there
+        assert a.stats["requests"] == 1
+    finally:
+        b.stop()
+        if a:
+            a.stop()
+    assert {r["provider"] for r in await log_of(api, user)} == {"a", "b"}
 
 
 @pytest.mark.settings(**QUICK)
