@@ -80,6 +80,21 @@ async def test_a_failing_provider_fails_over_to_the_next_charged_once(api, ctx, 
     assert b.stats["requests"] == 1
 
 
+@pytest.mark.settings(**QUICK, cache_max_bytes=10_000_000, cache_hit_price=0.5)
+async def test_a_kept_answer_names_the_provider_that_produced_it(api, ctx, catalog):
+    b = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY)
+    use_providers(ctx, entry("a", dead()), entry("b", b.url))
+    path = f"/social/user/info?userName={catalog['users'][1]['userName']}"
+    try:
+        user, key = await api.funded_key(10_000)
+        answers = [await api.call("GET", path, key=key["key"]) for _ in range(2)]
+    finally:
+        b.stop()
+    assert [(h["X-Cache"], h["X-Provider"]) for _, _, h in answers] == [("MISS", "b"), ("HIT", "b")]
+    assert answers[0][1] == answers[1][1] and b.stats["requests"] == 1
+    assert [r["provider"] for r in await log_of(api, user)] == ["b", "b"]
+
+
 @pytest.mark.settings(**QUICK)
 async def test_a_4xx_or_an_empty_page_is_an_answer_never_a_failover(api, ctx):
     a = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY)
