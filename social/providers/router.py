@@ -143,9 +143,9 @@ class Router:
         if self.pins and endpoint.path in self.pinned_paths and "cursor=" in query:
             pinned, query = self._unpin(query)
         candidates = (pinned,) if pinned is not None else self._candidates(endpoint, size, now)
-        if not candidates:
+        if not candidates or (pinned is not None and pinned not in self.serving.get(endpoint.path, ())):
             raise UpstreamError("unavailable", "no provider serves this endpoint")
-        failure = UpstreamError("timeout", "no time left for another provider")
+        failure = None  # the last provider's, raised when none is left
         for i, provider in enumerate(candidates):
             left = end - time.monotonic()
             if left <= 0:
@@ -156,7 +156,7 @@ class Router:
                 path, sent = (endpoint.path, query) if provider.passes else provider.adapter.request(endpoint, query)
             except LookupError:  # this call's parameters have no counterpart there: as an endpoint it cannot serve
                 if not more:
-                    raise UpstreamError("unavailable", "no provider can serve this call") from None
+                    raise failure or UpstreamError("unavailable", "no provider can serve this call") from None
                 continue
             started = time.perf_counter()
             try:
@@ -182,7 +182,7 @@ class Router:
                 status, body = provider.adapter.answer(endpoint, status, response.body)
                 response = UpstreamResponse(status, body, response.seconds, provider.name)
             return response
-        raise failure
+        raise failure or UpstreamError("timeout", "no time left for another provider")
 
     def _candidates(self, endpoint: Endpoint, size: int, now: float) -> tuple[Provider, ...]:
         serving = self.serving.get(endpoint.path, ())

@@ -12,12 +12,12 @@ import urllib.request
 
 import orjson
 import pytest
-from support import FAST, UPSTREAM_KEY, Gateway, SearchProvider, account_with_keys, charged, qs
+from support import FAST, UPSTREAM_KEY, Gateway, SearchProvider, account_with_keys, charged, make_settings, qs
 from test_answer_cache import balance
 
 import sandbox
 from app.embedded import free_port
-from config.settings import problems
+from config.settings import SettingsError, problems
 from sandbox import faults as faultlib
 from social.providers import router as routing
 from social.providers.ledger import MemoryLedger
@@ -53,6 +53,29 @@ async def search(api, key: str, query: str = "coffee", **extra):
 
 async def log_of(api, user) -> list[dict]:
     return (await api.call("GET", "/usage/log", token=user["token"]))[1]["records"]
+
+
+@pytest.mark.parametrize(
+    "providers,says",
+    [
+        ('[{"name": "a", "kind": "twitterapi", "url": "http://x", "keys": ["sekrit"]}] x', "cannot read"),
+        ('[{"name": "a", "kind": "twitterapi", "url": "http://x"}]', "needs name, kind, url and keys"),
+        ('[{"name": "A B", "kind": "twitterapi", "url": "http://x", "keys": ["sekrit"]}]', "unique names"),
+        (
+            '[{"name": "a", "kind": "twitterapi", "url": "http://x", "keys": ["sekrit"]},'
+            ' {"name": "a", "kind": "socialdata", "url": "http://y", "keys": ["sekrit"]}]',
+            "unique names",
+        ),
+        ('[{"name": "a", "kind": "twitterapi", "url": "ftp://x", "keys": ["sekrit"]}]', "url must start"),
+        ('[{"name": "a", "kind": "twitterapi", "url": "http://x", "keys": ["sek\\u0007rit"]}]', "keys must be"),
+        ('[{"name": "a", "kind": "twitterapi", "url": "http://x", "keys": ["sekrit"], "costs": {"item": -1}}]', "USD"),
+        ('[{"name": "a", "kind": "x-api", "url": "http://x", "keys": ["sekrit"]}]', "kind must be one of"),
+    ],
+)
+def test_providers_the_gateway_cannot_use_are_refused_at_start_without_their_keys(providers, says):
+    with pytest.raises(SettingsError) as refused:
+        routing.build(make_settings(providers=providers), MemoryLedger())
+    assert says in str(refused.value) and "sekrit" not in str(refused.value)
 
 
 @pytest.mark.settings(**QUICK)
