@@ -7,7 +7,7 @@ embedded server). A bucket carries its records and their totals:
 
     {_id: "<process>-<batch>:<account>:<day>", account_id, lease, day, ts, ts_max,
      n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?, ms?, stream_id?, cache?, saved?,
-     via?, tool?}]}
+     via?, tool?, provider?}]}
 
 `ms` is the provider's answer time of a forwarded call (absent when nothing was forwarded, and in
 records from before it was kept).
@@ -101,6 +101,8 @@ def _stored(r: dict) -> dict:
         stored["saved"] = r["saved"]
     if "via" in r:  # a data call that came over MCP (handlers/mcp/): how, and its tool
         stored["via"], stored["tool"] = r["via"], r["tool"]
+    if "provider" in r:  # the provider that produced the answer (social/providers/router.py)
+        stored["provider"] = r["provider"]
     return stored
 
 
@@ -164,6 +166,7 @@ def flatten(bucket: dict) -> list[dict]:
             **({"cache": r["cache"]} if "cache" in r else {}),
             **({"saved": r["saved"]} if "saved" in r else {}),
             **({"via": r["via"], "tool": r["tool"]} if "via" in r else {}),
+            **({"provider": r["provider"]} if "provider" in r else {}),
         }
         for r in bucket["records"]
     ]

@@ -30,7 +30,8 @@ from accounting.meter import LeasesExpired, Meter
 from alerts import rules as alert_kinds
 from config.settings import Settings
 from runtime.state import State
-from social.upstream import UpstreamClient, UpstreamError
+from social.providers.router import Router
+from social.upstream import UpstreamError
 from storage.clock import now_utc
 from storage.streams import ACTIVE, INACTIVE, PAUSED, PAUSED_BUDGET, StreamStore
 from streams import rules as polls
@@ -52,7 +53,7 @@ class Poller:
         settings: Settings,
         store: StreamStore,
         meter: Meter,
-        upstream: UpstreamClient,
+        upstream: Router,
         state: State,
         outbox: Outbox,
         hub: Hub,
@@ -138,7 +139,9 @@ class Poller:
             charged = self.calls.settle(page) if moved else 0
             if not moved:
                 self.calls.release(page)
-            self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, page.status, charged, event_id, rule["_id"])
+            self.meter.record_poll(
+                account_id, rule["key_id"], polls.ROUTE, page.status, charged, event_id, rule["_id"], page.provider
+            )
         self.polls += 1
 
     async def _finish(self, rule: dict, start: datetime, event_id: str, new: list, gaps: list) -> bool:

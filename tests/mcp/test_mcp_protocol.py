@@ -157,6 +157,7 @@ async def test_a_tool_call_costs_what_its_rest_call_costs_and_is_recorded_via_mc
     made = await tool(api, secret, "get_user", {"user_name": second})
     meta = made["_meta"]
     assert meta["credits_charged"] == price and meta["cache"] == "miss"
+    assert meta["provider"] == rest[2]["X-Provider"] == "twitterapi"  # who answered (docs/providers.md)
     assert meta["rest_call"] == {"method": "GET", "path": "/social/user/info", "query": f"userName={second}"}
     assert made["structuredContent"]["items"][0]["handle"] == second
     assert orjson.loads(made["content"][0]["text"]) == made["structuredContent"]  # for clients without structure
