@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pymongo import AsyncMongoClient, monitoring
 
 from accounting.charged import Calls
+from accounting.costs import CostLedger
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from alerts.detector import Detector
@@ -35,6 +36,7 @@ from services.audit import AuditService
 from services.auth import Auth
 from services.cursors import CursorHandles
 from services.keys import KeyService
+from services.margin import Margin
 from services.members import Members
 from services.ops import Ops
 from services.sessions import Sessions
@@ -55,6 +57,7 @@ from storage.leases import LeaseStore
 from storage.limits import Limits
 from storage.markers import outbound_hold
 from storage.members import MemberStore
+from storage.provider_costs import ProviderCostStore
 from storage.sessions import SessionStore
 from storage.signin import SignInStore
 from storage.streams import StreamStore
@@ -101,6 +104,7 @@ class Context:
     account_cache: LoadingCache  # account id -> AccountView
     limiter: RateLimiter
     meter: Meter
+    costs: CostLedger  # the operator's cost ledger: every provider request, for /metrics and the margin view
     metrics: Metrics
     executor: ThreadPoolExecutor  # CPU-heavy work (password hashing) off the event loop
     payments: Payments  # crypto top-ups: processor, orders, crediting
@@ -189,6 +193,9 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     state = State(settings)  # what a reload changes: every part below that prices or plans reads it from here
     meter = Meter(state, accounts, keys_, usage, leases, vault, metrics, BudgetStore(db))
     await meter.start()
+    cost_store = ProviderCostStore(db, settings.provider_ledger_retention_days)
+    await cost_store.ensure_indexes(expiry)
+    costs = CostLedger(state, cost_store, metrics, leases.process_id)
     upstream = UpstreamClient(
         settings.upstream_url,
         list(settings.upstream_api_keys) or settings.upstream_api_key,
@@ -269,6 +276,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         auth=Auth(settings, accounts, members, signin, limits, audit, meter.account_cache, vault, outbox),
         cursors=CursorHandles(cursor_handles),
         keys=KeyService(keys_, meter, vault, settings.max_keys_per_account),
+        margin=Margin(usage, cost_store, state),
         members=Members(settings, members, accounts, outbox, limits),
         ops=ops,
         payments=payments,
@@ -298,6 +306,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         account_cache=meter.account_cache,
         limiter=data.limiter,
         meter=meter,
+        costs=costs,
         metrics=metrics,
         executor=executor,
         payments=payments,

@@ -7,7 +7,7 @@ embedded server). A bucket carries its records and their totals:
 
     {_id: "<process>-<batch>:<account>:<day>", account_id, lease, day, ts, ts_max,
      n, credits, records: [{id, key_id, endpoint, ts, credits, status, request_id, replay_of?, ms?, stream_id?, cache?, saved?,
-     via?, tool?}]}
+     via?, tool?, provider?}]}
 
 `ms` is the provider's answer time of a forwarded call (absent when nothing was forwarded, and in
 records from before it was kept).
@@ -101,6 +101,8 @@ def _stored(r: dict) -> dict:
         stored["saved"] = r["saved"]
     if "via" in r:  # a data call that came over MCP (handlers/mcp/): how, and its tool
         stored["via"], stored["tool"] = r["via"], r["tool"]
+    if "provider" in r:  # the provider that produced the answer (PROVIDERS), cached ones included
+        stored["provider"] = r["provider"]
     return stored
 
 
@@ -164,6 +166,7 @@ def flatten(bucket: dict) -> list[dict]:
             **({"cache": r["cache"]} if "cache" in r else {}),
             **({"saved": r["saved"]} if "saved" in r else {}),
             **({"via": r["via"], "tool": r["tool"]} if "via" in r else {}),
+            **({"provider": r["provider"]} if "provider" in r else {}),
         }
         for r in bucket["records"]
     ]
@@ -276,3 +279,24 @@ class UsageStore:
         ]
         cursor = await self.buckets.aggregate(pipeline)
         return next(iter([doc["credits"] async for doc in cursor]), 0)
+
+    async def charged(self, since: datetime, until: datetime) -> dict[tuple[str | None, str], list[int]]:
+        """(provider, endpoint) -> [calls, credits] of every account's records in [since, until] (the margin view;
+        `provider` None for a record that names none: answered by no provider, or from before providers)."""
+        pipeline = [
+            {"$match": {"ts": {"$lte": until}, "ts_max": {"$gte": since}}},
+            {"$project": {"records.ts": 1, "records.provider": 1, "records.endpoint": 1, "records.credits": 1}},
+            {"$unwind": "$records"},
+            {"$match": {"records.ts": {"$gte": since, "$lte": until}}},
+            {
+                "$group": {
+                    "_id": {"p": "$records.provider", "e": "$records.endpoint"},
+                    "calls": {"$sum": 1},
+                    "credits": {"$sum": "$records.credits"},
+                }
+            },
+        ]
+        return {
+            (doc["_id"].get("p"), doc["_id"]["e"]): [doc["calls"], doc["credits"]]
+            async for doc in await self.buckets.aggregate(pipeline)
+        }
