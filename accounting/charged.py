@@ -30,7 +30,8 @@ from runtime.metrics import Metrics
 from runtime.state import State
 from social.answer_cache import AnswerCache, answer_key, ttl_of
 from social.endpoints import Endpoint, read_answer, read_parsed
-from social.upstream import UpstreamClient, UpstreamError
+from social.providers.router import Router
+from social.upstream import UpstreamError, UpstreamResponse
 from storage.answers import AnswerStore, Cached
 
 MISS, HIT, COALESCED, STALE = "miss", "hit", "coalesced", "stale"
@@ -88,6 +89,7 @@ class Fetched:
     share: bool = False  # kept in the shared tier too once charged (a live read is kept in this process only)
     # The owner worker that kept it as it landed (None: this one), its key and fetched_at: dropped if not charged.
     kept_by: tuple[int | None, str, float] | None = None
+    provider: str = ""  # the provider that produced the answer (a kept one's too): X-Provider, the usage record
 
 
 class Calls:
@@ -117,7 +119,7 @@ class Calls:
     # --- the answer --------------------------------------------------------------------------------
     async def fetch(
         self,
-        upstream: UpstreamClient,
+        upstream: Router,
         reservation: Reservation,
         endpoint: Endpoint,
         query: str,
@@ -139,7 +141,9 @@ class Calls:
                 return self._served(reservation, found, HIT, key, cursor)
         try:
             if key is None or want.live:
-                provided, source = await self._provide(upstream, endpoint, query, reservation.account_id, rate, parse)
+                provided, source = await self._provide(
+                    upstream, endpoint, query, reservation.account_id, rate, parse, size
+                )
             else:
                 call = Call(endpoint, query, size, reservation.account_id, rate, fresh, cursor)
                 provided, source = await self._shared(upstream, call, key)
@@ -172,6 +176,7 @@ class Calls:
             page=provided.page,
             key=key if ttl and worth else None,
             data=provided.items is not None,
+            provider=response.provider,
         )
         if provided.kept_at is not None:  # kept by the key's owner worker (and shared through the second tier)
             fetched.kept_by = (provided.owner, key, provided.kept_at)
@@ -199,7 +204,14 @@ class Calls:
         self.metrics.provider_calls_saved += 1
         self.metrics.credits_saved += found.worth - cost
         fetched = Fetched(
-            reservation, found.status, found.body, cost, found.worth, how, age=int(found.age(time.time()))
+            reservation,
+            found.status,
+            found.body,
+            cost,
+            found.worth,
+            how,
+            age=int(found.age(time.time())),
+            provider=found.provider,
         )
         if cursor and key is not None and self.crawls.seen:
             if self.crawls.ended((reservation.account_id, _without_cursor(key)), cursor):
@@ -225,7 +237,7 @@ class Calls:
         self.cache.put(key, entry)
         return True
 
-    async def _shared(self, upstream: UpstreamClient, call: "Call", key: str) -> tuple[Provided | Cached, str]:
+    async def _shared(self, upstream: Router, call: "Call", key: str) -> tuple[Provided | Cached, str]:
         """One provider call for identical calls under way at once in this process (and, through the key's owner
         worker or the second tier's fill claim, across processes). The call runs in a task of its own: the first
         caller leaving cancels nothing; each waiter waits at most the provider's time-out from its own start."""
@@ -264,7 +276,7 @@ class Calls:
         if not flight.cancelled():
             flight.exception()  # seen: every waiter got it, or none was left
 
-    async def _fill(self, upstream: UpstreamClient, call: "Call", key: str, route: bool = True) -> Provided | Cached:
+    async def _fill(self, upstream: Router, call: "Call", key: str, route: bool = True) -> Provided | Cached:
         """The shared call: the key's owner worker when it is another (unless down), else the second tier first
         (another machine may have it, or be fetching it), then the provider."""
         owner = self.tiers.owner(key) if route else None
@@ -292,7 +304,7 @@ class Calls:
             if found is not None:
                 return found
         try:
-            provided, _ = await self._provide(upstream, endpoint, call.query, call.account, call.rate, False)
+            provided, _ = await self._provide(upstream, endpoint, call.query, call.account, call.rate, False, call.size)
         except UpstreamError as exc:
             if shared:
                 self.tiers.spawn(self.store.failed(key, exc.kind))
@@ -304,9 +316,11 @@ class Calls:
         return provided
 
     async def _provide(
-        self, upstream: UpstreamClient, endpoint: Endpoint, query: str, account: str, rate: float, parse: bool
+        self, upstream: Router, endpoint: Endpoint, query: str, account: str, rate: float, parse: bool, size: int
     ) -> tuple[Provided, str]:
-        response = await upstream.get(endpoint.path, query, account, rate)
+        """The provider's answer (whichever the router asked: failover happens inside, so a call is charged once
+        whoever answered), counted, its attempt reported to the cost ledger, its next cursor pinned."""
+        response = await upstream.get(endpoint, query, account, rate, size)
         self.metrics.upstream_latency.observe("/social" + endpoint.path, response.seconds)
         status, items, page, following = response.status, None, None, ""
         if 200 <= status < 300:
@@ -322,10 +336,16 @@ class Calls:
                 status = 502  # untrusted upstream: a 2xx that is not a JSON object is a failure
             elif not counted[0]:
                 items, following = counted[1], counted[2]
+        upstream.settled(endpoint, response, items or 0, account)
+        if following and upstream.pins:  # several providers: the cursor handed out names its provider
+            body, following = upstream.pin(endpoint, response.provider, response.body, following)
+            response = UpstreamResponse(response.status, body, response.seconds, response.provider)
+            if isinstance(page, dict):
+                page["next_cursor"] = following
         return Provided(response, status, items, page, following), MISS
 
     # --- the owner worker's side (accounting/tiers.py) ------------------------------------------------
-    async def answer_peer(self, upstream: UpstreamClient, call: "Call") -> Reply:
+    async def answer_peer(self, upstream: Router, call: "Call") -> Reply:
         """A sibling's call for a key this worker owns: a fresh kept answer, or the one provider call for the key
         (joined when under way), kept here as it landed (`_keep_at_once`)."""
         key = answer_key(call.endpoint.path, call.query)
@@ -358,7 +378,13 @@ class Calls:
             return provided
         if call.cursor and provided.following == call.cursor:  # a loop whoever crawls: not kept
             return provided
-        entry = Cached(provided.status, provided.response.body, worth, time.time() - provided.response.seconds)
+        entry = Cached(
+            provided.status,
+            provided.response.body,
+            worth,
+            time.time() - provided.response.seconds,
+            provided.response.provider,
+        )
         if not self._keep_newer(key, entry):
             return provided
         if self._tiered(call.endpoint):
@@ -398,7 +424,7 @@ class Calls:
             self._unkeep(fetched.kept_by)
         if keep:
             at = fetched.kept_by[2] if fetched.kept_by else time.time() - (fetched.seconds or 0)
-            entry = Cached(fetched.status, fetched.body, fetched.worth, at)
+            entry = Cached(fetched.status, fetched.body, fetched.worth, at, fetched.provider)
             if self._keep_newer(fetched.key, entry) and fetched.share:  # also ends this process's fill claim
                 self.tiers.spawn(self.store.put(fetched.key, entry, self._keep(fetched.key)))
                 stored = True
@@ -445,6 +471,7 @@ class Calls:
             cache=fetched.cache,
             saved=saved,
             via=via,
+            provider=fetched.provider,
         )
 
     async def close(self) -> None:

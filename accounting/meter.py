@@ -290,13 +290,15 @@ class Meter:
         cache: str | None = None,
         saved: int = 0,
         via: tuple[str, str] | None = None,
+        provider: str = "",
     ) -> None:
         """One usage record per call; its credits are the charge (0 when not charged). A repeat answered with a
         kept answer (Idempotency-Key) is a record of its own, `replay_of` the first call's request id.
         `upstream_seconds`: the provider's answer time as measured for the latency histogram (kept as `ms`,
         for the portal's per-endpoint percentiles); absent when nothing was forwarded. `cache`: how the answer
         cache answered the call (hit, miss, coalesced, stale; accounting/charged.py), `saved` the credits a cached
-        answer was not charged. `via`: how the call came when not over REST, ("mcp", the tool's name)."""
+        answer was not charged. `via`: how the call came when not over REST, ("mcp", the tool's name). `provider`: the
+        provider that produced the answer (a cached one's too); absent when none did."""
         record = self._record(key.account_id, key.key_id, endpoint, status, credits, request_id)
         if replay_of is not None:
             record["replay_of"] = replay_of
@@ -308,6 +310,8 @@ class Meter:
             record["saved"] = saved
         if via is not None:
             record["via"], record["tool"] = via
+        if provider:
+            record["provider"] = provider
         self._add(record)
         self.last_used.seen[key.key_id] = record["ts"]
 

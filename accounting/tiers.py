@@ -196,11 +196,19 @@ def encode(reply: Reply) -> bytes:
     body = b""
     if reply.cached is not None:
         c = reply.cached
-        head["cached"] = [c.status, c.worth, c.fetched_at]
+        head["cached"] = [c.status, c.worth, c.fetched_at, c.provider]
         body = c.body
     if reply.provided is not None:
         p = reply.provided
-        head["provided"] = [p.status, p.items, p.response.status, p.response.seconds, p.kept_at, p.following]
+        head["provided"] = [
+            p.status,
+            p.items,
+            p.response.status,
+            p.response.seconds,
+            p.kept_at,
+            p.following,
+            p.response.provider,
+        ]
         body = p.response.body
     return orjson.dumps(head) + b"\n" + body
 
@@ -208,11 +216,11 @@ def encode(reply: Reply) -> bytes:
 def decode(head: dict, body: bytes, owner: int) -> Reply:
     cached = provided = None
     if "cached" in head:
-        status, worth, fetched_at = head["cached"]
-        cached = Cached(status, body, worth, fetched_at)
+        status, worth, fetched_at, provider = head["cached"]
+        cached = Cached(status, body, worth, fetched_at, provider)
     if "provided" in head:
-        status, items, raw, seconds, kept_at, following = head["provided"]
-        response = UpstreamResponse(raw, body, seconds)
+        status, items, raw, seconds, kept_at, following, provider = head["provided"]
+        response = UpstreamResponse(raw, body, seconds, provider)
         provided = Provided(
             response, status, items, following=following, owner=owner, joined=head["joined"], kept_at=kept_at
         )

@@ -41,7 +41,10 @@ from services.members import Members
 from services.ops import Ops
 from services.sessions import Sessions
 from social.pool import InFlight
-from social.upstream import Breaker, FailureBudget, UpstreamClient
+from social.providers import router as routing
+from social.providers.ledger import Ledger
+from social.providers.router import Router
+from social.upstream import FailureBudget
 from storage import db as database
 from storage.accounts import AccountStore
 from storage.admin import AdminStore
@@ -156,12 +159,22 @@ class Context:
         self.view.state.draining = value
 
     @property
-    def upstream(self) -> UpstreamClient:
+    def upstream(self) -> Router:
         return self.view.data.upstream
 
     @upstream.setter
-    def upstream(self, value: UpstreamClient) -> None:
+    def upstream(self, value: Router) -> None:
         self.view.data.upstream = value
+
+    @property
+    def ledger(self) -> Ledger:
+        """The operator's cost ledger, where the router reports every provider attempt (social/providers/ledger.py):
+        in memory unless a stored one is set here."""
+        return self.view.data.upstream.ledger
+
+    @ledger.setter
+    def ledger(self, value: Ledger) -> None:
+        self.view.data.upstream.ledger = value
 
     @property
     def scrape(self) -> Scrape:
@@ -196,16 +209,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     cost_store = ProviderCostStore(db, settings.provider_ledger_retention_days)
     await cost_store.ensure_indexes(expiry)
     costs = CostLedger(state, cost_store, metrics, leases.process_id)
-    upstream = UpstreamClient(
-        settings.upstream_url,
-        list(settings.upstream_api_keys) or settings.upstream_api_key,
-        settings.upstream_path_prefix,
-        settings.upstream_connect_timeout,
-        settings.upstream_timeout,
-        settings.upstream_max_connections,
-        settings.upstream_max_body_bytes,
-        Breaker(settings.breaker_failures, settings.breaker_reset_seconds, min_accounts=settings.breaker_min_accounts),
-    )
+    upstream = routing.build(settings, costs)  # one client per provider (PROVIDERS, or today's UPSTREAM_*)
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hash")
     decoy = await asyncio.get_running_loop().run_in_executor(executor, passwords.decoy_hash, settings.password_scrypt_n)
     audit = AuditStore(db, settings.audit_retention_days)

@@ -12,6 +12,7 @@ import dataclasses
 import importlib.util
 import ipaddress
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -107,6 +108,62 @@ def _smtp_url(value: str) -> str:
 def _cache_ttl(value: Mapping) -> str:
     bad = any(not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 86400 for v in value.values())
     return "must map endpoint paths to whole seconds from 0 to 86400" if bad else ""
+
+
+PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+PROVIDER_FIELDS = {"name", "kind", "url", "keys", "costs", "prefix"}
+COST_FIELDS = {"item", "call", "failed", "by"}
+
+
+def _providers(value: tuple) -> str:
+    """PROVIDERS' shape (the kinds themselves are checked against the adapters when the router is built:
+    social/providers/). Never echoes a key."""
+    names = set()
+    for entry in value:
+        if not isinstance(entry, dict) or not {"name", "kind", "url", "keys"} <= set(entry):
+            return "needs name, kind, url and keys in each provider"
+        if set(entry) - PROVIDER_FIELDS:
+            return f"has unknown fields: {', '.join(sorted(set(entry) - PROVIDER_FIELDS))}"
+        name = entry["name"]
+        if not isinstance(name, str) or not PROVIDER_NAME.fullmatch(name) or name in names:
+            return "needs unique names of 1-32 characters a-z, 0-9, _ and - (starting with a letter or digit)"
+        names.add(name)
+        if not isinstance(entry["kind"], str) or not entry["kind"]:
+            return f"provider {name}: kind must be a kind's name (twitterapi, socialdata)"
+        url = entry["url"]
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            return f"provider {name}: url must start with http:// or https://"
+        prefix = entry.get("prefix", "")
+        if not isinstance(prefix, str) or (prefix and not prefix.startswith("/")):
+            return f"provider {name}: prefix must be a path starting with /"
+        keys = entry["keys"]
+        try:
+            if not isinstance(keys, list) or not keys or _header_safe_keys(provider_keys(keys)):
+                raise ValueError
+        except (ValueError, TypeError):
+            return f"provider {name}: keys must be a non-empty list of KEY or KEY:QPS, {HEADER_SAFE}"
+        wrong = _costs(entry.get("costs", {}))
+        if wrong:
+            return f"provider {name}: costs {wrong}"
+    return ""
+
+
+def _costs(costs) -> str:
+    if not isinstance(costs, dict) or set(costs) - COST_FIELDS:
+        return "must be an object of item, call, failed and by"
+    if not isinstance(costs.get("failed", False), bool):
+        return "failed must be true or false"
+    by = costs.get("by", {})
+    if not isinstance(by, dict):
+        return "by must map endpoint paths or price rules to {item, call}"
+    for table in (costs, *by.values()):
+        if not isinstance(table, dict) or (table is not costs and set(table) - {"item", "call"}):
+            return "by must map endpoint paths or price rules to {item, call}"
+        for field in ("item", "call"):
+            price = table.get(field, 0)
+            if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 <= price < float("inf"):
+                return f"{field} must be USD, a number from 0"
+    return ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -454,6 +511,25 @@ class Settings:
     )
     breaker_reset_seconds: float = setting(
         5.0, "Seconds an open breaker waits before a trial call.", "BREAKER_RESET_SECONDS", group="Upstream"
+    )
+    providers: tuple = setting(
+        (),
+        "The providers behind the data API, a JSON list in order of preference: "
+        '{"name", "kind" (twitterapi or socialdata), "url", "keys": [KEY or KEY:QPS, ...], "costs"?, "prefix"?} '
+        "(costs: what the operator pays, docs/providers.md). Empty: one twitterapi provider named "
+        '"twitterapi" from UPSTREAM_URL, UPSTREAM_API_KEY(S) and UPSTREAM_PATH_PREFIX.',
+        "PROVIDERS",
+        group="Upstream",
+        check=_providers,
+        must="a JSON list of {name, kind, url, keys} with unique names (docs/providers.md)",
+    )
+    provider_routing: str = setting(
+        "order",
+        "Which healthy provider a call goes to first: order (the first in PROVIDERS that serves the endpoint) or "
+        "cost (the cheapest by the costs tables for a full page; unpriced ones last, in order).",
+        "PROVIDER_ROUTING",
+        group="Upstream",
+        choices=("order", "cost"),
     )
     twitter_alias: bool = setting(
         True, "Also serve every data endpoint under /twitter/.", "TWITTER_ALIAS", group="Upstream"
@@ -830,6 +906,7 @@ class Settings:
             "secrets_key",
             "upstream_api_key",
             "upstream_api_keys",
+            "providers",
             "payments_api_key",
             "payments_ipn_secret",
             "metrics_token",
@@ -862,7 +939,7 @@ def _convert(f: dataclasses.Field, raw: Any) -> Any:
                 items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
                 return tuple(e.strip().lower() for e in items if e.strip())
             if f.name == "upstream_api_keys":
-                return _provider_keys(raw)
+                return provider_keys(raw)
             if f.name == "trusted_proxies":
                 items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
                 return tuple(str(ipaddress.ip_network(e.strip(), strict=False)) for e in items if e.strip())
@@ -873,10 +950,12 @@ def _convert(f: dataclasses.Field, raw: Any) -> Any:
     except (ValueError, TypeError, orjson.JSONDecodeError) as exc:
         if f.name == "upstream_api_keys":  # never echo provider keys
             raise SettingsError(f"UPSTREAM_API_KEYS: {exc}") from None
+        if f.name == "providers":  # nor the keys PROVIDERS holds
+            raise SettingsError("PROVIDERS: cannot read it as a JSON list") from None
         raise SettingsError(f"{f.metadata['env']}: cannot read {raw!r} as {kind}") from exc
 
 
-def _provider_keys(raw: Any) -> tuple[tuple[str, float], ...]:
+def provider_keys(raw: Any) -> tuple[tuple[str, float], ...]:
     """`KEY:QPS,KEY:QPS,KEY` -> ((key, qps), ...); qps 0 for a key without a rate of its own."""
     items = raw if isinstance(raw, (list, tuple)) else [p for p in str(raw).split(",") if p.strip()]
     keys = []
@@ -944,10 +1023,14 @@ def serving_problems(settings: Settings) -> list[str]:
     found = []
     if settings.production and not settings.host:
         found.append("GATEWAY_HOST (or --host) is required in production, e.g. 0.0.0.0")
-    if settings.production and not settings.upstream_url:
+    if settings.production and not (settings.upstream_url or settings.providers):
         # The sandbox upstream (and its default credential) must never serve production traffic.
         found.append("UPSTREAM_URL is required in production (the sandbox upstream is for development only)")
-    if settings.production and not settings.upstream_api_keys and settings.upstream_api_key == SANDBOX_UPSTREAM_KEY:
+    if (
+        settings.production
+        and not (settings.upstream_api_keys or settings.providers)
+        and settings.upstream_api_key == SANDBOX_UPSTREAM_KEY
+    ):
         found.append("UPSTREAM_API_KEY is required in production (not the sandbox's key)")
     if settings.production and not settings.mongodb_uri and not settings.allow_embedded_db:
         found.append(

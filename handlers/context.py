@@ -33,7 +33,8 @@ from services.members import Members
 from services.ops import Ops
 from services.sessions import Sessions
 from social.pool import InFlight
-from social.upstream import FailureBudget, UpstreamClient
+from social.providers.router import Router
+from social.upstream import FailureBudget
 from streams.hub import Hub
 from streams.manage import Manager
 
@@ -74,7 +75,7 @@ class DataPath:
 
     meter: Meter  # keys, account views, the usage buffer (the one credit service of the data path)
     calls: Calls  # the charged data call and the answer cache, data calls and polls alike
-    upstream: UpstreamClient  # the provider; Context.upstream sets it (a test points it at another)
+    upstream: Router  # the provider; Context.upstream sets it (a test points it at another)
     limiter: RateLimiter  # per key and per account QPS buckets
     in_flight: InFlight  # per account: upstream calls under way, capped (429)
     failure_budget: FailureBudget  # per account: failed upstream calls before 429

@@ -304,6 +304,8 @@ class DataCall:
             retry = {"Retry-After": str(exc.retry_after)} if status in (429, 503) else None
             raise ApiError(status, message, retry) from None
         self.keep_header("X-Cache", fetched.cache.upper())
+        if fetched.provider:  # who produced the answer, a kept one's too (docs/providers.md)
+            self.keep_header("X-Provider", fetched.provider)
         if fetched.age is not None:
             self.set_header("Age", str(fetched.age))
         status = fetched.status

@@ -7,7 +7,7 @@ from accounting.meter import Meter
 from payments.service import Payments
 from services.account import AccountService
 from services.audit import AuditService
-from social.upstream import UpstreamClient
+from social.providers.router import Router
 from storage.accounts import AccountStore
 from storage.admin import EPOCH, NOT_FORWARDED, TOP, UPSTREAM_FAILURES, AdminStore, Day
 from storage.members import MemberStore
@@ -28,7 +28,7 @@ class AdminService:
         members: MemberStore,
         streams: StreamStore,
         poller: Poller,
-        upstream: UpstreamClient,
+        upstream: Router,
     ):
         self.store, self.accounts, self.meter, self.payments = store, accounts, meter, payments
         self.audit, self.members, self.streams, self.poller, self.upstream = audit, members, streams, poller, upstream

@@ -1,6 +1,6 @@
-"""The upstream client: keep-alive connections (social/http1.py), timeouts, no redirects, a response size
-cap, the provider keys (social/provider_keys.py), fair connection slots (social/pool.py) and a circuit
-breaker."""
+"""The client of one provider: keep-alive connections (social/http1.py), timeouts, no redirects, a response
+size cap, the provider keys (social/provider_keys.py), fair connection slots (social/pool.py) and a circuit
+breaker. Several providers are one client each, behind the router (social/providers/router.py)."""
 
 import math
 import time
@@ -31,6 +31,7 @@ class UpstreamResponse:
     status: int
     body: bytes
     seconds: float
+    provider: str = ""  # the name of the provider that answered (PROVIDERS; X-Provider)
 
 
 class Breaker:
@@ -112,15 +113,19 @@ class UpstreamClient:
         max_connections: int,
         max_body_bytes: int,
         breaker: Breaker,
+        name: str = "twitterapi",
+        headers=None,
     ):
-        """`api_key`: one provider key, or [(key, qps)] for a pool of them (UPSTREAM_API_KEYS)."""
+        """`api_key`: one provider key, or [(key, qps)] for a pool of them (UPSTREAM_API_KEYS). `name`: the
+        provider's (stamped on its answers); `headers`: its adapter's header lines for a key (default: the
+        twitterapi kind's X-API-Key)."""
+        self.name = name
         self.base = base_url.rstrip("/") + prefix.rstrip("/")
         self.keys = ProviderKeys([(api_key, 0.0)] if isinstance(api_key, str) else api_key)
         # Header lines per provider key, made once (settings refuse a key with a control character in it).
-        self.headers = {
-            key.secret: f"X-API-Key: {key.secret}\r\nAccept: application/json\r\n".encode("latin-1")
-            for key in self.keys.keys
-        }
+        self.headers = {key.secret: (headers or _api_key_header)(key.secret) for key in self.keys.keys}
+        # Called (status, seconds, account, endpoint) for each key refusal: a request on the wire the call retried.
+        self.refused = None
         self.timeout = timeout
         self.breaker = breaker
         self.slots = FairSlots(max_connections)
@@ -133,9 +138,19 @@ class UpstreamClient:
         """Recent upstream latencies, for percentiles."""
         return self.latency.samples
 
-    async def get(self, path: str, query: str, account: str | None = None, weight: float = 1.0) -> UpstreamResponse:
+    async def get(
+        self,
+        path: str,
+        query: str,
+        account: str | None = None,
+        weight: float = 1.0,
+        timeout: float | None = None,
+        endpoint: str = "",
+    ) -> UpstreamResponse:
         """`account`: whose call this is, so that failures it runs into are attributed to it (Breaker), and
-        its share of a full pool or of saturated provider keys is weighed (`weight`: its plan's rate)."""
+        its share of a full pool or of saturated provider keys is weighed (`weight`: its plan's rate).
+        `timeout`: less than the provider's own when the router keeps time for another provider; `endpoint`: our
+        path of the call, for the cost ledger (`refused`)."""
         if not self.breaker.allow():
             raise UpstreamError("unavailable", "circuit breaker open")
         # `path` comes from the endpoint table and `query` is the client's query string (already
@@ -154,18 +169,22 @@ class UpstreamClient:
                     key = await self.keys.acquire(account)
                 except Saturated as exc:
                     raise UpstreamError("saturated", str(exc), exc.retry_after) from None
-                response, retry_after = await self._fetch(url, key.secret, account)
+                response, retry_after = await self._fetch(url, key.secret, account, timeout or self.timeout)
                 if response.status not in REFUSALS or not (self.keys.pooled or response.status == 429):
                     return response
                 self.keys.rest(key, response.status, retry_after)  # and the call goes to another key
+                if self.refused is not None:
+                    self.refused(response.status, response.seconds, account, endpoint or path)
             raise UpstreamError("saturated", "the provider refused every key", self.keys.retry_after(time.monotonic()))
         finally:
             self.slots.release(account or "")
 
-    async def _fetch(self, url: str, secret: str, account: str | None) -> tuple[UpstreamResponse, str | None]:
+    async def _fetch(
+        self, url: str, secret: str, account: str | None, timeout: float
+    ) -> tuple[UpstreamResponse, str | None]:
         started = time.perf_counter()
         try:
-            answer = await self.http.get(url, self.headers[secret], self.timeout)
+            answer = await self.http.get(url, self.headers[secret], timeout)
         except ConnectTimeout:
             self.breaker.failure(None)  # the provider did not take the connection: not the call's doing
             raise UpstreamError("timeout", "connect") from None
@@ -184,8 +203,13 @@ class UpstreamClient:
             self.breaker.failure(account)
         else:
             self.breaker.success()
-        return UpstreamResponse(answer.status, answer.body, time.perf_counter() - started), answer.retry_after
+        seconds = time.perf_counter() - started
+        return UpstreamResponse(answer.status, answer.body, seconds, self.name), answer.retry_after
 
     def close(self) -> None:
         """Closes every idle connection to the provider."""
         self.http.close()
+
+
+def _api_key_header(secret: str) -> bytes:
+    return f"X-API-Key: {secret}\r\nAccept: application/json\r\n".encode("latin-1")

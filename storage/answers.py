@@ -2,7 +2,7 @@
 database, each with the fill claim that lets one process fetch a key while the others wait for its answer.
 
     answers: {_id: <cache key>, status, body (binary), worth, fetched_at (epoch seconds), expires_at,
-              owner?, until?, failed?}
+              provider?, owner?, until?, failed?}
 
 A process missing a key in its memory claims it here by inserting a claim under the key (one round trip, and a
 second to read what was there when the key is taken): nothing there, the claim is its own and it asks the
@@ -37,6 +37,7 @@ class Cached:
     body: bytes
     worth: int  # the credits the answer was charged at full price: a hit's charge is a fraction of it
     fetched_at: float  # wall-clock seconds when it was asked of the provider (shared across processes)
+    provider: str = ""  # the name of the provider that produced it (X-Provider of every answer it serves)
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.fetched_at)
@@ -58,7 +59,7 @@ class AnswerStore:
     async def put(self, key: str, entry: Cached, keep: float) -> None:
         """Keeps an answer charged from the provider for `keep` seconds, and ends the key's fill claim."""
         expires = datetime.fromtimestamp(entry.fetched_at, UTC) + timedelta(seconds=keep)
-        doc = {"status": entry.status, "body": Binary(entry.body), "worth": entry.worth}
+        doc = {"status": entry.status, "body": Binary(entry.body), "worth": entry.worth, "provider": entry.provider}
         await self.answers.update_one(
             {"_id": key},
             {
@@ -135,5 +136,5 @@ class AnswerStore:
 def _fresh(doc: dict | None, max_age: float) -> Cached | None:
     if not doc or "body" not in doc:
         return None
-    found = Cached(doc["status"], bytes(doc["body"]), doc["worth"], doc["fetched_at"])
+    found = Cached(doc["status"], bytes(doc["body"]), doc["worth"], doc["fetched_at"], doc.get("provider", ""))
     return found if found.age(time.time()) <= max_age else None

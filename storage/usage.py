@@ -101,7 +101,7 @@ def _stored(r: dict) -> dict:
         stored["saved"] = r["saved"]
     if "via" in r:  # a data call that came over MCP (handlers/mcp/): how, and its tool
         stored["via"], stored["tool"] = r["via"], r["tool"]
-    if "provider" in r:  # the provider that produced the answer (PROVIDERS), cached ones included
+    if "provider" in r:  # the provider that produced the answer (social/providers/router.py)
         stored["provider"] = r["provider"]
     return stored
 

@@ -30,7 +30,8 @@ from accounting.meter import LeasesExpired, Meter
 from alerts import rules as alert_kinds
 from config.settings import Settings
 from runtime.state import State
-from social.upstream import UpstreamClient, UpstreamError
+from social.providers.router import Router
+from social.upstream import UpstreamError
 from storage.clock import now_utc
 from storage.streams import ACTIVE, INACTIVE, PAUSED, PAUSED_BUDGET, StreamStore
 from streams import rules as polls
@@ -52,7 +53,7 @@ class Poller:
         settings: Settings,
         store: StreamStore,
         meter: Meter,
-        upstream: UpstreamClient,
+        upstream: Router,
         state: State,
         outbox: Outbox,
         hub: Hub,

@@ -18,6 +18,7 @@ import tornado.web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from gateway_testing.helpers import FAST, PASSWORD, UPSTREAM_KEY, Gateway, Inbox, balance, gathered, make_settings
+from social.providers.router import DEFAULT, Costs, Provider, Router
 from social.upstream import Breaker, UpstreamClient
 from storage import db as database
 from storage.usage import UsageStore
@@ -76,8 +77,9 @@ def qs(params: dict) -> str:
 def use_upstream(ctx, url: str, **kw) -> None:
     """Points the app under test at another upstream (a faulty sandbox, a recorder)."""
     s = ctx.settings
+    ledger = ctx.upstream.ledger
     ctx.upstream.close()
-    ctx.upstream = UpstreamClient(
+    client = UpstreamClient(
         url,
         kw.get("keys") or s.upstream_api_key,
         s.upstream_path_prefix,
@@ -89,6 +91,9 @@ def use_upstream(ctx, url: str, **kw) -> None:
         # breaker to test attribution.
         kw.get("breaker") or Breaker(kw.get("breaker_failures", 1000), 0.3, min_accounts=kw.get("min_accounts", 1)),
     )
+    # The one provider of an unset PROVIDERS, as app/context.py builds it.
+    provider = Provider(DEFAULT, "twitterapi", client, Costs(None))
+    ctx.upstream = Router([provider], "order", ledger, s.upstream_timeout, s.breaker_reset_seconds)
 
 
 class Recorder(tornado.web.RequestHandler):

@@ -129,6 +129,7 @@ class UsageHandler(BaseHandler):
                     "credits_saved": r.get("saved", 0),
                     "via": r.get("via", "rest"),  # rest, or mcp: a tool call of an AI agent (handlers/mcp/)
                     "tool": r.get("tool"),
+                    "provider": r.get("provider"),  # the provider that produced the answer (X-Provider)
                 }
                 for r in records
             ]
@@ -264,6 +265,7 @@ def _record(r: dict) -> dict:
         "credits_saved": r.get("saved", 0),
         "via": r.get("via", "rest"),  # rest, or mcp: a tool call of an AI agent (handlers/mcp/)
         "tool": r.get("tool"),
+        "provider": r.get("provider"),  # the provider that produced the answer (X-Provider); null: none did
     }
 
 

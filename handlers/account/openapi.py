@@ -151,6 +151,13 @@ SCHEMAS: dict = {
         credits_saved={"type": "integer", "description": "Credits a cached answer (hit, stale) was not charged"},
         via={"type": "string", "enum": ["rest", "mcp"], "description": "How the call came: REST, or an MCP tool call"},
         tool=nullable({"type": "string", "description": "The MCP tool that made the call (via mcp)"}),
+        provider=nullable(
+            {
+                "type": "string",
+                "description": "The provider that produced the data call's answer, a cached one's too (X-Provider); "
+                "null: none did",
+            }
+        ),
     ),
     "UsageSummaryRow": obj(
         ("calls", "credits", "errors", "from_cache", "credits_saved"),

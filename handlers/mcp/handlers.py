@@ -245,6 +245,7 @@ class Exchange:
             "cache": made.answer_headers.get("X-Cache", "").lower() or None,
             "request_id": made.request_id,
             "rest_call": rest,
+            "provider": made.answer_headers.get("X-Provider"),  # who produced the answer (docs/providers.md)
         }
         if made.account_id is not None:
             meta["balance_after"] = await self.services.account.balance_after(made.account_id)

@@ -11,6 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from accounting.costs import CostLedger
+from app.embedded import free_port
+from gateway_testing.helpers import UPSTREAM_KEY, make_settings
 from runtime.metrics import Metrics
 from runtime.state import State
 from social.providers import Attempt
@@ -18,6 +20,24 @@ from storage.provider_costs import ProviderCostStore
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 ADMIN = "boss@example.com"
+ITEM_USD = 0.0002  # what B bills per item
+
+
+@pytest.fixture
+def settings(upstream_url):
+    """Two providers: A, first in order, which nothing answers (a port nobody listens on), and B, the sandbox."""
+    return make_settings(
+        providers=(
+            {"name": "a", "kind": "twitterapi", "url": f"http://127.0.0.1:{free_port()}", "keys": [UPSTREAM_KEY]},
+            {
+                "name": "b",
+                "kind": "twitterapi",
+                "url": upstream_url,
+                "keys": [UPSTREAM_KEY],
+                "costs": {"item": ITEM_USD},
+            },
+        )
+    )
 
 
 async def admin_token(api, ctx) -> str:
@@ -124,6 +144,36 @@ async def test_margin_totals_equal_the_usage_records_and_the_ledger(api, ctx, ht
         assert values["gateway_provider_cost_usd_total", provider, None] == pytest.approx(sum(a.cost_usd for a in mine))
         assert values["gateway_provider_latency_seconds_bucket", provider, "+Inf"] == len(mine)
         assert values["gateway_provider_latency_seconds_bucket", provider, "0.5"] == 0  # each took 0.7 s
+
+
+async def test_a_failed_over_call_is_charged_once_and_costs_what_b_bills(api, ctx, catalog):
+    """Through the router: A unreachable, B answers. Each call is charged once, to B's name; the ledger holds A's
+    failed-over attempt (paid nothing) and B's answer (paid by its items); the margin view says so."""
+    token = await admin_token(api, ctx)
+    user, key = await api.funded_key()
+    started = datetime.now(UTC)
+    charged = 0
+    for name in [u["userName"] for u in catalog["users"][:2]]:
+        status, body, headers = await api.call("GET", f"/social/user/info?userName={name}", key=key["key"])
+        assert status == 200 and headers["X-Provider"] == "b", body
+        charged += int(headers["X-Credits-Charged"])
+    await ctx.meter.flush()
+    await ctx.costs.flush()
+    records = await ctx.usage.records({"account_id": user["account_id"]})
+    assert [r["provider"] for r in records] == ["b", "b"] and sum(r["credits"] for r in records) == charged
+    query = f"/admin/margin?from={started.isoformat()}".replace("+", "%2B")
+    status, body, _ = await api.call("GET", query, token=token)
+    rows = {r["provider"]: r for r in body["rows"]}
+    assert set(rows) == {"a", "b"} and {r["endpoint"] for r in body["rows"]} == {"/social/user/info"}
+    assert (rows["a"]["provider_calls"], rows["a"]["failovers"], rows["a"]["calls"], rows["a"]["paid_usd"]) == (
+        2,
+        2,
+        0,
+        0,
+    )
+    assert (rows["b"]["provider_calls"], rows["b"]["failures"], rows["b"]["calls"]) == (2, 0, 2)
+    assert rows["b"]["charged_credits"] == body["totals"]["charged_credits"] == charged
+    assert rows["b"]["paid_usd"] == pytest.approx(2 * ITEM_USD)  # one profile each
 
 
 async def test_margin_rights_and_period_validation(api, ctx):

@@ -583,13 +583,14 @@ async def test_data_paths_and_parameters_never_change_the_upstream_host_or_path(
     server, url, seen = await recorder()
     use_upstream(ctx, url)
     urls = []
-    real_fetch = ctx.upstream._fetch
+    client = ctx.upstream.first.client
+    real_fetch = client._fetch
 
-    async def watching(url, secret, account):
+    async def watching(url, *args):
         urls.append(url)
-        return await real_fetch(url, secret, account)
+        return await real_fetch(url, *args)
 
-    ctx.upstream._fetch = watching
+    client._fetch = watching
     _, key = await api.funded_key(10_000)
     prefix = url + ctx.settings.upstream_path_prefix
     through_client = [

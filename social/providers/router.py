@@ -1,0 +1,285 @@
+"""The router: which provider answers a data call (PROVIDERS, PROVIDER_ROUTING), failover to the next one, the
+cursors pinned to the provider that issued them, and every attempt reported to the operator's cost ledger.
+
+One UpstreamClient per provider (its own keys, connection pool and breaker; its adapter's headers). A call goes to
+the first candidate: `order` takes the providers that serve the endpoint in PROVIDERS order, `cost` the cheapest
+first by their cost tables for a full page of the call (unpriced ones last, ties in order). It fails over to the
+next candidate on a connection error, a time-out, a 5xx, a 429 (the keys saturated), the provider refusing our key
+(401/402/403: our account there, not the customer's query) or an open breaker; never on another 4xx or on any
+answer the provider gave with data (an empty page is one), and never two at once (both would bill). The call's
+deadline is UPSTREAM_TIMEOUT: a candidate followed by another gets at most half of what is left, so a time-out
+leaves time for the next one.
+
+Health comes from live traffic only: each client's breaker, and a cooldown here (a provider that failed
+COOL_AFTER calls in a row goes after the others for BREAKER_RESET_SECONDS; the first call after that tries it
+first again, so a provider that came back has its traffic back). Nothing is ever sent to a provider to probe it.
+
+A cursor handed out while more than one provider is configured is the provider's name, `~`, and its own cursor
+(`pin`); a call with such a cursor goes to that provider only, so a crawl never moves (a cursor without a known
+name goes to the first provider). With one provider cursors pass untouched, and a call of the pass-through kind
+costs what it did: no query parsed, no body read here.
+"""
+
+import functools
+import time
+import urllib.parse
+
+import orjson
+
+from config.settings import Settings, SettingsError, provider_keys
+from social.endpoints import ENDPOINTS, Endpoint
+from social.providers import KINDS, Attempt, adapter
+from social.providers.ledger import Ledger
+from social.upstream import REFUSALS, Breaker, UpstreamClient, UpstreamError, UpstreamResponse
+
+FAILOVER = frozenset(("timeout", "unreachable", "unavailable", "busy", "saturated"))
+UNSENT = frozenset(("unavailable", "busy"))  # nothing reached the provider: no attempt to record
+PASS_THROUGH = frozenset(("twitterapi",))  # kinds whose requests and answers are ours as they are
+PIN = "~"
+COOL_AFTER = 3  # failures in a row that put a provider after the others for a cooldown
+DEFAULT = "twitterapi"  # the provider's name when PROVIDERS is unset
+
+
+class Costs:
+    """What the operator pays a provider (PROVIDERS' `costs`, USD): `call` per request and `item` per item
+    returned, overridden per endpoint path ("user/info") or price rule ("tweets") in `by`; a failed request
+    (not 2xx) costs its `call` price only when `failed` is true, else nothing. No table: unpriced (0 paid; last
+    under cost routing)."""
+
+    def __init__(self, table: dict | None):
+        self.priced = table is not None
+        table = table or {}
+        self.failed = bool(table.get("failed", False))
+        by = table.get("by", {})
+        self.rates: dict[str, tuple[float, float]] = {}  # endpoint path -> (per call, per item)
+        for endpoint in ENDPOINTS:
+            row = by.get(endpoint.path.lstrip("/")) or by.get(endpoint.price) or {}
+            self.rates[endpoint.path] = (
+                float(row.get("call", table.get("call", 0.0))),
+                float(row.get("item", table.get("item", 0.0))),
+            )
+
+    def paid(self, path: str, items: int, ok: bool) -> float:
+        call, item = self.rates.get(path, (0.0, 0.0))
+        if ok:
+            return call + item * items
+        return call if self.failed else 0.0
+
+    def expected(self, path: str, size: int) -> float:
+        """A full page's price here (cost routing); unpriced: after every priced provider."""
+        if not self.priced:
+            return float("inf")
+        return self.paid(path, size, True)
+
+
+class Provider:
+    """One provider of PROVIDERS: its client, adapter, costs and health."""
+
+    def __init__(self, name: str, kind: str, client: UpstreamClient, costs: Costs):
+        self.name, self.kind, self.client, self.costs = name, kind, client, costs
+        self.adapter = adapter(kind)
+        self.passes = kind in PASS_THROUGH
+        self.failures = 0  # failures in a row
+        self.cool_until = 0.0
+
+    def cooling(self, now: float) -> bool:
+        return self.failures >= COOL_AFTER and now < self.cool_until
+
+    def failed(self, now: float, cooldown: float) -> None:
+        self.failures += 1
+        if self.failures >= COOL_AFTER:
+            self.cool_until = now + cooldown
+
+    def answered(self) -> None:
+        self.failures = 0
+
+
+class Router:
+    def __init__(
+        self, providers: list[Provider], routing: str, ledger: Ledger, deadline: float, cooldown: float
+    ) -> None:
+        self.providers, self.ledger, self.deadline, self.cooldown = providers, ledger, deadline, cooldown
+        self.first = providers[0]
+        self.single = len(providers) == 1 and self.first.passes  # the call as it was before providers
+        self.pins = len(providers) > 1
+        self.by_cost = routing == "cost"
+        self.named = {p.name: p for p in providers}
+        self.serving = {e.path: tuple(p for p in providers if p.adapter.serves(e)) for e in ENDPOINTS}
+        # Endpoints whose cursor is an opaque string (pinned); followers_ids' is an integer and cannot carry a name.
+        self.pinned_paths = frozenset(
+            e.path for e in ENDPOINTS if (c := e.param("cursor")) is not None and c.kind == "cursor"
+        )
+        for provider in providers:
+            provider.client.refused = functools.partial(self._refused, provider)
+        # What readers of the one provider read (the data call's in-flight horizon, /metrics' key pool): the first's.
+        self.latency = self.first.client.latency
+        self.keys = self.first.client.keys
+        self.slots = self.first.client.slots
+
+    @property
+    def breaker(self) -> Breaker:
+        """The breaker readiness reports: the first closed one's (an instance is ready while any provider is)."""
+        if len(self.providers) == 1:
+            return self.first.client.breaker
+        return next(
+            (p.client.breaker for p in self.providers if p.client.breaker.state == "closed"), self.first.client.breaker
+        )
+
+    @property
+    def latencies(self) -> list[float]:
+        return self.first.client.latencies
+
+    # --- the call -------------------------------------------------------------------------------------------
+    async def get(
+        self, endpoint: Endpoint, query: str, account: str, weight: float = 1.0, size: int = 0
+    ) -> UpstreamResponse:
+        """The answer to our endpoint and query in our shape, stamped with the provider that gave it
+        (`.provider`). Raises UpstreamError when no provider gave one (the last failure)."""
+        if self.single:
+            return await self.first.client.get(endpoint.path, query, account, weight, None, endpoint.path)
+        now = time.monotonic()
+        end = now + self.deadline
+        if self.pins and endpoint.path in self.pinned_paths and "cursor=" in query:
+            provider, query = self._unpin(query)
+            candidates: tuple[Provider, ...] = (provider,)
+        else:
+            candidates = self._candidates(endpoint, size, now)
+        if not candidates:
+            raise UpstreamError("unavailable", "no provider serves this endpoint")
+        failure = UpstreamError("timeout", "no time left for another provider")
+        for i, provider in enumerate(candidates):
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            more = i + 1 < len(candidates)
+            timeout = min(provider.client.timeout, left / 2 if more else left)
+            path, sent = (endpoint.path, query) if provider.passes else provider.adapter.request(endpoint, query)
+            started = time.perf_counter()
+            try:
+                response = await provider.client.get(path, sent, account, weight, timeout, endpoint.path)
+            except UpstreamError as exc:
+                if exc.kind not in UNSENT:
+                    seconds, failover = time.perf_counter() - started, exc.kind in FAILOVER and more
+                    self._report(provider, endpoint.path, 0, exc.kind, 0, seconds, account, failover)
+                    provider.failed(time.monotonic(), self.cooldown)
+                if exc.kind not in FAILOVER or not more:
+                    raise
+                failure = exc
+                continue
+            status = response.status
+            if status >= 500 or status in REFUSALS:
+                provider.failed(time.monotonic(), self.cooldown)
+                if more:
+                    self._report(provider, endpoint.path, status, "", 0, response.seconds, account, failover=True)
+                    continue
+            else:
+                provider.answered()
+            if not provider.passes:
+                status, body = provider.adapter.answer(endpoint, status, response.body)
+                response = UpstreamResponse(status, body, response.seconds, provider.name)
+            return response
+        raise failure
+
+    def _candidates(self, endpoint: Endpoint, size: int, now: float) -> tuple[Provider, ...]:
+        serving = self.serving.get(endpoint.path, ())
+        if self.by_cost:
+            serving = tuple(sorted(serving, key=lambda p: p.costs.expected(endpoint.path, size)))
+        if any(p.cooling(now) for p in serving):
+            serving = tuple(p for p in serving if not p.cooling(now)) + tuple(p for p in serving if p.cooling(now))
+        return serving
+
+    def _unpin(self, query: str) -> tuple[Provider, str]:
+        """The provider a cursor is pinned to, and the query with the provider's own cursor."""
+        provider, pairs = self.first, []
+        for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True, encoding="latin-1"):
+            if name == "cursor":
+                head, sep, rest = value.partition(PIN)
+                if sep and head in self.named:
+                    provider, value = self.named[head], rest
+            pairs.append((name, value))
+        return provider, urllib.parse.urlencode(pairs, safe=",", encoding="latin-1")
+
+    def pin(self, endpoint: Endpoint, provider: str, body: bytes, following: str) -> tuple[bytes, str]:
+        """The answer with its next cursor pinned to `provider` (several providers; opaque-cursor endpoints), and
+        that cursor. The cursor read_answer found is replaced where it stands; only a body that spells it in
+        another way (escapes, spacing) is parsed and written again."""
+        if not (self.pins and following and endpoint.path in self.pinned_paths):
+            return body, following
+        pinned = provider + PIN + following
+        old, new = orjson.dumps(following), orjson.dumps(pinned)
+        for key in (b'"next_cursor":', b'"next_cursor": '):
+            if body.count(key + old) == 1:
+                return body.replace(key + old, key + new), pinned
+        page = orjson.loads(body)
+        page["next_cursor"] = pinned
+        return orjson.dumps(page), pinned
+
+    # --- the cost ledger ------------------------------------------------------------------------------------
+    def settled(self, endpoint: Endpoint, response: UpstreamResponse, items: int, account: str) -> None:
+        """The attempt that gave the call its answer, once its items are counted (accounting/charged.py)."""
+        provider = self.named.get(response.provider, self.first)
+        self._report(provider, endpoint.path, response.status, "", items, response.seconds, account)
+
+    def _refused(self, provider: Provider, status: int, seconds: float, account: str | None, path: str) -> None:
+        self._report(provider, path, status, "", 0, seconds, account or "")
+
+    def _report(
+        self,
+        provider: Provider,
+        path: str,
+        status: int,
+        error: str,
+        items: int,
+        seconds: float,
+        account: str,
+        failover: bool = False,
+    ) -> None:
+        """`failover`: the next provider is asked after this attempt."""
+        ok = 200 <= status < 300
+        paid = provider.costs.paid(path, items, ok)
+        attempt = Attempt(time.time(), provider.name, path, status, error, items, paid, seconds, account)
+        self.ledger.record(attempt, failover)
+
+    def close(self) -> None:
+        for provider in self.providers:
+            provider.client.close()
+
+
+def build(settings: Settings, ledger: Ledger) -> Router:
+    """The router of PROVIDERS, or of the one provider today's UPSTREAM_* settings name."""
+    entries = settings.providers or (
+        {
+            "name": DEFAULT,
+            "kind": "twitterapi",
+            "url": settings.upstream_url,
+            "keys": list(settings.upstream_api_keys) or settings.upstream_api_key,
+            "prefix": settings.upstream_path_prefix,
+        },
+    )
+    providers = []
+    for entry in entries:
+        if entry["kind"] not in KINDS:
+            raise SettingsError(
+                f"PROVIDERS: provider {entry['name']}: kind must be one of {', '.join(KINDS)}, not {entry['kind']!r}"
+            )
+        keys = entry["keys"] if isinstance(entry["keys"], str) else list(provider_keys(entry["keys"]))
+        default_prefix = settings.upstream_path_prefix if entry["kind"] == "twitterapi" else ""
+        kind = adapter(entry["kind"])
+        client = UpstreamClient(
+            entry["url"],
+            keys,
+            entry.get("prefix", default_prefix),
+            settings.upstream_connect_timeout,
+            settings.upstream_timeout,
+            settings.upstream_max_connections,
+            settings.upstream_max_body_bytes,
+            Breaker(
+                settings.breaker_failures, settings.breaker_reset_seconds, min_accounts=settings.breaker_min_accounts
+            ),
+            name=entry["name"],
+            headers=kind.headers,
+        )
+        providers.append(Provider(entry["name"], entry["kind"], client, Costs(entry.get("costs"))))
+    return Router(
+        providers, settings.provider_routing, ledger, settings.upstream_timeout, settings.breaker_reset_seconds
+    )
