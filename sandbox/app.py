@@ -21,6 +21,7 @@ import orjson
 import tornado.web
 from tornado.log import access_log
 
+from . import dialects
 from . import faults as faultlib
 from .basis import N_BIG
 from .endpoints import ENDPOINTS, MOVING, Args, BadRequest, respond
@@ -142,7 +143,14 @@ class NotFoundHandler(JsonHandler):
 
 
 class ProviderHandler(JsonHandler):
+    """The twitterapi dialect: the spec's paths after the prefix, `X-API-Key`, its envelopes and objects."""
+
     hang: asyncio.Future | None = None
+
+    @staticmethod
+    def error_body(message: str) -> bytes:
+        """An error's body in this dialect (faults and a bad X-Sim-Fault header answer with it too)."""
+        return orjson.dumps({"status": "error", "msg": message})
 
     def get(self, path: str) -> Awaitable[None] | None:
         # Not a coroutine: without faults a request is answered synchronously; with faults
@@ -155,13 +163,13 @@ class ProviderHandler(JsonHandler):
             try:
                 faults = faultlib.parse(header)
             except ValueError as e:
-                self.send(400, orjson.dumps({"status": "error", "msg": str(e)}))
+                self.send(400, self.error_body(str(e)))
                 return None
         status, body = self._answer(path)
         if faults is None:
             self.send(status, body)
             return None
-        return faultlib.deliver(self, faults, sb.fault_rng, sb.hangs, status, body)
+        return faultlib.deliver(self, faults, sb.fault_rng, sb.hangs, status, body, self.error_body)
 
     def _answer(self, path: str) -> tuple[int, bytes]:
         sb = self.sandbox
@@ -202,10 +210,17 @@ def normalize_prefix(prefix: str) -> str:
 
 
 def make_app(
-    api_key: str, prefix: str = "/twitter", seed: int = 7, faults: str = "", clock: Callable[[], float] = time.time
+    api_key: str,
+    prefix: str = "/twitter",
+    seed: int = 7,
+    faults: str = "",
+    clock: Callable[[], float] = time.time,
+    dialect: str = "twitterapi",
 ) -> tornado.web.Application:
     """The sandbox upstream.  `faults` is a run-wide fault spec (see sandbox.faults); `clock`
-    gives the wall-clock seconds the live posts follow (tests may pass a fixed one)."""
+    gives the wall-clock seconds the live posts follow (tests may pass a fixed one); `dialect` the kind of
+    provider it speaks as (sandbox.dialects: twitterapi or socialdata)."""
+    provider = dialects.handler(dialect)  # first: an unknown dialect fails before the world is built
     sb = Sandbox(api_key, seed, faults, clock)
     args = {"sandbox": sb}
     return tornado.web.Application(
@@ -213,7 +228,7 @@ def make_app(
             (r"/healthz", HealthHandler, args),
             (r"/sandbox/stats", StatsHandler, args),
             (r"/sandbox/catalog", CatalogHandler, args),
-            (rf"{re.escape(normalize_prefix(prefix))}/(.+)", ProviderHandler, args),
+            (rf"{re.escape(normalize_prefix(prefix))}/(.+)", provider, args),
         ],
         default_handler_class=NotFoundHandler,
         default_handler_args=args,

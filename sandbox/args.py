@@ -54,7 +54,12 @@ def decode_cursor(cursor: str) -> tuple[int, int | None]:
 
 
 class Args:
-    """Query parameters (the last value of each wins; empty means absent)."""
+    """Query parameters (the last value of each wins; empty means absent), and how the answer renders the
+    world's posts and accounts: the twitterapi dialect's objects here, another dialect's in a subclass
+    (sandbox.dialects)."""
+
+    render_tweet = staticmethod(render.tweet)
+    render_user = staticmethod(render.user)
 
     def __init__(self, query_arguments: dict[str, list[bytes]], now: int):
         self._args = query_arguments
@@ -181,8 +186,8 @@ def lookup(table: dict[str, int], key: str, what: str) -> int:
 
 def tweets_page(w: World, a: Args, seq: Sequence[int], moving: bool = False) -> dict:
     """A page of tweets; a moving list (one with live posts) carries its time in the cursor."""
-    return page(seq, a.offset(), TWEET_PAGE, lambda i: render.tweet(w, i), a.asof() if moving else None)
+    return page(seq, a.offset(), TWEET_PAGE, lambda i: a.render_tweet(w, i), a.asof() if moving else None)
 
 
 def users_page(w: World, a: Args, seq: Sequence[int], size: int) -> dict:
-    return page(seq, a.offset(), size, lambda u: render.user(w, u))
+    return page(seq, a.offset(), size, lambda u: a.render_user(w, u))

@@ -26,10 +26,10 @@ import asyncio
 import random
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.client import responses
 
-import orjson
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
 
@@ -79,9 +79,16 @@ def parse(spec: str) -> Faults | None:
 
 
 async def deliver(
-    handler: RequestHandler, faults: Faults, rng: random.Random, hangs: set[asyncio.Future], status: int, body: bytes
+    handler: RequestHandler,
+    faults: Faults,
+    rng: random.Random,
+    hangs: set[asyncio.Future],
+    status: int,
+    body: bytes,
+    error_body: Callable[[str], bytes],
 ) -> None:
-    """Send (status, body) through `handler`, distorted as `faults` says."""
+    """Send (status, body) through `handler`, distorted as `faults` says; an injected error's body is
+    `error_body(message)`, in the dialect's form."""
     if faults.latency_ms > 0:
         await asyncio.sleep(faults.latency_ms / 1000)
     if faults.reset:
@@ -97,7 +104,7 @@ async def deliver(
     for code, prob in faults.errors:
         if rng.random() < prob:
             handler.set_status(code)
-            handler.finish(orjson.dumps({"status": "error", "msg": f"simulated upstream error {code}"}))
+            handler.finish(error_body(f"simulated upstream error {code}"))
             return
     if status == 200 and len(body) < faults.oversize:
         body += b" " * (faults.oversize - len(body))

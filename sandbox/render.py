@@ -292,12 +292,10 @@ def _media(w: World, i: int, handle: str, start: int, end: int, tco: str) -> lis
     return out
 
 
-def tweet(w: World, i: int, nested: bool = False) -> dict:
-    """The Tweet object; a quote carries its quoted tweet one level deep, as on the platform."""
-    t = w.tweet(i)
+def entities(w: World, i: int) -> dict:
+    """Tweet i's entities, in the platform's v1.1 form (both dialects show them: sandbox.dialects)."""
     c = w.content(i)
-    handle = w.handle(t.author)
-    entities = {
+    return {
         "hashtags": [{"indices": [s, e], "text": tag} for tag, s, e in c.tags],
         "symbols": [],
         "urls": [_url_entity(c.link[2], c.link[3], c.link[0], c.link[1])] if c.link else [],
@@ -305,8 +303,15 @@ def tweet(w: World, i: int, nested: bool = False) -> dict:
             {"id_str": w.user_id(u), "indices": [s, e], "name": w.name(u), "screen_name": w.handle(u)}
             for u, s, e in c.mentions
         ],
-        "media": _media(w, i, handle, *c.media) if c.media else [],
+        "media": _media(w, i, w.handle(w.tweet(i).author), *c.media) if c.media else [],
     }
+
+
+def tweet(w: World, i: int, nested: bool = False) -> dict:
+    """The Tweet object; a quote carries its quoted tweet one level deep, as on the platform."""
+    t = w.tweet(i)
+    c = w.content(i)
+    handle = w.handle(t.author)
     parent = w.tweet(t.parent) if t.parent >= 0 else None
     return {
         "type": "tweet",
@@ -329,7 +334,7 @@ def tweet(w: World, i: int, nested: bool = False) -> dict:
         "inReplyToUserId": w.user_id(parent.author) if parent else None,
         "inReplyToUsername": w.handle(parent.author) if parent else None,
         "author": user(w, t.author),
-        "entities": entities,
+        "entities": entities(w, i),
         "quoted_tweet": tweet(w, t.quote, nested=True) if t.quote >= 0 and not nested else None,
         # The world holds no reposts: a repost's original would be here, one level deep like a quote.
         "retweeted_tweet": None,

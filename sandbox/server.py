@@ -16,6 +16,7 @@ from tornado.netutil import bind_sockets
 
 from . import faults as faultlib
 from .app import make_app
+from .dialects import DIALECTS
 
 
 class _CountingHTTPServer(HTTPServer):
@@ -57,10 +58,16 @@ class SandboxServer:
 
 
 def start(
-    host: str, port: int, api_key: str, prefix: str = "/twitter", seed: int = 7, faults: str = ""
+    host: str,
+    port: int,
+    api_key: str,
+    prefix: str = "/twitter",
+    seed: int = 7,
+    faults: str = "",
+    dialect: str = "twitterapi",
 ) -> SandboxServer:
-    """Listen on the current asyncio loop (port 0 picks a free port)."""
-    return SandboxServer(make_app(api_key, prefix, seed, faults), host, port)
+    """Listen on the current asyncio loop (port 0 picks a free port), speaking `dialect` (sandbox.dialects)."""
+    return SandboxServer(make_app(api_key, prefix, seed, faults, dialect=dialect), host, port)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -70,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--api-key",
         default=os.environ.get("UPSTREAM_API_KEY") or "sandbox-upstream-key",
-        help="value required in X-API-Key (env UPSTREAM_API_KEY)",
+        help="the provider key a request must carry: X-API-Key, or Authorization: Bearer in the socialdata dialect"
+        " (env UPSTREAM_API_KEY)",
     )
     parser.add_argument(
         "--prefix",
@@ -78,6 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="path prefix of the provider endpoints (env UPSTREAM_PATH_PREFIX)",
     )
     parser.add_argument("--seed", type=int, default=7, help="seed of the synthetic world")
+    parser.add_argument(
+        "--dialect",
+        choices=DIALECTS,
+        default="twitterapi",
+        help="the kind of provider it speaks as: its paths, shapes, key header and errors (default twitterapi)",
+    )
     parser.add_argument(
         "--faults",
         default=os.environ.get("SANDBOX_FAULTS", ""),
@@ -107,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    server = start(args.host, args.port, args.api_key, args.prefix, args.seed, args.faults)
+    server = start(args.host, args.port, args.api_key, args.prefix, args.seed, args.faults, args.dialect)
     print(
-        f"sandbox upstream listening on {server.url} (prefix {args.prefix}, seed {args.seed}"
+        f"sandbox upstream listening on {server.url} ({args.dialect}, prefix {args.prefix}, seed {args.seed}"
         f"{', faults ' + args.faults if args.faults else ''})",
         flush=True,
     )
