@@ -221,7 +221,10 @@ async def final_flush(ctx: Context) -> None:
 
 
 async def keep_unwritten(ctx: Context) -> None:
-    """What the final flush could not write goes to DATA_DIR, for the next start (accounting/unwritten.py)."""
+    """What the final flush could not write goes to DATA_DIR, for the next start (accounting/unwritten.py). Cost-ledger
+    entries are the operator's figures, not a charge: those the database did not take are counted in the log."""
+    if len(ctx.costs.buffer):
+        log.error("%d cost-ledger entries not written by the drain deadline: lost", len(ctx.costs.buffer))
     pending = len(ctx.meter.buffer)
     if not pending:
         return

@@ -9,15 +9,20 @@ from handlers.validation import Field, ValidationError, error
 DEFAULT_DAYS = 30  # the period when `from` is absent: this many days up to `to`
 
 
-def _moment(value: str, loc: list) -> None:
-    try:
-        datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00"))
-    except ValueError:
-        raise ValidationError([error(loc, "Input should be a valid ISO 8601 datetime", "datetime_parsing")]) from None
+EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC)  # what a period may name
 
 
 def _utc(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00")).astimezone(UTC)
+
+
+def _moment(value: str, loc: list) -> None:
+    try:
+        moment = _utc(value)
+    except (ValueError, OverflowError):  # the year 1 at +14:00 is before the first moment a datetime holds
+        raise ValidationError([error(loc, "Input should be a valid ISO 8601 datetime", "datetime_parsing")]) from None
+    if not EARLIEST <= moment < LATEST:
+        raise ValidationError([error(loc, "Input should be between 1970 and 9000", "value_error")])
 
 
 FROM = Field(
@@ -38,7 +43,7 @@ class AdminMarginHandler(BaseHandler):
     async def get(self) -> None:
         raw_from, raw_to = self.query_arg(FROM), self.query_arg(TO)
         until = _utc(raw_to) if raw_to else datetime.now(UTC)
-        since = _utc(raw_from) if raw_from else until - timedelta(days=DEFAULT_DAYS)
+        since = _utc(raw_from) if raw_from else max(EARLIEST, until - timedelta(days=DEFAULT_DAYS))
         if since >= until:
             raise ValidationError([error(["query", "from"], "from must be before to", "value_error")])
         margin = await self.services.margin.period(since, until)

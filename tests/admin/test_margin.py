@@ -186,6 +186,9 @@ async def test_margin_rights_and_period_validation(api, ctx):
         ("from=2026-01-01T00:00:00Z&to=2026-01-01T00:00:00Z", "value_error"),  # empty
         ("from=yesterday", "value_error"),
         ("to=2026-13-01T00:00:00Z", "datetime_parsing"),
+        ("from=0001-01-01T00:00:00%2B14:00", "datetime_parsing"),  # before the first moment a datetime holds
+        ("from=1969-12-31T23:59:59Z", "value_error"),
+        ("to=1970-01-01T00:00:00Z", "value_error"),  # its default `from`, 30 days earlier, held at 1970: empty
     ):
         status, body, _ = await api.call("GET", "/admin/margin?" + query, token=token)
         assert status == 422 and body["detail"][0]["type"] == type_, (query, body)
