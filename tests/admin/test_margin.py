@@ -10,12 +10,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import gateway
 from accounting.costs import CostLedger
 from app.embedded import free_port
 from gateway_testing.helpers import UPSTREAM_KEY, make_settings
 from runtime.metrics import Metrics
 from runtime.state import State
 from social.providers import Attempt
+from storage import db as database
 from storage.provider_costs import ProviderCostStore
 
 pytestmark = pytest.mark.gen_test(timeout=60)
@@ -218,3 +220,15 @@ async def test_the_ledger_stores_each_attempt_once_bounded_and_all_of_it_on_clos
     assert (await store.totals(*week))["a", "/user/info"]["n"] == 25
     doc = await store.buckets.find_one({})
     assert doc["expires_at"] - doc["ts"] == pytest.approx(timedelta(days=1), abs=timedelta(minutes=1))
+
+
+async def test_a_graceful_stop_writes_every_ledger_entry(ctx, mongo):
+    """Entries recorded an instant before the stop (none written yet) are in the database after it."""
+    now = datetime.now(UTC)
+    for _ in range(3):
+        ctx.costs.record(attempt(now, "b"))
+    await gateway.shutdown(ctx, [])
+    ctx.client = database.connect(mongo.uri)  # shutdown closed the app's client
+    store = ProviderCostStore(ctx.client[ctx.settings.mongodb_db], retention_days=1)
+    minute = timedelta(minutes=1)
+    assert (await store.totals(now - minute, now + minute))["b", "/user/info"]["n"] == 3
