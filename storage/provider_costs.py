@@ -1,20 +1,21 @@
 """The operator's cost ledger: every request put to a provider (social/providers Attempt), stored in buckets.
 
-A flush batch is written as one document per (provider, endpoint): the usage records' bucket pattern
+A flush batch is written as one document per (provider, endpoint, hour): the usage records' bucket pattern
 (storage/usage.py), one insert and one set of index updates per pair per batch instead of per attempt. A bucket
 carries its attempts and their totals:
 
-    {_id: "<process>-<batch>:<provider>:<endpoint>", provider, endpoint, ts, ts_max, expires_at,
+    {_id: "<process>-<batch>:<provider>:<endpoint>:<hour>", provider, endpoint, ts, ts_max, expires_at,
      n, failures, failovers, cost_usd, seconds,
      rows: [[at, status, error, items, cost_usd, seconds, account, failover], ...]}
 
-`ts` / `ts_max` are the first and last attempt's end; `failures` the attempts that got no usable answer (no answer,
+`ts` / `ts_max` are the first and last attempt's end, within one UTC hour (a batch held back by a database
+outage may span hours: it is cut there, so that a period's edges are found among an hour of buckets); `failures` the attempts that got no usable answer (no answer,
 a 5xx, a 429); `failovers` those after which the router asked another provider. Bucket ids derive from the batch,
 so a retried batch skips what an earlier try wrote. A bucket goes at `expires_at` (PROVIDER_LEDGER_RETENTION_DAYS
 after its write, through storage/expiry.py like the audit log).
 
 A period's totals (`totals`) read the totals of the buckets wholly inside it (summed by the server) and the rows of
-the few at its edges, so any period, to the millisecond, sums exactly the attempts that ended in it.
+the few across its edges, so any period, to the millisecond, sums exactly the attempts that ended in it.
 """
 
 from datetime import UTC, datetime, timedelta
@@ -26,8 +27,9 @@ from pymongo.errors import BulkWriteError
 from storage.db import only_duplicates
 from storage.expiry import Expiry
 
+SPAN = timedelta(hours=1)  # a bucket's attempts end within one UTC hour
 INDEXES = [
-    # A period's buckets: those ending at or after its start, then those starting at or before its end.
+    # A period's buckets by their last attempt's end: inside it, or within SPAN after either edge.
     IndexModel([("ts_max", ASCENDING), ("ts", ASCENDING)]),
     IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0),
 ]
@@ -59,15 +61,16 @@ def totals_of(rows) -> dict:
 
 def buckets_of(batch_id: str, records: list[dict], expires_at: datetime) -> list[dict]:
     """A batch's buckets; each record {provider, endpoint, row} (accounting/costs.py)."""
-    groups: dict[tuple[str, str], list[list]] = {}
+    groups: dict[tuple[str, str, str], list[list]] = {}
     for record in records:
-        groups.setdefault((record["provider"], record["endpoint"]), []).append(record["row"])
+        hour = record["row"][AT].strftime("%Y%m%d%H")
+        groups.setdefault((record["provider"], record["endpoint"], hour), []).append(record["row"])
     buckets = []
-    for (provider, endpoint), rows in groups.items():
+    for (provider, endpoint, hour), rows in groups.items():
         times = [r[AT] for r in rows]
         buckets.append(
             {
-                "_id": f"{batch_id}:{provider}:{endpoint}",
+                "_id": f"{batch_id}:{provider}:{endpoint}:{hour}",
                 "provider": provider,
                 "endpoint": endpoint,
                 "ts": min(times),
@@ -112,19 +115,21 @@ class ProviderCostStore:
             for name in row:
                 row[name] += figures[name]
 
-        inside = {"ts": {"$gte": since}, "ts_max": {"$lte": until}}
+        inside = {"ts_max": {"$gte": since, "$lte": until}, "ts": {"$gte": since}}
         group = {"_id": {"p": "$provider", "e": "$endpoint"}}
         group.update({name: {"$sum": f"${name}"} for name in ("n", "failures", "failovers", "cost_usd", "seconds")})
         async for doc in await self.buckets.aggregate([{"$match": inside}, {"$group": group}]):
             add(doc["_id"]["p"], doc["_id"]["e"], doc)
-        # The buckets across an edge: their rows one by one (a flush interval's worth at each edge).
-        edges = {
-            "ts_max": {"$gte": since},
-            "ts": {"$lte": until},
-            "$or": [{"ts": {"$lt": since}}, {"ts_max": {"$gt": until}}],
-        }
-        async for bucket in self.buckets.find(edges):
-            rows = [r for r in bucket["rows"] if since <= r[AT] <= until]
-            if rows:
-                add(bucket["provider"], bucket["endpoint"], totals_of(rows))
+        # The buckets across an edge (each within SPAN of it): their rows one by one. A bucket across both edges
+        # (a period shorter than it) is found twice and counted once.
+        seen = set()
+        for edge in (
+            {"ts_max": {"$gte": since, "$lt": since + SPAN}, "ts": {"$lt": since}},
+            {"ts_max": {"$gt": until, "$lt": until + SPAN}, "ts": {"$lte": until}},
+        ):
+            async for bucket in self.buckets.find(edge):
+                rows = [r for r in bucket["rows"] if since <= r[AT] <= until]
+                if rows and bucket["_id"] not in seen:
+                    seen.add(bucket["_id"])
+                    add(bucket["provider"], bucket["endpoint"], totals_of(rows))
         return out

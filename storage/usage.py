@@ -32,7 +32,7 @@ summed by `backfill`.
 """
 
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import orjson
 from pymongo.asynchronous.database import AsyncDatabase
@@ -284,7 +284,8 @@ class UsageStore:
         """(provider, endpoint) -> [calls, credits] of every account's records in [since, until] (the margin view;
         `provider` None for a record that names none: answered by no provider, or from before providers)."""
         pipeline = [
-            {"$match": {"ts": {"$lte": until}, "ts_max": {"$gte": since}}},
+            # A bucket holds one UTC day of records: its first is less than a day before its last (the index's range).
+            {"$match": {"ts": {"$gte": since - timedelta(days=1), "$lte": until}, "ts_max": {"$gte": since}}},
             {"$project": {"records.ts": 1, "records.provider": 1, "records.endpoint": 1, "records.credits": 1}},
             {"$unwind": "$records"},
             {"$match": {"records.ts": {"$gte": since, "$lte": until}}},

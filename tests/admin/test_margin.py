@@ -208,7 +208,7 @@ async def test_the_ledger_stores_each_attempt_once_bounded_and_all_of_it_on_clos
     small = State(dataclasses.replace(ctx.settings, buffer_max=25, flush_batch=10))
     metrics = Metrics()
     ledger = CostLedger(small, store, metrics, "proc")
-    now = datetime.now(UTC)
+    now = datetime.now(UTC).replace(microsecond=0)  # the ledger keeps milliseconds
     for i in range(30):
         ledger.record(attempt(now + timedelta(milliseconds=i), "a", cost_usd=0.001))
     assert len(ledger.buffer) == 25 and metrics.provider_ledger_dropped == 5 and metrics.provider_calls["a"] == 30
@@ -218,6 +218,9 @@ async def test_the_ledger_stores_each_attempt_once_bounded_and_all_of_it_on_clos
     assert len(ledger.buffer) == 0
     week = (now - timedelta(days=1), now + timedelta(days=1))
     assert (await store.totals(*week))["a", "/user/info"]["n"] == 25
+    # A period inside one bucket (across both its edges): its attempts once.
+    within = (now + timedelta(milliseconds=5), now + timedelta(milliseconds=9))
+    assert (await store.totals(*within))["a", "/user/info"]["n"] == 5
     doc = await store.buckets.find_one({})
     assert doc["expires_at"] - doc["ts"] == pytest.approx(timedelta(days=1), abs=timedelta(minutes=1))
 
