@@ -316,12 +316,22 @@ class Meter:
         self.last_used.seen[key.key_id] = record["ts"]
 
     def record_poll(
-        self, account_id: str, key_id: int, endpoint: str, status: int, credits: int, request_id: str, stream_id: str
+        self,
+        account_id: str,
+        key_id: int,
+        endpoint: str,
+        status: int,
+        credits: int,
+        request_id: str,
+        stream_id: str,
+        provider: str = "",
     ) -> None:
         """The usage record of a filter rule's or monitor's poll (streams/): a data call made on the account's
-        behalf, carrying the rule or monitor it served (`stream_id`)."""
+        behalf, carrying the rule or monitor it served (`stream_id`) and the provider that answered it."""
         record = self._record(account_id, key_id, endpoint, status, credits, request_id)
         record["stream_id"] = stream_id
+        if provider:
+            record["provider"] = provider
         self._add(record)
 
     def _record(self, account_id: str, key_id: int, endpoint: str, status: int, credits: int, request_id: str):

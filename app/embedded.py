@@ -310,8 +310,9 @@ class Helpers:
 def start_helpers(settings: Settings, storage_path: str | None = None, sandbox: bool = True) -> Helpers:
     """The embedded database (on DATA_DIR/db, or `storage_path`, ":memory:" included) and the sandbox
     upstream as processes, for whichever of MONGODB_URI and UPSTREAM_URL is unset (the sandbox only when
-    `sandbox`); returns settings pointing at them. Stop them with Helpers.stop()."""
-    helpers = Helpers(settings, upstream=settings.upstream_url)
+    `sandbox`, and not when PROVIDERS lists the providers); returns settings pointing at them. Stop them with Helpers.stop()."""
+    named = ", ".join(f"{p['name']} ({p['kind']}) at {p['url']}" for p in settings.providers)
+    helpers = Helpers(settings, upstream=named or settings.upstream_url)
     try:
         if not settings.mongodb_uri:
             if storage_path is None:  # one process per data directory: a second one would fail deep inside
@@ -324,7 +325,7 @@ def start_helpers(settings: Settings, storage_path: str | None = None, sandbox: 
                 with open(os.path.join(settings.data_dir, URI_FILE), "w") as fh:
                     fh.write(embedded.uri)
             helpers.database = f"embedded SecantusDB at {embedded.uri} (data in {path})"
-        if sandbox and not settings.upstream_url:
+        if sandbox and not settings.upstream_url and not settings.providers:  # PROVIDERS name their own URLs
             port = free_port()
             env = {
                 **os.environ,

@@ -139,7 +139,9 @@ class Poller:
             charged = self.calls.settle(page) if moved else 0
             if not moved:
                 self.calls.release(page)
-            self.meter.record_poll(account_id, rule["key_id"], polls.ROUTE, page.status, charged, event_id, rule["_id"])
+            self.meter.record_poll(
+                account_id, rule["key_id"], polls.ROUTE, page.status, charged, event_id, rule["_id"], page.provider
+            )
         self.polls += 1
 
     async def _finish(self, rule: dict, start: datetime, event_id: str, new: list, gaps: list) -> bool:

@@ -139,21 +139,25 @@ class Router:
             return await self.first.client.get(endpoint.path, query, account, weight, None, endpoint.path)
         now = time.monotonic()
         end = now + self.deadline
+        pinned = None
         if self.pins and endpoint.path in self.pinned_paths and "cursor=" in query:
-            provider, query = self._unpin(query)
-            candidates: tuple[Provider, ...] = (provider,)
-        else:
-            candidates = self._candidates(endpoint, size, now)
-        if not candidates:
+            pinned, query = self._unpin(query)
+        candidates = (pinned,) if pinned is not None else self._candidates(endpoint, size, now)
+        if not candidates or (pinned is not None and pinned not in self.serving.get(endpoint.path, ())):
             raise UpstreamError("unavailable", "no provider serves this endpoint")
-        failure = UpstreamError("timeout", "no time left for another provider")
+        failure = None  # the last provider's, raised when none is left
         for i, provider in enumerate(candidates):
             left = end - time.monotonic()
             if left <= 0:
                 break
             more = i + 1 < len(candidates)
             timeout = min(provider.client.timeout, left / 2 if more else left)
-            path, sent = (endpoint.path, query) if provider.passes else provider.adapter.request(endpoint, query)
+            try:
+                path, sent = (endpoint.path, query) if provider.passes else provider.adapter.request(endpoint, query)
+            except LookupError:  # this call's parameters have no counterpart there: as an endpoint it cannot serve
+                if not more:
+                    raise failure or UpstreamError("unavailable", "no provider can serve this call") from None
+                continue
             started = time.perf_counter()
             try:
                 response = await provider.client.get(path, sent, account, weight, timeout, endpoint.path)
@@ -178,7 +182,7 @@ class Router:
                 status, body = provider.adapter.answer(endpoint, status, response.body)
                 response = UpstreamResponse(status, body, response.seconds, provider.name)
             return response
-        raise failure
+        raise failure or UpstreamError("timeout", "no time left for another provider")
 
     def _candidates(self, endpoint: Endpoint, size: int, now: float) -> tuple[Provider, ...]:
         serving = self.serving.get(endpoint.path, ())
@@ -188,15 +192,20 @@ class Router:
             serving = tuple(p for p in serving if not p.cooling(now)) + tuple(p for p in serving if p.cooling(now))
         return serving
 
-    def _unpin(self, query: str) -> tuple[Provider, str]:
-        """The provider a cursor is pinned to, and the query with the provider's own cursor."""
-        provider, pairs = self.first, []
+    def _unpin(self, query: str) -> tuple[Provider | None, str]:
+        """The provider a cursor is pinned to, and the query with the provider's own cursor (None, the query as it
+        was: no cursor after all). A cursor naming no provider of PROVIDERS goes to the first, as it is."""
+        provider, pairs = None, []
         for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True, encoding="latin-1"):
-            if name == "cursor":
+            if name == "cursor" and value:
                 head, sep, rest = value.partition(PIN)
                 if sep and head in self.named:
                     provider, value = self.named[head], rest
+                else:
+                    provider = self.first
             pairs.append((name, value))
+        if provider is None:
+            return None, query
         return provider, urllib.parse.urlencode(pairs, safe=",", encoding="latin-1")
 
     def pin(self, endpoint: Endpoint, provider: str, body: bytes, following: str) -> tuple[bytes, str]:
@@ -263,12 +272,11 @@ def build(settings: Settings, ledger: Ledger) -> Router:
                 f"PROVIDERS: provider {entry['name']}: kind must be one of {', '.join(KINDS)}, not {entry['kind']!r}"
             )
         keys = entry["keys"] if isinstance(entry["keys"], str) else list(provider_keys(entry["keys"]))
-        default_prefix = settings.upstream_path_prefix if entry["kind"] == "twitterapi" else ""
         kind = adapter(entry["kind"])
         client = UpstreamClient(
             entry["url"],
             keys,
-            entry.get("prefix", default_prefix),
+            entry.get("prefix", settings.upstream_path_prefix),  # both kinds' APIs live under /twitter
             settings.upstream_connect_timeout,
             settings.upstream_timeout,
             settings.upstream_max_connections,

@@ -18,11 +18,12 @@ endpoint (status, message or msg, has_next_page, next_cursor, the results key). 
 counterpart for is null (UNFILLABLE), never made up. Statuses: 404 of the user, post, List or Community looked up
 is our HTTP 200 "... not found" answer (for `/tweets`: the id left out); 400 and 422 are our 400; 401, 402 (out
 of credit), 403 and 429 stay what they are (the provider refusing our key: the key pool rests it); 5xx stay;
-a 2xx we cannot read is a 502. Cursors are SocialData's own `next_cursor`, passed back as `cursor`."""
+a 2xx we cannot read is a 502. Cursors are SocialData's own `next_cursor`, passed back as `cursor` (what they
+hold beyond printable ASCII, spaces included, escaped in ours and restored: `_outward`, `_inward`)."""
 
 import functools
 from datetime import UTC, datetime
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 import orjson
 
@@ -77,12 +78,24 @@ SERVED: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _TRUE = ("true", "1")
+_CURSOR_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
 
 
 def _seg(value: str) -> str:
     """One path segment, whatever the customer sent: every reserved character and the dots escaped, so a value
     can neither leave its segment nor climb out of it (`..`)."""
     return quote(value, safe="", encoding="latin-1").replace(".", "%2E")
+
+
+def _outward(cursor: str) -> str:
+    """SocialData's cursor as ours: unchanged but for what our cursors may not hold (docs/api.md: printable ASCII,
+    no space), percent-escaped with `%` itself, so `_inward` gives back exactly what SocialData sent."""
+    return quote(cursor, safe=_CURSOR_SAFE)
+
+
+def _inward(cursor: str) -> str:
+    """Our cursor as SocialData's, as Latin-1 text of its bytes (what `_query` sends)."""
+    return unquote(cursor, encoding="latin-1")
 
 
 def _query(pairs: dict[str, str]) -> str:
@@ -100,7 +113,7 @@ class SocialData:
 
     def request(self, endpoint: Endpoint, query: str) -> tuple[str, str]:
         q = dict(parse_qsl(query, encoding="latin-1"))  # validated: each parameter once
-        path, cursor = endpoint.path, {"cursor": q.get("cursor", "")}
+        path, cursor = endpoint.path, {"cursor": _inward(q.get("cursor", ""))}
         if path == "/tweet/advanced_search":
             return "/search", _query({"query": q.get("query", ""), "type": q.get("queryType", "")} | cursor)
         if path == "/user/info":
@@ -156,15 +169,20 @@ class SocialData:
 
 
 def _page(endpoint: Endpoint, served: str, order: tuple[str, ...], body) -> dict:
+    users: dict = {}  # an account met again in the page (a timeline's author) is normalized once
+    if body.get("status") == "error" or (served in ("user", "tweet") and _id(body) is None):
+        raise ValueError("not the documented answer")  # an error in a 2xx, or an object without its id
     if served == "user":
-        return _envelope(endpoint, order, "success", "", _user(body), "")
+        return _envelope(endpoint, order, "success", "", _user(body, users), "")
     if served == "tweet":
-        return _envelope(endpoint, order, "success", "", [_tweet(body)], "")
+        return _envelope(endpoint, order, "success", "", [_tweet(body, users)], "")
     items = body[served]
-    results = [_tweet(t) for t in items] if served == "tweets" else [_user(u) for u in items]
+    results = [_tweet(t, users) for t in items] if served == "tweets" else [_user(u, users) for u in items]
     following = body.get("next_cursor")
+    if following is not None and not isinstance(following, (str, int)):
+        raise ValueError("next_cursor")
     # An empty page ends the list even with a cursor: following it would ask for empty pages for ever.
-    return _envelope(endpoint, order, "success", "", results, str(following) if following and results else "")
+    return _envelope(endpoint, order, "success", "", results, _outward(str(following)) if following and results else "")
 
 
 def _envelope(endpoint: Endpoint, order: tuple[str, ...], status: str, message: str, results, following: str) -> dict:
@@ -222,13 +240,17 @@ def _source(value: str | None) -> str | None:
     return value[value.find(">") + 1 : value.rfind("<")] or None
 
 
-def _user(u: dict) -> dict:
+def _user(u: dict, users: dict) -> dict:
+    uid = _id(u)
+    known = users.get(uid) if uid is not None else None
+    if known is not None:
+        return known
     handle = u.get("screen_name")
-    return {
+    user = {
         "type": "user",
         "userName": handle,
         "url": f"https://x.com/{handle}" if handle else None,
-        "id": _id(u),
+        "id": uid,
         "name": u.get("name"),
         "isBlueVerified": u.get("verified"),  # documented: "a verified account with a blue checkmark"
         "verifiedType": None,
@@ -256,9 +278,12 @@ def _user(u: dict) -> dict:
         "unavailableReason": None,
         "profile_bio": None,
     }
+    if uid is not None:
+        users[uid] = user
+    return user
 
 
-def _tweet(t: dict, nested: bool = False) -> dict:
+def _tweet(t: dict, users: dict, nested: bool = False) -> dict:
     tid, author = _id(t), t["user"]
     parent = _id(t, "in_reply_to_status_id")
     views = t.get("views_count")
@@ -283,10 +308,10 @@ def _tweet(t: dict, nested: bool = False) -> dict:
         "displayTextRange": t.get("display_text_range"),
         "inReplyToUserId": _id(t, "in_reply_to_user_id"),
         "inReplyToUsername": t.get("in_reply_to_screen_name"),
-        "author": _user(author),
+        "author": _user(author, users),
         "entities": _entities(t.get("entities")),
-        "quoted_tweet": _tweet(quoted, True) if quoted and not nested else None,
-        "retweeted_tweet": _tweet(reposted, True) if reposted and not nested else None,
+        "quoted_tweet": _tweet(quoted, users, True) if quoted and not nested else None,
+        "retweeted_tweet": _tweet(reposted, users, True) if reposted and not nested else None,
         "isLimitedReply": None,
     }
 

@@ -12,12 +12,12 @@ import urllib.request
 
 import orjson
 import pytest
-from support import FAST, UPSTREAM_KEY, Gateway, SearchProvider, account_with_keys, charged, qs
+from support import FAST, UPSTREAM_KEY, Gateway, SearchProvider, account_with_keys, charged, make_settings, qs
 from test_answer_cache import balance
 
 import sandbox
 from app.embedded import free_port
-from config.settings import problems
+from config.settings import SettingsError, problems
 from sandbox import faults as faultlib
 from social.providers import router as routing
 from social.providers.ledger import MemoryLedger
@@ -27,8 +27,8 @@ pytestmark = pytest.mark.gen_test(timeout=60)
 QUICK = dict(plan_rules=FAST, upstream_timeout=2.0, breaker_reset_seconds=0.3)
 
 
-def entry(name: str, url: str, **costs) -> dict:
-    found = {"name": name, "kind": "twitterapi", "url": url, "keys": [UPSTREAM_KEY]}
+def entry(name: str, url: str, kind: str = "twitterapi", **costs) -> dict:
+    found = {"name": name, "kind": kind, "url": url, "keys": [UPSTREAM_KEY]}
     return {**found, "costs": costs} if costs else found
 
 
@@ -55,6 +55,29 @@ async def log_of(api, user) -> list[dict]:
     return (await api.call("GET", "/usage/log", token=user["token"]))[1]["records"]
 
 
+@pytest.mark.parametrize(
+    "providers,says",
+    [
+        ('[{"name": "a", "kind": "twitterapi", "url": "http://x", "keys": ["sekrit"]}] x', "cannot read"),
+        ('[{"name": "a", "kind": "twitterapi", "url": "http://x"}]', "needs name, kind, url and keys"),
+        ('[{"name": "A B", "kind": "twitterapi", "url": "http://x", "keys": ["sekrit"]}]', "unique names"),
+        (
+            '[{"name": "a", "kind": "twitterapi", "url": "http://x", "keys": ["sekrit"]},'
+            ' {"name": "a", "kind": "socialdata", "url": "http://y", "keys": ["sekrit"]}]',
+            "unique names",
+        ),
+        ('[{"name": "a", "kind": "twitterapi", "url": "ftp://x", "keys": ["sekrit"]}]', "url must start"),
+        ('[{"name": "a", "kind": "twitterapi", "url": "http://x", "keys": ["sek\\u0007rit"]}]', "keys must be"),
+        ('[{"name": "a", "kind": "twitterapi", "url": "http://x", "keys": ["sekrit"], "costs": {"item": -1}}]', "USD"),
+        ('[{"name": "a", "kind": "x-api", "url": "http://x", "keys": ["sekrit"]}]', "kind must be one of"),
+    ],
+)
+def test_providers_the_gateway_cannot_use_are_refused_at_start_without_their_keys(providers, says):
+    with pytest.raises(SettingsError) as refused:
+        routing.build(make_settings(providers=providers), MemoryLedger())
+    assert says in str(refused.value) and "sekrit" not in str(refused.value)
+
+
 @pytest.mark.settings(**QUICK)
 @pytest.mark.parametrize("fault", ["error=503:1", "latency=3000", "refused"])
 async def test_a_failing_provider_fails_over_to_the_next_charged_once(api, ctx, catalog, fault):
@@ -78,6 +101,21 @@ async def test_a_failing_provider_fails_over_to_the_next_charged_once(api, ctx, 
     # The cost ledger has both attempts: A's failure, then B's answer (one request each, B's only once).
     assert [(t.provider, t.status == 200) for t in ledger.recent] == [("a", False), ("b", True)]
     assert b.stats["requests"] == 1
+
+
+@pytest.mark.settings(**QUICK, cache_max_bytes=10_000_000, cache_hit_price=0.5)
+async def test_a_kept_answer_names_the_provider_that_produced_it(api, ctx, catalog):
+    b = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY)
+    use_providers(ctx, entry("a", dead()), entry("b", b.url))
+    path = f"/social/user/info?userName={catalog['users'][1]['userName']}"
+    try:
+        user, key = await api.funded_key(10_000)
+        answers = [await api.call("GET", path, key=key["key"]) for _ in range(2)]
+    finally:
+        b.stop()
+    assert [(h["X-Cache"], h["X-Provider"]) for _, _, h in answers] == [("MISS", "b"), ("HIT", "b")]
+    assert answers[0][1] == answers[1][1] and b.stats["requests"] == 1
+    assert [r["provider"] for r in await log_of(api, user)] == ["b", "b"]
 
 
 @pytest.mark.settings(**QUICK)
@@ -141,12 +179,55 @@ async def test_a_cursor_stays_with_the_provider_that_issued_it(api, ctx):
         a.stop()
         status, _, headers = await search(api, key["key"], "the", cursor=second["next_cursor"])
         assert status in (502, 503, 504) and headers.get("X-Credits-Charged", "0") == "0"
+        # A cursor naming no provider (handed out before B was listed) is the first provider's, A's.
+        status, _, _ = await search(api, key["key"], "the", cursor="DAACCgACGdy")
+        assert status in (502, 503, 504)
         assert b.stats["requests"] == 0  # the crawl never went on at B with A's cursor
         status, fresh, headers = await search(api, key["key"], "the")  # a new crawl goes to B
         assert status == 200 and headers["X-Provider"] == "b" and fresh["next_cursor"].startswith("b~")
     finally:
         a.stop()
         b.stop()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_between_two_dialects_calls_fail_over_and_cost_route_in_one_shape(api, ctx, catalog):
+    """A twitterapi provider that is down, then the dearer one, and a socialdata one: answers in our shape from
+    either (tests/providers/ compares them field by field), a crawl's pages through the provider that started it,
+    and an endpoint SocialData cannot serve always at the other."""
+    port = free_port()
+    b = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, dialect="socialdata")
+    use_providers(ctx, entry("a", f"http://127.0.0.1:{port}"), entry("b", b.url, kind="socialdata"))
+    a = None
+    try:
+        user, key = await api.funded_key(1_000_000)
+        name = catalog["users"][0]["userName"]
+        status, via_b, headers = await api.call("GET", f"/social/user/info?userName={name}", key=key["key"])
+        assert status == 200 and headers["X-Provider"] == "b" and via_b["data"]["userName"] == name
+        status, first, headers = await search(api, key["key"], "the")
+        assert status == 200 and headers["X-Provider"] == "b" and first["next_cursor"].startswith("b~")
+        a = sandbox.start("127.0.0.1", port, UPSTREAM_KEY)
+        use_providers(
+            ctx,
+            entry("a", a.url, item=0.001),
+            entry("b", b.url, kind="socialdata", item=0.0002),
+            routing_rule="cost",
+        )
+        status, second, headers = await search(api, key["key"], "the", cursor=first["next_cursor"])
+        assert status == 200 and headers["X-Provider"] == "b" and second["tweets"] != first["tweets"]
+        status, _, headers = await api.call(
+            "GET", f"/social/user/info?userName={name}", key=key["key"], headers={"Cache-Control": "no-cache"}
+        )
+        assert status == 200 and headers["X-Provider"] == "b"  # the cheaper one
+        query = qs({"userName": catalog["big_accounts"][0]})
+        status, _, headers = await api.call("GET", f"/social/user/followers?{query}", key=key["key"])
+        assert status == 200 and headers["X-Provider"] == "a"  # SocialData cannot serve it: never routed there
+        assert a.stats["requests"] == 1
+    finally:
+        b.stop()
+        if a:
+            a.stop()
+    assert {r["provider"] for r in await log_of(api, user)} == {"a", "b"}
 
 
 @pytest.mark.settings(**QUICK)
@@ -215,7 +296,7 @@ async def test_a_rule_delivers_every_tweet_once_through_a_failover(api, ctx, bas
     b.tweets = a.tweets  # one world, two providers
     use_providers(ctx, entry("a", a.url), entry("b", b.url))
     try:
-        _, key = await api.funded_key(1_000_000)
+        user, key = await api.funded_key(1_000_000)
         status, body, _ = await api.call(
             "POST",
             "/oapi/tweet_filter/add_rule",
@@ -232,6 +313,7 @@ async def test_a_rule_delivers_every_tweet_once_through_a_failover(api, ctx, bas
         posted += [a.post() for _ in range(3)]
         await asyncio.sleep(1.2)
         assert b.queries, "no poll failed over to B"
+        assert {"a", "b"} <= {r["provider"] for r in await log_of(api, user)}  # the polls' usage records
     finally:
         a.stop()
         b.stop()

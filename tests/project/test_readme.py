@@ -315,6 +315,20 @@ def test_every_documented_command_and_option_works(served, tmp_path):
     finally:
         sandbox.send_signal(signal.SIGTERM)
         assert sandbox.wait(30) == 0
+    # ... and speaking SocialData's dialect: its paths, its Bearer key, its objects.
+    argv = ["simulate-upstream", "--port", str(port), "--api-key", "k2", "--dialect", "socialdata"]
+    runner.note(argv)
+    sandbox = subprocess.Popen([SCRIPT, *argv], env=environment(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert "(socialdata," in sandbox.stdout.readline()
+        handle = http("GET", f"http://127.0.0.1:{port}/sandbox/catalog")[1]["users"][0]["userName"]
+        status, body, _ = http(
+            "GET", f"http://127.0.0.1:{port}/twitter/user/{handle}", headers={"Authorization": "Bearer k2"}
+        )
+        assert status == 200 and body["screen_name"] == handle and isinstance(body["id_str"], str)
+    finally:
+        sandbox.send_signal(signal.SIGTERM)
+        assert sandbox.wait(30) == 0
 
     # An account on the served gateway, for admin and the sandbox chain, reached through the URI serve printed.
     email = f"cli-{uuid.uuid4().hex[:8]}@example.com"

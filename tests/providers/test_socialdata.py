@@ -284,8 +284,16 @@ def test_error_statuses_map_to_ours():
         code, body = answer("/user/info", status)
         assert code == status and body["status"] == "error"
     # A 2xx that is not the documented shape is a failure, not an empty success.
-    for broken in (b"<html>", b"[]", b'{"tweets": 3}', b'{"users": [{"id_str": "1"}]}'):
+    for broken in (
+        b"<html>",
+        b"[]",
+        b'{"tweets": 3}',
+        b'{"users": [{"id_str": "1"}]}',
+        b'{"tweets": [], "next_cursor": {}}',
+    ):
         assert answer("/tweet/advanced_search", 200, broken)[0] == 502
+    for broken in (b'{"status": "error", "message": "x"}', b'{"name": "no id"}'):
+        assert answer("/user/info", 200, broken)[0] == 502
 
 
 @pytest.mark.gen_test(timeout=30)
@@ -334,6 +342,15 @@ def test_what_it_serves_and_how_it_asks():
         "/user/42/tweets-and-replies",
         "cursor=c",
     )
+    # SocialData's cursors "may contain spaces and other special characters": ours may not (printable ASCII, no
+    # space), so what they hold beyond that is escaped going out and comes back to SocialData exactly as it sent it.
+    odd = "4611686018541662731|17410 80922%2F\u00e9"
+    page = normalized("/list/members", {"next_cursor": odd, "users": example("followers")["users"]})
+    assert re.fullmatch(r"[!-~]+", page["next_cursor"])
+    their_path, their_query = request(
+        BY_PATH["/list/members"], urllib.parse.urlencode({"list_id": 7, "cursor": page["next_cursor"]})
+    )
+    assert their_path == "/list/7/members" and urllib.parse.parse_qs(their_query) == {"cursor": [odd]}
     # A call with a parameter SocialData has no counterpart for is refused, as an endpoint it cannot serve.
     for path, query in (
         ("/tweets", "tweet_ids=1,2"),
