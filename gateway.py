@@ -205,20 +205,26 @@ async def goodbye(ctx: Context) -> None:
 
 
 async def final_flush(ctx: Context) -> None:
-    """Every usage record written and every lease returned, tried again until it works (or the deadline)."""
-    while True:
-        try:
-            await ctx.meter.close()
-            return
-        except Exception as exc:
-            log.error(
-                "final flush failed (%s), %d usage records pending; retrying", type(exc).__name__, len(ctx.meter.buffer)
-            )
-            await asyncio.sleep(0.2)
+    """Every usage record written and every lease returned, and every provider request in the cost ledger, tried
+    again until it works (or the deadline)."""
+    for close, buffer, what in (
+        (ctx.meter.close, ctx.meter.buffer, "usage records"),
+        (ctx.costs.close, ctx.costs.buffer, "cost-ledger entries"),
+    ):
+        while True:
+            try:
+                await close()
+                break
+            except Exception as exc:
+                log.error("final flush failed (%s), %d %s pending; retrying", type(exc).__name__, len(buffer), what)
+                await asyncio.sleep(0.2)
 
 
 async def keep_unwritten(ctx: Context) -> None:
-    """What the final flush could not write goes to DATA_DIR, for the next start (accounting/unwritten.py)."""
+    """What the final flush could not write goes to DATA_DIR, for the next start (accounting/unwritten.py). Cost-ledger
+    entries are the operator's figures, not a charge: those the database did not take are counted in the log."""
+    if len(ctx.costs.buffer):
+        log.error("%d cost-ledger entries not written by the drain deadline: lost", len(ctx.costs.buffer))
     pending = len(ctx.meter.buffer)
     if not pending:
         return

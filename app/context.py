@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pymongo import AsyncMongoClient, monitoring
 
 from accounting.charged import Calls
+from accounting.costs import CostLedger
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from alerts.detector import Detector
@@ -36,12 +37,13 @@ from services.audit import AuditService
 from services.auth import Auth
 from services.cursors import CursorHandles
 from services.keys import KeyService
+from services.margin import Margin
 from services.members import Members
 from services.ops import Ops
 from services.sessions import Sessions
 from social.pool import InFlight
 from social.providers import router as routing
-from social.providers.ledger import Ledger, MemoryLedger
+from social.providers.ledger import Ledger
 from social.providers.router import Router
 from social.upstream import FailureBudget
 from storage import db as database
@@ -60,6 +62,7 @@ from storage.leases import LeaseStore
 from storage.limits import Limits
 from storage.markers import outbound_hold
 from storage.members import MemberStore
+from storage.provider_costs import ProviderCostStore
 from storage.sessions import SessionStore
 from storage.signin import SignInStore
 from storage.streams import StreamStore
@@ -106,6 +109,7 @@ class Context:
     account_cache: LoadingCache  # account id -> AccountView
     limiter: RateLimiter
     meter: Meter
+    costs: CostLedger  # the operator's cost ledger: every provider request, for /metrics and the margin view
     metrics: Metrics
     executor: ThreadPoolExecutor  # CPU-heavy work (password hashing) off the event loop
     payments: Payments  # crypto top-ups: processor, orders, crediting
@@ -205,7 +209,10 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     state = State(settings)  # what a reload changes: every part below that prices or plans reads it from here
     meter = Meter(state, accounts, keys_, usage, leases, vault, metrics, BudgetStore(db))
     await meter.start()
-    upstream = routing.build(settings, MemoryLedger())  # one client per provider (PROVIDERS, or today's UPSTREAM_*)
+    cost_store = ProviderCostStore(db, settings.provider_ledger_retention_days)
+    await cost_store.ensure_indexes(expiry)
+    costs = CostLedger(state, cost_store, metrics, leases.process_id)
+    upstream = routing.build(settings, costs)  # one client per provider (PROVIDERS, or today's UPSTREAM_*)
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hash")
     decoy = await asyncio.get_running_loop().run_in_executor(executor, passwords.decoy_hash, settings.password_scrypt_n)
     audit = AuditStore(db, settings.audit_retention_days)
@@ -281,6 +288,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         auth=Auth(settings, accounts, members, signin, limits, audit, meter.account_cache, vault, outbox),
         cursors=CursorHandles(cursor_handles),
         keys=KeyService(keys_, meter, vault, settings.max_keys_per_account),
+        margin=Margin(usage, cost_store, state),
         members=Members(settings, members, accounts, outbox, limits),
         ops=ops,
         payments=payments,
@@ -311,6 +319,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         account_cache=meter.account_cache,
         limiter=data.limiter,
         meter=meter,
+        costs=costs,
         metrics=metrics,
         executor=executor,
         payments=payments,

@@ -1,5 +1,5 @@
 """Every loop of background work this process runs, in one place: stores and services expose single
-steps (Meter.flush, Meter.heartbeat, Meter.upkeep, Payments.reconcile_once, AdminStore.refresh, RateLimiter.forget_idle,
+steps (Meter.flush, CostLedger.flush, Meter.heartbeat, Meter.upkeep, Payments.reconcile_once, AdminStore.refresh, RateLimiter.forget_idle,
 Detector.check_once, Outbox.work, Expiry.once);
 this module decides when they run."""
 
@@ -82,6 +82,21 @@ async def flush_usage(ctx: Context) -> None:
     await when_told_or_every(meter.batch_ready, ctx.settings.flush_interval, flush, "usage flush")
 
 
+async def flush_costs(ctx: Context) -> None:
+    """Writes the cost ledger's provider requests as the usage flusher writes usage (accounting/costs.py)."""
+    costs = ctx.costs
+
+    async def flush() -> None:
+        if not len(costs.buffer):
+            return
+        try:
+            await costs.flush()
+        except Exception as exc:
+            log.warning("cost ledger flush failed (%s); %d kept for retry", type(exc).__name__, len(costs.buffer))
+
+    await when_told_or_every(costs.batch_ready, ctx.settings.flush_interval, flush, "cost ledger flush")
+
+
 async def watch_loop_lag(ctx: Context) -> None:
     """How late a periodic wake-up runs is how long the event loop was held by something else: every
     request waited that long. Published as gateway_event_loop_lag_seconds; past LAG_ALARM, a warning."""
@@ -137,6 +152,7 @@ def start_background(ctx: Context) -> list[asyncio.Task]:
     settings = ctx.settings
     tasks = {
         "flusher": flush_usage(ctx),
+        "cost-ledger": flush_costs(ctx),
         "loop-lag": watch_loop_lag(ctx),
         "access-log": flush_access_log(ctx),
         # Two loops: the heartbeat must never wait behind upkeep (many accounts' give-backs or a reclaim).

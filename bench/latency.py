@@ -472,8 +472,8 @@ async def fixed_rate(
     The connections come from several loopback addresses (127.0.0.2...) as several customers would, so that the
     per-address connection cap (MAX_CONNECTIONS_PER_ADDRESS) is not what is measured. Returns one dict per call:
     status, the X-Credits-Charged header, whether the body is the provider's 429, when it was scheduled and when
-    answered (seconds from the start), the latency from the scheduled time (no coordinated omission), and how the
-    answer cache answered (X-Cache). `live`: each call a live read (Cache-Control: no-cache), as for the
+    answered (seconds from the start), the latency from the scheduled time (no coordinated omission), how the
+    answer cache answered (X-Cache) and which provider produced the answer (X-Provider). `live`: each call a live read (Cache-Control: no-cache), as for the
     provider-bound job; bench/cache.py lets the cache answer."""
     fresh = "Cache-Control: no-cache\r\n" if live else ""
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
@@ -509,6 +509,7 @@ async def fixed_rate(
                 "provider_429": PROVIDER_429 in body,
                 "retry_after": "retry-after" in headers,
                 "cache": headers.get("x-cache", ""),
+                "provider": headers.get("x-provider", ""),
                 **({"error": body[:160].decode("utf-8", "replace")} if lines[0][9:10] != "2" else {}),
                 "at": scheduled - start,
                 "done": time.perf_counter() - start,

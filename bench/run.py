@@ -23,6 +23,9 @@ across a killed worker) (bench/streams.py).
 webhook receiver down and active rules, restores it and checks the books and that everything is there (bench/backup.py).
 `./dev bench --mcp [--seconds 20 --rounds 4 --connections 200 --nice 10]` sets an MCP tool call beside the REST call it wraps
 against a 0.7 s provider (the p50 and CPU it adds) and measures the compact answers' sizes (bench/mcp.py).
+`./dev bench --failover [--rate 200 --seconds 60] [--workers 2]` runs two providers (PROVIDERS), kills the first
+mid-run and brings it back: failed calls, p99 during the switch, double charges, traffic's return, then cost
+routing and the margin view against the charges (bench/failover.py).
 `./dev bench --reload [--rate 300 --sockets 100 --seconds 60]` sends SIGUSR2 to `serve --workers 2` under
 data calls to a 0.7 s provider and resuming WebSocket clients: failed calls, socket errors, events missed or
 doubled, and when the new code answered (bench/reload.py).
@@ -144,7 +147,12 @@ def main() -> None:
         help="--static: every key with an expiry, an endpoint scope, an address allowlist and a credit budget",
     )
     parser.add_argument("--cache", action="store_true", help="the answer cache, a 0.7 s provider (bench/cache.py)")
-    parser.add_argument("--rate", type=float, default=300, help="--cache, --reload: calls/s (open loop)")
+    parser.add_argument(
+        "--rate", type=float, default=300, help="--cache, --reload, --failover (default 200): calls/s (open loop)"
+    )
+    parser.add_argument(
+        "--failover", action="store_true", help="two providers, the first killed mid-run (bench/failover.py)"
+    )
     parser.add_argument("--memory", action="store_true", help="--cache: also RSS with the cache on and off")
     parser.add_argument("--streams", action="store_true", help="filter rules and WebSockets (bench/streams.py)")
     parser.add_argument("--rules", type=int, default=1000, help="--streams: active rules at 10 s")
@@ -180,6 +188,17 @@ def main() -> None:
         result = mcp.run(args)
         out = args.out or os.path.join(HERE, "results", "mcp.json")
         publish(result, out, mcp.report(result), args.readme and mcp.write_benchmarks_doc)
+        return
+    if args.failover:
+        from bench import failover
+
+        if "--seconds" not in sys.argv:
+            args.seconds = 60
+        if "--rate" not in sys.argv:
+            args.rate = 200
+        result = failover.run(args)
+        out = args.out or os.path.join(HERE, "results", f"failover-w{args.workers}.json")
+        publish(result, out, failover.report(result))
         return
     if args.reload:
         from bench import reload

@@ -556,6 +556,14 @@ class Settings:
     buffer_max: int = setting(
         100_000, "Unflushed usage records past which data calls fail closed (503).", "BUFFER_MAX", group="Metering"
     )
+    provider_ledger_retention_days: int = setting(
+        400,
+        "Days the operator's cost ledger keeps each provider request (MongoDB TTL; docs/providers.md): the margin "
+        "view's paid side reaches this far back. A change applies to requests written after it.",
+        "PROVIDER_LEDGER_RETENTION_DAYS",
+        group="Metering",
+        at_least=1,
+    )
     lease_seconds: float = setting(
         30.0, "Seconds of an account's spend one credit lease covers.", "LEASE_SECONDS", group="Metering", above=0
     )

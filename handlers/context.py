@@ -29,6 +29,7 @@ from services.audit import AuditService
 from services.auth import Auth
 from services.cursors import CursorHandles
 from services.keys import KeyService
+from services.margin import Margin
 from services.members import Members
 from services.ops import Ops
 from services.sessions import Sessions
@@ -50,6 +51,7 @@ class Services:
     auth: Auth  # sign-in: registration, 2FA, password resets
     cursors: CursorHandles  # MCP clients' cursor handles (handlers/mcp/)
     keys: KeyService  # keys' rules over the key store and the meter
+    margin: Margin  # the operator's margin per provider: charged to customers against paid to providers
     members: Members  # members, their roles and invitations
     ops: Ops  # readiness and the /metrics figures
     payments: Payments  # crypto top-ups: processor, orders, crediting

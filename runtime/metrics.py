@@ -53,6 +53,13 @@ class Metrics:
     cache_claims_skipped: int = 0  # misses that did not wait for a slow shared tier (accounting/charged.py)
     cache_writes_dropped: int = 0  # shared-tier writes dropped past its backlog (accounting/charged.py)
     credits_saved: int = 0
+    # Per provider (accounting/costs.py, each request the router puts to one): requests, those with no usable
+    # answer, those after which the router asked another provider, and what the operator owes for them.
+    provider_calls: Counter = field(default_factory=Counter)
+    provider_failures: Counter = field(default_factory=Counter)
+    provider_failovers: Counter = field(default_factory=Counter)
+    provider_cost_usd: Counter = field(default_factory=Counter)
+    provider_ledger_dropped: int = 0  # cost-ledger entries dropped past its bound (the database away for long)
     flushes: int = 0
     flushed_records: int = 0
     flush_failures: int = 0
@@ -70,6 +77,11 @@ class Metrics:
     upstream_latency: LatencyHistogram = field(  # observed in handlers/social.py for each provider answer
         default_factory=lambda: LatencyHistogram(
             "gateway_upstream_latency_seconds", "Time the provider took to answer a data call, by route."
+        )
+    )
+    provider_latency: LatencyHistogram = field(  # observed in accounting/costs.py for each provider request
+        default_factory=lambda: LatencyHistogram(
+            "gateway_provider_latency_seconds", "Time each provider request took, answered or not.", label="provider"
         )
     )
     poll_late: LatencyHistogram = field(  # observed in streams/poller.py as each poll starts

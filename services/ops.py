@@ -102,6 +102,7 @@ class GatewayCollector:
             BREAKER_STATES[ctx.upstream.breaker.state],
         )
         yield from self._provider_keys()
+        yield from self._providers()
         for name, doc in (("hits", "Cache lookups answered from memory."), ("misses", "Cache lookups that loaded.")):
             family = CounterMetricFamily(f"gateway_cache_{name}", doc, labels=["cache"])
             for cache_name, cache in (("key", meter.key_cache), ("account", meter.account_cache)):
@@ -221,6 +222,35 @@ class GatewayCollector:
         yield _gauge("gateway_webhook_queue_depth", "Deliveries pending (due or waiting for a retry).", outbox.depth)
         yield _gauge(
             "gateway_webhook_oldest_pending_age_seconds", "Age of the oldest undelivered delivery.", outbox.oldest_age
+        )
+
+    def _providers(self):
+        """Per provider named in PROVIDERS (accounting/costs.py, each request the router put to one): requests,
+        those with no usable answer, those after which another provider was asked, their latency and their cost."""
+        m = self.ctx.metrics
+        for name, figures, doc in (
+            ("gateway_provider_calls", m.provider_calls, "Requests put to each provider."),
+            (
+                "gateway_provider_failures",
+                m.provider_failures,
+                "Provider requests with no usable answer (no answer, a 5xx, a 429).",
+            ),
+            (
+                "gateway_provider_failovers",
+                m.provider_failovers,
+                "Provider requests after which the router asked the next provider.",
+            ),
+            ("gateway_provider_cost_usd", m.provider_cost_usd, "What the operator owes each provider, by its costs."),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["provider"])
+            for provider, value in sorted(figures.items()):
+                family.add_metric([provider], value)
+            yield family
+        yield from m.provider_latency.collect()
+        yield _counter(
+            "gateway_provider_ledger_dropped",
+            "Provider requests counted here but not stored in the cost ledger (its buffer was full).",
+            m.provider_ledger_dropped,
         )
 
     def _provider_keys(self):

@@ -32,7 +32,7 @@ summed by `backfill`.
 """
 
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import orjson
 from pymongo.asynchronous.database import AsyncDatabase
@@ -279,3 +279,25 @@ class UsageStore:
         ]
         cursor = await self.buckets.aggregate(pipeline)
         return next(iter([doc["credits"] async for doc in cursor]), 0)
+
+    async def charged(self, since: datetime, until: datetime) -> dict[tuple[str | None, str], list[int]]:
+        """(provider, endpoint) -> [calls, credits] of every account's records in [since, until] (the margin view;
+        `provider` None for a record that names none: answered by no provider, or from before providers)."""
+        pipeline = [
+            # A bucket holds one UTC day of records: its first is less than a day before its last (the index's range).
+            {"$match": {"ts": {"$gte": since - timedelta(days=1), "$lte": until}, "ts_max": {"$gte": since}}},
+            {"$project": {"records.ts": 1, "records.provider": 1, "records.endpoint": 1, "records.credits": 1}},
+            {"$unwind": "$records"},
+            {"$match": {"records.ts": {"$gte": since, "$lte": until}}},
+            {
+                "$group": {
+                    "_id": {"p": "$records.provider", "e": "$records.endpoint"},
+                    "calls": {"$sum": 1},
+                    "credits": {"$sum": "$records.credits"},
+                }
+            },
+        ]
+        return {
+            (doc["_id"].get("p"), doc["_id"]["e"]): [doc["calls"], doc["credits"]]
+            async for doc in await self.buckets.aggregate(pipeline)
+        }

@@ -1,7 +1,7 @@
 """The admin area's part of the OpenAPI document (metrics, the accounts list, one account's detail and actions):
 its operations and schemas, the parameters and bodies being the `Field` declarations of handlers/admin/."""
 
-from handlers.admin import accounts, billing, metrics
+from handlers.admin import accounts, billing, margin, metrics
 from handlers.billing import documents
 from handlers.openapi_operations import Operation
 from handlers.openapi_schema import TIME, B, I, N, S, array, body_schema, nullable, obj, path_param, query_param, ref
@@ -29,6 +29,17 @@ OPERATIONS: list[Operation] = [
         params=tuple(
             query_param(f) for f in (metrics.INCLUDE_INTERNAL, metrics.SEARCH, metrics.USERS_LIMIT, metrics.CURSOR)
         ),
+        errors=(401, 403, 422),
+        role=roles.VIEWER,
+    ),
+    Operation(
+        "get",
+        "/admin/margin",
+        "The operator's margin per provider and endpoint over a period: charged to customers against paid to "
+        "providers, with calls, failures and failovers (admins only)",
+        "admin",
+        ref("AdminMargin"),
+        params=(query_param(margin.FROM), query_param(margin.TO)),
         errors=(401, 403, 422),
         role=roles.VIEWER,
     ),
@@ -239,6 +250,37 @@ SCHEMAS: dict = {
             ),
         ]
     },
+    "MarginFigures": obj(
+        ("calls", "charged_credits", "charged_usd", "provider_calls", "failures", "failovers", "paid_usd"),
+        calls={"type": "integer", "description": "Customers' calls (usage records) answered by it"},
+        charged_credits={"type": "integer", "description": "Credits those calls were charged"},
+        charged_usd={"type": "number", "description": "The same at CREDITS_PER_USD"},
+        provider_calls={"type": "integer", "description": "Requests put to the provider (the cost ledger)"},
+        failures={"type": "integer", "description": "Of those, the ones with no usable answer (none, 5xx, 429)"},
+        failovers={"type": "integer", "description": "Of those, the ones after which the next provider was asked"},
+        paid_usd={"type": "number", "description": "What the operator owes the provider for them (its costs)"},
+        margin_usd={"type": "number", "description": "charged_usd - paid_usd"},
+    ),
+    "MarginRow": {
+        "allOf": [
+            obj(
+                ("provider", "endpoint"),
+                provider=nullable(S),
+                endpoint={"type": "string", "description": "The route, /social/user/info"},
+            ),
+            ref("MarginFigures"),
+        ]
+    },
+    "MarginProvider": {"allOf": [obj(("provider",), provider=nullable(S)), ref("MarginFigures")]},
+    "AdminMargin": obj(
+        ("period", "rows", "providers", "totals", "credits_per_usd"),
+        period=obj(("from", "to"), **{"from": TIME, "to": TIME}),
+        rows=array(ref("MarginRow")),
+        providers=array(ref("MarginProvider")),
+        totals=ref("MarginFigures"),
+        credits_per_usd=I,
+        generated_at=TIME,
+    ),
     "AdminAdjust": body_schema(accounts.ADJUST),
     "AdminCredit": body_schema(accounts.CREDIT),
     "AdminSuspend": body_schema(accounts.SUSPEND),

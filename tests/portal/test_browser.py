@@ -516,8 +516,11 @@ def test_session_cookie_is_out_of_reach_of_page_scripts(watched, stack):
 
 
 # --- admin, phone size, docs ------------------------------------------------------------------------
-def test_admin_sees_metrics_and_accounts(watched, stack, tmp_path):
+def test_admin_sees_metrics_and_accounts(watched, stack, sandbox_catalog, tmp_path):
     customer = stack.account(f"customer-{uuid.uuid4().hex[:8]}@example.com")
+    key = stack.new_key(customer["token"])
+    stack.top_up(customer["token"], key["key_id"], 10_000)
+    assert data_call(stack, key["key"], sandbox_catalog["users"][0]["userName"]) == 200
     w = watched()
     page = w.page
     sign_in_admin(page, stack)
@@ -529,6 +532,11 @@ def test_admin_sees_metrics_and_accounts(watched, stack, tmp_path):
     expect(users).not_to_contain_text(ADMIN)
     page.get_by_label("Include admins and internal accounts").check()
     expect(users).to_contain_text(ADMIN)
+    # The margin per provider: the call above, charged, on the one provider an unset PROVIDERS names.
+    margin = page.locator("#margin-table tbody")
+    expect(margin.get_by_test_id("margin-row").first).to_contain_text("/social/user/info")
+    expect(margin).to_contain_text("twitterapi")
+    expect(margin).to_contain_text("All providers")
     shot(page, tmp_path, "admin")
     w.check()
 

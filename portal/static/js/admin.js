@@ -1,5 +1,5 @@
-// The admin view: the totals and chart of every account, the accounts list and search, one account's detail with
-// credit, debit, suspend and resume.
+// The admin view: the totals and chart of every account, the operator's margin per provider over a period, the
+// accounts list and search, one account's detail with credit, debit, suspend and resume.
 import { $, button, cell, confirmAction, el, labelCells, number, usd, when } from "./dom.js";
 import { act, api, listGeneration } from "./api.js";
 import { drawChart } from "./chart.js";
@@ -45,7 +45,57 @@ export async function loadAdmin() {
     });
     if (usersList.isCurrent(list)) await moreUsers();
   });
+  await showMargin();
 }
+
+// The margin per provider and endpoint (GET /admin/margin) over whole UTC days, the last 30 by default; each
+// provider's endpoints, then its total, then the period's.
+const marginBox = $("#margin-box");
+const marginShown = listGeneration(); // a slow earlier period must not replace the one asked for since
+const cost = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD", maximumFractionDigits: 4 });
+function day(offset) {
+  return new Date(Date.now() + offset * 86400000).toISOString().slice(0, 10);
+}
+async function showMargin() {
+  if (!$("#margin-from").value) $("#margin-from").value = day(-29);
+  if (!$("#margin-to").value) $("#margin-to").value = day(0);
+  const shown = marginShown.restart();
+  await act(marginBox, $("#margin-go"), async () => {
+    const period = "from=" + encodeURIComponent($("#margin-from").value + "T00:00:00Z") +
+      "&to=" + encodeURIComponent($("#margin-to").value + "T23:59:59.999Z");
+    const margin = await api("GET", "/admin/margin?" + period);
+    if (!marginShown.isCurrent(shown)) return;
+    const body = $("#margin-table tbody");
+    body.textContent = "";
+    const line = (provider, endpoint, f, cls) => {
+      const row = el("tr", undefined, cls);
+      row.dataset.testid = "margin-row";
+      cell(row, provider, "path");
+      cell(row, endpoint, "path");
+      cell(row, number.format(f.calls), "num");
+      cell(row, cost.format(f.charged_usd) + " (" + number.format(f.charged_credits) + " credits)", "num");
+      cell(row, number.format(f.provider_calls), "num");
+      cell(row, number.format(f.failures), "num");
+      cell(row, number.format(f.failovers), "num");
+      cell(row, cost.format(f.paid_usd), "num");
+      cell(row, cost.format(f.margin_usd), "num");
+      body.append(row);
+    };
+    const name = (provider) => (provider === null ? "(none answered)" : provider);
+    margin.providers.forEach((p) => {
+      margin.rows.filter((r) => r.provider === p.provider).forEach((r) => line(name(p.provider), r.endpoint, r));
+      line(name(p.provider), "all endpoints", p, "subtotal");
+    });
+    if (margin.rows.length) line("All providers", "all endpoints", margin.totals, "subtotal");
+    $("#margin-table").hidden = margin.rows.length === 0;
+    $("#margin-empty").hidden = margin.rows.length > 0;
+    labelCells($("#margin-table"));
+  });
+}
+$("#margin-period").addEventListener("submit", (event) => {
+  event.preventDefault();
+  showMargin();
+});
 async function moreUsers() {
   const list = usersList.current();
   const internal = $("#include-internal").checked ? "&include_internal=true" : "";
