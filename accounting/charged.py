@@ -1,6 +1,7 @@
 """One home for a charged data call: reserve -> the answer (the shared cache, an identical call under way, or
-the provider the router picks, failing over below this call: social/providers/router.py) -> its price -> settle or release -> the usage record. The data handler (handlers/social.py) and
-the stream poller (streams/poller.py) both go through it, so a call's money path is written once.
+the provider the router picks, failing over below this call: social/providers/router.py) -> its price -> settle or
+release -> the usage record. The data handler (handlers/social.py) and the stream poller (streams/poller.py) both
+go through it, so a call's money path is written once.
 
 The cache (docs/api.md, *The answer cache*): answers are public data, the same for every customer, so an
 answer charged once is served again at CACHE_HIT_PRICE x its price while fresh (social/answer_cache.py keeps
