@@ -68,21 +68,30 @@ def _account(report: Report, doc: dict, usage: dict[str, int]) -> None:
     report.balance += f["balance"]
     report.held += f["held"]
     report.charged += f["charged"]
+    if "credits_added" in doc:
+        report.added += doc["credits_added"]
+    report.differences.extend(account_differences(doc, usage))
+
+
+def account_differences(doc: dict, usage: dict[str, int]) -> list[str]:
+    """The account's side of the books checked: credits added (+ unpaid) = balance + charged usage (`usage`: credits
+    charged per lease). Empty when it holds. Monthly statements check their figures with it too
+    (billing/statements.py)."""
     if "credits_added" not in doc:
-        report.differences.append(
+        return [
             f"{_name(doc)}: no ledger of additions (credits_added); start the gateway once to bring the schema up to date"
-        )
-        return
+        ]
+    f = figures(doc, usage)
     added, unpaid = doc["credits_added"], doc.get("credits_unpaid", 0)
-    report.added += added
-    if added + unpaid != f["balance"] + f["charged"]:
-        gap = f["balance"] + f["charged"] - added - unpaid
-        report.differences.append(
-            f"{_name(doc)}: credits added {added}"
-            + (f" + unpaid {unpaid}" if unpaid else "")
-            + f" != balance {f['balance']} + charged usage {f['charged']} ({gap:+d} credits unaccounted for; "
-            f"unleased {f['credits']}, held in leases {f['held']})"
-        )
+    if added + unpaid == f["balance"] + f["charged"]:
+        return []
+    gap = f["balance"] + f["charged"] - added - unpaid
+    return [
+        f"{_name(doc)}: credits added {added}"
+        + (f" + unpaid {unpaid}" if unpaid else "")
+        + f" != balance {f['balance']} + charged usage {f['charged']} ({gap:+d} credits unaccounted for; "
+        f"unleased {f['credits']}, held in leases {f['held']})"
+    ]
 
 
 def _totals(credit_ids, order_id: str) -> set[int]:

@@ -14,6 +14,7 @@ from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from alerts.detector import Detector
+from billing.statements import Statements
 from config.settings import Settings
 from handlers.context import DataPath, HandlerContext, Runtime, Services, Throttles
 from metering.limiter import RateLimiter
@@ -272,6 +273,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         members=Members(settings, members, accounts, outbox, limits),
         ops=ops,
         payments=payments,
+        statements=Statements(accounts, usage.months, meter),
         sessions=Sessions(settings, accounts, SessionStore(db), meter, members),
         streams=Manager(settings, stream_store, state, poller.nudge),
         hub=hub,

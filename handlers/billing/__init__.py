@@ -1,5 +1,5 @@
-"""Billing, crypto top-ups: the routes (handlers.py) and their part of the OpenAPI document (openapi.py)."""
+"""Billing: crypto top-ups (handlers.py) and monthly statements (statements.py), their routes and their part of the OpenAPI document (openapi.py)."""
 
-from handlers.billing.handlers import routes
+from handlers.billing import handlers, statements
 
-__all__ = ["routes"]
+routes = handlers.routes + statements.routes
