@@ -14,6 +14,7 @@ from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from alerts.detector import Detector
+from billing.receipts import Billing
 from billing.statements import Statements
 from config.settings import Settings
 from handlers.context import DataPath, HandlerContext, Runtime, Services, Throttles
@@ -47,6 +48,7 @@ from storage.admin import AdminStore
 from storage.alerts import AlertStore
 from storage.answers import AnswerStore
 from storage.audit import SYSTEM, AuditStore
+from storage.billing import BillingStore
 from storage.budgets import BudgetStore
 from storage.cursor_handles import CursorHandleStore
 from storage.expiry import Expiry
@@ -121,6 +123,7 @@ class Context:
     expiry: Expiry  # TTL indexes, and on SecantusDB the passes in their place (storage/expiry.py)
     access_log: AccessLog  # one JSON line per request (BaseHandler.on_finish)
     outbound: Outbound  # held on a restored database: no webhook, email or poll leaves (runtime/outbound.py)
+    billing: Billing  # billing details, receipts and credit notes (billing/receipts.py)
     # The embedded database's restarts by its supervisor (app/embedded.py), where this process reports them.
     embedded_db_restarts: Callable[[], int] | None = None
 
@@ -210,6 +213,8 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         account = await meter.apply_credit(account_id, credit_id, credits, usd)
         details = {"credit_id": credit_id, "credits": credits, "usd": usd}
         await audit.record("credit.applied", account_id, SYSTEM, None, details, once=f"credit:{credit_id}")
+        # Its receipt before the credit leaves the order's pending list: a crash here is finished by a retry.
+        await billing.payment_credited(account_id, credit_id, credits, usd)
         return account
 
     payments = await build_payments(settings, db, credit)
@@ -226,6 +231,9 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
     outbound = Outbound(await outbound_hold(db))
     outbox = Outbox(settings, webhook_store, accounts, vault, owner=leases.process_id, outbound=outbound)
     detector = Detector(settings, alert_store, outbox, meter, accounts, keys_)
+    billing_store = BillingStore(db)
+    await billing_store.ensure_indexes()
+    billing = Billing(state, billing_store, payments, outbox.mailer)
     payments.crediting.listeners.append(detector.order_changed)
     stream_store = StreamStore(db, settings.stream_event_retention)
     await stream_store.ensure_indexes(expiry)
@@ -273,6 +281,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         members=Members(settings, members, accounts, outbox, limits),
         ops=ops,
         payments=payments,
+        billing=billing,
         statements=Statements(accounts, usage.months, meter),
         sessions=Sessions(settings, accounts, SessionStore(db), meter, members),
         streams=Manager(settings, stream_store, state, poller.nudge),
@@ -319,6 +328,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         expiry=expiry,
         access_log=runtime.access_log,
         outbound=outbound,
+        billing=billing,
     )
     ops.process = ctx  # readiness and /metrics read the whole process
     return ctx

@@ -95,6 +95,15 @@ def _plans(value: tuple) -> str:
     return ""
 
 
+def _text(most: int, required: bool = False):
+    def check(value: str) -> str:
+        if required and not value.strip():
+            return "must not be empty"
+        return f"must be at most {most:,} characters" if len(value) > most else ""
+
+    return check
+
+
 def _retry_schedule(value: tuple) -> str:
     bad = any(not isinstance(s, (int, float)) or isinstance(s, bool) or s <= 0 for s in value)
     return "must be a non-empty JSON list of positive seconds" if not value or bad else ""
@@ -649,6 +658,45 @@ class Settings:
     )
     checkouts_per_minute: int = setting(
         10, "Checkouts per account per minute before 429.", "CHECKOUTS_PER_MINUTE", group="Payments", at_least=1
+    )
+    billing_issuer_name: str = setting(
+        "Social Data Gateway",
+        "The operator's name at the top of every receipt, credit note and statement (docs/billing.md).",
+        "BILLING_ISSUER_NAME",
+        group="Billing documents",
+        check=_text(200, required=True),
+        must="1 to 200 characters",
+    )
+    billing_issuer_address: str = setting(
+        "",
+        "The operator's address on every billing document; lines separated by newlines or a literal \\n.",
+        "BILLING_ISSUER_ADDRESS",
+        group="Billing documents",
+        check=_text(1000),
+        must="at most 1,000 characters",
+    )
+    billing_issuer_tax_id: str = setting(
+        "",
+        "The operator's VAT, GST or other tax number on every billing document (empty: none shown).",
+        "BILLING_ISSUER_TAX_ID",
+        group="Billing documents",
+        check=_text(100),
+        must="at most 100 characters",
+    )
+    billing_footer: str = setting(
+        "",
+        "A line at the foot of every page of every billing document: registration, bank, contact (wrapped).",
+        "BILLING_FOOTER",
+        group="Billing documents",
+        check=_text(1000),
+        must="at most 1,000 characters",
+    )
+    billing_paper: str = setting(
+        "A4",
+        "The paper billing PDFs are set on unless the request asks (?paper=A4 or Letter).",
+        "BILLING_PAPER",
+        group="Billing documents",
+        choices=("A4", "Letter"),
     )
     alert_check_seconds: float = setting(
         2.0,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
+from billing.receipts import Billing
 from billing.statements import Statements
 from metering.limiter import RateLimiter
 from payments.service import Payments
@@ -52,6 +53,7 @@ class Services:
     members: Members  # members, their roles and invitations
     ops: Ops  # readiness and the /metrics figures
     payments: Payments  # crypto top-ups: processor, orders, crediting
+    billing: Billing  # billing details, receipts and credit notes (billing/receipts.py)
     statements: Statements  # monthly statements (billing/statements.py)
     sessions: Sessions  # session token checks, logout, password change
     streams: Manager  # adding and changing rules and monitors (streams/manage.py)

@@ -15,7 +15,7 @@ Guarantees (each with the write that gives it):
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from decimal import ROUND_FLOOR
+from decimal import ROUND_FLOOR, Decimal
 
 from payments.currencies import cents, usd_worth
 from payments.provider import PaymentState
@@ -58,7 +58,14 @@ def plan_change(order: dict, state: PaymentState, credits_per_usd: int) -> Chang
     credit = None
     if delta > 0:
         # Named after the total it brings the order to, so the same step always has the same id.
-        credit = {"credit_id": f"{order['_id']}:{target}", "credits": delta, "usd": delta / credits_per_usd}
+        # `paid`: the coins confirmed since the last credit, what this step's receipt says was paid (billing/).
+        paid = max(Decimal(str(state.confirmed_paid)) - Decimal(str(order["confirmed_paid"])), Decimal(0))
+        credit = {
+            "credit_id": f"{order['_id']}:{target}",
+            "credits": delta,
+            "usd": delta / credits_per_usd,
+            "paid": float(paid),
+        }
     return Change({**fields, "confirmed_usd": cents(worth), "updated_at": now_utc()}, credit)
 
 

@@ -67,9 +67,10 @@ class AdminService:
         sign_ins = await self.accounts.sign_ins([m["person_id"] for m in members])
         return {"orders": orders, "calls": calls, "audit": audit, "members": members, "sign_ins": sign_ins}
 
-    async def credit(self, account_id: str, credit_id: str, credits: int) -> AccountView:
-        """Credits added to the balance (not to what the account paid: the plan stays), once per `credit_id`."""
-        return await self.meter.apply_credit(account_id, credit_id, credits, 0.0)
+    async def credit(self, account_id: str, credit_id: str, credits: int, paid_usd: float = 0.0) -> AccountView:
+        """Credits added to the balance, once per `credit_id`; to what the account paid (its plan) only when the
+        operator marks them paid (`paid_usd`)."""
+        return await self.meter.apply_credit(account_id, credit_id, credits, paid_usd)
 
     async def debit(self, account_id: str, debit_id: str, credits: int) -> tuple[str, dict | None]:
         """Credits taken from the unleased balance, once per `debit_id`: ("done" | "missing" | "short", the

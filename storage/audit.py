@@ -61,6 +61,8 @@ ACTIONS = (
     "budget.changed",
     "checkout.created",
     "credit.applied",
+    "billing.details_changed",
+    "receipt.voided",
     "webhook.created",
     "webhook.deleted",
     "admin.credit",

@@ -25,12 +25,15 @@ class Mailer:
         self.sender = sender
         self.context = ssl.create_default_context()
 
-    async def send(self, to: str, subject: str, text: str) -> None:
+    async def send(self, to: str, subject: str, text: str, attachments: tuple[tuple[str, bytes], ...] = ()) -> None:
+        """`attachments`: (file name, PDF bytes) pairs (billing documents)."""
         if self.outbound.held:
             raise OutboundHeld("outbound is held (a restored database)")
         message = EmailMessage()
         message["From"], message["To"], message["Subject"] = self.sender, to, subject
         message.set_content(text)
+        for filename, data in attachments:
+            message.add_attachment(data, maintype="application", subtype="pdf", filename=filename)
         await asyncio.get_running_loop().run_in_executor(None, self._send, message)
 
     def _send(self, message: EmailMessage) -> None:

@@ -28,6 +28,13 @@ def _said(value: str, loc: list) -> None:
 
 REASON = Field("reason", str, min_length=3, max_length=500, check=_said, description="Why: kept in the audit log")
 ADJUST = [CREDITS, REASON]
+# A credit the customer paid the operator for outside the crypto checkout (a bank transfer): with `paid_usd` it
+# counts toward the plan as a payment does and gets a numbered receipt (billing/receipts.py `admin_paid`).
+CREDIT = [
+    *ADJUST,
+    Field("paid_usd", float, required=False, exclusive_minimum=0, maximum=1_000_000, description="Paid: a receipt"),
+    Field("payment_reference", str, required=False, max_length=200, description="On the receipt: a transfer's id"),
+]
 SUSPEND = [REASON]
 RESUME = [Field("reason", str, required=False, max_length=500, description="Why, for the audit log")]
 
@@ -91,18 +98,29 @@ class AccountDetailHandler(AccountAdminBase):
 
 
 class CreditHandler(AccountAdminBase):
-    """Adds credits to the account's balance (not to what it paid: the plan stays)."""
+    """Adds credits to the account's balance; not to what it paid (the plan stays) unless marked paid (`paid_usd`),
+    which also issues a receipt."""
 
     @admin_only
     @idempotent
     async def post(self, account_id: str) -> None:
-        body = validate_body(self.json_body(), ADJUST)
+        body = validate_body(self.json_body(), CREDIT)
         await self.target(account_id)
-        await self.services.admin.credit(account_id, self.adjustment_id("credit"), body["credits"])
+        credit_id, paid = self.adjustment_id("credit"), round(body.get("paid_usd") or 0.0, 2)
+        await self.services.admin.credit(account_id, credit_id, body["credits"], paid)
         details = {"credits": body["credits"], "reason": body["reason"]}
+        receipt = None
+        if paid:
+            # After the credit: a repeat of the Idempotency-Key finds the credit applied and issues the same receipt.
+            reference = body.get("payment_reference") or ""
+            receipt = await self.services.billing.admin_paid(account_id, credit_id, body["credits"], paid, reference)
+            details.update(paid_usd=paid, receipt=receipt["_id"])
         await self.audit("admin.credit", account_id=account_id, details=details, admin=True)
         account = await self.target(account_id)
-        self.send_json({**await self.summary(account), "credited": body["credits"]})
+        answer = {**await self.summary(account), "credited": body["credits"]}
+        if receipt is not None:
+            answer["receipt"] = receipt["_id"]
+        self.send_json(answer)
 
 
 class DebitHandler(AccountAdminBase):

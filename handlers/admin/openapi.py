@@ -1,7 +1,8 @@
 """The admin area's part of the OpenAPI document (metrics, the accounts list, one account's detail and actions):
 its operations and schemas, the parameters and bodies being the `Field` declarations of handlers/admin/."""
 
-from handlers.admin import accounts, metrics
+from handlers.admin import accounts, billing, metrics
+from handlers.billing import documents
 from handlers.openapi_operations import Operation
 from handlers.openapi_schema import TIME, B, I, N, S, array, body_schema, nullable, obj, path_param, query_param, ref
 from security import roles
@@ -44,11 +45,11 @@ OPERATIONS: list[Operation] = [
     Operation(
         "post",
         "/admin/accounts/{account_id}/credit",
-        "Add credits, with a reason (ledger and audit log; the plan does not change)",
+        "Add credits, with a reason (ledger and audit log); marked paid (paid_usd): counted as paid, with a receipt",
         "admin",
         ref("AdminAccount"),
         params=(ACCOUNT_ID,),
-        body="AdminAdjust",
+        body="AdminCredit",
         errors=(401, 403, 404, 413, 422),
         idempotent=True,
         role=roles.VIEWER,
@@ -90,7 +91,58 @@ OPERATIONS: list[Operation] = [
     ),
 ]
 
+OPERATIONS += [
+    Operation(
+        "get",
+        "/admin/billing/receipts",
+        "Every account's receipts issued in a period, with totals (USD received, credits issued); JSON or CSV",
+        "admin",
+        ref("AdminReceipts"),
+        params=tuple(query_param(f) for f in (billing.FROM, billing.TO, billing.FORMAT)),
+        errors=(401, 403, 422),
+        role=roles.VIEWER,
+        also=("text/csv",),
+    ),
+    Operation(
+        "get",
+        "/admin/billing/documents/{number}",
+        "Any account's receipt or credit note: JSON, or PDF with Accept: application/pdf (admins only)",
+        "admin",
+        ref("Receipt"),
+        params=(path_param("number", S, "R-2026-000123 or C-2026-000001"), query_param(documents.PAPER)),
+        errors=(401, 403, 404, 422),
+        role=roles.VIEWER,
+        also=("application/pdf",),
+    ),
+    Operation(
+        "post",
+        "/admin/billing/receipts/{number}/void",
+        "Void a receipt with a reason: a credit note numbered in its own series; the receipt stays, marked",
+        "admin",
+        obj(("receipt", "credit_note"), receipt=ref("Receipt"), credit_note=ref("CreditNote")),
+        params=(path_param("number", S, "R-2026-000123"),),
+        body="AdminVoid",
+        errors=(401, 403, 404, 409, 413, 422),
+        role=roles.VIEWER,
+    ),
+]
+
 SCHEMAS: dict = {
+    "AdminVoid": body_schema(billing.VOID),
+    "AdminReceipts": obj(
+        ("from", "to", "receipts", "credit_notes", "totals"),
+        receipts=array(ref("Receipt")),
+        credit_notes=array(ref("CreditNote")),
+        totals=obj(
+            ("receipts", "usd_received", "credits_issued"),
+            receipts=I,
+            usd_received=N,
+            credits_issued=I,
+            voided=I,
+            usd_voided=N,
+        ),
+        **{"from": TIME, "to": TIME},
+    ),
     "StatusClasses": obj((), **{name: I for name in ("2xx", "3xx", "4xx", "5xx")}),
     "EndpointTotal": obj(("endpoint", "calls", "credits"), endpoint=S, calls=I, credits=I),
     "MetricsDay": obj(
@@ -171,6 +223,7 @@ SCHEMAS: dict = {
         suspended={"type": "boolean", "description": "Its keys answer 403 on every process"},
         suspended_reason=nullable(S),
         credited={"type": "integer", "description": "After a credit: the credits added"},
+        receipt={"type": "string", "description": "After a credit marked paid: its receipt's number"},
         debited={"type": "integer", "description": "After a debit: the credits taken"},
     ),
     "AdminAccountDetail": {
@@ -187,6 +240,7 @@ SCHEMAS: dict = {
         ]
     },
     "AdminAdjust": body_schema(accounts.ADJUST),
+    "AdminCredit": body_schema(accounts.CREDIT),
     "AdminSuspend": body_schema(accounts.SUSPEND),
     "AdminResume": body_schema(accounts.RESUME),
 }

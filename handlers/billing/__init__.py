@@ -1,5 +1,8 @@
-"""Billing: crypto top-ups (handlers.py) and monthly statements (statements.py), their routes and their part of the OpenAPI document (openapi.py)."""
+"""Billing: crypto top-ups (handlers.py), billing details, receipts and credit notes (documents.py), monthly
+statements (statements.py), and their part of the OpenAPI document (openapi.py)."""
 
-from handlers.billing import handlers, statements
+from handlers.billing import documents, handlers, statements
 
-routes = handlers.routes + statements.routes
+routes = handlers.routes + documents.routes + statements.routes
+
+__all__ = ["routes"]

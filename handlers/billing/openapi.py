@@ -1,10 +1,11 @@
-"""The billing area's part of the OpenAPI document (crypto top-ups): its operations (each with its least role)
+"""The billing area's part of the OpenAPI document (crypto top-ups, billing details, receipts, monthly statements): its
+operations (each with its least role)
 and schemas, the request bodies being the very `Field` declarations handlers/billing/handlers.py validates with."""
 
+from handlers.billing import documents, statements
 from handlers.billing import handlers as billing
-from handlers.billing import statements
 from handlers.openapi_operations import Operation
-from handlers.openapi_schema import TIME, B, I, N, S, array, body_schema, obj, path_param, query_param, ref
+from handlers.openapi_schema import TIME, B, I, N, S, array, body_schema, nullable, obj, path_param, query_param, ref
 from security import roles
 
 BILLING = "/billing/crypto"
@@ -103,6 +104,76 @@ OPERATIONS: list[Operation] = [
     ),
 ]
 
+NUMBER = path_param("number", {"type": "string", "pattern": documents.NUMBER.pattern}, "R-2026-000123")
+_PDF = {
+    "also": ("application/pdf",),
+    "headers": {"Content-Disposition": {"schema": S, "description": 'with PDF: attachment; filename="<number>.pdf"'}},
+}
+OPERATIONS += [
+    Operation(
+        "get",
+        "/billing/details",
+        "The account's billing details: who receipts are issued to, and where they are emailed",
+        "billing",
+        ref("BillingDetails"),
+        errors=(401, 403),
+        role=roles.BILLING,
+    ),
+    Operation(
+        "put",
+        "/billing/details",
+        "Set the account's billing details (whole: a field left out is cleared); issued documents keep theirs",
+        "billing",
+        ref("BillingDetails"),
+        body="BillingDetailsIn",
+        errors=(401, 403, 413, 422),
+        role=roles.BILLING,
+    ),
+    Operation(
+        "get",
+        "/billing/receipts",
+        "The account's receipts, newest first: one for every settled payment",
+        "billing",
+        array(ref("Receipt")),
+        params=(query_param(documents.RECEIPTS_LIMIT),),
+        errors=(401, 403, 422),
+        role=roles.BILLING,
+    ),
+    Operation(
+        "get",
+        "/billing/receipts/{number}",
+        "One receipt as JSON, or as PDF with Accept: application/pdf",
+        "billing",
+        ref("Receipt"),
+        params=(NUMBER, query_param(documents.PAPER)),
+        errors=(401, 403, 404, 422),
+        role=roles.BILLING,
+        **_PDF,
+    ),
+    Operation(
+        "get",
+        "/billing/credit-notes/{number}",
+        "One credit note (a voided receipt's) as JSON, or as PDF with Accept: application/pdf",
+        "billing",
+        ref("CreditNote"),
+        params=(NUMBER, query_param(documents.PAPER)),
+        errors=(401, 403, 404, 422),
+        role=roles.BILLING,
+        **_PDF,
+    ),
+]
+
+_DETAILS = {name: S for name in ("legal_name", "address", "country", "tax_id", "email")}
+_DOCUMENT = dict(
+    number=S,
+    kind={"enum": ["receipt", "credit_note"]},
+    issued_at=TIME,
+    account_id=S,
+    issuer=obj(("name",), name=S, address=S, tax_id=S, footer=S),
+    customer=obj((), **_DETAILS),
+    amount_usd=N,
+    credits=I,
+)
 STATEMENT_MONTH = path_param(
     "month",
     {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"},
@@ -142,6 +213,19 @@ OPERATIONS += [
 ]
 
 SCHEMAS: dict = {
+    "BillingDetails": obj(tuple(_DETAILS), **_DETAILS, updated_at=nullable(TIME)),
+    "BillingDetailsIn": body_schema(documents.DETAILS),
+    "Receipt": obj(
+        ("number", "issued_at", "amount_usd", "credits", "method"),
+        **_DOCUMENT,
+        method={"enum": ["crypto", "admin"]},
+        order_id=nullable(S),
+        currency=nullable(S),
+        amount_paid=nullable(N),
+        payment_reference=nullable(S),
+        void=nullable(obj(("credit_note", "reason", "voided_at"), credit_note=S, reason=S, voided_at=TIME)),
+    ),
+    "CreditNote": obj(("number", "issued_at", "voids", "reason"), **_DOCUMENT, voids=S, reason=S),
     "Currency": obj(("code", "min_usd"), code=S, name=S, network=S, min_usd=N),
     "BillingConfig": obj(("currencies",), currencies=array(ref("Currency")), credits_per_usd=I),
     "Checkout": body_schema(billing.CHECKOUT),

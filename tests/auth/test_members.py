@@ -31,6 +31,7 @@ PLACEHOLDERS = {
     "account_id": "5f0000000000000000000000",
     "member_id": "0" * 24,
     "invitation_id": "inv_" + "0" * 16,
+    "number": "R-2026-000001",
 }
 
 

@@ -1,0 +1,99 @@
+"""Billing details and receipts (docs/billing.md): the account's details that documents are issued to, its receipts
+and credit notes as JSON or, with `Accept: application/pdf`, as PDF."""
+
+import asyncio
+import unicodedata
+
+from billing.numbering import NUMBER
+from billing.receipts import view
+from handlers.base import BaseHandler, authenticated
+from handlers.errors import ApiError, ValidationError, error
+from handlers.validation import Field, no_controls, validate_body
+
+
+def _lines(value: str, loc: list) -> None:
+    # Printed on PDFs and in CSV: no control characters but the newlines between an address's lines.
+    if any(unicodedata.category(c) == "Cc" and c != "\n" for c in value):
+        raise ValidationError([error(loc, "Input should not contain control characters", "string_pattern_mismatch")])
+
+
+_lines.pattern = r"^[^\u0000-\u0009\u000B-\u001F\u007F-\u009F]*$"  # the same rule, for OpenAPI
+
+
+DETAILS = [
+    Field("legal_name", str, min_length=1, max_length=200, check=no_controls, description="The company or person"),
+    Field("address", str, required=False, max_length=1000, check=_lines, description="Lines separated by \\n"),
+    Field("country", str, required=False, max_length=60, check=no_controls),
+    Field("tax_id", str, required=False, max_length=64, check=no_controls, description="VAT/GST number, free text"),
+    Field("email", str, required=False, max_length=254, format="email", description="Where billing documents go"),
+]
+RECEIPTS_LIMIT = Field("limit", int, required=False, default=100, minimum=1, maximum=1000)
+PAPER = Field("paper", str, required=False, enum=("A4", "LETTER"), description="PDF only; default BILLING_PAPER")
+PDF = "application/pdf"
+
+
+def wants_pdf(handler: BaseHandler) -> bool:
+    accept = handler.request.headers.get("Accept", "")
+    return any(part.split(";")[0].strip().lower() == PDF for part in accept.split(","))
+
+
+async def send_document(handler: BaseHandler, doc: dict) -> None:
+    """The document as JSON, or as a PDF download when the request accepts application/pdf."""
+    if not wants_pdf(handler):
+        handler.send_json(view(doc))
+        return
+    paper = {"A4": "A4", "LETTER": "Letter"}.get((handler.query_arg(PAPER) or "").upper(), handler.config.billing_paper)
+    billing = handler.services.billing
+    data = await asyncio.get_running_loop().run_in_executor(handler.ctx.runtime.executor, billing.pdf, doc, paper)
+    handler.set_header("Content-Type", PDF)
+    handler.set_header("Content-Disposition", f'attachment; filename="{doc["_id"]}.pdf"')
+    handler.finish(data)
+
+
+class DetailsHandler(BaseHandler):
+    """The account's billing details: who receipts are issued to, and where they are emailed."""
+
+    @authenticated
+    async def get(self) -> None:
+        self.send_json(await self.services.billing.details(self.current_user))
+
+    @authenticated
+    async def put(self) -> None:
+        body = validate_body(self.json_body(), DETAILS)
+        details = await self.services.billing.put_details(self.current_user, body)
+        await self.audit("billing.details_changed", details={"fields": sorted(body)})
+        self.send_json(details)
+
+
+class ReceiptsHandler(BaseHandler):
+    """The account's receipts, newest first."""
+
+    @authenticated
+    async def get(self) -> None:
+        receipts = await self.services.billing.receipts_of(self.current_user, self.query_arg(RECEIPTS_LIMIT))
+        self.send_json([view(r) for r in receipts])
+
+
+class DocumentHandler(BaseHandler):
+    """One receipt (R-...) or credit note (C-...) of the account: JSON, or PDF with Accept: application/pdf."""
+
+    kind = "receipt"
+
+    @authenticated
+    async def get(self, number: str) -> None:
+        doc = await self.services.billing.document(number, self.current_user) if NUMBER.fullmatch(number) else None
+        if doc is None or doc["kind"] != self.kind:
+            raise ApiError(404, f"{self.kind.replace('_', ' ').capitalize()} not found")
+        await send_document(self, doc)
+
+
+class CreditNoteHandler(DocumentHandler):
+    kind = "credit_note"
+
+
+routes = [
+    (r"/billing/details", DetailsHandler),
+    (r"/billing/receipts", ReceiptsHandler),
+    (r"/billing/receipts/([^/]+)", DocumentHandler),
+    (r"/billing/credit-notes/([^/]+)", CreditNoteHandler),
+]
