@@ -4,7 +4,8 @@
 import csv
 import io
 
-from billing.pdf import Column, Document, Party, Table, render
+from billing.documents import customer_party, issuer_party
+from billing.pdf import Column, Document, Table, render
 from billing.statements import Statement
 
 STATUS = {True: "final", False: "so far"}
@@ -70,26 +71,27 @@ def as_csv(s: Statement) -> bytes:
     return out.getvalue().encode()
 
 
-def as_pdf(s: Statement, operator: str, paper: str, footer: str = "") -> bytes:
-    title = f"Statement {s.month}" + ("" if s.final else " (so far)")
+def as_pdf(s: Statement, issuer: dict, details: dict, paper: str) -> bytes:
+    """The statement on `paper` ("A4" or "Letter") with the issuer's details (billing/receipts.py `issuer`) and the
+    account's billing details as they are now (without a legal name: the account's name or email)."""
+    customer = {**details, "legal_name": details.get("legal_name") or s.holder}
     rows = [(a.at.date().isoformat(), a.description, "", a.credits) for a in s.additions]
     rows += [("", f"Usage: {u.endpoint}", u.calls, -u.credits) for u in s.usage]
     notes = [
-        "Credits: the gateway's unit of account; charged usage is shown as negative amounts.",
-        f"Credits saved by the answer cache: {s.credits_saved:,} (calls answered from the cache were not charged "
-        "them).",
+        "Amounts are in credits, the unit calls are charged in; charged usage is shown as negative amounts.",
+        f"The answer cache saved {s.credits_saved:,} credits this month: calls it answered were not charged them.",
     ]
     if not s.final:
         notes.append("The current month: the statement so far, final once the month is over.")
     return render(
         Document(
-            operator=operator,
-            title=title,
-            parties=(Party("Statement for", s.customer),),
+            operator=issuer["name"],
+            title=f"Statement {s.month}" + ("" if s.final else " (so far)"),
+            parties=(issuer_party(issuer), customer_party(customer, s.account_id)),
             facts=(
                 ("Period (UTC)", f"{s.start.date().isoformat()} to {s.end.date().isoformat()} (exclusive)"),
                 ("Status", STATUS[s.final]),
-                ("Account", s.account_id),
+                ("Calls", s.calls),
             ),
             table=Table(
                 (
@@ -107,7 +109,7 @@ def as_pdf(s: Statement, operator: str, paper: str, footer: str = "") -> bytes:
                 ("Closing balance", s.closing_balance),
             ),
             notes=tuple(notes),
-            footer=footer,
+            footer=issuer.get("footer", ""),
         ),
         paper,
     )

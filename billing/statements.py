@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 
 from accounting.meter import Meter
 from accounting.reconcile import account_differences
+from billing.receipts import Billing
 from storage.accounts import AccountStore
 from storage.clock import now_utc
 from storage.usage_months import UsageMonths, endpoint_name, from_cache, month_of
@@ -87,7 +88,7 @@ class Statement:
     usage: list[Usage] = field(default_factory=list)
     reconciled: bool = True
     differences: list[str] = field(default_factory=list)
-    customer: list[str] = field(default_factory=list)  # the account's name, email and id, as documents show it
+    holder: str = ""  # the account's name, or its email: who documents are for without billing details
 
     @property
     def credits_added(self) -> int:
@@ -153,17 +154,16 @@ class Books:
     """One account's history as statements read it."""
 
     created: datetime
-    customer: list[str]
+    holder: str
     additions: list[Addition]
     usage: dict[str, dict[str, Usage]]  # month -> endpoint -> usage
     differences: list[str]  # the ledger identity's, as the reconcile command words them (empty: it holds)
 
 
 class Statements:
-    def __init__(self, accounts: AccountStore, months: UsageMonths, meter: Meter, receipts=None):
+    def __init__(self, accounts: AccountStore, months: UsageMonths, meter: Meter, billing: Billing):
         self.accounts, self.months, self.meter = accounts, months, meter
-        # order id -> receipt number, when receipts exist (billing/receipts.py); None: statements show none.
-        self.receipts = receipts
+        self.billing = billing  # receipts' numbers, the issuer and the customer's billing details
 
     async def available(self, account_id: str) -> list[str]:
         """The account's months, newest first: from the month it was created to the current one."""
@@ -185,10 +185,11 @@ class Statements:
         added_before = sum(a.credits for a in books.additions if a.at < start)
         charged_before = sum(u.credits for m, by in books.usage.items() if m < month for u in by.values())
         additions = [a for a in books.additions if month_of(a.at) == month]
-        if self.receipts is not None:
-            numbers = await self.receipts.numbers(account_id, [a.order_id for a in additions if a.order_id])
-            for a in additions:
-                a.receipt = numbers.get(a.order_id)
+        # A receipt's source is the credit it is for (billing/receipts.py): top-ups, and admin credits marked paid.
+        sources = [f"credit:{a.credit_id}" for a in additions if a.credit_id]
+        numbers = await self.billing.store.numbers_of(account_id, sources) if sources else {}
+        for a in additions:
+            a.receipt = numbers.get(f"credit:{a.credit_id}")
         usage = sorted(books.usage.get(month, {}).values(), key=lambda u: (-u.credits, u.endpoint))
         return Statement(
             account_id,
@@ -199,7 +200,7 @@ class Statements:
             usage=usage,
             reconciled=not books.differences,
             differences=books.differences,
-            customer=books.customer,
+            holder=books.holder,
         )
 
     async def _books(self, account_id: str, month: str) -> Books:
@@ -216,8 +217,8 @@ class Statements:
             differences = account_differences(doc, by_lease)
             if not differences:
                 break
-        customer = [line for line in (doc.get("name"), doc.get("email"), account_id) if line]
-        return Books(doc["created_at"], customer, _additions(doc), usage, differences)
+        holder = doc.get("name") or doc.get("email") or ""
+        return Books(doc["created_at"], holder, _additions(doc), usage, differences)
 
 
 def _additions(doc: dict) -> list[Addition]:

@@ -196,7 +196,7 @@ OPERATIONS += [
         "`Accept: application/pdf` or `text/csv` for the document",
         "billing",
         ref("Statement"),
-        params=(STATEMENT_MONTH, query_param(statements.PAPER)),
+        params=(STATEMENT_MONTH, query_param(documents.PAPER)),
         errors=(401, 422),
         also=(
             (statements.PDF, {"type": "string", "format": "binary"}),

@@ -6,10 +6,9 @@ import asyncio
 from billing.statement_documents import as_csv, as_json, as_pdf
 from billing.statements import BadMonth
 from handlers.base import BaseHandler, authenticated
+from handlers.billing.documents import PAPER
 from handlers.errors import ValidationError, error
-from handlers.validation import Field
 
-PAPER = Field("paper", str, required=False, default="A4", enum=("A4", "Letter"), description="The PDF's paper size")
 PDF, CSV = "application/pdf", "text/csv"
 
 
@@ -35,7 +34,7 @@ class StatementHandler(BaseHandler):
 
     @authenticated
     async def get(self, month: str) -> None:
-        paper = self.query_arg(PAPER)
+        paper = {"A4": "A4", "LETTER": "Letter"}.get((self.query_arg(PAPER) or "").upper(), self.config.billing_paper)
         try:
             statement = await self.services.statements.statement(self.current_user, month)
         except BadMonth as exc:
@@ -48,10 +47,11 @@ class StatementHandler(BaseHandler):
         if media == CSV:
             body, name = as_csv(statement), name + ".csv"
         else:
-            operator = self.config.billing_issuer_name
-            # fpdf2 is pure Python: rendering on the event loop would hold every other request meanwhile.
+            billing = self.services.billing
+            details, issuer = await billing.details(self.current_user), billing.issuer()
+            # fpdf2 is pure Python: rendered on the event loop, it would hold every other request meanwhile.
             body = await asyncio.get_running_loop().run_in_executor(
-                self.ctx.runtime.executor, as_pdf, statement, operator, paper
+                self.ctx.runtime.executor, as_pdf, statement, issuer, details, paper
             )
             name += ".pdf"
         self.set_header("Content-Type", CSV + "; charset=utf-8" if media == CSV else PDF)

@@ -4,6 +4,8 @@ back as JSON, CSV and PDF; the months refused; the monthly figures exact however
 import asyncio
 import csv
 import io
+import shutil
+import subprocess
 from datetime import UTC, datetime, timedelta
 
 import pymongo
@@ -95,8 +97,8 @@ async def data_calls(api, key: str, count: int, query: str = "rust") -> None:
         assert status == 200, body
 
 
-@pytest.mark.settings(**CALENDAR)
-async def test_statements_add_up_across_a_month_end_and_match_the_ledger_and_usage(api, ctx, mongo, calendar):
+@pytest.mark.settings(**CALENDAR, billing_issuer_name="Acme Data Ltd")
+async def test_statements_add_up_across_a_month_end_and_match_the_ledger_and_usage(api, ctx, mongo, calendar, tmp_path):
     """Top-ups, admin credits and debits, cache hits and real-time polls on both sides of a month's end: each
     month's opening + added - charged = closing, the closing is the next month's opening, the last closing is the
     balance the reconcile command finds, and each month's charges are what /usage shows for its days."""
@@ -146,6 +148,7 @@ async def test_statements_add_up_across_a_month_end_and_match_the_ledger_and_usa
     kinds = [(a["kind"], a["credits"]) for a in first["additions"]]
     assert kinds[:3] == [("credit", 200_000), ("admin_credit", 5_000), ("admin_debit", -1_234)]
     assert kinds[3][0] == "payment" and first["additions"][3]["order_id"] == order
+    assert first["additions"][3]["receipt"].startswith("R-")  # the top-up's receipt (billing/receipts.py)
     assert [a["kind"] for a in second["additions"]] == ["payment"]
     search = {u["endpoint"]: u for u in first["usage"]}["/social/tweet/advanced_search"]
     assert search["cached_calls"] == 2 and search["credits_saved"] > 0 and first["credits_saved"] > 0
@@ -189,6 +192,19 @@ async def test_statements_add_up_across_a_month_end_and_match_the_ledger_and_usa
     closing = next(r for r in rows if r["section"] == "closing_balance")
     assert int(closing["credits"]) == first["closing_balance"]
     assert sum(int(r["calls"]) for r in rows if r["section"] == "usage") == first["calls"]
+
+    # PDF: the operator at the top, the figures with thousands separators, on A4 and on Letter.
+    for paper in ("A4", "LETTER"):
+        data, headers = await statement(api, user["token"], f"{before}?paper={paper}", "application/pdf")
+        assert headers["Content-Type"] == "application/pdf" and data.startswith(b"%PDF")
+        if shutil.which("pdftotext") is None:
+            pytest.skip("pdftotext missing: apt-get install -y poppler-utils")
+        path = tmp_path / f"statement-{paper}.pdf"
+        path.write_bytes(data)
+        text = subprocess.run(["pdftotext", str(path), "-"], check=True, capture_output=True, text=True).stdout
+        assert text.lstrip().startswith("Acme Data Ltd")
+        for shown in (f"Statement {before}", "200,000", "-1,234", f"{first['closing_balance']:,}", "R-"):
+            assert shown in text, shown
 
 
 @pytest.mark.settings(plan_rules=FAST)
