@@ -3,6 +3,7 @@ a ledger's balances are checked against its transfers. Pure: no I/O.
 
 - Every account: credits added (+ calls served that no balance could pay) = balance + charged usage, where the
   balance counts what its leases still hold for calls in flight (docs/architecture.md, Credits).
+- Every account: its usage by month (what monthly statements read) counts the same charges as its usage records.
 - Every order: the credits it says it applied = its ledger entries. Each credit of an order is named after the
   total it brings the order to (`<order id>:<total>`, payments/crediting.py), on the account once settled and in
   the order's `pending` until then: the highest total among them is what the entries add up to.
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from metering.ledger import budget_period
-from storage.ledger import Books
+from storage.ledger import Books, charged
 
 
 @dataclass
@@ -52,6 +53,7 @@ def check(books: Books, now: datetime) -> Report:
     by_id = {doc["_id"]: doc for doc in books.accounts}
     for doc in books.accounts:
         _account(report, doc, books.usage.get(doc["_id"], {}))
+        _months(report, doc, books.usage.get(doc["_id"], {}), books.months.get(doc["_id"], {}))
     for order in books.orders:
         _order(report, order, by_id.get(order["account_id"]))
     _budgets(report, books, now)
@@ -92,6 +94,15 @@ def account_differences(doc: dict, usage: dict[str, int]) -> list[str]:
         + f" != balance {f['balance']} + charged usage {f['charged']} ({gap:+d} credits unaccounted for; "
         f"unleased {f['credits']}, held in leases {f['held']})"
     ]
+
+
+def _months(report: Report, doc: dict, usage: dict[str, int], months: dict[str, int]) -> None:
+    """The usage by month that statements read (storage/usage_months.py) counts every stored charge once."""
+    if charged(months) != charged(usage):
+        report.differences.append(
+            f"{_name(doc)}: the usage by month (statements) counts {sum(months.values())} credits charged, "
+            f"the usage records {sum(usage.values())}"
+        )
 
 
 def _totals(credit_ids, order_id: str) -> set[int]:

@@ -54,9 +54,9 @@ def writer_and_seq(batch_id: str) -> tuple[str, int]:
     return (writer, int(seq)) if writer and seq.isdigit() else (batch_id, 0)
 
 
-def updates(batch_id: str, records: Iterable[dict]) -> list[UpdateOne]:
-    """One conditional upsert per (account, month, lease) of the batch."""
-    writer, seq = writer_and_seq(batch_id)
+def sums(records: Iterable[dict]) -> dict[tuple, dict[str, int]]:
+    """(account, month, lease) -> the fields to add: calls, credits, and per endpoint calls (n), credits (c), calls
+    from the cache (h) and the credits they saved (s)."""
     groups: dict[tuple, dict[str, int]] = {}
     for r in records:
         inc = groups.setdefault((r["account_id"], month_of(r["ts"]), r["lease"]), {})
@@ -66,9 +66,19 @@ def updates(batch_id: str, records: Iterable[dict]) -> list[UpdateOne]:
         if from_cache(r):
             inc[e + ".h"] = inc.get(e + ".h", 0) + 1
             inc[e + ".s"] = inc.get(e + ".s", 0) + r.get("saved", 0)
+    return groups
+
+
+def doc_id(account_id: str, month: str, writer: str, lease: str) -> str:
+    return f"{account_id}:{month}:{writer}:{lease}"
+
+
+def updates(batch_id: str, records: Iterable[dict]) -> list[UpdateOne]:
+    """One conditional upsert per (account, month, lease) of the batch."""
+    writer, seq = writer_and_seq(batch_id)
     return [
         UpdateOne(
-            {"_id": f"{account_id}:{month}:{writer}:{lease}", "through": {"$lt": seq}},
+            {"_id": doc_id(account_id, month, writer, lease), "through": {"$lt": seq}},
             {
                 "$inc": inc,
                 "$set": {"through": seq},
@@ -76,8 +86,39 @@ def updates(batch_id: str, records: Iterable[dict]) -> list[UpdateOne]:
             },
             upsert=True,
         )
-        for (account_id, month, lease), inc in groups.items()
+        for (account_id, month, lease), inc in sums(records).items()
     ]
+
+
+def from_buckets(buckets: Iterable[tuple[str, list[dict]]]) -> list[dict]:
+    """The documents that count stored batches, given as (batch id, records): what a database whose usage was
+    written before these figures existed is brought forward with (storage/schema.py). Each document's `through` is
+    the highest batch of its writer it counts, so a batch written again later (the records a stopped process kept
+    on disk) counts once more only where it did not land before."""
+    docs: dict[str, dict] = {}
+    for batch_id, records in buckets:
+        writer, seq = writer_and_seq(batch_id)
+        for (account_id, month, lease), inc in sums(records).items():
+            key = doc_id(account_id, month, writer, lease)
+            doc = docs.setdefault(
+                key,
+                {
+                    "_id": key,
+                    "account_id": account_id,
+                    "month": month,
+                    "writer": writer,
+                    "lease": lease,
+                    "through": seq,
+                },
+            )
+            doc["through"] = max(doc["through"], seq)
+            for name, value in inc.items():
+                where = doc
+                *path, last = name.split(".")
+                for part in path:
+                    where = where.setdefault(part, {})
+                where[last] = where.get(last, 0) + value
+    return list(docs.values())
 
 
 class UsageMonths:
