@@ -32,7 +32,7 @@ from storage.accounts import AccountStore
 from storage.clock import now_utc
 from storage.usage_months import UsageMonths, endpoint_name, from_cache, month_of
 
-MONTH = re.compile(r"(\d{4})-(\d{2})")
+MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")  # ASCII digits only (\d also matches other scripts' digits)
 READS = 3  # reads of the books while a lease is given back under them (see _books)
 
 KINDS = {

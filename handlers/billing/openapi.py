@@ -176,7 +176,7 @@ _DOCUMENT = dict(
 )
 STATEMENT_MONTH = path_param(
     "month",
-    {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"},
+    {"type": "string", "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])$"},
     "A calendar month (UTC) as yyyy-mm, from the account's first to the current one (422 otherwise)",
 )
 OPERATIONS += [
