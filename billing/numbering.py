@@ -30,15 +30,18 @@ class Numbering:
         self.store = store
         # Within a process issuers of a series take turns: they would only refuse each other's inserts.
         self.turns: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # The highest number this process knows to exist per series: the next insert tries the one after it, read
+        # again only when refused. It only ever names a written document (never deleted), so the guess is never
+        # past the highest + 1: a wrong guess is refused, never a gap.
+        self.known: dict[str, int] = {}
 
     async def issue(self, series: str, source: str, contents: dict, issued_at: datetime) -> tuple[dict, bool]:
         """The document for `source`: the one issued before (False), or a new one with the next number (True)."""
         async with self.turns[series]:
+            if series not in self.known:
+                self.known[series] = await self.store.highest(series)
             for _ in range(MAX_TRIES):
-                found = await self.store.by_source(source)
-                if found is not None:
-                    return found, False
-                seq = await self.store.highest(series) + 1
+                seq = self.known[series] + 1
                 document = {
                     **contents,
                     "_id": number(series, issued_at, seq),
@@ -50,6 +53,12 @@ class Numbering:
                 try:
                     await self.store.insert(document)
                 except Taken:
-                    continue  # another process's document took the number (or this source): read again
+                    # The number is another process's, or this source was issued already (by a retry, a sibling).
+                    found = await self.store.by_source(source)
+                    if found is not None:
+                        return found, False
+                    self.known[series] = await self.store.highest(series)
+                    continue
+                self.known[series] = seq
                 return document, True
         raise RuntimeError(f"could not number a {series} document for {source}")

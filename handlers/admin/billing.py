@@ -22,7 +22,7 @@ def _date(value: str, loc: list) -> None:
 
 FROM = Field("from", str, required=False, max_length=40, check=_date, description="Start (UTC); default: this month")
 TO = Field("to", str, required=False, max_length=40, check=_date, description="End, excluded; default: next month")
-FORMAT = Field("format", str, required=False, default="json", enum=("JSON", "CSV"), description="csv: a spreadsheet")
+FORMAT = Field("format", str, required=False, default="JSON", enum=("JSON", "CSV"), description="csv: a spreadsheet")
 VOID = [REASON]
 MAX_PERIOD = timedelta(days=400)
 

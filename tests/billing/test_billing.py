@@ -520,6 +520,13 @@ async def test_duplicate_and_reordered_notifications_add_nothing(api, processor)
     assert (await ipn(api, {**final, "order_id": other["order_id"], "payment_id": other_payment}))[0] == 200
     assert (await order_of(api, user["token"], order["order_id"]))["credits_applied"] == 5_000_000
     assert (await ipn(api, {**final, "order_id": other["order_id"]}))[1] == {"status": "ignored"}  # payment mismatch
+    # One receipt for the one payment, however often it was notified (docs/billing.md).
+    for payload in [final, final]:
+        assert (await ipn(api, payload))[0] == 200
+    status, receipts, _ = await api.call("GET", "/billing/receipts", token=user["token"])
+    assert status == 200 and [(r["order_id"], r["amount_usd"], r["payment_reference"]) for r in receipts] == [
+        (order["order_id"], 50, payment_id)
+    ]
 
 
 @NOWPAYMENTS

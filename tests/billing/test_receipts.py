@@ -104,6 +104,31 @@ async def test_a_settled_top_up_has_one_receipt_with_the_details_of_that_moment(
     assert "Renamed AG" not in text
 
 
+async def test_a_crash_before_the_receipt_is_written_is_finished_once_without_a_gap(api, ctx):
+    """The number is taken by writing the receipt: a failure there leaves no number used, and the order's credit
+    stays pending until its receipt exists, so the reconciler issues it, once, with the next number."""
+    user = await api.register()
+    first = await checkout(api, user["token"], "USDTTRC20", 10)
+    await pay(api, user["token"], first["order_id"], 10)
+    store, insert = ctx.billing.store, ctx.billing.store.insert
+
+    async def crash(document):
+        raise ConnectionError("database went away")
+
+    store.insert = crash
+    second = await checkout(api, user["token"], "USDTTRC20", 20)
+    with pytest.raises(ConnectionError):
+        await ctx.payments.sandbox_pay(await ctx.payments.orders.get(second["order_id"]), 20, True)
+    store.insert = insert
+    assert len((await ctx.payments.orders.get(second["order_id"]))["pending"]) == 1
+    assert (await api.call("GET", "/account", token=user["token"]))[1]["credits"] == 3_000_000  # credited already
+    assert await ctx.payments.reconcile_once() == 1
+    assert await ctx.payments.reconcile_once() == 0
+    listed = await receipts(api, user["token"])
+    assert [r["amount_usd"] for r in listed] == [20, 10]
+    assert int(listed[0]["number"][-6:]) == int(listed[1]["number"][-6:]) + 1
+
+
 async def test_receipts_are_the_accounts_own_newest_first(api):
     user, other = await api.register(), await api.register()
     for amount in (10, 20):

@@ -1,8 +1,10 @@
-// Buying credits: the currencies, a checkout and its order (QR code, status polled until final), past orders, and
-// the sandbox's simulated payments; the monthly statements below them (statements.js).
+// Buying credits: the currencies, a checkout and its order (QR code, status polled until final), past orders, the
+// sandbox's simulated payments, the account's receipts (each as a PDF download) and its billing details; the monthly
+// statements below them (statements.js).
 import { $, $$, button, cell, copy, el, labelCells, number, usd, when } from "./dom.js";
 import { ApiFailure, act, api, clearError, listGeneration, showError, state } from "./api.js";
 import { loadAccount } from "./account.js";
+import { may } from "./roles.js";
 import { loadStatements } from "./statements.js";
 
 const checkoutForm = $("#checkout-form");
@@ -33,6 +35,10 @@ export async function loadBilling() {
     }
     await loadOrders();
   });
+  // Receipts and billing details are for owners, admins and billing members: others are not shown them.
+  const documents = $("#billing-documents");
+  documents.hidden = !may("get /billing/receipts");
+  if (!documents.hidden) await act(documents, null, () => Promise.all([loadReceipts(), loadDetails()]));
 }
 
 function minimumChanged() {
@@ -165,3 +171,62 @@ $("#sandbox-confirm").addEventListener("click", async () => {
   if (done) showOrder(done.order);
 });
 
+
+const receiptsList = listGeneration();
+async function loadReceipts() {
+  const list = receiptsList.restart();
+  const receipts = await api("GET", "/billing/receipts?limit=100");
+  if (!receiptsList.isCurrent(list)) return;
+  const body = $("#receipts-table tbody");
+  body.textContent = "";
+  $("#receipts-empty").hidden = receipts.length > 0;
+  $("#receipts-table").hidden = receipts.length === 0;
+  receipts.forEach((r) => {
+    const row = el("tr");
+    cell(row, r.number + (r.void ? " (void: " + r.void.credit_note + ")" : ""), "path");
+    cell(row, when(r.issued_at));
+    cell(row, usd.format(r.amount_usd), "num");
+    cell(row, number.format(r.credits), "num");
+    cell(row, r.currency ? (r.amount_paid ?? "") + " " + r.currency : r.method);
+    const pdf = button("PDF", "secondary small", "receipt-pdf");
+    pdf.dataset.op = "get /billing/receipts/{number}";
+    pdf.addEventListener("click", () => act($("#billing-documents"), pdf, () => downloadPdf(r.number)));
+    cell(row, "").append(pdf);
+    body.append(row);
+  });
+  labelCells($("#receipts-table"));
+}
+
+// The PDF is asked for by its media type (the same address answers JSON); saved under the receipt's number.
+async function downloadPdf(number) {
+  const response = await fetch("/billing/receipts/" + encodeURIComponent(number), {
+    credentials: "same-origin",
+    headers: { Accept: "application/pdf" },
+  });
+  if (!response.ok) throw new ApiFailure(response.status, "The receipt could not be downloaded (" + response.status + ").");
+  const link = el("a");
+  link.href = URL.createObjectURL(await response.blob());
+  link.download = number + ".pdf";
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+}
+
+const DETAIL_FIELDS = { legal_name: "#details-legal-name", address: "#details-address", country: "#details-country", tax_id: "#details-tax-id", email: "#details-email" };
+async function loadDetails() {
+  const details = await api("GET", "/billing/details");
+  for (const [name, selector] of Object.entries(DETAIL_FIELDS)) $(selector).value = details[name] || "";
+  $("#details-saved").textContent = details.updated_at ? "Last changed " + when(details.updated_at) + "." : "";
+}
+
+$("#details-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const body = {};
+  for (const [name, selector] of Object.entries(DETAIL_FIELDS)) {
+    const value = $(selector).value.trim();
+    if (value || name === "legal_name") body[name] = value;
+  }
+  const saved = await act($("#details-form"), $("#details-submit"), () => api("PUT", "/billing/details", body));
+  if (saved) $("#details-saved").textContent = "Saved. Receipts issued from now on carry these details.";
+});
