@@ -99,8 +99,10 @@ async def data_calls(api, key: str, count: int, query: str = "rust") -> None:
 
 
 @pytest.mark.settings(**CALENDAR, billing_issuer_name="Acme Data Ltd")
-async def test_statements_add_up_across_a_month_end_and_match_the_ledger_and_usage(api, ctx, mongo, calendar, tmp_path):
-    """Top-ups, admin credits and debits, cache hits and real-time polls on both sides of a month's end: each
+async def test_statements_add_up_across_a_month_end_and_match_the_ledger_and_usage(
+    api, ctx, mongo, calendar, tmp_path, catalog
+):
+    """Top-ups, admin credits and debits, cache hits, real-time polls and MCP calls on both sides of a month's end: each
     month's opening + added - charged = closing, the closing is the next month's opening, the last closing is the
     balance the reconcile command finds, and each month's charges are what /usage shows for its days."""
     boundary = month_after(datetime.now(UTC))
@@ -127,6 +129,10 @@ async def test_statements_add_up_across_a_month_end_and_match_the_ledger_and_usa
     await poll_charges(ctx, user["account_id"], boundary)
     await rule(api, key["key"], on=False, rule_id=rule_id)
     await data_calls(api, key["key"], 2, query="go")
+    call = {"name": "get_user", "arguments": {"user_name": catalog["users"][0]["userName"]}}
+    mcp = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}  # a call over MCP is usage too
+    status, body, _ = await api.call("POST", "/mcp", mcp, headers={"Authorization": f"Bearer {key['key']}"})
+    assert status == 200 and not body["result"].get("isError"), body
     await pay(api, user["token"], 2)
     # The last calls stay in this process's buffer: the statement so far counts them (read-your-writes).
 
@@ -153,7 +159,8 @@ async def test_statements_add_up_across_a_month_end_and_match_the_ledger_and_usa
     assert [a["kind"] for a in second["additions"]] == ["payment"]
     search = {u["endpoint"]: u for u in first["usage"]}["/social/tweet/advanced_search"]
     assert search["cached_calls"] == 2 and search["credits_saved"] > 0 and first["credits_saved"] > 0
-    assert second["calls"] >= 3  # the polls of the new month and its two calls
+    assert second["calls"] >= 4  # the polls of the new month, its two calls and one over MCP
+    assert {u["endpoint"]: u["calls"] for u in second["usage"]}["/social/user/info"] == 1
 
     # The ledger the reconcile command reads agrees with the last closing balance, and so do the monthly figures.
     await settle(ctx, user["account_id"])
