@@ -1,6 +1,6 @@
 """The billing area's part of the OpenAPI document (crypto top-ups, billing details, receipts, monthly statements): its
-operations (each with its least role)
-and schemas, the request bodies being the very `Field` declarations handlers/billing/handlers.py validates with."""
+operations (each with its least role) and schemas, the request bodies being the very `Field` declarations
+handlers/billing/handlers.py validates with."""
 
 from handlers.billing import documents, statements
 from handlers.billing import handlers as billing

@@ -102,9 +102,9 @@ async def data_calls(api, key: str, count: int, query: str = "rust") -> None:
 async def test_statements_add_up_across_a_month_end_and_match_the_ledger_and_usage(
     api, ctx, mongo, calendar, tmp_path, catalog
 ):
-    """Top-ups, admin credits and debits, cache hits, real-time polls and MCP calls on both sides of a month's end: each
-    month's opening + added - charged = closing, the closing is the next month's opening, the last closing is the
-    balance the reconcile command finds, and each month's charges are what /usage shows for its days."""
+    """Top-ups, admin credits and debits, cache hits, real-time polls and MCP calls on both sides of a month's end:
+    each month's opening + added - charged = closing, the closing is the next month's opening, the last closing is
+    the balance the reconcile command finds, and each month's charges are what /usage shows for its days."""
     boundary = month_after(datetime.now(UTC))
     before, after = (boundary - timedelta(days=1)).strftime("%Y-%m"), boundary.strftime("%Y-%m")
     calendar.travel(boundary - timedelta(hours=1))
