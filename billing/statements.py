@@ -177,7 +177,7 @@ class Statements:
         current = month_of(now_utc())
         if month > current:
             raise BadMonth(f"{month} has not begun: statements run to the current month, {current}")
-        books = await self._books(account_id, month)
+        books = await self._books(account_id)
         first = month_of(books.created)
         if month < first:
             raise BadMonth(f"The account was created in {first}: there is no statement before it")
@@ -203,13 +203,13 @@ class Statements:
             holder=books.holder,
         )
 
-    async def _books(self, account_id: str, month: str) -> Books:
+    async def _books(self, account_id: str) -> Books:
         """The account's journal and usage by month, with the ledger identity checked on them. The account is read
         after the usage: a lease this process or another gives back in between moves credits by what that
         process spent, which the usage read may not have seen yet; the reads are then made again."""
         for _ in range(READS):
             prefix, buffered = self.meter.reads.buffered(account_id)  # before the stored figures: see _usage
-            docs = await self.months.of_account(account_id, month_of(now_utc()))
+            docs = await self.months.of_account(account_id)
             doc = await self.accounts.get(account_id)
             if doc is None or "created_at" not in doc or doc.get("person"):
                 raise BadMonth("No statement: this is not an account")

@@ -135,7 +135,6 @@ class UsageMonths:
             if not only_duplicates(exc):  # a batch counted before: its upsert met the document's _id
                 raise
 
-    async def of_account(self, account_id: str, through_month: str) -> list[dict]:
-        """Every document of the account up to `through_month` (yyyy-mm), oldest month first."""
-        query = {"account_id": account_id, "month": {"$lte": through_month}}
-        return [doc async for doc in self.months.find(query).sort("month", 1)]
+    async def of_account(self, account_id: str) -> list[dict]:
+        """Every document of the account, oldest month first."""
+        return [doc async for doc in self.months.find({"account_id": account_id}).sort("month", 1)]
