@@ -6,12 +6,14 @@ import csv
 import io
 import shutil
 import subprocess
+import uuid
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
+import orjson
 import pymongo
 import pytest
-from support import FAST
+from support import FAST, Gateway, account_with_keys, charged, storm
 
 from accounting.reconcile import check
 from storage import clock
@@ -250,6 +252,34 @@ async def test_the_statement_so_far_counts_each_call_once_while_batches_are_writ
     final, _ = await statement(api, user["token"], month)
     assert seen == sorted(seen) and seen[-1] <= calls and final["calls"] == calls
     assert final["closing_balance"] == 100_000 - final["credits_charged"]
+
+
+async def test_two_workers_each_answer_a_statement_that_agrees_with_the_ledger(mongo, upstream_url, catalog):
+    """serve --workers 2: calls charged by both workers while each answers the statement so far; every answer
+    agrees with the books, and once every batch is written both answer the same figures, every call counted."""
+    gw = await Gateway(mongo.uri, upstream_url, f"t_{uuid.uuid4().hex[:10]}", workers=2, FLUSH_INTERVAL="0.05").launch()
+    user, (secret,), auth = await account_with_keys(gw, 200_000, 1)
+    month = datetime.now(UTC).strftime("%Y-%m")
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+
+    async def read() -> dict:
+        answer = await gw.call("GET", f"/billing/statements/{month}", **auth)
+        s = orjson.loads(answer.body)
+        assert answer.code == 200 and s["reconciled"] is True, s
+        assert s["opening_balance"] + s["credits_added"] - s["credits_charged"] == s["closing_balance"]
+        return s
+
+    calls = await storm([(gw, secret)], path, 30)
+    while not all(c.done() for c in calls):
+        assert (await read())["calls"] <= 30
+    spent = charged(await asyncio.gather(*calls))
+    for _ in range(100):  # both workers' last batches written
+        seen = [await read() for _ in range(4)]
+        if all(s["calls"] == 30 for s in seen):
+            break
+        await asyncio.sleep(0.05)
+    assert all(s == seen[0] for s in seen) and seen[0]["credits_charged"] == spent
+    assert seen[0]["closing_balance"] == 200_000 - spent
 
 
 async def test_a_batch_counts_once_in_the_monthly_figures_however_often_it_is_written(ctx):
