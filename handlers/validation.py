@@ -88,6 +88,8 @@ _DATE_TIME = re.compile(
 FORMATS = {
     "email": (_EMAIL, "value is not a valid email address"),
     "date-time": (_DATE_TIME, "Input should be a valid ISO 8601 datetime"),
+    # RFC 3339 full-date (its calendar checked as date-time's is)
+    "date": (re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"), "Input should be a valid date (YYYY-MM-DD)"),
 }
 
 

@@ -3,6 +3,8 @@ customer's details as they were, issued once however often the payment is re-rea
 marked paid; the operator's period list with totals, its CSV, and voiding by a credit note of its own series."""
 
 import csv
+import email
+import email.policy
 import io
 import re
 import shutil
@@ -11,7 +13,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from support import PASSWORD
+from support import PASSWORD, make_settings
 from test_billing import checkout, pay
 
 from security import roles
@@ -34,6 +36,13 @@ DETAILS = {
     "email": "accounts@example.com",
 }
 NUMBER = re.compile(r"R-\d{4}-\d{6}")
+
+
+@pytest.fixture
+def settings(request, inbox):
+    """The module's settings, sending email to an SMTP server in this process (`inbox`)."""
+    marker = request.node.get_closest_marker("settings")
+    return make_settings(smtp_url=f"smtp://127.0.0.1:{inbox.port}", **marker.kwargs)
 
 
 async def admin_token(api, ctx) -> str:
@@ -102,6 +111,26 @@ async def test_a_settled_top_up_has_one_receipt_with_the_details_of_that_moment(
     for shown in ("Acme Data Ltd", receipt["number"], "Example GmbH", "1,234.50", "123,450,000", "GB123456789"):
         assert shown in text
     assert "Renamed AG" not in text
+
+
+async def test_a_receipt_is_emailed_to_the_billing_email_with_its_pdf(api, inbox):
+    user = await api.register()
+    assert (await api.call("PUT", "/billing/details", DETAILS, token=user["token"]))[0] == 200
+    order = await checkout(api, user["token"], "USDTTRC20", 15)
+    await pay(api, user["token"], order["order_id"], 15)
+    [receipt] = await receipts(api, user["token"])
+    [message] = await inbox.until(1)
+    assert message["to"] == [DETAILS["email"]]
+    mail = email.message_from_string(message["data"], policy=email.policy.default)
+    assert mail["Subject"] == f"[Acme Data Ltd] Receipt {receipt['number']}"
+    [attachment] = list(mail.iter_attachments())
+    assert attachment.get_filename() == f"{receipt['number']}.pdf"
+    assert attachment.get_content().startswith(b"%PDF")
+    # Without a billing email nothing is sent.
+    other = await api.register()
+    order = await checkout(api, other["token"], "USDTTRC20", 15)
+    await pay(api, other["token"], order["order_id"], 15)
+    assert len(await receipts(api, other["token"])) == 1 and len(inbox.messages) == 1
 
 
 async def test_a_crash_before_the_receipt_is_written_is_finished_once_without_a_gap(api, ctx):

@@ -323,6 +323,14 @@ def test_low_balance_checkout_pay_and_balance_updates_without_reload(watched, st
     expect(page.locator("#billing-balance")).to_have_text(f"{SIGNUP_CREDITS + 500_000:,} credits", timeout=20_000)
     expect(warning).to_be_hidden()
     expect(page.locator("#orders-table tbody tr").first).to_contain_text("finished")
+    # Its receipt is listed at once, and downloads as a PDF named by its number (docs/billing.md).
+    receipt = page.locator("#receipts-table tbody tr").first
+    expect(receipt).to_contain_text(re.compile(r"R-\d{4}-\d{6}"))
+    expect(receipt).to_contain_text("$5.00")
+    with page.expect_download() as download:
+        receipt.get_by_test_id("receipt-pdf").click()
+    assert re.fullmatch(r"R-\d{4}-\d{6}\.pdf", download.value.suggested_filename)
+    assert download.value.path().read_bytes().startswith(b"%PDF")
     shot(page, tmp_path, "billing-finished")
     page.get_by_role("link", name="Overview").click()
     expect(page.get_by_test_id("balance")).to_have_text(f"{SIGNUP_CREDITS + 500_000:,} credits")

@@ -107,6 +107,8 @@ function showOrder(order) {
   else {
     stopOrderPolling();
     loadAccount(null);
+    // A settled order has its receipt now.
+    if (!$("#billing-documents").hidden) loadReceipts().catch((err) => showError($("#billing-documents"), err));
   }
 }
 
