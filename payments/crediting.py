@@ -59,7 +59,7 @@ def plan_change(order: dict, state: PaymentState, credits_per_usd: int) -> Chang
     if delta > 0:
         # Named after the total it brings the order to, so the same step always has the same id.
         # `paid`: the coins confirmed since the last credit, what this step's receipt says was paid (billing/).
-        paid = max(Decimal(str(state.confirmed_paid)) - Decimal(str(order["confirmed_paid"])), Decimal(0))
+        paid = max(Decimal(str(state.confirmed_paid)) - Decimal(str(order.get("confirmed_paid", 0))), Decimal(0))
         credit = {
             "credit_id": f"{order['_id']}:{target}",
             "credits": delta,

@@ -15,6 +15,7 @@ const ACTION_LABELS = {
   "2fa.recovery_regenerated": "New recovery codes", "key.created": "Key created", "key.revealed": "Key revealed",
   "key.rolled": "Key rolled", "key.revoked": "Key revoked", "key.edited": "Key edited",
   "budget.changed": "Budget changed", "checkout.created": "Order created", "credit.applied": "Credits added",
+  "billing.details_changed": "Billing details changed", "receipt.voided": "Receipt voided by an admin",
   "webhook.created": "Webhook endpoint added", "webhook.deleted": "Webhook endpoint deleted",
   "admin.credit": "Credited by an admin", "admin.debit": "Debited by an admin",
   "admin.suspend": "Suspended by an admin", "admin.resume": "Resumed by an admin",
