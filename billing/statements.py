@@ -30,7 +30,7 @@ from accounting.reconcile import account_differences
 from billing.receipts import Billing
 from storage.accounts import AccountStore
 from storage.clock import now_utc
-from storage.usage_months import UsageMonths, endpoint_name, from_cache, month_of
+from storage.usage_months import UsageMonths, endpoint_name, from_cache, merged, month_of
 
 MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")  # ASCII digits only (\d also matches other scripts' digits)
 READS = 3  # reads of the books while a lease is given back under them (see _books)
@@ -235,24 +235,24 @@ def _additions(doc: dict) -> list[Addition]:
 
 
 def _usage(docs: list[dict], prefix: str, buffered: list[tuple[int, dict]]):
-    """month -> endpoint -> Usage, and credits charged per lease (the ledger's view), from the monthly figures and
-    this process's buffered records. A buffered record is counted unless the figures of its month, process and
-    lease already count its batch (`through`): the buffer is read first, so a batch written meanwhile is counted
-    once, from the figures."""
+    """month -> endpoint -> Usage, and credits charged per lease (the ledger's view), from the usage by month and
+    this process's buffered records. A buffered record is counted unless the usage by month of its month, process
+    and lease already counts its batch (`through`): the buffer is read first, so a batch written meanwhile is
+    counted once, from the figures."""
     usage: dict[str, dict[str, Usage]] = {}
     by_lease: dict[str, int] = {}
-    through: dict[tuple, int] = {}
-    for doc in docs:
-        through[(doc["month"], doc["writer"], doc["lease"])] = doc["through"]
-        by_lease[doc["lease"]] = by_lease.get(doc["lease"], 0) + doc["credits"]
-        month = usage.setdefault(doc["month"], {})
-        for name, sums in (doc.get("e") or {}).items():
+    figures = merged(docs)
+    for (_, month_name, _, lease), sums in figures.items():
+        by_lease[lease] = by_lease.get(lease, 0) + sums["credits"]
+        month = usage.setdefault(month_name, {})
+        for name, by in sums["e"].items():
             endpoint = endpoint_name(name)
             u = month.setdefault(endpoint, Usage(endpoint))
-            u.calls += sums.get("n", 0)
-            u.credits += sums.get("c", 0)
-            u.cached_calls += sums.get("h", 0)
-            u.credits_saved += sums.get("s", 0)
+            u.calls += by.get("n", 0)
+            u.credits += by.get("c", 0)
+            u.cached_calls += by.get("h", 0)
+            u.credits_saved += by.get("s", 0)
+    through = {(month, writer, lease): sums["through"] for (_, month, writer, lease), sums in figures.items()}
     for seq, r in buffered:
         month_name = month_of(r["ts"])
         if seq <= through.get((month_name, prefix, r["lease"]), -1):

@@ -19,6 +19,7 @@ import orjson
 import pymongo
 from pymongo.client_session import ClientSession
 
+from storage import usage_months
 from storage.accounts import ACCOUNTS_ONLY
 
 ACCOUNT_FIELDS = {"email": 1, "credits": 1, "leases": 1, "credits_added": 1, "credits_unpaid": 1, "applied_credits": 1}
@@ -49,13 +50,15 @@ def usage_by_lease(db, session: ClientSession | None, account_id: str | None = N
 
 
 def months_by_lease(db, session: ClientSession | None, account_id: str | None = None) -> dict[str, dict[str, int]]:
-    """Charged credits per account and lease as the usage by month counts them (storage/usage_months.py)."""
-    pipeline = [{"$group": {"_id": {"a": "$account_id", "l": "$lease"}, "credits": {"$sum": "$credits"}}}]
-    if account_id is not None:
-        pipeline.insert(0, {"$match": {"account_id": account_id}})
+    """Charged credits per account and lease as the usage by month counts them (storage/usage_months.py): its deltas
+    read before its summaries, each batch counted once."""
+    query = {} if account_id is None else {"account_id": account_id}
+    docs = list(db.usage_months.find({**query, "kind": "d"}, session=session))
+    docs += db.usage_months.find({**query, "kind": "s"}, session=session)
     out: dict[str, dict[str, int]] = {}
-    for row in db.usage_months.aggregate(pipeline, session=session):
-        out.setdefault(row["_id"]["a"], {})[row["_id"]["l"]] = row["credits"]
+    for (account, _, _, lease), figures in usage_months.merged(docs).items():
+        mine = out.setdefault(account, {})
+        mine[lease] = mine.get(lease, 0) + figures["credits"]
     return out
 
 

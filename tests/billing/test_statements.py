@@ -18,7 +18,7 @@ from support import FAST, Gateway, account_with_keys, charged, storm
 from accounting.reconcile import check
 from storage import clock
 from storage.ledger import read_books
-from storage.usage_months import UsageMonths
+from storage.usage_months import UsageMonths, deltas, merged
 
 pytestmark = pytest.mark.gen_test(timeout=60)
 
@@ -282,18 +282,42 @@ async def test_two_workers_each_answer_a_statement_that_agrees_with_the_ledger(m
     assert seen[0]["closing_balance"] == 200_000 - spent
 
 
-async def test_a_batch_counts_once_in_the_monthly_figures_however_often_it_is_written(ctx):
+async def test_a_batch_counts_once_in_the_monthly_figures_however_often_it_is_written_or_folded(ctx):
     """A flush retried after an uncertain write, and the records kept on disk written at the next start, write
-    the same batch again: the monthly figures count it once, and a later batch still counts."""
+    the same batch again; folds run twice at once, and one dies between moving its summary and deleting what it
+    covered: the usage by month counts every batch once, and batches written later still count."""
     months = UsageMonths(ctx.usage.months.months.database)
     ts = datetime(2026, 3, 31, 23, 59, 59, tzinfo=UTC)
     record = {"account_id": "a1", "lease": "p", "endpoint": "/x.y", "credits": 7, "ts": ts, "cache": "hit", "saved": 3}
     batch = [record, {**record, "ts": ts + timedelta(seconds=2), "credits": 5}]  # across the month's end
+
+    async def figures() -> dict:
+        return {m: f for (_, m, _, _), f in merged(await months.of_account("a1")).items()}
+
     for _ in range(3):
         await months.add_batch("p-1", batch)
     await months.add_batch("p-2", [record])
     await months.add_batch("p-1", batch)  # an old batch once more, after a newer one
-    docs = {d["month"]: d for d in await months.of_account("a1")}
-    assert docs["2026-03"]["credits"] == 14 and docs["2026-03"]["calls"] == 2
-    assert docs["2026-03"]["e"]["/x%2Ey"] == {"n": 2, "c": 14, "h": 2, "s": 6}
-    assert docs["2026-04"]["credits"] == 5 and docs["2026-04"]["calls"] == 1
+    before = await figures()
+    assert before["2026-03"]["credits"] == 14 and before["2026-03"]["calls"] == 2
+    assert before["2026-03"]["e"]["/x%2Ey"] == {"n": 2, "c": 14, "h": 2, "s": 6}
+    assert before["2026-04"]["credits"] == 5 and before["2026-04"]["calls"] == 1
+    folded = await asyncio.gather(months.fold("a1"), months.fold("a1"))  # two folds at once
+    assert sum(folded) >= 3 and await figures() == before
+    await months.add_batch("p-3", [record])
+    await months.add_batch("p-2", [record])  # written again after its fold: its delta is covered
+    # A fold that died after moving its summary: its deltas are still there, covered, and skipped.
+    summary = await months.months.find_one({"_id": "a1:2026-03:p:p"})
+    delta = next(d for d in deltas("p-3", [record]))
+    await months.months.update_one(
+        {"_id": summary["_id"]},
+        {
+            "$inc": {"calls": 1, "credits": 7, "e./x%2Ey.n": 1, "e./x%2Ey.c": 7, "e./x%2Ey.h": 1, "e./x%2Ey.s": 3},
+            "$set": {"through": 3},
+        },
+    )
+    after = await figures()
+    assert after["2026-03"]["calls"] == 3 and after["2026-03"]["credits"] == 21
+    assert await months.months.count_documents({"_id": delta["_id"]}) == 1  # left behind, not counted twice
+    await months.fold("a1")
+    assert await figures() == after and await months.months.count_documents({"kind": "d", "account_id": "a1"}) == 0
