@@ -30,8 +30,8 @@ COPY webhooks webhooks
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
-# DejaVu Sans: billing PDFs embed it for names outside Windows-1252 (billing/pdf.py)
-RUN apt-get update && apt-get install -y --no-install-recommends fonts-dejavu-core \
+# Liberation Sans and DejaVu Sans: billing PDFs embed one for names outside Windows-1252 (billing/pdf.py)
+RUN apt-get update && apt-get install -y --no-install-recommends fonts-liberation fonts-dejavu-core \
     && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --home-dir /data --create-home gateway
 COPY --from=build /wheels /wheels

@@ -31,8 +31,8 @@ class Numbering:
         # Within a process issuers of a series take turns: they would only refuse each other's inserts.
         self.turns: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         # The highest number this process knows to exist per series: the next insert tries the one after it, read
-        # again only when refused. It only ever names a written document (never deleted), so the guess is never
-        # past the highest + 1: a wrong guess is refused, never a gap.
+        # again only when refused. It only ever names a written document (never deleted; a restore is refused while
+        # a gateway serves the database), so the guess is never past the highest + 1: a wrong one is refused.
         self.known: dict[str, int] = {}
 
     async def issue(self, series: str, source: str, contents: dict, issued_at: datetime) -> tuple[dict, bool]:

@@ -27,7 +27,7 @@ DESCRIPTIONS = {
     OWNER: "everything, including members who are owners",
     ADMIN: "members other than owners, keys, alerts, webhooks, streams, billing",
     DEVELOPER: "keys (create, reveal, roll, revoke), streams, alerts, webhooks, usage",
-    BILLING: "checkout, orders, balance, usage, alert rules about the balance, spend and orders",
+    BILLING: "checkout, orders, receipts, billing details, balance, usage, alert rules about the balance, spend and orders",
     VIEWER: "read only: no reveal, no writes",
 }
 

@@ -108,7 +108,7 @@ OPERATIONS += [
         "/admin/billing/documents/{number}",
         "Any account's receipt or credit note: JSON, or PDF with Accept: application/pdf (admins only)",
         "admin",
-        ref("Receipt"),
+        {"anyOf": [ref("Receipt"), ref("CreditNote")]},
         params=(path_param("number", S, "R-2026-000123 or C-2026-000001"), query_param(documents.PAPER)),
         errors=(401, 403, 404, 422),
         role=roles.VIEWER,
