@@ -6,9 +6,9 @@ Where the figures come from, none of them by reading usage records:
   pushed in the same atomic write that changes `credits_added`, so the journal and the ledger never disagree.
   Credits an account got before the journal existed (`credits_added` + `credits_unpaid` - the journal's sum) are
   one line, "brought forward", on the day the account was created.
-- Credits charged and saved: the usage by month (storage/usage_months.py), kept as each flush batch is written
-  (one document per month, process and lease, whatever the number of calls), plus the calls this process still
-  buffers (read-your-writes, as /usage does).
+- Credits charged and saved: the usage by month (storage/usage_months.py), a delta inserted by each flush batch and
+  folded into one summary per month, process and lease (a few documents, whatever the number of calls), plus the
+  calls this process still buffers (read-your-writes, as /usage does).
 - Opening balance: everything added before the month minus everything charged before it, summed forward from the
   account's first month. Exact by construction: it is the same sum the closing balance of the month before is, so
   closing(m) = opening(m + 1) always; and the sum over every month up to now is the ledger's balance, which
