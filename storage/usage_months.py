@@ -31,6 +31,7 @@ charge, are stored; `social-gateway reconcile` compares these figures with the b
 Nothing here expires, as usage records do not: the books need every charge since an account began.
 """
 
+import zlib
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -40,7 +41,7 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError
 from storage.db import only_duplicates
 
 FOLD_AT = 32  # an account's unfolded deltas that its next read folds
-FOLD_EVERY = 64  # every this many batches of a process, the accounts of the batch are folded
+FOLD_EVERY = 256  # an account is folded on about one in this many batches of a process that hold it
 _KEY = {"account_id": 1, "month": 1, "writer": 1, "lease": 1}
 
 
@@ -177,16 +178,18 @@ class UsageMonths:
         self.months = db.usage_months
 
     async def add_batch(self, batch_id: str, records: list[dict]) -> None:
-        """The batch's deltas (what an earlier try inserted is skipped); every FOLD_EVERY batches, its accounts'
-        deltas are folded, so that an account whose statement nobody reads keeps few."""
+        """The batch's deltas (what an earlier try inserted is skipped); then the deltas of about one in FOLD_EVERY
+        of its accounts are folded, each account in turn as the batches go (so that an account whose statement
+        nobody reads keeps few deltas, and no batch pays for the folds of all its accounts)."""
         docs = deltas(batch_id, records)
         try:
             await self.months.insert_many(docs, ordered=False)
         except BulkWriteError as exc:
             if not only_duplicates(exc):
                 raise
-        if writer_and_seq(batch_id)[1] % FOLD_EVERY == 0:
-            for account_id in sorted({doc["account_id"] for doc in docs}):
+        seq = writer_and_seq(batch_id)[1]
+        for account_id in sorted({doc["account_id"] for doc in docs}):
+            if (seq + zlib.crc32(account_id.encode())) % FOLD_EVERY == 0:
                 await self.fold(account_id)
 
     async def of_account(self, account_id: str) -> list[dict]:
