@@ -3,6 +3,7 @@ a ledger's balances are checked against its transfers. Pure: no I/O.
 
 - Every account: credits added (+ calls served that no balance could pay) = balance + charged usage, where the
   balance counts what its leases still hold for calls in flight (docs/architecture.md, Credits).
+- Every account: its usage by month (what monthly statements read) counts the same charges as its usage records.
 - Every order: the credits it says it applied = its ledger entries. Each credit of an order is named after the
   total it brings the order to (`<order id>:<total>`, payments/crediting.py), on the account once settled and in
   the order's `pending` until then: the highest total among them is what the entries add up to.
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from metering.ledger import budget_period
-from storage.ledger import Books
+from storage.ledger import Books, charged
 
 
 @dataclass
@@ -52,6 +53,7 @@ def check(books: Books, now: datetime) -> Report:
     by_id = {doc["_id"]: doc for doc in books.accounts}
     for doc in books.accounts:
         _account(report, doc, books.usage.get(doc["_id"], {}))
+        _months(report, doc, books.usage.get(doc["_id"], {}), books.months.get(doc["_id"], {}))
     for order in books.orders:
         _order(report, order, by_id.get(order["account_id"]))
     _budgets(report, books, now)
@@ -68,20 +70,38 @@ def _account(report: Report, doc: dict, usage: dict[str, int]) -> None:
     report.balance += f["balance"]
     report.held += f["held"]
     report.charged += f["charged"]
+    if "credits_added" in doc:
+        report.added += doc["credits_added"]
+    report.differences.extend(account_differences(doc, usage))
+
+
+def account_differences(doc: dict, usage: dict[str, int]) -> list[str]:
+    """The account's side of the books checked: credits added (+ unpaid) = balance + charged usage (`usage`: credits
+    charged per lease). Empty when it holds. Monthly statements check their figures with it too
+    (billing/statements.py)."""
     if "credits_added" not in doc:
-        report.differences.append(
+        return [
             f"{_name(doc)}: no ledger of additions (credits_added); start the gateway once to bring the schema up to date"
-        )
-        return
+        ]
+    f = figures(doc, usage)
     added, unpaid = doc["credits_added"], doc.get("credits_unpaid", 0)
-    report.added += added
-    if added + unpaid != f["balance"] + f["charged"]:
-        gap = f["balance"] + f["charged"] - added - unpaid
+    if added + unpaid == f["balance"] + f["charged"]:
+        return []
+    gap = f["balance"] + f["charged"] - added - unpaid
+    return [
+        f"{_name(doc)}: credits added {added}"
+        + (f" + unpaid {unpaid}" if unpaid else "")
+        + f" != balance {f['balance']} + charged usage {f['charged']} ({gap:+d} credits unaccounted for; "
+        f"unleased {f['credits']}, held in leases {f['held']})"
+    ]
+
+
+def _months(report: Report, doc: dict, usage: dict[str, int], months: dict[str, int]) -> None:
+    """The usage by month that statements read (storage/usage_months.py) counts every stored charge once."""
+    if charged(months) != charged(usage):
         report.differences.append(
-            f"{_name(doc)}: credits added {added}"
-            + (f" + unpaid {unpaid}" if unpaid else "")
-            + f" != balance {f['balance']} + charged usage {f['charged']} ({gap:+d} credits unaccounted for; "
-            f"unleased {f['credits']}, held in leases {f['held']})"
+            f"{_name(doc)}: the usage by month (statements) counts {sum(months.values())} credits charged, "
+            f"the usage records {sum(usage.values())}"
         )
 
 

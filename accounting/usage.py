@@ -58,6 +58,11 @@ class UsageReads:
                 )
         return spent
 
+    def buffered(self, account_id: str) -> tuple[str, list[tuple[int, dict]]]:
+        """This process's batch prefix and the account's records it still holds, each with the sequence number of
+        the batch that writes or will write it (monthly statements: storage/usage_months.py `through`)."""
+        return self.batch_prefix, self.buffer.with_batches(account_id, self.settings.flush_batch)
+
     async def summary(self, account_id: str, since_day: str, group_by: tuple[str, ...]) -> dict[tuple, list]:
         """(group values) -> [calls, credits, errors, calls from the cache, credits saved] from `since_day` (an ISO
         date, "" for all): stored totals plus this process's buffered calls, each call counted once."""

@@ -16,6 +16,7 @@ from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from alerts.detector import Detector
 from billing.receipts import Billing
+from billing.statements import Statements
 from config.settings import Settings
 from handlers.context import DataPath, HandlerContext, Runtime, Services, Throttles
 from metering.limiter import RateLimiter
@@ -293,6 +294,7 @@ async def build_context(settings: Settings, worker: int | None = None, generatio
         ops=ops,
         payments=payments,
         billing=billing,
+        statements=Statements(accounts, usage.months, meter, billing),
         sessions=Sessions(settings, accounts, SessionStore(db), meter, members),
         streams=Manager(settings, stream_store, state, poller.nudge),
         hub=hub,

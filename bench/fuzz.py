@@ -64,7 +64,8 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 400, 401, 402
 # /billing/crypto/config); admin, audit and request-log cursors are opaque; a key's expires_at must be in the
 # future, its allowed_ips must parse as addresses, a credit_limit needs its period (and the reverse); an audit
 # filter's time must be a real date and its actions known ones; a reset token must be one the gateway emailed, and
-# an invitation's one it made (a new person's password follows the registration's rules).
+# an invitation's one it made (a new person's password follows the registration's rules); a statement's month must
+# be one of the account's, from the month it was created to the current one.
 [[operations]]
 include-operation-id = [
     "post_auth_register",
@@ -80,6 +81,7 @@ include-operation-id = [
     "get_audit_export",
     "get_admin_audit",
     "get_admin_audit_export",
+    "get_billing_statements_month",
 ]
 checks.positive_data_acceptance.enabled = false
 

@@ -6,14 +6,14 @@ from billing.pdf import Column, Document, Party, Table, amount
 METHODS = {"crypto": "Crypto top-up", "admin": "Credits paid to the operator"}
 
 
-def _issuer(issuer: dict) -> Party:
+def issuer_party(issuer: dict) -> Party:
     lines = [issuer["name"], *issuer.get("address", "").splitlines()]
     if issuer.get("tax_id"):
         lines.append(f"Tax ID: {issuer['tax_id']}")
     return Party("Issued by", [line for line in lines if line.strip()])
 
 
-def _customer(customer: dict, account_id: str) -> Party:
+def customer_party(customer: dict, account_id: str) -> Party:
     lines = [customer.get("legal_name") or f"Account {account_id}", *customer.get("address", "").splitlines()]
     lines += [customer.get("country", "")]
     if customer.get("tax_id"):
@@ -32,7 +32,7 @@ def _paid(payment: dict) -> str:
 
 def document(doc: dict) -> Document:
     issued = doc["issued_at"].strftime("%Y-%m-%d %H:%M UTC")
-    parties = (_issuer(doc["issuer"]), _customer(doc["customer"], doc["account_id"]))
+    parties = (issuer_party(doc["issuer"]), customer_party(doc["customer"], doc["account_id"]))
     footer = doc["issuer"].get("footer", "")
     if doc["kind"] == "credit_note":
         return Document(

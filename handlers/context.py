@@ -14,6 +14,7 @@ from accounting.charged import Calls
 from accounting.idempotency import Idempotency
 from accounting.meter import Meter
 from billing.receipts import Billing
+from billing.statements import Statements
 from metering.limiter import RateLimiter
 from payments.service import Payments
 from runtime.accesslog import AccessLog
@@ -56,6 +57,7 @@ class Services:
     ops: Ops  # readiness and the /metrics figures
     payments: Payments  # crypto top-ups: processor, orders, crediting
     billing: Billing  # billing details, receipts and credit notes (billing/receipts.py)
+    statements: Statements  # monthly statements (billing/statements.py)
     sessions: Sessions  # session token checks, logout, password change
     streams: Manager  # adding and changing rules and monitors (streams/manage.py)
     hub: Hub  # this process's WebSockets (streams/hub.py)

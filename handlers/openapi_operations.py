@@ -25,7 +25,7 @@ class Operation:
     body_required: bool = True
     errors: tuple = (401,)
     media: str = "application/json"
-    also: tuple = ()  # further media types of the success body, same schema
+    also: tuple = ()  # further media types of the success body: the same schema, or (media type, its schema)
     headers: dict = field(default_factory=dict)  # headers of the success answer
     extra: dict = field(default_factory=dict)  # further responses: status -> response object
     idempotent: bool = (

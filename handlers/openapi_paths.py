@@ -101,7 +101,11 @@ def _error(status: int, schema: str) -> dict:
 
 
 def portal_operation(op: Operation) -> dict:
-    content = {media: {"schema": op.response} for media in (op.media, *op.also)}
+    # `also`: further media types, each a name (the same schema) or (name, its own schema): a document as PDF
+    content = {
+        media: {"schema": schema}
+        for media, schema in ((m, op.response) if isinstance(m, str) else m for m in (op.media, *op.also))
+    }
     responses = {str(op.status): {"description": "Success", "content": content}}
     headers = {**op.headers, **(_REPLAYED if op.idempotent else {})}
     if headers:

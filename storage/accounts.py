@@ -18,6 +18,23 @@ class DuplicateEmail(Exception):
     pass
 
 
+def addition(kind: str, credits: int, credit_id: str | None = None) -> dict:
+    """An entry of the account's journal of additions (`additions`, pushed in the same atomic write that changes
+    `credits_added`): when, how many (negative for a debit), what kind — signup, credit (a development top-up or
+    `admin credit`), payment, admin_credit, admin_debit, unpaid (storage/leases.py) — and the credit's id. What a
+    monthly statement lists as credits added (billing/statements.py); the journal's sum is `credits_added` +
+    `credits_unpaid` (less what was added before the journal existed)."""
+    entry = {"at": now_utc(), "credits": credits, "kind": kind}
+    if credit_id is not None:
+        entry["id"] = credit_id
+    return entry
+
+
+def credit_kind(credit_id: str) -> str:
+    """apply_credit's ids: `admin-credit:...` from the admin console, `<order id>:<total>` from a payment."""
+    return "admin_credit" if credit_id.startswith("admin-credit:") else "payment"
+
+
 def funding(credits: int) -> dict:
     """Fields of a credit addition that alerts read: when credits last came in (a top-up re-arms low-balance
     alerts) and how many (the reference of percentage balance alerts)."""
@@ -54,6 +71,7 @@ class AccountStore:
         return {
             "credits": credits,
             "credits_added": credits,  # the ledger of additions (storage/ledger.py): signup credits first
+            "additions": [addition("signup", credits)] if credits else [],
             "leases": {},
             "lease_holders": [],
             "paid_usd": 0.0,
@@ -157,6 +175,7 @@ class AccountStore:
                     "topup_credits": topup_credits,
                 },
                 "$set": {"changed_at": now_utc(), **funding(credits)},
+                "$push": {"additions": addition("credit", credits)},
             },  # changed_at: other processes poll for it (accounting/coherence.py)
             projection={"password_hash": 0},
             return_document=ReturnDocument.AFTER,
@@ -169,7 +188,10 @@ class AccountStore:
             {"_id": account_id, "applied_credits": {"$ne": credit_id}},
             {
                 "$inc": {"credits": credits, "credits_added": credits, "paid_usd": paid_usd},
-                "$push": {"applied_credits": credit_id},
+                "$push": {
+                    "applied_credits": credit_id,
+                    "additions": addition(credit_kind(credit_id), credits, credit_id),
+                },
                 "$set": {"changed_at": now_utc(), **funding(credits)},
             },
             projection={"password_hash": 0},
@@ -207,7 +229,7 @@ class AccountStore:
             {"_id": account_id, "credits": {"$gte": credits}, "applied_credits": {"$ne": debit_id}},
             {
                 "$inc": {"credits": -credits, "credits_added": -credits},  # a debit is a negative addition
-                "$push": {"applied_credits": debit_id},
+                "$push": {"applied_credits": debit_id, "additions": addition("admin_debit", -credits, debit_id)},
                 "$set": {"changed_at": now_utc()},
             },
             projection={"password_hash": 0},

@@ -77,6 +77,12 @@ class BillingStore:
         query = {"_id": number} if account_id is None else {"_id": number, "account_id": account_id}
         return await self.documents.find_one(query)
 
+    async def numbers_of(self, account_id: str, sources: list[str]) -> dict[str, str]:
+        """The numbers of the account's documents issued for `sources`, by source (monthly statements name the
+        receipt of each top-up)."""
+        cursor = self.documents.find({"account_id": account_id, "source": {"$in": sources}}, {"source": 1})
+        return {doc["source"]: doc["_id"] async for doc in cursor}
+
     async def of_account(self, account_id: str, series: str, limit: int) -> list[dict]:
         """The account's documents of the series, newest first."""
         cursor = self.documents.find({"account_id": account_id, "series": series}).sort("seq", DESCENDING)

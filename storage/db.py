@@ -45,6 +45,8 @@ INDEXES = {
         IndexModel([("account_id", ASCENDING), ("day", ASCENDING)]),
         IndexModel([("lease", ASCENDING)]),
     ],
+    # Monthly statements read an account's months (storage/usage_months.py).
+    "usage_months": [IndexModel([("account_id", ASCENDING), ("month", ASCENDING)])],
     "processes": [IndexModel([("heartbeat_at", ASCENDING)])],
     # Idempotency-Key claims end with their lease, kept answers after IDEMPOTENCY_TTL (storage/idempotency.py);
     # the (account, key) pair is the _id: unique.

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pymongo import ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 
+from storage.accounts import addition
 from storage.clock import now_utc
 from storage.usage import UsageStore
 
@@ -105,7 +106,10 @@ class LeaseStore:
                 owed -= left
                 break
         # Counted where `social-gateway reconcile` looks (storage/ledger.py): served, recorded, never paid.
-        await self.accounts.update_one({"_id": account_id}, {"$inc": {"credits_unpaid": owed}})
+        await self.accounts.update_one(
+            {"_id": account_id},
+            {"$inc": {"credits_unpaid": owed}, "$push": {"additions": addition("unpaid", owed)}},  # statements list it
+        )
         log.warning("account %s: %d credits of calls served around a lease reclaim were not paid", account_id, owed)
 
     async def heartbeat(self) -> bool:

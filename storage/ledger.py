@@ -19,6 +19,7 @@ import orjson
 import pymongo
 from pymongo.client_session import ClientSession
 
+from storage import usage_months
 from storage.accounts import ACCOUNTS_ONLY
 
 ACCOUNT_FIELDS = {"email": 1, "credits": 1, "leases": 1, "credits_added": 1, "credits_unpaid": 1, "applied_credits": 1}
@@ -33,6 +34,8 @@ class Books:
     budget_keys: list[dict] = field(default_factory=list)  # keys with a credit limit
     budgets: dict[str, int] = field(default_factory=dict)  # key_budgets _id -> taken
     key_usage: dict[int, dict[str, int]] = field(default_factory=dict)  # key id -> day -> credits
+    # account id -> lease -> credits charged, as the usage by month statements read counts them (usage_months.py)
+    months: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def usage_by_lease(db, session: ClientSession | None, account_id: str | None = None) -> dict[str, dict[str, int]]:
@@ -44,6 +47,39 @@ def usage_by_lease(db, session: ClientSession | None, account_id: str | None = N
     for row in db.usage_buckets.aggregate(pipeline, session=session):
         out.setdefault(row["_id"]["a"], {})[row["_id"]["l"]] = row["credits"]
     return out
+
+
+def months_by_lease(db, session: ClientSession | None, account_id: str | None = None) -> dict[str, dict[str, int]]:
+    """Charged credits per account and lease as the usage by month counts them (storage/usage_months.py): its deltas
+    read before its summaries, each batch counted once."""
+    query = {} if account_id is None else {"account_id": account_id}
+    docs = list(db.usage_months.find({**query, "kind": "d"}, session=session))
+    docs += db.usage_months.find({**query, "kind": "s"}, session=session)
+    out: dict[str, dict[str, int]] = {}
+    for (account, _, _, lease), figures in usage_months.merged(docs).items():
+        mine = out.setdefault(account, {})
+        mine[lease] = mine.get(lease, 0) + figures["credits"]
+    return out
+
+
+def charged(by_lease: dict[str, int]) -> dict[str, int]:
+    """Credits per lease, leases that charged nothing left out (the two countings keep those differently)."""
+    return {lease: credits for lease, credits in by_lease.items() if credits}
+
+
+def months_with_usage(db, session: ClientSession | None, usage: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """The usage by month of every account, read after `usage`. A batch is added to it right after its records are
+    stored (storage/usage.py insert_batch): an account whose two countings differ while batches are written is
+    read again alone, both countings, until they agree or RETRIES reads have passed; what then differs is a
+    difference (and `usage` is updated with the last read)."""
+    months = months_by_lease(db, session)
+    for account_id in set(months) | set(usage):
+        for _ in range(RETRIES if session is None else 0):
+            if charged(months.get(account_id, {})) == charged(usage.get(account_id, {})):
+                break
+            usage[account_id] = usage_by_lease(db, None, account_id).get(account_id, {})
+            months[account_id] = months_by_lease(db, None, account_id).get(account_id, {})
+    return months
 
 
 def accounts_with_usage(db, session: ClientSession | None) -> tuple[list[dict], dict[str, dict[str, int]]]:
@@ -75,6 +111,7 @@ def _moves(doc: dict | None) -> tuple:
 def read_books(db, session: ClientSession | None) -> Books:
     accounts, usage = accounts_with_usage(db, session)
     books = Books(accounts, usage)
+    books.months = months_with_usage(db, session, usage)
     books.orders = list(
         db.orders.find(
             {"credits_applied": {"$gt": 0}}, {"account_id": 1, "credits_applied": 1, "pending": 1}, session=session

@@ -15,11 +15,12 @@ from datetime import UTC, datetime
 
 from pymongo.database import Database
 
-from storage import ledger, snapshot
+from storage import ledger, snapshot, usage_months
+from storage.usage import flatten
 
 log = logging.getLogger("gateway.schema")
 
-VERSION = 2
+VERSION = 3
 RECORD = {"_id": "version"}
 
 
@@ -53,7 +54,23 @@ def _ledger_of_additions(db: Database) -> str:
     return f"started the ledger of additions (credits_added) on {started} of {len(accounts)} accounts"
 
 
-STEPS: dict[int, Callable[[Database], str]] = {1: _ledger_of_additions}
+def _monthly_usage(db: Database) -> str:
+    """2 -> 3: the usage by month that statements read (storage/usage_months.py), counted from every stored usage
+    record (never from the per-batch totals, which can miss a batch). No gateway of this version has written any
+    before this step runs, so the step writes every document whole: run again after a start that died midway, it
+    writes the same documents again."""
+    batches = (
+        (bucket["_id"].split(":", 1)[0], flatten(bucket))
+        for bucket in db.usage_buckets.find({}, {"account_id": 1, "lease": 1, "records": 1}, batch_size=16)
+    )
+    docs = usage_months.from_buckets(batches)
+    for doc in docs:
+        db.usage_months.replace_one({"_id": doc["_id"]}, doc, upsert=True)
+    accounts = len({doc["account_id"] for doc in docs})
+    return f"counted the usage by month of {accounts} accounts ({len(docs)} documents)"
+
+
+STEPS: dict[int, Callable[[Database], str]] = {1: _ledger_of_additions, 2: _monthly_usage}
 
 
 def refuse_newer(db: Database, version: int = VERSION) -> int | None:

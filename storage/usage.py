@@ -25,7 +25,8 @@ means decoding every record: seconds for a year of heavy use):
 `rows`: a process of an earlier version, which reads `rows` as five columns, still reads every totals document
 (a rolling replacement, the reconcile command). Totals written before it existed count no cached calls.
 
-Both writes are idempotent (ids from the batch). A process killed between the two writes of a batch
+Both writes are idempotent (ids from the batch), and so is the third, the batch added to its accounts' monthly
+usage (storage/usage_months.py, what statements read). A process killed between the two writes of a batch
 leaves that batch (at most FLUSH_BATCH records) out of summaries; its records, charges and export
 rows are unaffected. Buckets of processes that never wrote totals (from before they existed) are
 summed by `backfill`.
@@ -39,6 +40,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
 from storage.db import only_duplicates
+from storage.usage_months import UsageMonths, from_cache
 
 _RECORD_FIELDS = ("key_id", "endpoint", "ts", "credits", "status", "request_id")
 
@@ -110,11 +112,6 @@ def is_error(status: int) -> bool:
     return not 200 <= status < 300
 
 
-def from_cache(record: dict) -> bool:
-    """The call was answered from the answer cache (a hit, or a stale answer while the provider failed)."""
-    return record.get("cache") in ("hit", "stale")
-
-
 def totals_doc(bucket: dict) -> dict:
     """The totals document of a bucket: one row [key_id, endpoint, calls, credits, errors] per key and endpoint,
     and [key_id, endpoint, calls from the cache, credits saved] where the cache answered any."""
@@ -176,14 +173,17 @@ class UsageStore:
     def __init__(self, db: AsyncDatabase):
         self.buckets = db.usage_buckets
         self.totals = db.usage_totals
+        self.months = UsageMonths(db)
 
     async def insert_batch(self, batch_id: str, records: list[dict]) -> int:
-        """Writes a batch's buckets, then their totals; what an earlier try of the same batch wrote is skipped."""
+        """Writes a batch's buckets, then their totals, then adds it to the months' usage (storage/usage_months.py);
+        what an earlier try of the same batch wrote is skipped."""
         if not records:
             return 0
         buckets = buckets_of(batch_id, records)
         inserted = await self._insert(self.buckets, buckets)
         await self._insert(self.totals, [totals_doc(b) for b in buckets])
+        await self.months.add_batch(batch_id, records)
         return inserted
 
     @staticmethod

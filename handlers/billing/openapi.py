@@ -1,10 +1,11 @@
-"""The billing area's part of the OpenAPI document (crypto top-ups, billing details, receipts): its operations (each with its least role)
-and schemas, the request bodies being the very `Field` declarations handlers/billing/handlers.py validates with."""
+"""The billing area's part of the OpenAPI document (crypto top-ups, billing details, receipts, monthly statements): its
+operations (each with its least role) and schemas, the request bodies being the very `Field` declarations
+handlers/billing/handlers.py validates with."""
 
-from handlers.billing import documents
+from handlers.billing import documents, statements
 from handlers.billing import handlers as billing
 from handlers.openapi_operations import Operation
-from handlers.openapi_schema import TIME, I, N, S, array, body_schema, nullable, obj, path_param, query_param, ref
+from handlers.openapi_schema import TIME, B, I, N, S, array, body_schema, nullable, obj, path_param, query_param, ref
 from security import roles
 
 BILLING = "/billing/crypto"
@@ -173,6 +174,44 @@ _DOCUMENT = dict(
     amount_usd=N,
     credits=I,
 )
+STATEMENT_MONTH = path_param(
+    "month",
+    {"type": "string", "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])$"},
+    "A calendar month (UTC) as yyyy-mm, from the account's first to the current one (422 otherwise)",
+)
+OPERATIONS += [
+    Operation(
+        "get",
+        "/billing/statements",
+        "The months with a statement, newest first: the current month is the statement so far",
+        "billing",
+        ref("StatementMonths"),
+        errors=(401,),
+        role=roles.BILLING,
+    ),
+    Operation(
+        "get",
+        "/billing/statements/{month}",
+        "A monthly statement: opening balance, credits added, usage by endpoint, closing balance. "
+        "`Accept: application/pdf` or `text/csv` for the document",
+        "billing",
+        ref("Statement"),
+        params=(STATEMENT_MONTH, query_param(documents.PAPER)),
+        errors=(401, 422),
+        also=(
+            (statements.PDF, {"type": "string", "format": "binary"}),
+            (statements.CSV, {"type": "string", "description": "One row per entry, then the totals"}),
+        ),
+        headers={
+            "Content-Disposition": {
+                "schema": S,
+                "description": 'PDF and CSV: attachment; filename="statement-<yyyy-mm>.<pdf|csv>"',
+            }
+        },
+        role=roles.BILLING,
+    ),
+]
+
 SCHEMAS: dict = {
     "BillingDetails": obj(tuple(_DETAILS), **_DETAILS, updated_at=nullable(TIME)),
     "BillingDetailsIn": body_schema(documents.DETAILS),
@@ -207,6 +246,61 @@ SCHEMAS: dict = {
         amount_received=ref("Amount"),
         amount_confirmed=ref("Amount"),
         credits_applied=I,
+    ),
+    "StatementMonths": obj(
+        ("months",), months=array(obj(("month", "status"), month=S, status={"enum": ["final", "so_far"]}))
+    ),
+    "StatementAddition": obj(
+        ("at", "kind", "description", "credits"),
+        at=TIME,
+        kind={
+            "enum": ["signup", "credit", "payment", "admin_credit", "admin_debit", "unpaid", "brought_forward"],
+        },
+        description=S,
+        credits={**I, "description": "Negative for a debit"},
+        order_id=S,
+        receipt={**S, "description": "The top-up's receipt number"},
+    ),
+    "StatementUsage": obj(
+        ("endpoint", "calls", "credits", "cached_calls", "credits_saved"),
+        endpoint=S,
+        calls=I,
+        credits=I,
+        cached_calls=I,
+        credits_saved=I,
+    ),
+    "Statement": obj(
+        (
+            "month",
+            "status",
+            "period_start",
+            "period_end",
+            "opening_balance",
+            "credits_added",
+            "credits_charged",
+            "credits_saved",
+            "closing_balance",
+            "calls",
+            "additions",
+            "usage",
+            "reconciled",
+        ),
+        month=S,
+        status={"enum": ["final", "so_far"]},
+        period_start=TIME,
+        period_end={**TIME, "description": "Exclusive: the next month's start"},
+        opening_balance=I,
+        credits_added=I,
+        credits_charged=I,
+        credits_saved=I,
+        closing_balance={**I, "description": "opening_balance + credits_added - credits_charged"},
+        calls=I,
+        additions=array(ref("StatementAddition")),
+        usage=array(ref("StatementUsage")),
+        reconciled={
+            **B,
+            "description": "The books agree: credits added = balance + charged usage, as the reconcile command checks",
+        },
     ),
     "SandboxPay": body_schema(billing.SANDBOX_PAY),
     "SandboxConfirm": body_schema(billing.SANDBOX_CONFIRM),

@@ -32,6 +32,7 @@ PLACEHOLDERS = {
     "member_id": "0" * 24,
     "invitation_id": "inv_" + "0" * 16,
     "number": "R-2026-000001",
+    "month": "2026-01",
 }
 
 

@@ -25,7 +25,7 @@ from app.embedded import free_port
 from gateway_testing.helpers import Inbox
 from gateway_testing.stack import gateway_env
 from security import seals
-from storage import backup
+from storage import backup, schema
 
 pytestmark = pytest.mark.gen_test(timeout=150)
 
@@ -192,7 +192,7 @@ async def test_a_restore_checks_the_whole_archive_first_and_a_refusal_leaves_the
     mongo, upstream_url, tmp_path
 ):
     """Issue 46 (10, 11) and 47 (9): an account held twice (manifest recomputed and signed), a balance raised with its
-    credits_added (manifest recomputed, signed without SECRETS_KEY), schema 3 in the data under a manifest saying 2,
+    credits_added (manifest recomputed, signed without SECRETS_KEY), a newer schema in the data than its manifest says,
     another SECRETS_KEY, a target a gateway serves: each is one line and exit 1, and the target keeps every document
     and index it had. The archive is the operator's alone (0600); a gateway on other secrets refuses to start."""
     db_name, target_name = f"o_{uuid.uuid4().hex[:10]}", f"o_{uuid.uuid4().hex[:10]}"
@@ -227,7 +227,7 @@ async def test_a_restore_checks_the_whole_archive_first_and_a_refusal_leaves_the
         return docs
 
     def newer(docs):
-        return [{**doc, "version": 3} if doc["_id"] == "version" else doc for doc in docs]
+        return [{**doc, "version": schema.VERSION + 1} if doc["_id"] == "version" else doc for doc in docs]
 
     forged = [
         (rewritten(archive, str(tmp_path / "twice.tar.gz"), "accounts", twice, KEY), "accounts: 1 documents repeat"),
@@ -237,7 +237,7 @@ async def test_a_restore_checks_the_whole_archive_first_and_a_refusal_leaves_the
         ),
         (
             rewritten(archive, str(tmp_path / "schema.tar.gz"), "schema", newer, KEY),
-            "its database records schema version 3, its manifest 2",
+            f"its database records schema version {schema.VERSION + 1}, its manifest {schema.VERSION}",
         ),
     ]
     for path, said in forged:

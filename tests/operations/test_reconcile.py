@@ -56,6 +56,12 @@ async def test_reconcile_names_the_account_whose_credits_were_changed_by_hand(mo
     assert "1 differences" in err
 
     db.accounts.update_one({"_id": tampered["account_id"]}, {"$inc": {"credits": -1}})
+    # The usage by month statements read must count what the usage records hold.
+    db.usage_months.update_one({"account_id": tampered["account_id"]}, {"$inc": {"credits": 1}})
+    code, out, err = await cli("reconcile", **env)
+    assert code == 1 and len(out.splitlines()) == 1, out + err
+    assert tampered["account_id"] in out and "the usage by month (statements) counts" in out
+    db.usage_months.update_one({"account_id": tampered["account_id"]}, {"$inc": {"credits": -1}})
     db.orders.update_one({"_id": order["order_id"]}, {"$inc": {"credits_applied": 1}})
     code, out, err = await cli("reconcile", **env)
     assert code == 1 and len(out.splitlines()) == 1, out + err
@@ -79,6 +85,7 @@ async def test_the_schema_is_brought_forward_once_and_a_newer_one_is_refused(mon
     db = pymongo.MongoClient(mongo.uri)[db_name]
     db.schema.drop()  # as an older gateway left it
     db.accounts.update_many({}, {"$unset": {"credits_added": ""}})
+    db.usage_months.drop()  # and without the usage by month of monthly statements
     code, out, _ = await cli("reconcile", **env)
     assert code == 1 and "no ledger of additions" in out
 
@@ -94,15 +101,16 @@ async def test_the_schema_is_brought_forward_once_and_a_newer_one_is_refused(mon
 
     first = await start()
     assert "schema 1 -> 2: started the ledger of additions (credits_added) on 1 of 1 accounts" in first
+    assert "schema 2 -> 3: counted the usage by month of 1 accounts (1 documents)" in first
     assert "schema 1 -> 2" not in await start()  # idempotent: nothing to do the second time
     record = db.schema.find_one({"_id": "version"})
-    assert record["version"] == 2 and len(record["steps"]) == 1
+    assert record["version"] == 3 and len(record["steps"]) == 2
     assert (await cli("reconcile", **env))[0] == 0
 
     db.schema.update_one({"_id": "version"}, {"$set": {"version": 99}})
     code, out, err = await cli("serve", "--port", str(free_port()), **env, UPSTREAM_URL=upstream_url)
     assert code == 1
     assert err.strip().splitlines() == [
-        f"social-gateway: the database {db_name} is at schema version 99, newer than this gateway's 2: "
+        f"social-gateway: the database {db_name} is at schema version 99, newer than this gateway's 3: "
         "run the newer release (or restore a backup taken before the upgrade)"
     ]

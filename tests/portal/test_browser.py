@@ -993,6 +993,14 @@ def test_billing_empty_state_confirm_after_pay_and_a_finished_order_hides_its_qr
     expect(page.get_by_text("Pay before")).to_be_hidden()
     expect(page.get_by_test_id("sandbox-confirm")).to_be_disabled()
     shot(page, tmp_path, "billing-finished-no-qr")
+    # This month's statement (so far) counts the top-up, and downloads as the PDF the server names.
+    month = page.get_by_test_id("statement-row").first
+    expect(month).to_contain_text("so far")
+    expect(month).to_contain_text(f"{SIGNUP_CREDITS + 300_000:,}")
+    with page.expect_download() as download:
+        month.get_by_test_id("statement-pdf").click()
+    assert re.fullmatch(r"statement-\d{4}-\d{2}\.pdf", download.value.suggested_filename)
+    assert download.value.path().read_bytes().startswith(b"%PDF")
     page.get_by_role("link", name="Overview").click()
     expect(page.locator("#view-overview")).to_contain_text("In USD, every settled payment together.")
     expect(page.locator("#example-call")).to_contain_text(f"userName={stack_user(stack)}")

@@ -1,9 +1,11 @@
 // Buying credits: the currencies, a checkout and its order (QR code, status polled until final), past orders, the
-// sandbox's simulated payments, the account's receipts (each as a PDF download) and its billing details.
+// sandbox's simulated payments, the account's receipts (each as a PDF download) and its billing details; the monthly
+// statements below them (statements.js).
 import { $, $$, button, cell, copy, el, labelCells, number, usd, when } from "./dom.js";
 import { ApiFailure, act, api, clearError, listGeneration, showError, state } from "./api.js";
 import { loadAccount } from "./account.js";
 import { may } from "./roles.js";
+import { loadStatements } from "./statements.js";
 
 const checkoutForm = $("#checkout-form");
 const orderBox = $("#order");
@@ -14,6 +16,7 @@ const FINAL = new Set(["finished", "failed", "refunded", "expired"]);
 
 export async function loadBilling() {
   loadAccount(null);
+  loadStatements();
   await act(checkoutForm, null, async () => {
     if (!currencies.length) {
       const config = await api("GET", "/billing/crypto/config");
@@ -95,6 +98,7 @@ function showOrder(order) {
   confirm.title = confirm.disabled ? "Simulate a payment first: then the network can confirm it" : "";
   if (before && before.order_id === order.order_id && before.credits_applied !== order.credits_applied) {
     loadAccount(null);
+    loadStatements(); // the top-up is a credit added to this month's statement
   }
   if (before && before.order_id === order.order_id && before.status !== order.status) {
     loadOrders().catch((err) => showError(orderBox, err));

@@ -1,0 +1,65 @@
+"""Monthly statements (billing/statements.py): the account's months, and one month as JSON, CSV or PDF by the
+request's Accept header."""
+
+import asyncio
+
+from billing.statement_documents import as_csv, as_json, as_pdf
+from billing.statements import BadMonth
+from handlers.base import BaseHandler, authenticated
+from handlers.billing.documents import PAPER
+from handlers.errors import ValidationError, error
+
+PDF, CSV = "application/pdf", "text/csv"
+
+
+def wanted(accept: str) -> str:
+    """The media type a request's Accept header asks for: PDF or CSV when named, JSON otherwise."""
+    types = [part.split(";")[0].strip().lower() for part in accept.split(",")]
+    return next((t for t in types if t in (PDF, CSV)), "application/json")
+
+
+class StatementsHandler(BaseHandler):
+    """The account's months with a statement, newest first; the current one is the statement so far."""
+
+    @authenticated
+    async def get(self) -> None:
+        months = await self.services.statements.available(self.current_user)
+        self.send_json(
+            {"months": [{"month": m, "status": "so_far" if i == 0 else "final"} for i, m in enumerate(months)]}
+        )
+
+
+class StatementHandler(BaseHandler):
+    """One month's statement; `Accept: application/pdf` or `text/csv` for the documents."""
+
+    @authenticated
+    async def get(self, month: str) -> None:
+        paper = {"A4": "A4", "LETTER": "Letter"}.get((self.query_arg(PAPER) or "").upper(), self.config.billing_paper)
+        try:
+            statement = await self.services.statements.statement(self.current_user, month)
+        except BadMonth as exc:
+            raise ValidationError([error(["path", "month"], str(exc), "value_error")]) from None
+        media = wanted(self.request.headers.get("Accept", ""))
+        if media == "application/json":
+            self.send_json(as_json(statement))
+            return
+        name = f"statement-{statement.month}"
+        if media == CSV:
+            body, name = as_csv(statement), name + ".csv"
+        else:
+            billing = self.services.billing
+            details, issuer = await billing.details(self.current_user), billing.issuer()
+            # fpdf2 is pure Python: rendered on the event loop, it would hold every other request meanwhile.
+            body = await asyncio.get_running_loop().run_in_executor(
+                self.ctx.runtime.executor, as_pdf, statement, issuer, details, paper
+            )
+            name += ".pdf"
+        self.set_header("Content-Type", CSV + "; charset=utf-8" if media == CSV else PDF)
+        self.set_header("Content-Disposition", f'attachment; filename="{name}"')
+        self.finish(body)
+
+
+routes = [
+    (r"/billing/statements", StatementsHandler),
+    (r"/billing/statements/([^/]+)", StatementHandler),
+]
