@@ -1,7 +1,7 @@
 """Billing documents attacked as a hostile or unlucky user or operator would (docs/billing.md): Accept headers that
 do not want a PDF, bidi overrides in billing details, formulas behind a tab in the accountant's CSV, two issuers
-voiding at once, the period filter's edges, names no installed font can print, and SMTP down when a receipt is
-issued."""
+voiding at once, the period filter's edges, names no installed font can print, SMTP down when a receipt is issued,
+notifications replayed and reordered for an order paid in parts, and a gateway killed while issuing receipts."""
 
 import asyncio
 import csv
@@ -12,14 +12,19 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_billing import checkout, pay
+import test_billing
+from support import Gateway
+from test_billing import NOWPAYMENTS, checkout, ipn, nowpayments_order, pay
 from test_receipts import DETAILS, admin_token, receipts
 
 from billing import receipts as billing_receipts
 from billing.pdf import Document, Party, render
 from billing.receipts import AlreadyVoid, Billing
+from payments.currencies import CURRENCIES
 from storage.billing import BillingStore
 
+# The fake processor and its settings (test_billing.py), for the notifications below.
+processor, settings, upstream_url = test_billing.processor, test_billing.settings, test_billing.upstream_url
 pytestmark = [pytest.mark.gen_test(timeout=60), pytest.mark.settings(admin_emails="boss@example.com")]
 
 
@@ -158,3 +163,63 @@ async def test_smtp_down_at_issue_time_still_issues_the_receipt_and_logs_the_fai
         await asyncio.gather(*billing_receipts._pending)
     assert receipt["customer"]["email"] == DETAILS["email"]
     assert any(f"receipt {receipt['number']} not emailed" in r.getMessage() for r in caplog.records)
+
+
+@NOWPAYMENTS
+async def test_a_partly_paid_then_finished_order_has_a_receipt_per_part_that_adds_up(api, processor):
+    user, order, payment_id = await nowpayments_order(api, processor, 40, "LTC")  # 0.5 LTC
+    partial = processor.settle(payment_id, "partially_paid", 0.1)
+    for _ in range(2):  # delivered twice
+        assert (await ipn(api, partial))[0] == 200
+    final = processor.settle(payment_id, "finished", 0.6)  # over-paid: 0.6 LTC in all, 48 USD
+    for payload in (final, partial, final):  # replayed, and the older one arriving late
+        assert (await ipn(api, payload))[0] == 200
+    listed = await receipts(api, user["token"])
+    assert [(r["amount_paid"], r["amount_usd"], r["credits"]) for r in listed] == [
+        (0.5, 40, 4_000_000),
+        (0.1, 8, 800_000),
+    ]
+    assert {r["order_id"] for r in listed} == {order["order_id"]} and {r["payment_reference"] for r in listed} == {
+        payment_id
+    }
+
+
+# The served gateway's secrets (gateway_testing/stack.py): it accepts this test's sessions.
+SECRETS = {"jwt_secret": "stack-jwt-secret-" + "x" * 32, "secrets_key": "stack-secrets-key-" + "y" * 32}
+
+
+@pytest.mark.settings(**SECRETS)
+async def test_a_gateway_killed_while_issuing_receipts_leaves_no_gap_duplicate_or_payment_without_one(
+    api, ctx, mongo, upstream_url
+):
+    """SIGKILL a served gateway while payments settle on it; the next notification (here: re-reading every
+    order, as the reconciler does) finishes what it left: receipts 1..N, each paid credit with its receipt."""
+    users = [await api.register() for _ in range(2)]
+    placed = [
+        await ctx.payments.checkout(users[n % 2]["account_id"], CURRENCIES["USDTTRC20"], 10 + n) for n in range(24)
+    ]
+    gw = await Gateway(mongo.uri, upstream_url, ctx.settings.mongodb_db).launch()
+    documents = ctx.billing.store.documents
+
+    async def pay_on_gateway(n: int, order: dict):
+        body = {"order_id": order["_id"], "amount_usd": 10 + n}
+        auth = f"Bearer {users[n % 2]['token']}"
+        return await gw.call("POST", "/billing/crypto/sandbox/pay", body, Authorization=auth)
+
+    paying = asyncio.gather(*(pay_on_gateway(n, o) for n, o in enumerate(placed)), return_exceptions=True)
+    for _ in range(400):  # until some receipts are written (a bound on a hang, not a deadline)
+        if await documents.count_documents({"series": "R"}) >= 4:
+            break
+        await asyncio.sleep(0.01)
+    gw.kill()
+    await paying
+    # The restart: every order re-read and its pending credits settled, as a notification or the reconciler does.
+    for order in placed:
+        await ctx.payments.crediting.settle(await ctx.payments.refresh(await ctx.payments.orders.get(order["_id"])))
+    issued = await documents.find({"series": "R"}).to_list(None)
+    assert sorted(d["seq"] for d in issued) == list(range(1, len(issued) + 1))
+    for order in placed:
+        stored = await ctx.payments.orders.get(order["_id"])
+        assert not stored.get("pending")
+        mine = [d for d in issued if d["payment"].get("order_id") == order["_id"]]
+        assert sum(d["credits"] for d in mine) == stored["credits_applied"], stored
