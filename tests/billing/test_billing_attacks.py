@@ -15,12 +15,13 @@ import pytest
 import test_billing
 from support import Gateway
 from test_billing import NOWPAYMENTS, checkout, ipn, nowpayments_order, pay
-from test_receipts import DETAILS, admin_token, receipts
+from test_receipts import DETAILS, admin_token, join, receipts
 
 from billing import receipts as billing_receipts
 from billing.pdf import Document, Party, render
 from billing.receipts import AlreadyVoid, Billing
 from payments.currencies import CURRENCIES
+from security import roles
 from storage.billing import BillingStore
 
 # The fake processor and its settings (test_billing.py), for the notifications below.
@@ -223,3 +224,42 @@ async def test_a_gateway_killed_while_issuing_receipts_leaves_no_gap_duplicate_o
         assert not stored.get("pending")
         mine = [d for d in issued if d["payment"].get("order_id") == order["_id"]]
         assert sum(d["credits"] for d in mine) == stored["credits_applied"], stored
+
+
+async def test_details_changed_while_payments_settle_give_each_receipt_the_details_of_one_moment(api):
+    token = (await api.register())["token"]
+    sets = [{**DETAILS, "legal_name": f"Name {n}", "address": f"{n} Road", "tax_id": f"TAX{n}"} for n in range(3)]
+    assert (await api.call("PUT", "/billing/details", sets[0], token=token))[0] == 200
+    orders = [await checkout(api, token, "USDTTRC20", 10 + n) for n in range(5)]
+
+    async def put(n: int):
+        assert (await api.call("PUT", "/billing/details", sets[n % 3], token=token))[0] == 200
+
+    await asyncio.gather(*(pay(api, token, o["order_id"], 10 + n) for n, o in enumerate(orders)), *map(put, range(12)))
+    listed = await receipts(api, token)
+    assert len(listed) == 5 and all(r["customer"] in sets for r in listed)
+
+
+async def test_documents_of_another_account_or_without_billing_rights_are_never_shown(api, ctx):
+    admin = await admin_token(api, ctx)
+    owner, stranger = await api.register(), await api.register()
+    number = (await paid(api, owner["token"]))["number"]
+    void = f"/admin/billing/receipts/{number}/void"
+    note = (await api.call("POST", void, {"reason": "test void"}, token=admin))[1]["credit_note"]["number"]
+    developer = await join(api, owner["token"], roles.DEVELOPER)
+    viewer = await join(api, owner["token"], roles.VIEWER)
+    billing = await join(api, owner["token"], roles.BILLING)
+    for path in (f"/billing/receipts/{number}", f"/billing/credit-notes/{note}"):
+        for member in (developer, viewer):
+            assert (await api.call("GET", path, token=member["token"]))[0] == 403
+        assert (await api.call("GET", path, token=billing["token"]))[0] == 200
+        for accept in ("application/json", "application/pdf"):
+            status, body, _ = await api.call("GET", path, token=stranger["token"], headers={"Accept": accept})
+            assert status == 404 and number not in str(body)
+        assert (await api.call("GET", path.replace("-2", "-1"), token=owner["token"]))[0] == 404  # another year
+    # A receipt's number on the credit notes' path, and the reverse: 404, not the document.
+    assert (await api.call("GET", f"/billing/credit-notes/{number}", token=owner["token"]))[0] == 404
+    assert (await api.call("GET", f"/billing/receipts/{note}", token=owner["token"]))[0] == 404
+    for member in (owner, billing):
+        assert (await api.call("GET", f"/admin/billing/documents/{number}", token=member["token"]))[0] == 403
+        assert (await api.call("POST", void, {"reason": "mine now"}, token=member["token"]))[0] == 403
