@@ -18,6 +18,7 @@ from test_billing import NOWPAYMENTS, checkout, ipn, nowpayments_order, pay
 from test_receipts import DETAILS, admin_token, join, receipts
 
 from billing import receipts as billing_receipts
+from billing.numbering import RECEIPT, Numbering
 from billing.pdf import Document, Party, render
 from billing.receipts import AlreadyVoid, Billing
 from payments.currencies import CURRENCIES
@@ -263,3 +264,27 @@ async def test_documents_of_another_account_or_without_billing_rights_are_never_
     for member in (owner, billing):
         assert (await api.call("GET", f"/admin/billing/documents/{number}", token=member["token"]))[0] == 403
         assert (await api.call("POST", void, {"reason": "mine now"}, token=member["token"]))[0] == 403
+
+
+async def test_the_year_turning_while_two_issuers_race_neither_restarts_nor_repeats_a_number(api, ctx):
+    """Two processes issue at once across UTC midnight of a new year: R-2030-... and R-2031-... are different ids
+    but must not share a number; the admin period splits them at midnight."""
+    admin = await admin_token(api, ctx)
+    account_id = (await api.register())["account_id"]
+    store = ctx.billing.store
+    other = Numbering(BillingStore(store.documents.database))
+    contents = {"kind": "receipt", "account_id": account_id, "issuer": ctx.billing.issuer(), "customer": {}}
+    contents |= {"payment": {"method": "admin", "currency": "USD", "amount_paid": 1.0}, "amount_usd": 1.0, "credits": 1}
+    late = datetime(2030, 12, 31, 23, 59, 59, 999999, UTC)
+    early = datetime(2031, 1, 1, tzinfo=UTC)
+    issued = await asyncio.gather(
+        *(
+            issuer.issue(RECEIPT, f"test:{n}", contents, late if n % 2 else early)
+            for n, issuer in enumerate([ctx.billing.numbering, other] * 3)
+        )
+    )
+    seqs = sorted(doc["seq"] for doc, _ in issued)
+    assert seqs == list(range(seqs[0], seqs[0] + 6))
+    for query, year in (("?from=2031-01-01&to=2031-01-02", "2031"), ("?from=2030-12-31&to=2031-01-01", "2030")):
+        status, listing, _ = await api.call("GET", "/admin/billing/receipts" + query, token=admin)
+        assert status == 200 and [r["number"][2:6] for r in listing["receipts"]] == [year] * 3
