@@ -288,3 +288,15 @@ async def test_the_year_turning_while_two_issuers_race_neither_restarts_nor_repe
     for query, year in (("?from=2031-01-01&to=2031-01-02", "2031"), ("?from=2030-12-31&to=2031-01-01", "2030")):
         status, listing, _ = await api.call("GET", "/admin/billing/receipts" + query, token=admin)
         assert status == 200 and [r["number"][2:6] for r in listing["receipts"]] == [year] * 3
+
+
+@NOWPAYMENTS
+async def test_the_parts_receipts_add_up_to_the_usd_paid_to_the_cent(api, processor):
+    """Each part's USD is rounded to cents on its receipt; the roundings must not pile up: three parts of an order
+    paid 48.00 USD in all say 48.00 together, not 48.01."""
+    user, _, payment_id = await nowpayments_order(api, processor, 40, "LTC")  # 0.5 LTC
+    for status, coins in (("partially_paid", 0.0333333), ("partially_paid", 0.0666666), ("finished", 0.6)):
+        assert (await ipn(api, processor.settle(payment_id, status, coins)))[0] == 200
+    listed = await receipts(api, user["token"])
+    assert len(listed) == 3 and sum(r["credits"] for r in listed) == 4_800_000
+    assert sum(round(r["amount_usd"] * 100) for r in listed) == 4800
