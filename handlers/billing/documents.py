@@ -26,21 +26,30 @@ def line_text(value: str, loc: list) -> None:
     _refuse(value, loc, newlines=False)
 
 
-def line_texts(value: str, loc: list) -> None:
+def multiline_text(value: str, loc: list) -> None:
     # The same, but for the newlines between an address's lines.
     _refuse(value, loc, newlines=True)
 
 
 line_text.pattern = r"^[^\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$"  # the same rules, for OpenAPI
-line_texts.pattern = r"^[^\u0000-\u0009\u000B-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$"
+multiline_text.pattern = r"^[^\u0000-\u0009\u000B-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$"
 
 
 DETAILS = [
     Field("legal_name", str, min_length=1, max_length=200, check=line_text, description="The company or person"),
-    Field("address", str, required=False, max_length=1000, check=line_texts, description="Lines separated by \\n"),
+    Field("address", str, required=False, max_length=1000, check=multiline_text, description="Lines separated by \\n"),
     Field("country", str, required=False, max_length=60, check=line_text),
     Field("tax_id", str, required=False, max_length=64, check=line_text, description="VAT/GST number, free text"),
-    Field("email", str, required=False, max_length=254, format="email", description="Where billing documents go"),
+    # check: the email pattern's `$` lets a trailing newline through, which no mail header takes.
+    Field(
+        "email",
+        str,
+        required=False,
+        max_length=254,
+        format="email",
+        check=line_text,
+        description="Where billing documents go",
+    ),
 ]
 RECEIPTS_LIMIT = Field("limit", int, required=False, default=100, minimum=1, maximum=1000)
 PAPER = Field("paper", str, required=False, enum=("A4", "LETTER"), description="PDF only; default BILLING_PAPER")

@@ -300,3 +300,12 @@ async def test_the_parts_receipts_add_up_to_the_usd_paid_to_the_cent(api, proces
     listed = await receipts(api, user["token"])
     assert len(listed) == 3 and sum(r["credits"] for r in listed) == 4_800_000
     assert sum(round(r["amount_usd"] * 100) for r in listed) == 4800
+
+
+@pytest.mark.parametrize("email", ["accounts@example.com\n", "accounts@example.com\nBcc: all@example.com"])
+async def test_a_billing_email_with_a_line_break_is_refused(api, email):
+    """A trailing newline passed the email pattern (`$` matches before it): saved, it made every receipt's email
+    fail (a header may not hold a line break) while the details looked fine."""
+    token = (await api.register())["token"]
+    status, body, _ = await api.call("PUT", "/billing/details", {**DETAILS, "email": email}, token=token)
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "email"], body
