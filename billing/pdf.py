@@ -33,7 +33,7 @@ page looks the same; about 60 ms), else DejaVu Sans (also Hebrew, Arabic letters
 110 ms), else the installed one with the most of them. They come from the system (Debian's `fonts-liberation` and
 `fonts-dejavu-core`, which the Dockerfile and `./dev test` install), looked for in `FONT_DIRS`. With neither, such
 characters become their closest Windows-1252 form ("Ő" becomes "O") or "?": the document still renders, never fails.
-Characters no installed font has (CJK) print as empty boxes.
+Characters no installed font has (CJK, most emoji) print as "?", never silently left out.
 """
 
 import functools
@@ -129,8 +129,9 @@ def _fonts() -> tuple[_Font, ...]:
         for folder in FONT_DIRS:
             paths = os.path.join(folder, regular), os.path.join(folder, bold)
             if all(os.path.isfile(path) for path in paths):
-                with TTFont(paths[0], lazy=True) as font:
-                    found.append(_Font(*paths, frozenset(font.getBestCmap())))
+                # What both faces have: a name is printed bold, its address regular.
+                with TTFont(paths[0], lazy=True) as regular, TTFont(paths[1], lazy=True) as bold:
+                    found.append(_Font(*paths, frozenset(regular.getBestCmap()) & frozenset(bold.getBestCmap())))
                 break
     if not found:
         log.warning(
@@ -170,6 +171,12 @@ def _core(text: str) -> str:
     return "".join(out)
 
 
+def _covered(covers: frozenset[int], text: str) -> str:
+    """What the embedded font can print: a character it has no glyph for (CJK, most emoji without such a font
+    installed) becomes '?', so that a reader sees something was there rather than a name that silently vanished."""
+    return "".join(c if ord(c) in covers or not c.isprintable() else "?" for c in text)
+
+
 def _texts(doc: Document):
     yield from (doc.operator, doc.title, doc.badge, doc.footer, doc.subject, *doc.notes)
     for party in doc.parties:
@@ -196,7 +203,7 @@ class _Pdf(FPDF):
         if font is not None:
             self.add_font("body", "", font.regular)
             self.add_font("body", "B", font.bold)
-            self.family, self.clean = "body", str
+            self.family, self.clean = "body", functools.partial(_covered, font.covers)
         else:
             self.core_fonts_encoding = CORE_ENCODING
             self.family, self.clean = "helvetica", _core

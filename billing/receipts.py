@@ -14,7 +14,7 @@ import csv
 import io
 import logging
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from billing import documents
 from billing.numbering import CREDIT_NOTE, RECEIPT, Numbering
@@ -44,6 +44,9 @@ CSV_COLUMNS = (
     "voided_by",
     "void_reason",
 )
+
+
+FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
 class AlreadyVoid(Exception):
@@ -102,14 +105,14 @@ class Billing:
             "footer": settings.billing_footer,
         }
 
-    async def _receipt(self, account_id: str, source: str, credits: int, usd: float, payment: dict) -> dict:
+    async def _receipt(self, account_id: str, source: str, credits: int, usd: float | Decimal, payment: dict) -> dict:
         contents = {
             "kind": "receipt",
             "account_id": account_id,
             "issuer": self.issuer(),
             "customer": {name: value for name, value in (await self.details(account_id)).items() if name in DETAILS},
             "payment": payment,
-            "amount_usd": float(Decimal(str(usd)).quantize(Decimal("0.01"))),
+            "amount_usd": float(_cents(Decimal(str(usd)))),
             "credits": credits,
         }
         receipt, new = await self.numbering.issue(RECEIPT, source, contents, now_utc())
@@ -131,7 +134,20 @@ class Billing:
             "amount_paid": step.get("paid", order.get("confirmed_paid")),
             "reference": order.get("payment_id"),
         }
-        return await self._receipt(account_id, f"credit:{credit_id}", credits, usd, payment)
+        return await self._receipt(
+            account_id, f"credit:{credit_id}", credits, self._part_usd(credit_id, credits, usd), payment
+        )
+
+    def _part_usd(self, credit_id: str, credits: int, usd: float) -> Decimal:
+        """A part's USD as the order's total in cents after it less that before it: each part rounded alone would
+        let the cents pile up (three parts of 48.00 USD said 48.01), this way the parts' receipts add up to what
+        was paid in all. The credit id names the order's total credits after the part (payments/crediting.py)."""
+        total = credit_id.rsplit(":", 1)[-1]
+        if not total.isdigit():
+            return usd
+        per_usd = Decimal(self.state.settings.credits_per_usd)
+        after = int(total)
+        return _cents(Decimal(after) / per_usd) - _cents(Decimal(after - credits) / per_usd)
 
     async def admin_paid(self, account_id: str, credit_id: str, credits: int, usd: float, reference: str) -> dict:
         """The receipt of an admin credit the operator marked as paid (a bank transfer, an invoice paid)."""
@@ -248,14 +264,19 @@ class Billing:
         return out.getvalue()
 
 
+def _cents(value: Decimal) -> Decimal:
+    return value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+
+
 def _usd(values) -> float:
     return float(sum((Decimal(str(v)) for v in values), Decimal(0)))
 
 
 def _cell(value) -> str:
-    """A spreadsheet opens a cell starting with = + - @ as a formula: customer-given text is quoted out of it."""
+    """A spreadsheet opens a cell starting with = + - @ as a formula, also after a leading tab or carriage return
+    (OWASP's list): customer- or operator-given text is quoted out of it."""
     text = str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@") and not _number(text) else text
+    return "'" + text if text[:1] in FORMULA and not _number(text) else text
 
 
 def _number(text: str) -> bool:

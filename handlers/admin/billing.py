@@ -8,7 +8,7 @@ from billing.numbering import NUMBER
 from billing.receipts import AlreadyVoid, view
 from handlers.admin.accounts import REASON
 from handlers.base import BaseHandler, admin_only
-from handlers.billing.documents import send_document
+from handlers.billing.documents import line_text, send_document
 from handlers.errors import ApiError, ValidationError, error
 from handlers.validation import Field, validate_body
 
@@ -29,7 +29,16 @@ TO = Field(
     "to", str, required=False, format="date", check=_date, description="Day after the last; default: next month's first"
 )
 FORMAT = Field("format", str, required=False, default="JSON", enum=("JSON", "CSV"), description="csv: a spreadsheet")
-VOID = [REASON]
+
+
+def _reason(value: str, loc: list) -> None:
+    # Printed on the credit note and the receipt, and a cell of the accountant's CSV: one line, no controls.
+    REASON.check(value, loc)
+    line_text(value, loc)
+
+
+_reason.pattern = line_text.pattern
+VOID = [Field("reason", str, min_length=3, max_length=500, check=_reason, description=REASON.description)]
 
 
 def _day(value: str) -> datetime:

@@ -8,33 +8,76 @@ from billing.numbering import NUMBER
 from billing.receipts import view
 from handlers.base import BaseHandler, authenticated
 from handlers.errors import ApiError, ValidationError, error
-from handlers.validation import Field, no_controls, validate_body
+from handlers.validation import Field, validate_body
+
+# Bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): one reverses the rest of a line as shown,
+# so "Acme\u202egnp.exe" reads "Acmeexe.png" in the admin CSV or a PDF reader. Letters carry their own direction;
+# the marks LRM and RLM stay allowed.
+BIDI_CONTROLS = frozenset(map(chr, (*range(0x202A, 0x202F), *range(0x2066, 0x206A))))
 
 
-def _lines(value: str, loc: list) -> None:
-    # Printed on PDFs and in CSV: no control characters but the newlines between an address's lines.
-    if any(unicodedata.category(c) == "Cc" and c != "\n" for c in value):
+def _refuse(value: str, loc: list, newlines: bool) -> None:
+    if any(c in BIDI_CONTROLS or (unicodedata.category(c) == "Cc" and not (newlines and c == "\n")) for c in value):
         raise ValidationError([error(loc, "Input should not contain control characters", "string_pattern_mismatch")])
 
 
-_lines.pattern = r"^[^\u0000-\u0009\u000B-\u001F\u007F-\u009F]*$"  # the same rule, for OpenAPI
+def line_text(value: str, loc: list) -> None:
+    # Printed on PDFs and in CSV: no control characters.
+    _refuse(value, loc, newlines=False)
+
+
+def multiline_text(value: str, loc: list) -> None:
+    # The same, but for the newlines between an address's lines.
+    _refuse(value, loc, newlines=True)
+
+
+line_text.pattern = r"^[^\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$"  # the same rules, for OpenAPI
+multiline_text.pattern = r"^[^\u0000-\u0009\u000B-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$"
 
 
 DETAILS = [
-    Field("legal_name", str, min_length=1, max_length=200, check=no_controls, description="The company or person"),
-    Field("address", str, required=False, max_length=1000, check=_lines, description="Lines separated by \\n"),
-    Field("country", str, required=False, max_length=60, check=no_controls),
-    Field("tax_id", str, required=False, max_length=64, check=no_controls, description="VAT/GST number, free text"),
-    Field("email", str, required=False, max_length=254, format="email", description="Where billing documents go"),
+    Field("legal_name", str, min_length=1, max_length=200, check=line_text, description="The company or person"),
+    Field("address", str, required=False, max_length=1000, check=multiline_text, description="Lines separated by \\n"),
+    Field("country", str, required=False, max_length=60, check=line_text),
+    Field("tax_id", str, required=False, max_length=64, check=line_text, description="VAT/GST number, free text"),
+    # check: the email pattern's `$` lets a trailing newline through, which no mail header takes.
+    Field(
+        "email",
+        str,
+        required=False,
+        max_length=254,
+        format="email",
+        check=line_text,
+        description="Where billing documents go",
+    ),
 ]
 RECEIPTS_LIMIT = Field("limit", int, required=False, default=100, minimum=1, maximum=1000)
 PAPER = Field("paper", str, required=False, enum=("A4", "LETTER"), description="PDF only; default BILLING_PAPER")
 PDF = "application/pdf"
 
 
+def _quality(params: list[str]) -> float:
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "q":
+            try:
+                return min(max(float(value), 0.0), 1.0)
+            except ValueError:
+                return 0.0
+    return 1.0
+
+
 def wants_pdf(handler: BaseHandler) -> bool:
-    accept = handler.request.headers.get("Accept", "")
-    return any(part.split(";")[0].strip().lower() == PDF for part in accept.split(","))
+    """PDF when the Accept header names application/pdf (q > 0) and ranks JSON no higher: `application/pdf;q=0` or
+    `application/pdf;q=0.9, application/json` is JSON. Each type's q is that of its most specific range (RFC 9110
+    12.5.1); `*/*` alone, or no header, is JSON."""
+    ranges: dict[str, float] = {}
+    for part in handler.request.headers.get("Accept", "").split(","):
+        media, *params = part.split(";")
+        ranges.setdefault(media.strip().lower(), _quality(params))
+    pdf = ranges.get(PDF, 0.0)
+    json = next((ranges[r] for r in ("application/json", "application/*", "*/*") if r in ranges), 0.0)
+    return pdf > 0 and pdf >= json
 
 
 async def send_document(handler: BaseHandler, doc: dict) -> None:
