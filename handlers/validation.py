@@ -117,7 +117,7 @@ def check_value(f: Field, value: Any, loc: list) -> None:
     """Raises ValidationError for the first limit of `f` that a value of the right type breaks."""
     if f.enum and value.upper() not in f.enum:
         raise ValidationError([error(loc, f"Input should be one of {', '.join(f.enum)}", "enum")])
-    if f.format and not FORMATS[f.format][0].match(value):
+    if f.format and not FORMATS[f.format][0].fullmatch(value):
         raise ValidationError([error(loc, FORMATS[f.format][1], "value_error")])
     if f.kind is str:
         check_length(value, loc, f.min_length, f.max_length)

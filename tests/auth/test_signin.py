@@ -230,3 +230,17 @@ async def test_no_second_factor_or_reset_secret_reaches_the_logs(api, ctx, inbox
         ("new password", NEW_PASSWORD),
     ]:
         assert value not in text, f"the {label} appears in the logs"
+
+
+async def test_an_email_with_a_line_break_after_it_is_refused_everywhere_it_is_typed(api):
+    """A trailing newline passed the email format (`$` matches before it): saved, it breaks every mail header
+    written with it. Registration and invitations refuse it as they refuse any other malformed address."""
+    status, body, _ = await api.call(
+        "POST", "/auth/register", {"email": "new-person@example.com\n", "password": PASSWORD}
+    )
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "email"], body
+    owner = await api.register()
+    status, body, _ = await api.call(
+        "POST", "/members/invitations", {"email": "guest@example.com\n", "role": "viewer"}, token=owner["token"]
+    )
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "email"], body
