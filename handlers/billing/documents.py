@@ -40,7 +40,6 @@ DETAILS = [
     Field("address", str, required=False, max_length=1000, check=multiline_text, description="Lines separated by \\n"),
     Field("country", str, required=False, max_length=60, check=line_text),
     Field("tax_id", str, required=False, max_length=64, check=line_text, description="VAT/GST number, free text"),
-    # check: the email pattern's `$` lets a trailing newline through, which no mail header takes.
     Field(
         "email",
         str,
