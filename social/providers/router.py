@@ -5,10 +5,11 @@ One UpstreamClient per provider (its own keys, connection pool and breaker; its 
 the first candidate: `order` takes the providers that serve the endpoint in PROVIDERS order, `cost` the cheapest
 first by their cost tables for a full page of the call (unpriced ones last, ties in order). It fails over to the
 next candidate on a connection error, a time-out, a 5xx, a 429 (the keys saturated), the provider refusing our key
-(401/402/403: our account there, not the customer's query) or an open breaker; never on another 4xx or on any
+(401/402/403: our account there, not the customer's query), an answer its adapter cannot read (a 502) or an
+open breaker; never on another 4xx or on any
 answer the provider gave with data (an empty page is one), and never two at once (both would bill). The call's
-deadline is UPSTREAM_TIMEOUT: a candidate followed by another gets at most half of what is left, so a time-out
-leaves time for the next one.
+deadline is UPSTREAM_TIMEOUT: a candidate followed by another gets at most half of what is left (its key pool's
+retries included), so a time-out leaves time for the next one.
 
 Health comes from live traffic only: each client's breaker, and a cooldown here (a provider that failed
 COOL_AFTER calls in a row goes after the others for BREAKER_RESET_SECONDS; the first call after that tries it
@@ -20,6 +21,7 @@ name goes to the first provider). With one provider cursors pass untouched, and 
 costs what it did: no query parsed, no body read here.
 """
 
+import asyncio
 import functools
 import time
 import urllib.parse
@@ -160,16 +162,26 @@ class Router:
                 continue
             started = time.perf_counter()
             try:
-                response = await provider.client.get(path, sent, account, weight, timeout, endpoint.path)
+                # The client's own time-out is per request: a key pool's refusals, each within it, could take the
+                # rest of the call's time, so the provider's share bounds them all.
+                try:
+                    async with asyncio.timeout(timeout):
+                        response = await provider.client.get(path, sent, account, weight, timeout, endpoint.path)
+                except TimeoutError:
+                    raise UpstreamError("timeout", "the provider's share of the call's time") from None
             except UpstreamError as exc:
                 if exc.kind not in UNSENT:
-                    seconds, failover = time.perf_counter() - started, exc.kind in FAILOVER and more
-                    self._report(provider, endpoint.path, 0, exc.kind, 0, seconds, account, failover)
+                    if exc.kind != "saturated":  # its keys' refusals were reported as they came: nothing more sent
+                        seconds, failover = time.perf_counter() - started, exc.kind in FAILOVER and more
+                        self._report(provider, endpoint.path, 0, exc.kind, 0, seconds, account, failover)
                     provider.failed(time.monotonic(), self.cooldown)
                 if exc.kind not in FAILOVER or not more:
                     raise
                 failure = exc
                 continue
+            if not provider.passes:  # in our shape first: an answer its adapter cannot read is a 502, a failure
+                status, body = provider.adapter.answer(endpoint, response.status, response.body)
+                response = UpstreamResponse(status, body, response.seconds, provider.name)
             status = response.status
             if status >= 500 or status in REFUSALS:
                 provider.failed(time.monotonic(), self.cooldown)
@@ -178,9 +190,6 @@ class Router:
                     continue
             else:
                 provider.answered()
-            if not provider.passes:
-                status, body = provider.adapter.answer(endpoint, status, response.body)
-                response = UpstreamResponse(status, body, response.seconds, provider.name)
             return response
         raise failure or UpstreamError("timeout", "no time left for another provider")
 
@@ -271,6 +280,10 @@ def build(settings: Settings, ledger: Ledger) -> Router:
             raise SettingsError(
                 f"PROVIDERS: provider {entry['name']}: kind must be one of {', '.join(KINDS)}, not {entry['kind']!r}"
             )
+        if settings.providers:
+            wrong = _unusable(entry)
+            if wrong:
+                raise SettingsError(f"PROVIDERS: provider {entry['name']}: {wrong}")
         keys = entry["keys"] if isinstance(entry["keys"], str) else list(provider_keys(entry["keys"]))
         kind = adapter(entry["kind"])
         client = UpstreamClient(
@@ -291,3 +304,28 @@ def build(settings: Settings, ledger: Ledger) -> Router:
     return Router(
         providers, settings.provider_routing, ledger, settings.upstream_timeout, settings.breaker_reset_seconds
     )
+
+
+def _unusable(entry: dict) -> str:
+    """Why the gateway cannot send requests to this provider as PROVIDERS lists it ("" when it can). The url is an
+    origin and the prefix a path: what they hold goes into every request line, so a space, a control character, a
+    query or a fragment would split or bend it; credentials in the url would be dropped silently. The url is never
+    echoed (it may hold a secret). A `by` price names an endpoint path or a price rule: a misspelt one would price
+    nothing and route by the wrong table."""
+    url, prefix = entry["url"], entry.get("prefix", "")
+    if not (url + prefix).isprintable() or " " in url + prefix or any(c in url + prefix for c in "?#"):
+        return "url and prefix must be printable, without spaces, a query or a fragment"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (reading it checks it)
+    except ValueError:
+        return "url must be http(s)://host[:port]"
+    if not parts.hostname or parts.username is not None or parts.password is not None:
+        return "url must be http(s)://host[:port], without credentials"
+    if not all(isinstance(key, str) for key in entry["keys"]):  # a null or a number is no key ("None", "123")
+        return "keys must be strings"
+    known = {e.path.lstrip("/") for e in ENDPOINTS} | {e.price for e in ENDPOINTS}
+    unknown = set((entry.get("costs") or {}).get("by", {})) - known
+    if unknown:
+        return f"costs by names no endpoint path or price rule: {', '.join(sorted(unknown))}"
+    return ""

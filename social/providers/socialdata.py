@@ -170,7 +170,7 @@ class SocialData:
 
 def _page(endpoint: Endpoint, served: str, order: tuple[str, ...], body) -> dict:
     users: dict = {}  # an account met again in the page (a timeline's author) is normalized once
-    if body.get("status") == "error" or (served in ("user", "tweet") and _id(body) is None):
+    if body.get("status") == "error":
         raise ValueError("not the documented answer")  # an error in a 2xx, or an object without its id
     if served == "user":
         return _envelope(endpoint, order, "success", "", _user(body, users), "")
@@ -211,12 +211,24 @@ def _message(body: bytes) -> str:
 
 
 def _id(obj: dict, name: str = "id") -> str | None:
-    """An id as a string: the `_str` twin when sent, else the number (never a float's rounding: orjson reads
-    a 19-digit integer exactly)."""
+    """An id as a string: the `_str` twin when sent, else the number (orjson reads an integer up to 2^64
+    exactly). None for anything else: a float (orjson's reading of a larger integer, rounded), a boolean, an
+    object, letters: what is not an id is never served as one."""
     value = obj.get(name + "_str")
     if value is None:
         value = obj.get(name)
-    return None if value is None else str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return str(value)
+    return value if isinstance(value, str) and value.isascii() and value.isdigit() else None
+
+
+def _required(obj, name: str = "id") -> str:
+    """The id of a post or account the answer is made of: without one it is not the documented answer (a 502,
+    uncharged), never an item of nulls that is charged."""
+    value = _id(obj)
+    if value is None:
+        raise ValueError(f"a {name} without its id")
+    return value
 
 
 @functools.lru_cache(maxsize=4096)
@@ -241,11 +253,12 @@ def _source(value: str | None) -> str | None:
 
 
 def _user(u: dict, users: dict) -> dict:
-    uid = _id(u)
-    known = users.get(uid) if uid is not None else None
+    uid = _required(u, "user")
+    known = users.get(uid)
     if known is not None:
         return known
     handle = u.get("screen_name")
+    handle = handle if isinstance(handle, str) and handle else None
     user = {
         "type": "user",
         "userName": handle,
@@ -278,20 +291,20 @@ def _user(u: dict, users: dict) -> dict:
         "unavailableReason": None,
         "profile_bio": None,
     }
-    if uid is not None:
-        users[uid] = user
+    users[uid] = user
     return user
 
 
 def _tweet(t: dict, users: dict, nested: bool = False) -> dict:
-    tid, author = _id(t), t["user"]
+    tid, author = _required(t, "post"), t["user"]
+    handle = author.get("screen_name")
     parent = _id(t, "in_reply_to_status_id")
     views = t.get("views_count")
     quoted, reposted = t.get("quoted_status"), t.get("retweeted_status")
     return {
         "type": "tweet",
         "id": tid,
-        "url": f"https://x.com/{author.get('screen_name')}/status/{tid}",
+        "url": f"https://x.com/{handle}/status/{tid}" if isinstance(handle, str) and handle else None,
         "text": t.get("full_text") or t.get("text"),
         "source": _source(t.get("source")),
         "retweetCount": t.get("retweet_count"),
