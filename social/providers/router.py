@@ -5,8 +5,9 @@ One UpstreamClient per provider (its own keys, connection pool and breaker; its 
 the first candidate: `order` takes the providers that serve the endpoint in PROVIDERS order, `cost` the cheapest
 first by their cost tables for a full page of the call (unpriced ones last, ties in order). It fails over to the
 next candidate on a connection error, a time-out, a 5xx, a 429 (the keys saturated), the provider refusing our key
-(401/402/403: our account there, not the customer's query), an answer its adapter cannot read (a 502) or an
-open breaker; never on another 4xx or on any
+(401/402/403: our account there, not the customer's query), an answer that cannot be read (too large; its adapter's
+502; a pass-through 2xx that is not a JSON object, read only when another provider could answer) or an open
+breaker; never on another 4xx or on any
 answer the provider gave with data (an empty page is one), and never two at once (both would bill). The call's
 deadline is UPSTREAM_TIMEOUT: a candidate followed by another gets at most half of what is left (its key pool's
 retries included), so a time-out leaves time for the next one.
@@ -29,12 +30,12 @@ import urllib.parse
 import orjson
 
 from config.settings import Settings, SettingsError, provider_keys
-from social.endpoints import ENDPOINTS, Endpoint
+from social.endpoints import ENDPOINTS, Endpoint, read_answer
 from social.providers import KINDS, Attempt, adapter
 from social.providers.ledger import Ledger
 from social.upstream import REFUSALS, Breaker, UpstreamClient, UpstreamError, UpstreamResponse
 
-FAILOVER = frozenset(("timeout", "unreachable", "unavailable", "busy", "saturated"))
+FAILOVER = frozenset(("timeout", "unreachable", "unavailable", "busy", "saturated", "failed"))  # failed: too large
 UNSENT = frozenset(("unavailable", "busy"))  # nothing reached the provider: no attempt to record
 PASS_THROUGH = frozenset(("twitterapi",))  # kinds whose requests and answers are ours as they are
 PIN = "~"
@@ -183,6 +184,8 @@ class Router:
                 status, body = provider.adapter.answer(endpoint, response.status, response.body)
                 response = UpstreamResponse(status, body, response.seconds, provider.name)
             status = response.status
+            if provider.passes and more and 200 <= status < 300 and read_answer(endpoint, response.body) is None:
+                status = 502  # not a JSON object: a failure (as accounting/charged.py would find), while B can answer
             if status >= 500 or status in REFUSALS:
                 provider.failed(time.monotonic(), self.cooldown)
                 if more:

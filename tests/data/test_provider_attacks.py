@@ -42,11 +42,22 @@ async def profile(api, key: str, name: str):
     return await api.call("GET", f"/social/user/info?userName={name}", key=key)
 
 
-@pytest.mark.settings(**QUICK)
-async def test_an_answer_the_socialdata_adapter_cannot_read_fails_over_to_the_next_provider(api, ctx, catalog):
-    a = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, dialect="socialdata", faults="malformed")  # 200, half a body
+@pytest.mark.settings(**QUICK, upstream_max_body_bytes=100_000)
+@pytest.mark.parametrize(
+    "kind,fault,status_at_a",
+    [
+        ("socialdata", "malformed", 502),  # 200 with half a body: its adapter's 502
+        ("twitterapi", "malformed", 502),
+        ("socialdata", "oversize=200000", 0),  # past UPSTREAM_MAX_BODY_BYTES: no answer
+        ("twitterapi", "oversize=200000", 0),
+    ],
+)
+async def test_an_answer_that_cannot_be_read_fails_over_to_the_next_provider(
+    api, ctx, catalog, kind, fault, status_at_a
+):
+    a = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, dialect=kind, faults=fault)
     b = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY)
-    ledger = use_providers(ctx, entry("a", a.url, kind="socialdata"), entry("b", b.url))
+    ledger = use_providers(ctx, entry("a", a.url, kind=kind), entry("b", b.url))
     try:
         user, key = await api.funded_key(10_000)
         status, body, headers = await profile(api, key["key"], catalog["users"][0]["userName"])
@@ -54,7 +65,7 @@ async def test_an_answer_the_socialdata_adapter_cannot_read_fails_over_to_the_ne
         a.stop()
         b.stop()
     assert status == 200 and headers["X-Provider"] == "b" and body["data"]["userName"]
-    assert [(t.provider, t.status) for t in ledger.recent] == [("a", 502), ("b", 200)]
+    assert [(t.provider, t.status) for t in ledger.recent] == [("a", status_at_a), ("b", 200)]
 
 
 @pytest.mark.settings(**QUICK)
