@@ -144,9 +144,9 @@ class Router:
         end = now + self.deadline
         pinned = None
         if self.pins and endpoint.path in self.pinned_paths and "cursor=" in query:
-            pinned, query = self._unpin(query)
+            pinned, query = self._unpin(query, self.serving.get(endpoint.path, ()))
         candidates = (pinned,) if pinned is not None else self._candidates(endpoint, size, now)
-        if not candidates or (pinned is not None and pinned not in self.serving.get(endpoint.path, ())):
+        if not candidates:
             raise UpstreamError("unavailable", "no provider serves this endpoint")
         failure = None  # the last provider's, raised when none is left
         for i, provider in enumerate(candidates):
@@ -204,17 +204,21 @@ class Router:
             serving = tuple(p for p in serving if not p.cooling(now)) + tuple(p for p in serving if p.cooling(now))
         return serving
 
-    def _unpin(self, query: str) -> tuple[Provider | None, str]:
+    def _unpin(self, query: str, serving: tuple[Provider, ...]) -> tuple[Provider | None, str]:
         """The provider a cursor is pinned to, and the query with the provider's own cursor (None, the query as it
-        was: no cursor after all). A cursor naming no provider of PROVIDERS goes to the first, as it is."""
+        was: no cursor after all, or no provider serves the endpoint). A cursor naming no provider of PROVIDERS
+        serving the endpoint (handed out before PROVIDERS, forged, or its provider's kind changed) goes to the
+        first that serves it, as it is: that provider answers it (a 400 when it is not its own), where sending
+        it to one that cannot serve the endpoint would be a 503 that no retry ends."""
         provider, pairs = None, []
         for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True, encoding="latin-1"):
-            if name == "cursor" and value:
+            if name == "cursor" and value and serving:
                 head, sep, rest = value.partition(PIN)
-                if sep and head in self.named:
-                    provider, value = self.named[head], rest
+                named = self.named.get(head) if sep else None
+                if named in serving:
+                    provider, value = named, rest
                 else:
-                    provider = self.first
+                    provider = serving[0]
             pairs.append((name, value))
         if provider is None:
             return None, query

@@ -7,7 +7,7 @@ import pytest
 import tornado.httpserver
 import tornado.testing
 import tornado.web
-from support import UPSTREAM_KEY, make_settings
+from support import UPSTREAM_KEY, make_settings, qs
 from test_providers import QUICK, dead, entry, search, use_providers
 
 import sandbox
@@ -207,3 +207,23 @@ async def test_an_idempotent_replay_names_the_provider_that_produced_it(api, ctx
         b.stop()
     assert answers[1][2].get("Idempotent-Replayed") == "true"
     assert [h.get("X-Provider") for _, _, h in answers] == ["b", "b"]
+
+
+@pytest.mark.settings(**QUICK)
+@pytest.mark.parametrize("cursor", ["DAACCgACGdy", "a~DAACCgACGdy"])
+async def test_a_cursor_no_provider_serving_the_endpoint_issued_goes_to_one_that_serves_it(api, ctx, catalog, cursor):
+    """SocialData first, and a followers crawl (only twitterapi serves it): a cursor naming no provider (handed
+    out before PROVIDERS) or naming SocialData (forged, or its kind changed) goes to the provider that serves the
+    endpoint, as sent, which answers it; never a 503 that no retry ends."""
+    a = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, dialect="socialdata")
+    b = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY)
+    use_providers(ctx, entry("a", a.url, kind="socialdata"), entry("b", b.url))
+    try:
+        _, key = await api.funded_key(10_000)
+        query = qs({"userName": catalog["big_accounts"][0], "cursor": cursor})
+        status, _, headers = await api.call("GET", f"/social/user/followers?{query}", key=key["key"])
+    finally:
+        a.stop()
+        b.stop()
+    assert status not in (502, 503, 504) and headers["X-Provider"] == "b"
+    assert a.stats["requests"] == 0 and b.stats["requests"] == 1
