@@ -69,12 +69,14 @@ async def test_an_answer_that_cannot_be_read_fails_over_to_the_next_provider(
 
 
 @pytest.mark.settings(**QUICK)
-async def test_a_refused_key_is_one_ledger_entry_for_one_request(api, ctx, catalog):
-    """A provider whose one key is refused (429) was asked once: one entry, one `call` price, not a second one
-    for the pool then having no key left."""
+@pytest.mark.parametrize("keys", [1, 3])
+async def test_each_refused_key_is_one_ledger_entry_for_one_request(api, ctx, catalog, keys):
+    """A provider whose keys are all refused (429), each once: one entry and one `call` price per request on the
+    wire, not one more for the pool then having no key left; B asked once."""
     a = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, faults="error=429:1")
     b = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY)
-    ledger = use_providers(ctx, entry("a", a.url, call=0.01, failed=True), entry("b", b.url))
+    pool = {"keys": [f"k{i}" for i in range(keys)]}
+    ledger = use_providers(ctx, entry("a", a.url, call=0.01, failed=True) | pool, entry("b", b.url))
     try:
         _, key = await api.funded_key(10_000)
         status, _, headers = await profile(api, key["key"], catalog["users"][0]["userName"])
@@ -83,7 +85,8 @@ async def test_a_refused_key_is_one_ledger_entry_for_one_request(api, ctx, catal
         b.stop()
     assert status == 200 and headers["X-Provider"] == "b"
     at_a = [t for t in ledger.recent if t.provider == "a"]
-    assert len(at_a) == a.stats["requests"] == 1 and sum(t.cost_usd for t in at_a) == pytest.approx(0.01)
+    assert len(at_a) == a.stats["requests"] == keys and sum(t.cost_usd for t in at_a) == pytest.approx(0.01 * keys)
+    assert b.stats["requests"] == 1
 
 
 @pytest.mark.settings(**QUICK)
