@@ -146,21 +146,28 @@ class Router:
         if self.pins and endpoint.path in self.pinned_paths and "cursor=" in query:
             pinned, query = self._unpin(query, self.serving.get(endpoint.path, ()))
         candidates = (pinned,) if pinned is not None else self._candidates(endpoint, size, now)
-        if not candidates:
-            raise UpstreamError("unavailable", "no provider serves this endpoint")
+        # Each candidate's request, mapped before any is sent: one whose adapter cannot map this call's parameters
+        # (LookupError) is as one that cannot serve the endpoint, and keeps no share of the deadline.
+        plans = []
+        for provider in candidates:
+            try:
+                plans.append(
+                    (
+                        provider,
+                        *((endpoint.path, query) if provider.passes else provider.adapter.request(endpoint, query)),
+                    )
+                )
+            except LookupError:
+                continue
+        if not plans:
+            raise UpstreamError("unavailable", "no provider can serve this call")
         failure = None  # the last provider's, raised when none is left
-        for i, provider in enumerate(candidates):
+        for i, (provider, path, sent) in enumerate(plans):
             left = end - time.monotonic()
             if left <= 0:
                 break
-            more = i + 1 < len(candidates)
+            more = i + 1 < len(plans)
             timeout = min(provider.client.timeout, left / 2 if more else left)
-            try:
-                path, sent = (endpoint.path, query) if provider.passes else provider.adapter.request(endpoint, query)
-            except LookupError:  # this call's parameters have no counterpart there: as an endpoint it cannot serve
-                if not more:
-                    raise failure or UpstreamError("unavailable", "no provider can serve this call") from None
-                continue
             started = time.perf_counter()
             try:
                 # The client's own time-out is per request: a key pool's refusals, each within it, could take the

@@ -230,3 +230,21 @@ async def test_a_cursor_no_provider_serving_the_endpoint_issued_goes_to_one_that
         b.stop()
     assert status not in (502, 503, 504) and headers["X-Provider"] == "b"
     assert a.stats["requests"] == 0 and b.stats["requests"] == 1
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_provider_that_cannot_map_the_call_takes_no_share_of_the_deadline(api, ctx, catalog):
+    """Several posts at once: SocialData looks up one a call, so A is the only provider for it and has the
+    whole 2 s, not half of it kept for a provider that will not be asked."""
+    a = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, faults="latency=1300")
+    b = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, dialect="socialdata")
+    use_providers(ctx, entry("a", a.url), entry("b", b.url, kind="socialdata"))
+    ids = ",".join(catalog["tweets"][:2])
+    try:
+        _, key = await api.funded_key(10_000)
+        status, body, headers = await api.call("GET", f"/social/tweets?{qs({'tweet_ids': ids})}", key=key["key"])
+    finally:
+        a.stop()
+        b.stop()
+    assert status == 200 and headers["X-Provider"] == "a" and len(body["tweets"]) == 2
+    assert b.stats["requests"] == 0
