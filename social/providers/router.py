@@ -23,6 +23,7 @@ costs what it did: no query parsed, no body read here.
 """
 
 import asyncio
+import contextvars
 import functools
 import time
 import urllib.parse
@@ -41,6 +42,9 @@ PASS_THROUGH = frozenset(("twitterapi",))  # kinds whose requests and answers ar
 PIN = "~"
 COOL_AFTER = 3  # failures in a row that put a provider after the others for a cooldown
 DEFAULT = "twitterapi"  # the provider's name when PROVIDERS is unset
+# The key refusals of the provider request under way in this task (its client reports each as it comes), held
+# until the router knows whether the next provider is asked after the last of them (the ledger's failover flag).
+_REFUSED: contextvars.ContextVar[list[Attempt] | None] = contextvars.ContextVar("refused", default=None)
 
 
 class Costs:
@@ -169,6 +173,8 @@ class Router:
             more = i + 1 < len(plans)
             timeout = min(provider.client.timeout, left / 2 if more else left)
             started = time.perf_counter()
+            refused: list[Attempt] = []
+            held = _REFUSED.set(refused)
             try:
                 # The client's own time-out is per request: a key pool's refusals, each within it, could take the
                 # rest of the call's time, so the provider's share bounds them all.
@@ -177,16 +183,22 @@ class Router:
                         response = await provider.client.get(path, sent, account, weight, timeout, endpoint.path)
                 except TimeoutError:
                     raise UpstreamError("timeout", "the provider's share of the call's time") from None
+                finally:
+                    _REFUSED.reset(held)
             except UpstreamError as exc:
+                failover = exc.kind in FAILOVER and more
+                # Every key refused: its refusals are the requests sent, the last one the failover; nothing more.
+                self._record(refused, failover and exc.kind == "saturated")
                 if exc.kind not in UNSENT:
-                    if exc.kind != "saturated":  # its keys' refusals were reported as they came: nothing more sent
-                        seconds, failover = time.perf_counter() - started, exc.kind in FAILOVER and more
+                    if exc.kind != "saturated":
+                        seconds = time.perf_counter() - started
                         self._report(provider, endpoint.path, 0, exc.kind, 0, seconds, account, failover)
                     provider.failed(time.monotonic(), self.cooldown)
                 if exc.kind not in FAILOVER or not more:
                     raise
                 failure = exc
                 continue
+            self._record(refused, False)
             if not provider.passes:  # in our shape first: an answer its adapter cannot read is a 502, a failure
                 status, body = provider.adapter.answer(endpoint, response.status, response.body)
                 response = UpstreamResponse(status, body, response.seconds, provider.name)
@@ -253,7 +265,18 @@ class Router:
         self._report(provider, endpoint.path, response.status, "", items, response.seconds, account)
 
     def _refused(self, provider: Provider, status: int, seconds: float, account: str | None, path: str) -> None:
-        self._report(provider, path, status, "", 0, seconds, account or "")
+        """A key refused (its client tries the next key): held for the call under way (`get`), else recorded."""
+        attempt = self._attempt(provider, path, status, "", 0, seconds, account or "")
+        held = _REFUSED.get()
+        if held is None:
+            self.ledger.record(attempt)
+        else:
+            held.append(attempt)
+
+    def _record(self, refused: list[Attempt], failover: bool) -> None:
+        """A request's key refusals, in order; `failover` flags the last (the next provider was asked after it)."""
+        for i, attempt in enumerate(refused):
+            self.ledger.record(attempt, failover and i == len(refused) - 1)
 
     def _report(
         self,
@@ -267,10 +290,13 @@ class Router:
         failover: bool = False,
     ) -> None:
         """`failover`: the next provider is asked after this attempt."""
-        ok = 200 <= status < 300
-        paid = provider.costs.paid(path, items, ok)
-        attempt = Attempt(time.time(), provider.name, path, status, error, items, paid, seconds, account)
-        self.ledger.record(attempt, failover)
+        self.ledger.record(self._attempt(provider, path, status, error, items, seconds, account), failover)
+
+    def _attempt(
+        self, provider: Provider, path: str, status: int, error: str, items: int, seconds: float, account: str
+    ) -> Attempt:
+        paid = provider.costs.paid(path, items, 200 <= status < 300)
+        return Attempt(time.time(), provider.name, path, status, error, items, paid, seconds, account)
 
     def close(self) -> None:
         for provider in self.providers:

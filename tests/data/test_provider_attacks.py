@@ -38,6 +38,18 @@ class Scripted:
         self.server.stop()
 
 
+class Flagged(MemoryLedger):
+    """The in-memory ledger, with each attempt's failover flag (what the margin view's `failovers` counts)."""
+
+    def __init__(self):
+        super().__init__()
+        self.failovers: list[bool] = []
+
+    def record(self, attempt, failover: bool = False) -> None:
+        super().record(attempt, failover)
+        self.failovers.append(failover)
+
+
 async def profile(api, key: str, name: str):
     return await api.call("GET", f"/social/user/info?userName={name}", key=key)
 
@@ -76,7 +88,8 @@ async def test_each_refused_key_is_one_ledger_entry_for_one_request(api, ctx, ca
     a = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, faults="error=429:1")
     b = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY)
     pool = {"keys": [f"k{i}" for i in range(keys)]}
-    ledger = use_providers(ctx, entry("a", a.url, call=0.01, failed=True) | pool, entry("b", b.url))
+    use_providers(ctx, entry("a", a.url, call=0.01, failed=True) | pool, entry("b", b.url))
+    ctx.upstream.ledger = ledger = Flagged()
     try:
         _, key = await api.funded_key(10_000)
         status, _, headers = await profile(api, key["key"], catalog["users"][0]["userName"])
@@ -86,6 +99,8 @@ async def test_each_refused_key_is_one_ledger_entry_for_one_request(api, ctx, ca
     assert status == 200 and headers["X-Provider"] == "b"
     at_a = [t for t in ledger.recent if t.provider == "a"]
     assert len(at_a) == a.stats["requests"] == keys and sum(t.cost_usd for t in at_a) == pytest.approx(0.01 * keys)
+    # The last refusal is the one after which B was asked: the failover the margin view counts, once.
+    assert ledger.failovers[:keys] == [False] * (keys - 1) + [True]
     assert b.stats["requests"] == 1
 
 
