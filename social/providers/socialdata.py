@@ -231,6 +231,19 @@ def _required(obj, name: str = "id") -> str:
     return value
 
 
+def _int(value) -> int | None:
+    """A count: an integer (not a boolean), else null: one shape whatever a provider gone wrong sends."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bool(value) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 @functools.lru_cache(maxsize=4096)
 def _date(value: str | None) -> str | None:
     """`2023-11-28T20:00:31.000000Z` or `2022-07-19T06:35:54+00:00` as `Tue Nov 28 20:00:31 +0000 2023`
@@ -264,22 +277,22 @@ def _user(u: dict, users: dict) -> dict:
         "userName": handle,
         "url": f"https://x.com/{handle}" if handle else None,
         "id": uid,
-        "name": u.get("name"),
-        "isBlueVerified": u.get("verified"),  # documented: "a verified account with a blue checkmark"
+        "name": _text(u.get("name")),
+        "isBlueVerified": _bool(u.get("verified")),  # documented: "a verified account with a blue checkmark"
         "verifiedType": None,
-        "profilePicture": u.get("profile_image_url_https"),
-        "coverPicture": u.get("profile_banner_url"),
-        "description": u.get("description"),
-        "location": u.get("location") or None,  # v1.1 sends "" for none; ours is null
-        "followers": u.get("followers_count"),
-        "following": u.get("friends_count"),
-        "canDm": u.get("can_dm"),
+        "profilePicture": _text(u.get("profile_image_url_https")),
+        "coverPicture": _text(u.get("profile_banner_url")),
+        "description": _text(u.get("description")),
+        "location": _text(u.get("location")) or None,  # v1.1 sends "" for none; ours is null
+        "followers": _int(u.get("followers_count")),
+        "following": _int(u.get("friends_count")),
+        "canDm": _bool(u.get("can_dm")),
         "createdAt": _date(u.get("created_at")),
-        "favouritesCount": u.get("favourites_count"),
+        "favouritesCount": _int(u.get("favourites_count")),
         "hasCustomTimelines": None,
         "isTranslator": None,
-        "mediaCount": u.get("media_count"),
-        "statusesCount": u.get("statuses_count"),
+        "mediaCount": _int(u.get("media_count")),
+        "statusesCount": _int(u.get("statuses_count")),
         "withheldInCountries": None,
         "affiliatesHighlightedLabel": None,
         "possiblySensitive": None,
@@ -305,22 +318,22 @@ def _tweet(t: dict, users: dict, nested: bool = False) -> dict:
         "type": "tweet",
         "id": tid,
         "url": f"https://x.com/{handle}/status/{tid}" if isinstance(handle, str) and handle else None,
-        "text": t.get("full_text") or t.get("text"),
-        "source": _source(t.get("source")),
-        "retweetCount": t.get("retweet_count"),
-        "replyCount": t.get("reply_count"),
-        "likeCount": t.get("favorite_count"),
-        "quoteCount": t.get("quote_count"),
-        "viewCount": None if views is None else str(views),
+        "text": _text(t.get("full_text") or t.get("text")),
+        "source": _source(_text(t.get("source"))),
+        "retweetCount": _int(t.get("retweet_count")),
+        "replyCount": _int(t.get("reply_count")),
+        "likeCount": _int(t.get("favorite_count")),
+        "quoteCount": _int(t.get("quote_count")),
+        "viewCount": None if _int(views) is None else str(views),
         "createdAt": _date(t.get("tweet_created_at") or t.get("created_at")),
-        "lang": t.get("lang"),
-        "bookmarkCount": t.get("bookmark_count"),
+        "lang": _text(t.get("lang")),
+        "bookmarkCount": _int(t.get("bookmark_count")),
         "isReply": parent is not None,
         "inReplyToId": parent,
         "conversationId": _id(t, "conversation_id") or (None if parent else tid),
         "displayTextRange": t.get("display_text_range"),
         "inReplyToUserId": _id(t, "in_reply_to_user_id"),
-        "inReplyToUsername": t.get("in_reply_to_screen_name"),
+        "inReplyToUsername": _text(t.get("in_reply_to_screen_name")),
         "author": _user(author, users),
         "entities": _entities(t.get("entities")),
         "quoted_tweet": _tweet(quoted, users, True) if quoted and not nested else None,

@@ -263,3 +263,32 @@ async def test_a_provider_that_cannot_map_the_call_takes_no_share_of_the_deadlin
         b.stop()
     assert status == 200 and headers["X-Provider"] == "a" and len(body["tweets"]) == 2
     assert b.stats["requests"] == 0
+
+
+@pytest.mark.settings(**QUICK)
+async def test_socialdata_fields_of_the_wrong_type_are_null_never_another_shape(api, ctx):
+    """Customers' code sees one shape: a count that is not a number, a flag that is not a boolean, a text that is
+    not a string, from a provider gone wrong, is null (as a field SocialData cannot fill), never passed on."""
+    post = {"id_str": "7", "full_text": ["x"], "favorite_count": "many", "views_count": {"n": 1}, "lang": 5}
+    author = {"id_str": "1", "screen_name": "u", "name": 5, "followers_count": "lots", "friends_count": 1.5}
+    author |= {"verified": "yes", "can_dm": 1, "statuses_count": True, "description": {"a": 1}, "location": 3}
+    s = Scripted(orjson.dumps({"tweets": [post | {"user": author}]}))
+    use_providers(ctx, entry("a", s.url, kind="socialdata"), entry("b", dead()))
+    try:
+        _, key = await api.funded_key(10_000)
+        status, body, _ = await search(api, key["key"])
+    finally:
+        s.stop()
+    assert status == 200
+    tweet = body["tweets"][0]
+    assert (tweet["id"], tweet["text"], tweet["likeCount"], tweet["viewCount"], tweet["lang"]) == (
+        "7",
+        None,
+        None,
+        None,
+        None,
+    )
+    user = tweet["author"]
+    assert user["userName"] == "u"
+    fields = ("name", "followers", "following", "isBlueVerified", "canDm", "statusesCount", "description", "location")
+    assert {f: user[f] for f in fields} == dict.fromkeys(fields)
