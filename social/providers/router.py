@@ -32,6 +32,7 @@ import orjson
 
 from config.settings import Settings, SettingsError, provider_keys
 from social.endpoints import ENDPOINTS, Endpoint, read_answer
+from social.pool import Latency
 from social.providers import KINDS, Attempt, adapter
 from social.providers.ledger import Ledger
 from social.upstream import REFUSALS, Breaker, UpstreamClient, UpstreamError, UpstreamResponse
@@ -118,8 +119,10 @@ class Router:
         )
         for provider in providers:
             provider.client.refused = functools.partial(self._refused, provider)
-        # What readers of the one provider read (the data call's in-flight horizon, /metrics' key pool): the first's.
-        self.latency = self.first.client.latency
+        # What readers of the one provider read (/metrics' key pool): the first's. The data call's in-flight horizon
+        # is the time of whole calls: with several providers, failovers included (the first's own would be a dead
+        # provider's millisecond while every call waits on the next one).
+        self.latency = self.first.client.latency if len(providers) == 1 else Latency(deadline)
         self.keys = self.first.client.keys
         self.slots = self.first.client.slots
 
@@ -134,7 +137,7 @@ class Router:
 
     @property
     def latencies(self) -> list[float]:
-        return self.first.client.latencies
+        return self.latency.samples
 
     # --- the call -------------------------------------------------------------------------------------------
     async def get(
@@ -144,6 +147,14 @@ class Router:
         (`.provider`). Raises UpstreamError when no provider gave one (the last failure)."""
         if self.single:
             return await self.first.client.get(endpoint.path, query, account, weight, None, endpoint.path)
+        began = time.perf_counter()
+        try:
+            return await self._routed(endpoint, query, account, weight, size)
+        finally:
+            if len(self.providers) > 1:
+                self.latency.observe(time.perf_counter() - began)
+
+    async def _routed(self, endpoint: Endpoint, query: str, account: str, weight: float, size: int) -> UpstreamResponse:
         now = time.monotonic()
         end = now + self.deadline
         pinned = None

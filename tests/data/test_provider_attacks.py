@@ -292,3 +292,20 @@ async def test_socialdata_fields_of_the_wrong_type_are_null_never_another_shape(
     assert user["userName"] == "u"
     fields = ("name", "followers", "following", "isBlueVerified", "canDm", "statusesCount", "description", "location")
     assert {f: user[f] for f in fields} == dict.fromkeys(fields)
+
+
+@pytest.mark.settings(**QUICK)
+async def test_the_in_flight_horizon_is_measured_on_whole_calls_not_on_the_first_provider(api, ctx, catalog):
+    """An account's calls under way are bounded by its rate x twice the recent p99 of a call (handlers/
+    data_call.py): with A refusing at once and B taking 0.3 s, a call takes 0.3 s, not A's millisecond, or the
+    bound shrinks to its floor and customers at their plan's rate are refused 429 during the failover."""
+    b = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, faults="latency=300")
+    use_providers(ctx, entry("a", dead()), entry("b", b.url))
+    try:
+        _, key = await api.funded_key(10_000)
+        for user in catalog["users"][:3]:
+            status, _, headers = await profile(api, key["key"], user["userName"])
+            assert status == 200 and headers["X-Provider"] == "b"
+    finally:
+        b.stop()
+    assert len(ctx.upstream.latency.samples) == 3 and min(ctx.upstream.latency.samples) >= 0.3
