@@ -1,6 +1,8 @@
 """Attacks on several providers behind the one API (docs/providers.md), each against a served gateway with providers
 of its own (as tests/data/test_providers.py): a provider whose answers cannot be read, whose keys are refused
-slowly, whose ids are not ids; PROVIDERS that would bend the request line; cursors at the length limit; replays."""
+(slowly), whose ids are not ids or whose fields have the wrong type; a provider that cannot map the call; PROVIDERS
+that would bend the request line; cursors no serving provider issued, or at the length limit; the in-flight
+horizon during a failover; Idempotency-Key replays."""
 
 import orjson
 import pytest
