@@ -5,10 +5,12 @@ One UpstreamClient per provider (its own keys, connection pool and breaker; its 
 the first candidate: `order` takes the providers that serve the endpoint in PROVIDERS order, `cost` the cheapest
 first by their cost tables for a full page of the call (unpriced ones last, ties in order). It fails over to the
 next candidate on a connection error, a time-out, a 5xx, a 429 (the keys saturated), the provider refusing our key
-(401/402/403: our account there, not the customer's query) or an open breaker; never on another 4xx or on any
+(401/402/403: our account there, not the customer's query), an answer that cannot be read (too large; its adapter's
+502; a pass-through 2xx that is not a JSON object, read only when another provider could answer) or an open
+breaker; never on another 4xx or on any
 answer the provider gave with data (an empty page is one), and never two at once (both would bill). The call's
-deadline is UPSTREAM_TIMEOUT: a candidate followed by another gets at most half of what is left, so a time-out
-leaves time for the next one.
+deadline is UPSTREAM_TIMEOUT: a candidate followed by another gets at most half of what is left (its key pool's
+retries included), so a time-out leaves time for the next one.
 
 Health comes from live traffic only: each client's breaker, and a cooldown here (a provider that failed
 COOL_AFTER calls in a row goes after the others for BREAKER_RESET_SECONDS; the first call after that tries it
@@ -20,6 +22,8 @@ name goes to the first provider). With one provider cursors pass untouched, and 
 costs what it did: no query parsed, no body read here.
 """
 
+import asyncio
+import contextvars
 import functools
 import time
 import urllib.parse
@@ -27,17 +31,21 @@ import urllib.parse
 import orjson
 
 from config.settings import Settings, SettingsError, provider_keys
-from social.endpoints import ENDPOINTS, Endpoint
+from social.endpoints import ENDPOINTS, Endpoint, read_answer
+from social.pool import Latency
 from social.providers import KINDS, Attempt, adapter
 from social.providers.ledger import Ledger
 from social.upstream import REFUSALS, Breaker, UpstreamClient, UpstreamError, UpstreamResponse
 
-FAILOVER = frozenset(("timeout", "unreachable", "unavailable", "busy", "saturated"))
+FAILOVER = frozenset(("timeout", "unreachable", "unavailable", "busy", "saturated", "failed"))  # failed: too large
 UNSENT = frozenset(("unavailable", "busy"))  # nothing reached the provider: no attempt to record
 PASS_THROUGH = frozenset(("twitterapi",))  # kinds whose requests and answers are ours as they are
 PIN = "~"
 COOL_AFTER = 3  # failures in a row that put a provider after the others for a cooldown
 DEFAULT = "twitterapi"  # the provider's name when PROVIDERS is unset
+# The key refusals of the provider request under way in this task (its client reports each as it comes), held
+# until the router knows whether the next provider is asked after the last of them (the ledger's failover flag).
+_REFUSED: contextvars.ContextVar[list[Attempt] | None] = contextvars.ContextVar("refused", default=None)
 
 
 class Costs:
@@ -111,8 +119,10 @@ class Router:
         )
         for provider in providers:
             provider.client.refused = functools.partial(self._refused, provider)
-        # What readers of the one provider read (the data call's in-flight horizon, /metrics' key pool): the first's.
-        self.latency = self.first.client.latency
+        # What readers of the one provider read (/metrics' key pool): the first's. The data call's in-flight horizon
+        # is the time of whole calls: with several providers, failovers included (the first's own would be a dead
+        # provider's millisecond while every call waits on the next one).
+        self.latency = self.first.client.latency if len(providers) == 1 else Latency(deadline)
         self.keys = self.first.client.keys
         self.slots = self.first.client.slots
 
@@ -127,7 +137,7 @@ class Router:
 
     @property
     def latencies(self) -> list[float]:
-        return self.first.client.latencies
+        return self.latency.samples
 
     # --- the call -------------------------------------------------------------------------------------------
     async def get(
@@ -137,40 +147,75 @@ class Router:
         (`.provider`). Raises UpstreamError when no provider gave one (the last failure)."""
         if self.single:
             return await self.first.client.get(endpoint.path, query, account, weight, None, endpoint.path)
+        began = time.perf_counter()
+        try:
+            return await self._routed(endpoint, query, account, weight, size)
+        finally:
+            if len(self.providers) > 1:
+                self.latency.observe(time.perf_counter() - began)
+
+    async def _routed(self, endpoint: Endpoint, query: str, account: str, weight: float, size: int) -> UpstreamResponse:
         now = time.monotonic()
         end = now + self.deadline
         pinned = None
         if self.pins and endpoint.path in self.pinned_paths and "cursor=" in query:
-            pinned, query = self._unpin(query)
+            pinned, query = self._unpin(query, self.serving.get(endpoint.path, ()))
         candidates = (pinned,) if pinned is not None else self._candidates(endpoint, size, now)
-        if not candidates or (pinned is not None and pinned not in self.serving.get(endpoint.path, ())):
-            raise UpstreamError("unavailable", "no provider serves this endpoint")
+        # Each candidate's request, mapped before any is sent: one whose adapter cannot map this call's parameters
+        # (LookupError) is as one that cannot serve the endpoint, and keeps no share of the deadline.
+        plans = []
+        for provider in candidates:
+            try:
+                plans.append(
+                    (
+                        provider,
+                        *((endpoint.path, query) if provider.passes else provider.adapter.request(endpoint, query)),
+                    )
+                )
+            except LookupError:
+                continue
+        if not plans:
+            raise UpstreamError("unavailable", "no provider can serve this call")
         failure = None  # the last provider's, raised when none is left
-        for i, provider in enumerate(candidates):
+        for i, (provider, path, sent) in enumerate(plans):
             left = end - time.monotonic()
             if left <= 0:
                 break
-            more = i + 1 < len(candidates)
+            more = i + 1 < len(plans)
             timeout = min(provider.client.timeout, left / 2 if more else left)
-            try:
-                path, sent = (endpoint.path, query) if provider.passes else provider.adapter.request(endpoint, query)
-            except LookupError:  # this call's parameters have no counterpart there: as an endpoint it cannot serve
-                if not more:
-                    raise failure or UpstreamError("unavailable", "no provider can serve this call") from None
-                continue
             started = time.perf_counter()
+            refused: list[Attempt] = []
+            held = _REFUSED.set(refused)
             try:
-                response = await provider.client.get(path, sent, account, weight, timeout, endpoint.path)
+                # The client's own time-out is per request: a key pool's refusals, each within it, could take the
+                # rest of the call's time, so the provider's share bounds them all.
+                try:
+                    async with asyncio.timeout(timeout):
+                        response = await provider.client.get(path, sent, account, weight, timeout, endpoint.path)
+                except TimeoutError:
+                    raise UpstreamError("timeout", "the provider's share of the call's time") from None
+                finally:
+                    _REFUSED.reset(held)
             except UpstreamError as exc:
+                failover = exc.kind in FAILOVER and more
+                # Every key refused: its refusals are the requests sent, the last one the failover; nothing more.
+                self._record(refused, failover and exc.kind == "saturated")
                 if exc.kind not in UNSENT:
-                    seconds, failover = time.perf_counter() - started, exc.kind in FAILOVER and more
-                    self._report(provider, endpoint.path, 0, exc.kind, 0, seconds, account, failover)
+                    if exc.kind != "saturated":
+                        seconds = time.perf_counter() - started
+                        self._report(provider, endpoint.path, 0, exc.kind, 0, seconds, account, failover)
                     provider.failed(time.monotonic(), self.cooldown)
                 if exc.kind not in FAILOVER or not more:
                     raise
                 failure = exc
                 continue
+            self._record(refused, False)
+            if not provider.passes:  # in our shape first: an answer its adapter cannot read is a 502, a failure
+                status, body = provider.adapter.answer(endpoint, response.status, response.body)
+                response = UpstreamResponse(status, body, response.seconds, provider.name)
             status = response.status
+            if provider.passes and more and 200 <= status < 300 and read_answer(endpoint, response.body) is None:
+                status = 502  # not a JSON object: a failure (as accounting/charged.py would find), while B can answer
             if status >= 500 or status in REFUSALS:
                 provider.failed(time.monotonic(), self.cooldown)
                 if more:
@@ -178,9 +223,6 @@ class Router:
                     continue
             else:
                 provider.answered()
-            if not provider.passes:
-                status, body = provider.adapter.answer(endpoint, status, response.body)
-                response = UpstreamResponse(status, body, response.seconds, provider.name)
             return response
         raise failure or UpstreamError("timeout", "no time left for another provider")
 
@@ -192,17 +234,21 @@ class Router:
             serving = tuple(p for p in serving if not p.cooling(now)) + tuple(p for p in serving if p.cooling(now))
         return serving
 
-    def _unpin(self, query: str) -> tuple[Provider | None, str]:
+    def _unpin(self, query: str, serving: tuple[Provider, ...]) -> tuple[Provider | None, str]:
         """The provider a cursor is pinned to, and the query with the provider's own cursor (None, the query as it
-        was: no cursor after all). A cursor naming no provider of PROVIDERS goes to the first, as it is."""
+        was: no cursor after all, or no provider serves the endpoint). A cursor naming no provider of PROVIDERS
+        serving the endpoint (handed out before PROVIDERS, forged, or its provider's kind changed) goes to the
+        first that serves it, as it is: that provider answers it (a 400 when it is not its own), where sending
+        it to one that cannot serve the endpoint would be a 503 that no retry ends."""
         provider, pairs = None, []
         for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True, encoding="latin-1"):
-            if name == "cursor" and value:
+            if name == "cursor" and value and serving:
                 head, sep, rest = value.partition(PIN)
-                if sep and head in self.named:
-                    provider, value = self.named[head], rest
+                named = self.named.get(head) if sep else None
+                if named in serving:
+                    provider, value = named, rest
                 else:
-                    provider = self.first
+                    provider = serving[0]
             pairs.append((name, value))
         if provider is None:
             return None, query
@@ -230,7 +276,18 @@ class Router:
         self._report(provider, endpoint.path, response.status, "", items, response.seconds, account)
 
     def _refused(self, provider: Provider, status: int, seconds: float, account: str | None, path: str) -> None:
-        self._report(provider, path, status, "", 0, seconds, account or "")
+        """A key refused (its client tries the next key): held for the call under way (`get`), else recorded."""
+        attempt = self._attempt(provider, path, status, "", 0, seconds, account or "")
+        held = _REFUSED.get()
+        if held is None:
+            self.ledger.record(attempt)
+        else:
+            held.append(attempt)
+
+    def _record(self, refused: list[Attempt], failover: bool) -> None:
+        """A request's key refusals, in order; `failover` flags the last (the next provider was asked after it)."""
+        for i, attempt in enumerate(refused):
+            self.ledger.record(attempt, failover and i == len(refused) - 1)
 
     def _report(
         self,
@@ -244,10 +301,13 @@ class Router:
         failover: bool = False,
     ) -> None:
         """`failover`: the next provider is asked after this attempt."""
-        ok = 200 <= status < 300
-        paid = provider.costs.paid(path, items, ok)
-        attempt = Attempt(time.time(), provider.name, path, status, error, items, paid, seconds, account)
-        self.ledger.record(attempt, failover)
+        self.ledger.record(self._attempt(provider, path, status, error, items, seconds, account), failover)
+
+    def _attempt(
+        self, provider: Provider, path: str, status: int, error: str, items: int, seconds: float, account: str
+    ) -> Attempt:
+        paid = provider.costs.paid(path, items, 200 <= status < 300)
+        return Attempt(time.time(), provider.name, path, status, error, items, paid, seconds, account)
 
     def close(self) -> None:
         for provider in self.providers:
@@ -271,6 +331,10 @@ def build(settings: Settings, ledger: Ledger) -> Router:
             raise SettingsError(
                 f"PROVIDERS: provider {entry['name']}: kind must be one of {', '.join(KINDS)}, not {entry['kind']!r}"
             )
+        if settings.providers:
+            wrong = _unusable(entry)
+            if wrong:
+                raise SettingsError(f"PROVIDERS: provider {entry['name']}: {wrong}")
         keys = entry["keys"] if isinstance(entry["keys"], str) else list(provider_keys(entry["keys"]))
         kind = adapter(entry["kind"])
         client = UpstreamClient(
@@ -291,3 +355,28 @@ def build(settings: Settings, ledger: Ledger) -> Router:
     return Router(
         providers, settings.provider_routing, ledger, settings.upstream_timeout, settings.breaker_reset_seconds
     )
+
+
+def _unusable(entry: dict) -> str:
+    """Why the gateway cannot send requests to this provider as PROVIDERS lists it ("" when it can). The url is an
+    origin and the prefix a path: what they hold goes into every request line, so a space, a control character, a
+    query or a fragment would split or bend it; credentials in the url would be dropped silently. The url is never
+    echoed (it may hold a secret). A `by` price names an endpoint path or a price rule: a misspelt one would price
+    nothing and route by the wrong table."""
+    url, prefix = entry["url"], entry.get("prefix", "")
+    if not (url + prefix).isprintable() or " " in url + prefix or any(c in url + prefix for c in "?#"):
+        return "url and prefix must be printable, without spaces, a query or a fragment"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (reading it checks it)
+    except ValueError:
+        return "url must be http(s)://host[:port]"
+    if not parts.hostname or parts.username is not None or parts.password is not None:
+        return "url must be http(s)://host[:port], without credentials"
+    if not all(isinstance(key, str) for key in entry["keys"]):  # a null or a number is no key ("None", "123")
+        return "keys must be strings"
+    known = {e.path.lstrip("/") for e in ENDPOINTS} | {e.price for e in ENDPOINTS}
+    unknown = set((entry.get("costs") or {}).get("by", {})) - known
+    if unknown:
+        return f"costs by names no endpoint path or price rule: {', '.join(sorted(unknown))}"
+    return ""

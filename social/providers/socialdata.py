@@ -170,7 +170,7 @@ class SocialData:
 
 def _page(endpoint: Endpoint, served: str, order: tuple[str, ...], body) -> dict:
     users: dict = {}  # an account met again in the page (a timeline's author) is normalized once
-    if body.get("status") == "error" or (served in ("user", "tweet") and _id(body) is None):
+    if body.get("status") == "error":
         raise ValueError("not the documented answer")  # an error in a 2xx, or an object without its id
     if served == "user":
         return _envelope(endpoint, order, "success", "", _user(body, users), "")
@@ -211,12 +211,37 @@ def _message(body: bytes) -> str:
 
 
 def _id(obj: dict, name: str = "id") -> str | None:
-    """An id as a string: the `_str` twin when sent, else the number (never a float's rounding: orjson reads
-    a 19-digit integer exactly)."""
+    """An id as a string: the `_str` twin when sent, else the number (orjson reads an integer up to 2^64
+    exactly). None for anything else: a float (orjson's reading of a larger integer, rounded), a boolean, an
+    object, letters: what is not an id is never served as one."""
     value = obj.get(name + "_str")
     if value is None:
         value = obj.get(name)
-    return None if value is None else str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return str(value)
+    return value if isinstance(value, str) and value.isascii() and value.isdigit() else None
+
+
+def _required(obj, name: str = "id") -> str:
+    """The id of a post or account the answer is made of: without one it is not the documented answer (a 502,
+    uncharged), never an item of nulls that is charged."""
+    value = _id(obj)
+    if value is None:
+        raise ValueError(f"a {name} without its id")
+    return value
+
+
+def _int(value) -> int | None:
+    """A count: an integer (not a boolean), else null: one shape whatever a provider gone wrong sends."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bool(value) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -241,32 +266,33 @@ def _source(value: str | None) -> str | None:
 
 
 def _user(u: dict, users: dict) -> dict:
-    uid = _id(u)
-    known = users.get(uid) if uid is not None else None
+    uid = _required(u, "user")
+    known = users.get(uid)
     if known is not None:
         return known
     handle = u.get("screen_name")
+    handle = handle if isinstance(handle, str) and handle else None
     user = {
         "type": "user",
         "userName": handle,
         "url": f"https://x.com/{handle}" if handle else None,
         "id": uid,
-        "name": u.get("name"),
-        "isBlueVerified": u.get("verified"),  # documented: "a verified account with a blue checkmark"
+        "name": _text(u.get("name")),
+        "isBlueVerified": _bool(u.get("verified")),  # documented: "a verified account with a blue checkmark"
         "verifiedType": None,
-        "profilePicture": u.get("profile_image_url_https"),
-        "coverPicture": u.get("profile_banner_url"),
-        "description": u.get("description"),
-        "location": u.get("location") or None,  # v1.1 sends "" for none; ours is null
-        "followers": u.get("followers_count"),
-        "following": u.get("friends_count"),
-        "canDm": u.get("can_dm"),
+        "profilePicture": _text(u.get("profile_image_url_https")),
+        "coverPicture": _text(u.get("profile_banner_url")),
+        "description": _text(u.get("description")),
+        "location": _text(u.get("location")) or None,  # v1.1 sends "" for none; ours is null
+        "followers": _int(u.get("followers_count")),
+        "following": _int(u.get("friends_count")),
+        "canDm": _bool(u.get("can_dm")),
         "createdAt": _date(u.get("created_at")),
-        "favouritesCount": u.get("favourites_count"),
+        "favouritesCount": _int(u.get("favourites_count")),
         "hasCustomTimelines": None,
         "isTranslator": None,
-        "mediaCount": u.get("media_count"),
-        "statusesCount": u.get("statuses_count"),
+        "mediaCount": _int(u.get("media_count")),
+        "statusesCount": _int(u.get("statuses_count")),
         "withheldInCountries": None,
         "affiliatesHighlightedLabel": None,
         "possiblySensitive": None,
@@ -278,36 +304,36 @@ def _user(u: dict, users: dict) -> dict:
         "unavailableReason": None,
         "profile_bio": None,
     }
-    if uid is not None:
-        users[uid] = user
+    users[uid] = user
     return user
 
 
 def _tweet(t: dict, users: dict, nested: bool = False) -> dict:
-    tid, author = _id(t), t["user"]
+    tid, author = _required(t, "post"), t["user"]
+    handle = author.get("screen_name")
     parent = _id(t, "in_reply_to_status_id")
     views = t.get("views_count")
     quoted, reposted = t.get("quoted_status"), t.get("retweeted_status")
     return {
         "type": "tweet",
         "id": tid,
-        "url": f"https://x.com/{author.get('screen_name')}/status/{tid}",
-        "text": t.get("full_text") or t.get("text"),
-        "source": _source(t.get("source")),
-        "retweetCount": t.get("retweet_count"),
-        "replyCount": t.get("reply_count"),
-        "likeCount": t.get("favorite_count"),
-        "quoteCount": t.get("quote_count"),
-        "viewCount": None if views is None else str(views),
+        "url": f"https://x.com/{handle}/status/{tid}" if isinstance(handle, str) and handle else None,
+        "text": _text(t.get("full_text") or t.get("text")),
+        "source": _source(_text(t.get("source"))),
+        "retweetCount": _int(t.get("retweet_count")),
+        "replyCount": _int(t.get("reply_count")),
+        "likeCount": _int(t.get("favorite_count")),
+        "quoteCount": _int(t.get("quote_count")),
+        "viewCount": None if _int(views) is None else str(views),
         "createdAt": _date(t.get("tweet_created_at") or t.get("created_at")),
-        "lang": t.get("lang"),
-        "bookmarkCount": t.get("bookmark_count"),
+        "lang": _text(t.get("lang")),
+        "bookmarkCount": _int(t.get("bookmark_count")),
         "isReply": parent is not None,
         "inReplyToId": parent,
         "conversationId": _id(t, "conversation_id") or (None if parent else tid),
         "displayTextRange": t.get("display_text_range"),
         "inReplyToUserId": _id(t, "in_reply_to_user_id"),
-        "inReplyToUsername": t.get("in_reply_to_screen_name"),
+        "inReplyToUsername": _text(t.get("in_reply_to_screen_name")),
         "author": _user(author, users),
         "entities": _entities(t.get("entities")),
         "quoted_tweet": _tweet(quoted, users, True) if quoted and not nested else None,
