@@ -52,6 +52,7 @@ class Answer:
     body: bytes | None
     charged: int
     request_id: str  # the first call's
+    provider: str = ""  # a data call's: the provider that produced the answer (X-Provider on a replay too)
 
 
 @dataclass(eq=False)
@@ -141,7 +142,13 @@ class Idempotency:
                     raise KeyReused()
                 elif "answer" in doc:
                     answer = doc["answer"]
-                    return Answer(answer["status"], answer.get("body"), answer["charged"], answer["request_id"])
+                    return Answer(
+                        answer["status"],
+                        answer.get("body"),
+                        answer["charged"],
+                        answer["request_id"],
+                        answer.get("provider", ""),
+                    )
                 else:
                     left = give_up - self.clock()
                     if left <= 0:
@@ -166,6 +173,8 @@ class Idempotency:
             stored = {"status": answer.status, "charged": answer.charged, "request_id": answer.request_id}
             if answer.body is not None:
                 stored["body"] = answer.body
+            if answer.provider:
+                stored["provider"] = answer.provider
             if await self.store.keep(claim.doc_id, claim.owner, stored, datetime.now(UTC) + self.ttl):
                 kept = answer
             return kept is not None

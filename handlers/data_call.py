@@ -197,10 +197,19 @@ class DataCall:
         """A repeat of a kept answer: charged 0, recorded as a call of its own that points at the first."""
         body = kept_body(answer)
         self.ctx.data.meter.record(
-            key, self.log_fields["route"], answer.status, 0, self.request_id, answer.request_id, via=self.via
+            key,
+            self.log_fields["route"],
+            answer.status,
+            0,
+            self.request_id,
+            answer.request_id,
+            via=self.via,
+            provider=answer.provider,
         )
         self.log_fields["credits"] = 0
         self.set_header("X-Credits-Charged", "0")
+        if answer.provider:
+            self.keep_header("X-Provider", answer.provider)
         send_replay(self, answer, body)
 
     async def call(self, key: KeyEntry, plan: Plan, args: dict, query: str, claim: Claim | None) -> None:
@@ -321,7 +330,9 @@ class DataCall:
         # A keyed answer is kept before it is charged and recorded: a repeat can then only find it kept.
         # One that cannot be kept (its claim taken over) is not charged: a repeat may run and be charged.
         if fetched.cost and claim is not None:
-            if not await ctx.data.idempotency.end(claim, Answer(status, fetched.body, fetched.cost, self.request_id)):
+            if not await ctx.data.idempotency.end(
+                claim, Answer(status, fetched.body, fetched.cost, self.request_id, fetched.provider)
+            ):
                 fetched.cost = 0
         charged = calls.settle(fetched)  # 0 for an upstream 4xx or an error body: passed through, not charged
         calls.record(key, route, fetched, status, charged, self.request_id, self.via)

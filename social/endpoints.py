@@ -104,7 +104,9 @@ class Endpoint:
 # them (handlers/openapi_paths.py). Patterns use ASCII classes only, so Python's `re` and JSON Schema's
 # ECMA-262 regexes read them alike (`\d` would also match "٣" in Python).
 STRING_MAX = 1000  # every string parameter without a rule of its own: at most this many characters
-CURSOR_MAX = 1000
+# A provider's cursor is its own string of its own length, and with several providers ours is the provider's name,
+# `~` and its cursor (percent-escaped where it is not printable ASCII): room for that, not a guess at its size.
+CURSOR_MAX = 4096
 CURSOR_PATTERN = "^[!-~]*$"  # printable ASCII, no spaces; empty counts as absent (the first page)
 ID_PART = " *[0-9]{1,20} *"  # one id of an id list: ASCII digits, spaces around it allowed
 NOT_BLANK = r"\S"  # a required value needs a character that is not whitespace

@@ -183,12 +183,6 @@ def test_providers_that_would_bend_requests_or_misprice_are_refused_at_start(fie
     assert "sekrit" not in str(refused.value) and "provider a" in str(refused.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pinned cursor is the name, '~' and the provider's cursor, and SocialData's is percent-escaped: "
-    "a provider cursor near CURSOR_MAX (1,000) comes back over it and the next page is refused (422); the "
-    "fix is in the cursor parameter's bound (social/endpoints.py), outside social/providers/",
-)
 @pytest.mark.settings(**QUICK)
 @pytest.mark.parametrize(
     "kind,body",
@@ -210,23 +204,20 @@ async def test_a_cursor_the_gateway_handed_out_is_accepted_back(api, ctx, kind, 
     assert status == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an Idempotency-Key replay keeps the first answer's status, body and request id, not its provider: "
-    "X-Provider is missing on the replay (handlers/idempotent.py and the idempotency store, outside providers)",
-)
 @pytest.mark.settings(**QUICK)
 async def test_an_idempotent_replay_names_the_provider_that_produced_it(api, ctx, catalog):
     b = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY)
     use_providers(ctx, entry("a", dead()), entry("b", b.url))
     path = f"/social/user/info?userName={catalog['users'][1]['userName']}"
     try:
-        _, key = await api.funded_key(10_000)
+        user, key = await api.funded_key(10_000)
         answers = [await api.call("GET", path, key=key["key"], headers={"Idempotency-Key": "k1"}) for _ in range(2)]
     finally:
         b.stop()
     assert answers[1][2].get("Idempotent-Replayed") == "true"
     assert [h.get("X-Provider") for _, _, h in answers] == ["b", "b"]
+    records = (await api.call("GET", "/usage/log", token=user["token"]))[1]["records"]
+    assert [r["provider"] for r in records] == ["b", "b"]  # the replay's record too
 
 
 @pytest.mark.settings(**QUICK)
