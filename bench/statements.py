@@ -5,7 +5,9 @@ way the gateway writes them (storage/usage.py insert_batch: buckets, totals and 
 storage/usage_months.py, batches of FLUSH_BATCH records from WRITERS processes), spread over the current month's
 days so far and 12 endpoints, 1 in 10 from the answer cache; with a journal of additions (signup, top-ups, admin
 credits) and a balance that agrees with them. Then times what GET /billing/statements/{month} does for JSON, CSV
-and PDF (billing/statements.py, billing/statement_documents.py): the reads, the sums and the rendering.
+and PDF (billing/statements.py, billing/statement_documents.py): the reads, the sums and the rendering. First, how
+long a receipt's PDF takes (billing/documents.py, billing/pdf.py) for a customer name in each of the renderer's
+fonts: the built-in Helvetica, Liberation Sans (Cyrillic) and DejaVu Sans (Hebrew) embedded.
 
     .venv/bin/python -m bench.statements [--calls 1000000]
 """
@@ -15,13 +17,16 @@ import asyncio
 import dataclasses
 import json
 import os
+import statistics
 import tempfile
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from app.context import build_context
 from app.embedded import EmbeddedMongo
 from bench.usage_summary import ENDPOINTS, KEYS
+from billing.documents import document
+from billing.pdf import render
 from billing.statement_documents import as_csv, as_json, as_pdf
 from gateway_testing.helpers import make_settings
 from storage.accounts import addition
@@ -62,7 +67,44 @@ async def timed(label: str, work, repeat: int = 3) -> float:
     return max(runs)
 
 
+def receipts(repeat: int = 20) -> None:
+    """A receipt's PDF, `repeat` times per name: wall and CPU seconds per PDF (the goal: under 200 ms)."""
+    for label, name in (("Helvetica", "Example GmbH"), ("Liberation", "ООО Пример"), ("DejaVu", "דוגמה בע״מ")):
+        receipt = {
+            "_id": "R-2026-000123",
+            "kind": "receipt",
+            "account_id": "acc_bench",
+            "issued_at": datetime(2026, 11, 29, 9, 30, tzinfo=UTC),
+            "issuer": {
+                "name": "Bench Operator Ltd",
+                "address": "1 Main St\nSpringfield",
+                "tax_id": "GB123",
+                "footer": "",
+            },
+            "customer": {"legal_name": name, "address": "Street 1\n10115 Berlin", "country": "DE", "tax_id": "DE1"},
+            "payment": {
+                "method": "crypto",
+                "order_id": "ord_1",
+                "reference": "5077",
+                "amount_paid": 0.25,
+                "currency": "LTC",
+            },
+            "credits": 2_500_000,
+            "amount_usd": 25.0,
+        }
+        wall, cpu = [], []
+        for _ in range(repeat):
+            started, used = time.perf_counter(), time.process_time()
+            render(document(receipt))
+            wall.append(time.perf_counter() - started)
+            cpu.append(time.process_time() - used)
+        figures = {"median_ms": round(statistics.median(wall) * 1000, 1), "worst_ms": round(max(wall) * 1000, 1)}
+        figures["cpu_median_ms"] = round(statistics.median(cpu) * 1000, 1)
+        print(json.dumps({"what": f"receipt PDF, {label}", **figures, "under_200_ms": max(wall) < 0.2}), flush=True)
+
+
 async def main(calls: int, flush_batch: int) -> None:
+    receipts()
     with tempfile.TemporaryDirectory(prefix="statements-bench-") as path:
         mongo = EmbeddedMongo(os.path.join(path, "db")).start()
         try:
