@@ -1,11 +1,18 @@
 """Monthly statements attacked (docs/billing.md, Monthly statements): Accept headers a client may send, hostile
 month strings, who may read a statement, replays and cache hits in the figures."""
 
+import asyncio
+import csv
+import io
+import re
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 import pytest
-from support import FAST
+import tornado.httpserver
+import tornado.testing
+import tornado.web
+from support import FAST, use_upstream
 from test_receipts import join
 from test_statements import data_calls, month_after
 
@@ -125,3 +132,92 @@ async def test_a_final_statement_does_not_change_once_it_is_final(api, ctx, trav
     assert shown["reconciled"] is True and later["reconciled"] is True
     assert later["calls"] == shown["calls"] + 2  # what the final statement did not show
     assert shown["status"] != "final" or later == shown
+
+
+class Held(tornado.web.RequestHandler):
+    """An upstream that answers once the test lets it (`release`)."""
+
+    def initialize(self, arrived: asyncio.Event, release: asyncio.Event):
+        self.arrived, self.release = arrived, release
+
+    async def get(self, path):
+        self.arrived.set()
+        await self.release.wait()
+        self.finish(b'{"status":"success","msg":"","data":{"id":"1"}}')
+
+
+async def test_a_call_in_flight_across_the_months_end_is_charged_once_and_both_months_add_up(api, ctx, travel):
+    """A call sent a second before a month ends and answered after it: one month charges it, once; each month adds
+    up, the closing of the first is the opening of the second, and /usage shows the same charge in the same month."""
+    arrived, release = asyncio.Event(), asyncio.Event()
+    sock, port = tornado.testing.bind_unused_port()
+    server = tornado.httpserver.HTTPServer(
+        tornado.web.Application([(r"(.*)", Held, dict(arrived=arrived, release=release))])
+    )
+    server.add_sockets([sock])
+    use_upstream(ctx, f"http://127.0.0.1:{port}")
+    boundary = month_after(datetime.now(UTC))
+    months = (boundary - timedelta(days=1)).strftime("%Y-%m"), boundary.strftime("%Y-%m")
+    travel.travel(boundary - timedelta(seconds=1))
+    user, key = await api.funded_key(10_000)
+    call = asyncio.ensure_future(api.call("GET", "/social/user/info?userName=midnight", key=key["key"]))
+    await asyncio.wait_for(arrived.wait(), 10)
+    travel.travel(boundary + timedelta(seconds=1))
+    release.set()
+    status, _, _ = await call
+    assert status == 200
+    server.stop()
+    for _ in range(2):  # buffered, then written
+        shown = [(await api.call("GET", f"/billing/statements/{m}", token=user["token"]))[1] for m in months]
+        _, rows, _ = await api.call("GET", "/usage/summary?days=62&group_by=day", token=user["token"])
+        for s in shown:
+            assert s["reconciled"] is True
+            assert s["opening_balance"] + s["credits_added"] - s["credits_charged"] == s["closing_balance"]
+            assert s["credits_charged"] == sum(r["credits"] for r in rows if r["day"].startswith(s["month"]))
+        assert shown[0]["closing_balance"] == shown[1]["opening_balance"]
+        assert (shown[0]["calls"], shown[1]["calls"]) == (0, 1)  # the month it was answered in, as /usage
+        assert shown[1]["closing_balance"] == 10_000 - sum(s["credits_charged"] for s in shown)
+        await ctx.meter.flush(final=True)
+
+
+async def test_nothing_a_customer_controls_reaches_the_csv_as_a_formula(api):
+    """The account's name, a tool name over MCP and a query are the customer's: none becomes a spreadsheet formula
+    in the CSV (every text cell that starts with = + - @ is one)."""
+    user, key = await api.funded_key(10_000)
+    hostile = '=HYPERLINK("http://evil","x")'
+    assert (await api.call("PATCH", "/account", {"name": hostile}, token=user["token"]))[0] == 200
+    mcp = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": hostile, "arguments": {}}}
+    await api.call("POST", "/mcp", mcp, headers={"Authorization": f"Bearer {key['key']}"})
+    await data_calls(api, key["key"], 1, query=quote(hostile))
+    month = datetime.now(UTC).strftime("%Y-%m")
+    _, text, _ = await api.call(
+        "GET", f"/billing/statements/{month}", token=user["token"], headers={"Accept": "text/csv"}
+    )
+    cells = [cell for row in csv.reader(io.StringIO(text.decode())) for cell in row]
+    numbers = re.compile(r"-?[0-9]+")
+    assert [c for c in cells if c[:1] in ("=", "+", "-", "@") and not numbers.fullmatch(c)] == []
+
+
+@pytest.mark.settings(plan_rules=FAST, flush_interval=0.01, flush_batch=1)
+async def test_the_same_month_read_at_once_while_reads_fold_counts_each_call_once(api, ctx):
+    """One batch per call, enough deltas that every read folds them (FOLD_AT), and the month read by several
+    requests at once while calls are charged: each answer adds up and agrees with the books, none counts more
+    calls than were made, and once every batch is written they all show every call."""
+    user, key = await api.funded_key(100_000)
+    month = datetime.now(UTC).strftime("%Y-%m")
+    path = f"/billing/statements/{month}"
+    calls = 40
+    await asyncio.gather(*(data_calls(api, key["key"], 1, query=f"f{i}") for i in range(calls // 2)))
+    made = asyncio.gather(*(data_calls(api, key["key"], 1, query=f"g{i}") for i in range(calls // 2)))
+    while True:
+        answers = await asyncio.gather(*(api.call("GET", path, token=user["token"]) for _ in range(4)))
+        for status, s, _ in answers:
+            assert status == 200 and s["reconciled"] is True and s["calls"] <= calls
+            assert s["opening_balance"] + s["credits_added"] - s["credits_charged"] == s["closing_balance"]
+        if made.done():
+            break
+    await made
+    await ctx.meter.flush(final=True)
+    answers = await asyncio.gather(*(api.call("GET", path, token=user["token"]) for _ in range(4)))
+    assert all(s == answers[0][1] for _, s, _ in answers) and answers[0][1]["calls"] == calls
+    assert await ctx.usage.months.months.count_documents({"account_id": user["account_id"], "kind": "d"}) < 32
