@@ -221,3 +221,20 @@ async def test_the_same_month_read_at_once_while_reads_fold_counts_each_call_onc
     answers = await asyncio.gather(*(api.call("GET", path, token=user["token"]) for _ in range(4)))
     assert all(s == answers[0][1] for _, s, _ in answers) and answers[0][1]["calls"] == calls
     assert await ctx.usage.months.months.count_documents({"account_id": user["account_id"], "kind": "d"}) < 32
+
+
+async def test_a_hostile_paper_is_refused_or_ignored_never_an_error(api):
+    user = await api.register()
+    month = datetime.now(UTC).strftime("%Y-%m")
+    for paper in ("A4", "letter", "", "B5", "A4" * 3000, "A4\x00", "A4&paper=LETTER"):
+        status, body, headers = await api.call(
+            "GET",
+            f"/billing/statements/{month}?paper={quote(paper, safe='&=')}",
+            token=user["token"],
+            headers={"Accept": "application/pdf"},
+        )
+        assert (
+            status == 200
+            and body.startswith(b"%PDF")
+            or (status == 422 and body["detail"][0]["loc"] == ["query", "paper"])
+        ), (paper, status, body)
