@@ -12,7 +12,7 @@ import pytest
 import tornado.httpserver
 import tornado.testing
 import tornado.web
-from support import FAST, use_upstream
+from support import FAST, PASSWORD, use_upstream
 from test_receipts import join
 from test_statements import data_calls, month_after
 
@@ -238,3 +238,27 @@ async def test_a_hostile_paper_is_refused_or_ignored_never_an_error(api):
             and body.startswith(b"%PDF")
             or (status == 422 and body["detail"][0]["loc"] == ["query", "paper"])
         ), (paper, status, body)
+
+
+async def test_an_account_started_by_an_invited_person_has_no_months_before_it_began(api, travel):
+    """An invited person's sign-in, made a month earlier, becomes an account of its own (start_own_account): its
+    statements begin in the month the account began, not the month the sign-in was made (those months had no
+    account: an empty statement would suggest books that never were)."""
+    boundary = month_after(datetime.now(UTC))
+    before, began = (boundary - timedelta(days=1)).strftime("%Y-%m"), boundary.strftime("%Y-%m")
+    travel.travel(boundary - timedelta(days=1))
+    owner = await api.register()
+    newcomer = await join(api, owner["token"], roles.DEVELOPER)
+    mine = (await api.call("GET", "/auth/me", token=newcomer["token"]))[1]
+    member, address = mine["member_id"], mine["email"]
+    travel.travel(boundary + timedelta(days=1))
+    assert (await api.call("DELETE", f"/members/{member}", token=owner["token"]))[0] == 200
+    credentials = {"email": address, "password": PASSWORD, "own_account": True}
+    status, session, _ = await api.call("POST", "/auth/login", credentials)
+    assert status == 200, session
+    status, listed, _ = await api.call("GET", "/billing/statements", token=session["token"])
+    assert status == 200 and listed["months"] == [{"month": began, "status": "so_far"}]
+    status, body, _ = await api.call("GET", f"/billing/statements/{before}", token=session["token"])
+    assert status == 422 and body["detail"][0]["loc"] == ["path", "month"]
+    status, body, _ = await api.call("GET", f"/billing/statements/{began}", token=session["token"])
+    assert status == 200 and body["opening_balance"] == 0 and body["reconciled"] is True
