@@ -4,15 +4,21 @@ month strings, who may read a statement, replays and cache hits in the figures."
 import asyncio
 import csv
 import io
+import os
 import re
+import signal
+import subprocess
+import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
+import orjson
 import pytest
 import tornado.httpserver
 import tornado.testing
 import tornado.web
-from support import FAST, PASSWORD, use_upstream
+from support import FAST, PASSWORD, Gateway, account_with_keys, ledger_of, storm, use_upstream
 from test_receipts import join
 from test_statements import data_calls, month_after
 
@@ -262,3 +268,45 @@ async def test_an_account_started_by_an_invited_person_has_no_months_before_it_b
     assert status == 422 and body["detail"][0]["loc"] == ["path", "month"]
     status, body, _ = await api.call("GET", f"/billing/statements/{began}", token=session["token"])
     assert status == 200 and body["opening_balance"] == 0 and body["reconciled"] is True
+
+
+async def test_workers_killed_holding_unwritten_calls_leave_statements_that_agree_with_usage_and_the_books(
+    mongo, upstream_url, catalog
+):
+    """serve --workers 2, both workers killed (SIGKILL) with their full batches written and charged calls they had
+    not written yet (FLUSH_INTERVAL long: only full batches are written, so no write is under way at the kill); once the restarted workers have reclaimed the dead leases, the
+    month's statement agrees with the books, with /usage and with the stored usage records. (A kill between a
+    batch's buckets and its monthly figures is the gap docs/billing.md names: not tested, it cannot be timed.)"""
+    db_name = f"t_{uuid.uuid4().hex[:10]}"
+    gw = await Gateway(
+        mongo.uri, upstream_url, db_name, workers=2, FLUSH_INTERVAL="60", FLUSH_BATCH="2", LEASE_TIMEOUT="300"
+    ).launch()
+    user, (secret,), auth = await account_with_keys(gw, 100_000, 1)
+    month = datetime.now(UTC).strftime("%Y-%m")
+    path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+    await asyncio.gather(*await storm([(gw, secret)], path, 21))
+    deadline, written = time.monotonic() + 30, []
+    while len(written) < 2 or written[-1] != written[-2] or written[-1] < 20:  # 21 calls: 10 full batches at least
+        assert time.monotonic() < deadline, "the full batches were not written"
+        await asyncio.sleep(0.2)
+        written.append(len((await ledger_of(mongo.uri, db_name, user["account_id"]))[1]))
+    before, _ = await ledger_of(mongo.uri, db_name, user["account_id"])
+    for pid in subprocess.run(["pgrep", "-P", str(gw.proc.pid)], capture_output=True, text=True).stdout.split():
+        os.kill(int(pid), signal.SIGKILL)
+    dead = set(before["leases"])
+    deadline = time.monotonic() + 60
+    while True:  # the restarted workers reclaim their predecessors' leases
+        account, records = await ledger_of(mongo.uri, db_name, user["account_id"])
+        if not dead & set(account["leases"]):
+            answer = await gw.call("GET", f"/billing/statements/{month}", **auth)
+            if answer.code == 200:
+                break
+        assert time.monotonic() < deadline, "the dead leases were not reclaimed"
+        await asyncio.sleep(0.2)
+    s = orjson.loads(answer.body)
+    rows = orjson.loads((await gw.call("GET", "/usage/summary?days=31&group_by=day", **auth)).body)
+    assert s["reconciled"] is True
+    assert s["credits_charged"] == sum(r["credits"] for r in records) == sum(r["credits"] for r in rows)
+    assert s["calls"] == len(records) == sum(r["calls"] for r in rows)
+    assert s["closing_balance"] == 100_000 - s["credits_charged"]
+    assert gw.stop() == 0
