@@ -186,7 +186,7 @@ async def test_a_call_in_flight_across_the_months_end_is_charged_once_and_both_m
         await ctx.meter.flush(final=True)
 
 
-async def test_nothing_a_customer_controls_reaches_the_csv_as_a_formula(api):
+async def test_nothing_a_customer_controls_reaches_the_csv_as_a_formula_or_breaks_the_pdf(api):
     """The account's name, a tool name over MCP and a query are the customer's: none becomes a spreadsheet formula
     in the CSV (every text cell that starts with = + - @ is one)."""
     user, key = await api.funded_key(10_000)
@@ -202,6 +202,12 @@ async def test_nothing_a_customer_controls_reaches_the_csv_as_a_formula(api):
     cells = [cell for row in csv.reader(io.StringIO(text.decode())) for cell in row]
     numbers = re.compile(r"-?[0-9]+")
     assert [c for c in cells if c[:1] in ("=", "+", "-", "@") and not numbers.fullmatch(c)] == []
+    # A name no font has every character of, right-to-left script, as long as a name may be: the PDF renders.
+    name = "\u540d\u524d \U0001f680 \u05e9\u05dc\u05d5\u05dd " + "W" * 66
+    assert (await api.call("PATCH", "/account", {"name": name}, token=user["token"]))[0] == 200
+    headers = {"Accept": "application/pdf"}
+    status, data, _ = await api.call("GET", f"/billing/statements/{month}", token=user["token"], headers=headers)
+    assert status == 200 and data.startswith(b"%PDF")
 
 
 @pytest.mark.settings(plan_rules=FAST, flush_interval=0.01, flush_batch=1)
