@@ -9,10 +9,7 @@ from handlers.base import BaseHandler, authenticated
 from handlers.billing.documents import PAPER
 from handlers.errors import ValidationError, error
 
-PDF, CSV = "application/pdf", "text/csv"
-
-
-JSON = "application/json"
+PDF, CSV, JSON = "application/pdf", "text/csv", "application/json"
 
 
 def weight(params: list[str]) -> float:
@@ -29,8 +26,8 @@ def weight(params: list[str]) -> float:
 
 def wanted(accept: str) -> str:
     """The media type a request's Accept header asks for: of PDF, CSV and JSON named in it, the one with the highest
-    weight (the first named on a tie); a type weighted 0 is refused, never chosen. JSON when none is named (`*/*`,
-    an unknown type, no header)."""
+    weight (the first named on a tie); a type weighted 0 is refused, never chosen. JSON otherwise (`*/*`, an
+    unknown type, no header)."""
     best, best_q = JSON, 0.0
     for part in accept.split(","):
         media, *params = part.split(";")
