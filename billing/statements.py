@@ -144,6 +144,12 @@ def parse_month(text: str) -> str:
     return text
 
 
+def began(doc: dict) -> datetime:
+    """When the account began: when an invited person's sign-in became an account of its own
+    (storage/accounts.py `become_account`), else when it was made; the months before had no books."""
+    return doc.get("became_account_at") or doc["created_at"]
+
+
 def order_of(credit_id: str | None) -> str | None:
     """A payment's credit id is `<order id>:<total>` (payments/crediting.py)."""
     return credit_id.rsplit(":", 1)[0] if credit_id and ":" in credit_id else None
@@ -170,7 +176,7 @@ class Statements:
         doc = await self.accounts.get(account_id)
         if doc is None:
             return []
-        return months_from(month_of(doc["created_at"]), month_of(now_utc()))[::-1]
+        return months_from(month_of(began(doc)), month_of(now_utc()))[::-1]
 
     async def statement(self, account_id: str, month: str) -> Statement:
         month = parse_month(month)
@@ -218,7 +224,7 @@ class Statements:
             if not differences:
                 break
         holder = doc.get("name") or doc.get("email") or ""
-        return Books(doc["created_at"], holder, _additions(doc), usage, differences)
+        return Books(began(doc), holder, _additions(doc), usage, differences)
 
 
 def _additions(doc: dict) -> list[Addition]:
@@ -230,7 +236,7 @@ def _additions(doc: dict) -> list[Addition]:
     ]
     before = doc.get("credits_added", 0) + doc.get("credits_unpaid", 0) - sum(a.credits for a in journal)
     if before:
-        journal.insert(0, Addition(doc["created_at"], "brought_forward", before))
+        journal.insert(0, Addition(began(doc), "brought_forward", before))
     return sorted(journal, key=lambda a: a.at)
 
 
