@@ -7,6 +7,7 @@ import unicodedata
 from billing.numbering import NUMBER
 from billing.receipts import view
 from handlers.base import BaseHandler, authenticated
+from handlers.billing.accept import PDF, negotiate
 from handlers.errors import ApiError, ValidationError, error
 from handlers.validation import Field, validate_body
 
@@ -52,36 +53,11 @@ DETAILS = [
 ]
 RECEIPTS_LIMIT = Field("limit", int, required=False, default=100, minimum=1, maximum=1000)
 PAPER = Field("paper", str, required=False, enum=("A4", "LETTER"), description="PDF only; default BILLING_PAPER")
-PDF = "application/pdf"
-
-
-def _quality(params: list[str]) -> float:
-    for param in params:
-        name, _, value = param.partition("=")
-        if name.strip().lower() == "q":
-            try:
-                return min(max(float(value), 0.0), 1.0)
-            except ValueError:
-                return 0.0
-    return 1.0
-
-
-def wants_pdf(handler: BaseHandler) -> bool:
-    """PDF when the Accept header names application/pdf (q > 0) and ranks JSON no higher: `application/pdf;q=0` or
-    `application/pdf;q=0.9, application/json` is JSON. Each type's q is that of its most specific range (RFC 9110
-    12.5.1); `*/*` alone, or no header, is JSON."""
-    ranges: dict[str, float] = {}
-    for part in handler.request.headers.get("Accept", "").split(","):
-        media, *params = part.split(";")
-        ranges.setdefault(media.strip().lower(), _quality(params))
-    pdf = ranges.get(PDF, 0.0)
-    json = next((ranges[r] for r in ("application/json", "application/*", "*/*") if r in ranges), 0.0)
-    return pdf > 0 and pdf >= json
 
 
 async def send_document(handler: BaseHandler, doc: dict) -> None:
     """The document as JSON, or as a PDF download when the request accepts application/pdf."""
-    if not wants_pdf(handler):
+    if negotiate(handler.request.headers.get("Accept", ""), (PDF,)) != PDF:
         handler.send_json(view(doc))
         return
     paper = {"A4": "A4", "LETTER": "Letter"}.get((handler.query_arg(PAPER) or "").upper(), handler.config.billing_paper)

@@ -6,35 +6,9 @@ import asyncio
 from billing.statement_documents import as_csv, as_json, as_pdf
 from billing.statements import BadMonth
 from handlers.base import BaseHandler, authenticated
+from handlers.billing.accept import CSV, JSON, PDF, negotiate
 from handlers.billing.documents import PAPER
 from handlers.errors import ValidationError, error
-
-PDF, CSV, JSON = "application/pdf", "text/csv", "application/json"
-
-
-def weight(params: list[str]) -> float:
-    """A media range's `q` (RFC 9110 12.4.2): 1 when absent; one that is not a number counts as absent."""
-    for param in params:
-        name, _, value = param.partition("=")
-        if name.strip().lower() == "q":
-            try:
-                return min(max(float(value), 0.0), 1.0)
-            except ValueError:
-                return 1.0
-    return 1.0
-
-
-def wanted(accept: str) -> str:
-    """The media type a request's Accept header asks for: of PDF, CSV and JSON named in it, the one with the highest
-    weight (the first named on a tie); a type weighted 0 is refused, never chosen. JSON otherwise (`*/*`, an
-    unknown type, no header)."""
-    best, best_q = JSON, 0.0
-    for part in accept.split(","):
-        media, *params = part.split(";")
-        media, q = media.strip().lower(), weight(params)
-        if media in (PDF, CSV, JSON) and q > best_q:
-            best, best_q = media, q
-    return best
 
 
 class StatementsHandler(BaseHandler):
@@ -58,7 +32,7 @@ class StatementHandler(BaseHandler):
             statement = await self.services.statements.statement(self.current_user, month)
         except BadMonth as exc:
             raise ValidationError([error(["path", "month"], str(exc), "value_error")]) from None
-        media = wanted(self.request.headers.get("Accept", ""))
+        media = negotiate(self.request.headers.get("Accept", ""), (PDF, CSV))
         if media == JSON:
             self.send_json(as_json(statement))
             return
