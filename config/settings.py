@@ -130,7 +130,8 @@ class Settings:
     data_dir: str = setting(
         "./var",
         "Folder for the embedded database and generated development secrets; one gateway per folder (a lock file, "
-        "gateway.lock). Usage records a stop could not write wait in unwritten-usage/ for the next start.",
+        "gateway.lock). The usage journals (journal/, JOURNAL) and the records a stop could not write wait there for "
+        "the next start.",
         "DATA_DIR",
         group="Service",
     )
@@ -470,6 +471,32 @@ class Settings:
     flush_batch: int = setting(500, "Usage records per flush batch.", "FLUSH_BATCH", group="Metering")
     buffer_max: int = setting(
         100_000, "Unflushed usage records past which data calls fail closed (503).", "BUFFER_MAX", group="Metering"
+    )
+    journal: bool = setting(
+        True,
+        "on: each usage record is written to this process's journal under DATA_DIR/journal and fsynced before its "
+        "call is answered, so a crash or a power loss loses no answered call's record (accounting/journal.py). "
+        "off: records wait in memory until their flush; a hard crash loses those of the last FLUSH_INTERVAL or "
+        "more, calls served and never charged.",
+        "JOURNAL",
+        group="Metering",
+    )
+    journal_group_ms: float = setting(
+        1.0,
+        "Milliseconds a group of journal records gathers, when the journal's writer is idle, before its one fsync "
+        "(while it writes, the next group gathers anyway).",
+        "JOURNAL_GROUP_MS",
+        group="Metering",
+        at_least=0,
+        at_most=100,
+    )
+    journal_group_records: int = setting(
+        256,
+        "Records past which a journal group is written at once.",
+        "JOURNAL_GROUP_RECORDS",
+        group="Metering",
+        at_least=1,
+        at_most=100_000,
     )
     lease_seconds: float = setting(
         30.0, "Seconds of an account's spend one credit lease covers.", "LEASE_SECONDS", group="Metering", above=0
