@@ -3,8 +3,8 @@ process. A worker of `serve --workers 2` killed under calls in flight, again and
 answered 200 has exactly one record once the worker is replaced, and credits added = balance + charged usage.
 A journal left by a process that is gone is replayed once, however often it is replayed (a replay cut short, two
 starts racing for it); a write cut short at its end is read up to it; a corrupt chunk in its middle stops the
-replay loudly and the journal is kept for the operator. (Power loss, every process killed, database included:
-tests/operations/test_embedded_db.py.)"""
+replay loudly and the journal is kept for the operator. A power loss (every process killed at once, the
+database's included) loses no answered call either."""
 
 import asyncio
 import collections
@@ -19,6 +19,7 @@ from support import Gateway, account_with_keys, ledger_of
 import sandbox
 from accounting import journal
 from app.context import build_context
+from app.embedded import EmbeddedMongo, free_port
 from gateway_testing.helpers import FAST, UPSTREAM_KEY, make_settings
 from storage import db as database
 
@@ -63,6 +64,39 @@ async def test_sigkill_of_a_worker_under_calls_in_flight_loses_no_answered_call(
         assert account["credits_added"] == account["credits"] + sum(r["credits"] for r in records)
         assert os.listdir(tmp_path / journal.FOLDER) == []  # replayed, then every worker stopped cleanly
     finally:
+        provider.stop()
+
+
+async def test_power_loss_every_process_killed_database_included_loses_no_answered_call(catalog, tmp_path):
+    """A gateway on SecantusDB, calls in flight against a slow provider, then SIGKILL of every process at once (the
+    gateway's, the database's), as a power loss stops them; the database and the gateway start again on the same
+    DATA_DIR: the journal is replayed before the dead process's lease is reclaimed."""
+    provider = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, faults="latency=150")
+    database = EmbeddedMongo(str(tmp_path / "db")).start()
+    try:
+        port, env = free_port(), {"DATA_DIR": str(tmp_path), "LEASE_TIMEOUT": "300"}
+        gw = await Gateway(database.uri, provider.url, "j", port, **env).launch()
+        user, (key,), _ = await account_with_keys(gw, 1_000_000, 1)
+        path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
+        calls = [asyncio.ensure_future(call(gw, path, key)) for _ in range(150)]
+        while sum(c.done() for c in calls) < 30:
+            await asyncio.sleep(0.005)
+        for pid in (database.process.pid, gw.proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        served = [a for a in await asyncio.gather(*calls) if a is not None and a.code == 200]
+        database.kill()
+        await asyncio.to_thread(gw.proc.wait, 10)
+        database = EmbeddedMongo(str(tmp_path / "db")).start()
+        again = await Gateway(database.uri, provider.url, "j", port, **env).launch()  # the same node name
+        assert await asyncio.to_thread(again.stop) == 0
+        account, records = await ledger_of(database.uri, "j", user["account_id"])
+        seen = collections.Counter(r["request_id"] for r in records)
+        assert [a.headers["X-Request-ID"] for a in served if seen[a.headers["X-Request-ID"]] != 1] == []
+        assert account["leases"] == {}
+        assert account["credits_added"] == account["credits"] + sum(r["credits"] for r in records)
+        assert os.listdir(tmp_path / journal.FOLDER) == []
+    finally:
+        database.kill()
         provider.stop()
 
 

@@ -2,7 +2,7 @@
 again on the same port and data, counted on /metrics, and calls go on; a stop while the database cannot
 answer ends within the drain time, keeps the unwritten usage under DATA_DIR (its journal, or with JOURNAL=off
 unwritten-usage/), and the next start writes it once, so every served call is billed exactly once and the lease
-accounting adds up; so does a power loss (every process killed at once, the database's included)."""
+accounting adds up (a power loss, every process killed at once: tests/metering/test_journal.py)."""
 
 import asyncio
 import os
@@ -13,10 +13,8 @@ import pytest
 from support import Gateway, account_with_keys, ledger_of
 from tornado.httpclient import HTTPClientError
 
-import sandbox
 from accounting import journal, unwritten
 from app.embedded import EmbeddedMongo, free_port
-from gateway_testing.helpers import UPSTREAM_KEY
 
 pytestmark = pytest.mark.gen_test(timeout=240)
 INITIAL = 1_000_000
@@ -195,37 +193,3 @@ async def test_usage_kept_on_disk_is_charged_once_when_another_process_reclaimed
         assert account["leases"] == {} and account["credits"] == INITIAL - charged
     finally:
         database.stop()
-
-
-async def test_power_loss_every_process_killed_loses_no_answered_call(catalog, tmp_path):
-    """`serve --workers 2` on its embedded database, calls in flight against a slow provider, then SIGKILL of every
-    process at once (the parent, both workers, the database) as a power loss would stop them; a new start on the
-    same DATA_DIR replays the workers' journals: every call answered 200 has its one record, and the ledger adds
-    up."""
-    provider = sandbox.start("127.0.0.1", 0, UPSTREAM_KEY, faults="latency=150")
-    try:
-        port, env = free_port(), {"DATA_DIR": str(tmp_path)}
-        gw = await Gateway("", provider.url, DB, port, 2, **env).launch()
-        user, (key,), _ = await account_with_keys(gw, INITIAL, 1)
-        path = f"/social/user/info?userName={catalog['users'][0]['userName']}"
-        calls = [asyncio.ensure_future(_call(gw, path, key)) for _ in range(150)]
-        while sum(c.done() for c in calls) < 30:
-            await asyncio.sleep(0.005)
-        every = [database_pid(gw), *map(int, os.popen(f"pgrep -P {gw.proc.pid}").read().split()), gw.proc.pid]
-        for pid in every:
-            os.kill(pid, signal.SIGKILL)
-        served = [a for a in await asyncio.gather(*calls) if a is not None and a.code == 200]
-        await asyncio.to_thread(gw.proc.wait, 10)
-        again = await Gateway("", provider.url, DB, port, 2, **env).launch()
-        assert await asyncio.to_thread(again.stop) == 0
-        await reconcile(str(tmp_path), user["account_id"], served)
-        assert os.listdir(tmp_path / journal.FOLDER) == []
-    finally:
-        provider.stop()
-
-
-async def _call(gw: Gateway, path: str, key: str):
-    try:
-        return await gw.call("GET", path, **{"X-API-Key": key})
-    except (OSError, HTTPClientError):  # its worker was killed
-        return None
