@@ -3,9 +3,10 @@ nothing across repeated kills.
 
 --journal: the `--latency` closed loop (nginx `echo_sleep` provider, bench/latency.py; one model, one number of
 calls in flight, one gateway process) with JOURNAL=on and JOURNAL=off side by side in one run, alternated ABBA
-(on, off, off, on; `--rounds` times) so that a machine growing busier or quieter weighs on both alike. Reported:
-each run's p50/p99 and CPU ms per 2xx answer, the p50 difference (median of the on runs minus median of the off
-runs; goal <= 2 ms) and the CPU per call difference (goal <= 5 %), the disk's own fsync latency (400-byte appends
+(on, off, off, on; `--rounds` blocks) so that a machine growing busier or quieter weighs on both alike. Reported:
+each run's p50/p99 and CPU ms per 2xx answer, the p50 difference (per block, the mean of its on runs minus that of
+its off runs; the median over blocks is judged: goal <= 2 ms) and the CPU per call difference (likewise, goal
+<= 5 %), the disk's own fsync latency (400-byte appends
 and fdatasync in the run's folder, before the runs) and the journal's fsync latency and group sizes as the
 gateway measured them (gateway_journal_fsync_seconds, gateway_journal_group_records).
 
@@ -15,8 +16,8 @@ connections, each once its predecessor's replacement is serving; then a clean st
 database: every call answered 200 has exactly one usage record, no record is doubled, and for the account
 credits added = balance + charged usage.
 
-    ./dev bench --journal [--models longtail] [--connections 400] [--seconds 20] [--rounds 1]
-    ./dev bench --journal-soak [--kills 20] [--connections 800] [--models fixed]
+    ./dev bench --journal [--models longtail] [--connections 400] [--seconds 20] [--rounds 3] [--nice 10]
+    ./dev bench --journal-soak [--kills 20] [--connections 800] [--models fixed] [--nice 10]
 """
 
 from __future__ import annotations
@@ -122,9 +123,17 @@ def one_run(work, mongo, upstream, keys, plan, args, on: bool) -> dict:
         latency.stop_gateway(gateway)
 
 
+def prioritize(nice: int) -> None:
+    """This process and every process it starts from now on (the gateway, the provider, the database, wrk) at nice
+    -`nice`: on a machine others share, their load weighs less on the figures (root)."""
+    if nice:
+        os.setpriority(os.PRIO_PROCESS, 0, -nice)
+
+
 def run(args) -> dict:
     latency.ensure_tools()
     raise_open_file_limit()
+    prioritize(args.nice)
     work = tempfile.mkdtemp(prefix="gw-bench-journal-")
     mongo = EmbeddedMongo(os.path.join(work, "db"), nice=load_settings().embedded_db_nice).start()
     provider = None
@@ -154,16 +163,27 @@ def run(args) -> dict:
             for on in (True, False, False, True):  # ABBA
                 print(f"bench: journal {'on' if on else 'off'} (round {i + 1})...", file=sys.stderr, flush=True)
                 result["runs"].append(one_run(work, mongo, upstream, keys, plan, args, on))
-        on = [r for r in result["runs"] if r["journal"] == "on"]
-        off = [r for r in result["runs"] if r["journal"] == "off"]
-        p50 = statistics.median(r["p50_ms"] for r in on) - statistics.median(r["p50_ms"] for r in off)
-        cpu_on = statistics.median(r["cpu_ms_per_2xx"] for r in on)
-        cpu_off = statistics.median(r["cpu_ms_per_2xx"] for r in off)
+        # Each ABBA block gives one difference (the mean of its two on runs minus that of its two off runs): a
+        # machine busier in one block than another moves both sides of it. The median over blocks is judged.
+        blocks = [result["runs"][i : i + 4] for i in range(0, len(result["runs"]), 4)]
+        p50s, cpus = [], []
+        for block in blocks:
+            on = [r for r in block if r["journal"] == "on"]
+            off = [r for r in block if r["journal"] == "off"]
+            p50s.append(statistics.fmean(r["p50_ms"] for r in on) - statistics.fmean(r["p50_ms"] for r in off))
+            cpus.append(
+                statistics.fmean(r["cpu_ms_per_2xx"] for r in on) / statistics.fmean(r["cpu_ms_per_2xx"] for r in off)
+                - 1
+            )
+        p50, cpu = statistics.median(p50s), statistics.median(cpus)
+        result["p50_added_ms_by_block"] = [round(x, 2) for x in p50s]
+        result["cpu_added_by_block"] = [round(x, 4) for x in cpus]
         result["p50_added_ms"] = round(p50, 2)
-        result["cpu_added"] = round(cpu_on / cpu_off - 1, 4)
+        result["cpu_added"] = round(cpu, 4)
+        result["nice"] = args.nice
         result["goals"] = {
             f"p50 <= off + {GOAL_P50_MS:g} ms": p50 <= GOAL_P50_MS,
-            f"CPU per call <= off + {GOAL_CPU:.0%}": cpu_on / cpu_off - 1 <= GOAL_CPU,
+            f"CPU per call <= off + {GOAL_CPU:.0%}": cpu <= GOAL_CPU,
             "0 errors": not any(r["errors"] for r in result["runs"]),
         }
         return result
@@ -195,7 +215,10 @@ def report(result: dict) -> str:
         )
     lines += [
         "",
-        f"p50 added by the journal: {result['p50_added_ms']:+.2f} ms; CPU per 2xx added: {result['cpu_added']:+.1%}",
+        f"p50 added by the journal (median over ABBA blocks): {result['p50_added_ms']:+.2f} ms "
+        f"(blocks: {', '.join(f'{x:+.2f}' for x in result['p50_added_ms_by_block'])}); CPU per 2xx added: "
+        f"{result['cpu_added']:+.1%} (blocks: {', '.join(f'{x:+.1%}' for x in result['cpu_added_by_block'])})"
+        + (f"; measured processes at nice -{result['nice']}" if result.get("nice") else ""),
         "",
     ]
     lines += [f"- {'met' if ok else 'MISSED'}: {goal}" for goal, ok in result["goals"].items()]
@@ -325,6 +348,7 @@ async def _soak(work, mongo, upstream, args) -> dict:
 def soak(args) -> dict:
     latency.ensure_tools()
     raise_open_file_limit()
+    prioritize(args.nice)
     work = tempfile.mkdtemp(prefix="gw-bench-journal-soak-")
     mongo = EmbeddedMongo(os.path.join(work, "db"), nice=load_settings().embedded_db_nice).start()
     provider = None

@@ -167,7 +167,10 @@ def main() -> None:
         "--reload", action="store_true", help="SIGUSR2 to serve --workers 2 under load (bench/reload.py)"
     )
     parser.add_argument(
-        "--nice", type=int, default=0, help="--mcp: raise the measured processes' priority by N (root; busy machine)"
+        "--nice",
+        type=int,
+        default=0,
+        help="--mcp, --journal: raise the measured processes' priority by N (root; busy machine)",
     )
     parser.add_argument(
         "--mcp", action="store_true", help="an MCP tool call beside its REST call, and answer sizes (bench/mcp.py)"
@@ -187,7 +190,7 @@ def main() -> None:
         if "--seconds" not in sys.argv:
             args.seconds = 20
         if "--rounds" not in sys.argv:
-            args.rounds = 1
+            args.rounds = 3
         if "--models" not in sys.argv:
             args.models = "fixed" if args.journal_soak else "longtail"
         args.models = [m for m in args.models.split(",") if m]
