@@ -33,6 +33,8 @@ by a good one was once durable: the journal is corrupt, nothing of it is replaye
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -106,6 +108,7 @@ class Journal:
         self._lock_fd = -1
         self._fd = -1  # the open segment (writer thread only)
         self._open_segment = 0  # its number (writer thread only)
+        self._end = 0  # its size: where a failed write is cut back to (writer thread only)
         self._segment = 1  # the segment the next group goes to (loop)
         self._segment_bytes = 0
         self._closed: list[tuple[int, tuple[int, int]]] = []  # closed segments: (number, (records, batches) to its end)
@@ -125,6 +128,9 @@ class Journal:
         """Makes the directory as `<name>.new`, locks it, renames it into place (blocking: at start)."""
         fresh = self.path + ".new"
         os.makedirs(fresh)
+        # Both lock files made here, once: a reader opens them without creating them, so none can make one in a
+        # journal another reader is deleting.
+        os.close(os.open(os.path.join(fresh, REPLAYER), os.O_RDWR | os.O_CREAT, 0o600))
         self._lock_fd = os.open(os.path.join(fresh, OWNER), os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.rename(fresh, self.path)
@@ -222,14 +228,28 @@ class Journal:
                 os.close(self._fd)
             name = os.path.join(self.path, f"{segment:08d}.log")
             self._fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            self._open_segment = segment
+            self._open_segment, self._end = segment, 0
             _fsync_dir(self.path)
-        os.write(self._fd, data)
-        started = time.perf_counter()
-        os.fdatasync(self._fd)
+        try:
+            if os.write(self._fd, data) != len(data):  # a full disk takes what fits
+                raise OSError(errno.ENOSPC, "short write to the usage journal")
+            started = time.perf_counter()
+            os.fdatasync(self._fd)
+        except OSError:
+            # Cut back to the last whole group: a broken chunk with whole ones after it would read as corruption.
+            # The next group goes to a new segment (_written).
+            try:
+                os.ftruncate(self._fd, self._end)
+                os.fdatasync(self._fd)
+            finally:
+                os.close(self._fd)
+                self._fd, self._open_segment = -1, 0
+            raise
         seconds = time.perf_counter() - started
+        self._end += len(data)
         for number in deletable:
-            os.remove(os.path.join(self.path, f"{number:08d}.log"))
+            with contextlib.suppress(FileNotFoundError):  # a segment whose first write failed may not exist
+                os.remove(os.path.join(self.path, f"{number:08d}.log"))
         if deletable:
             _fsync_dir(self.path)
         return seconds
@@ -245,6 +265,8 @@ class Journal:
             # The records stay in memory and are flushed as ever; what is lost is only their protection
             # against a crash. Logged and counted (gateway_journal_failures).
             self.failures += 1
+            self._closed.append((self._segment, self._upto))
+            self._segment, self._segment_bytes = self._segment + 1, 0
             log.error("usage journal write failed (%s): %d records not protected against a crash", exc, group.records)
             group.future.set_exception(exc)
             group.future.exception()  # retrieved: waiters that give up on it need not
@@ -308,7 +330,7 @@ def claim(path: str) -> Claim | None:
     """The journal at `path` if its owner is gone and no other reader replays it (waiting up to CLAIM_WAIT for
     one that does); None otherwise, or when it is gone (replayed meanwhile). Blocking: run it in a thread."""
     try:
-        replay_fd = os.open(os.path.join(path, REPLAYER), os.O_RDWR | os.O_CREAT, 0o600)
+        replay_fd = os.open(os.path.join(path, REPLAYER), os.O_RDWR)
     except (FileNotFoundError, NotADirectoryError):
         return None  # replayed and removed meanwhile
     fds = [replay_fd]
@@ -326,7 +348,7 @@ def claim(path: str) -> Claim | None:
         # The reader before us may have removed it while we waited: the lock we hold is on a file gone.
         if not _same(replay_fd, os.path.join(path, REPLAYER)):
             raise BlockingIOError
-        owner_fd = os.open(os.path.join(path, OWNER), os.O_RDWR | os.O_CREAT, 0o600)
+        owner_fd = os.open(os.path.join(path, OWNER), os.O_RDWR)
         fds.append(owner_fd)
         fcntl.flock(owner_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: its owner lives
         return Claim(path, fds)
@@ -396,10 +418,12 @@ def _batches(process_id: str, entries: list[dict]) -> list[tuple[str, list[dict]
             confirmed.add(entry["c"])
     out, assigned = [], set()
     for batch_id, mark in taken.items():
-        if batch_id in confirmed:
-            assigned.update(range(place.get(mark["f"], 0), place.get(mark["l"], -1) + 1))  # trimmed: not there
+        # Records are trimmed only once confirmed: a batch whose first record is gone was confirmed (its own
+        # confirmation may have been in a group whose write failed).
+        if batch_id in confirmed or mark["f"] not in place:
+            assigned.update(range(place.get(mark["f"], 0), place.get(mark["l"], -1) + 1))
             continue
-        if mark["f"] not in place or mark["l"] not in place or place[mark["l"]] - place[mark["f"]] + 1 != mark["n"]:
+        if mark["l"] not in place or place[mark["l"]] - place[mark["f"]] + 1 != mark["n"]:
             raise JournalCorrupt(f"batch {batch_id}: its {mark['n']} records are not in the journal")
         span = range(place[mark["f"]], place[mark["l"]] + 1)
         assigned.update(span)

@@ -439,8 +439,8 @@ class Meter:
         on disk once close() has waited for them): it is left for the next start. Without it,
         accounting/unwritten.py."""
         if self.journal is not None:
-            await self.journal.close(remove=False)
-            self.journal = None
+            kept, self.journal = self.journal, None  # a record from here on is not journaled, as with JOURNAL=off
+            await kept.close(remove=False)
             return len(self.buffer)
         batches = []
         while len(self.buffer):
@@ -605,8 +605,8 @@ class Meter:
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.flush(final=True)
         if self.journal is not None:  # every record is in the database: nothing for a next start to replay
-            await self.journal.close(remove=True)
-            self.journal = None
+            done, self.journal = self.journal, None
+            await done.close(remove=True)
         for account_id, purse in list(self.ledger.purses.items()):
             if purse.reserved == 0 and await self.leases.close(account_id, purse.leased, purse.spent):
                 del self.ledger.purses[account_id]

@@ -235,3 +235,29 @@ async def test_a_corrupt_chunk_mid_journal_stops_its_replay_and_the_journal_is_k
     await second.meter.write_unwritten()  # not tried again at every upkeep
     assert second.metrics.journals_corrupt == 1 and os.path.isdir(kept)
     assert len(set(answered) - set(before)) == 5  # the calls the journal alone still knows
+
+
+async def test_a_failed_journal_write_leaves_a_journal_that_replays(tmp_path, monkeypatch):
+    """A write cut short (a full disk) fails its group's protection, not the journal: the half chunk is cut off,
+    the next group goes to a new segment, and the journal replays (a half chunk with whole ones after it would read
+    as corruption: nothing replayed)."""
+    kept = journal.Journal(str(tmp_path), "db", "p1", group_ms=0, group_records=100)
+    kept.open()
+    record = {"_id": "p1-1", "account_id": "a", "lease": "p1", "ts": "2026-01-01T00:00:00+00:00", "credits": 1}
+    await kept.append(record)
+    real = os.write
+
+    def full(fd, data):  # the disk takes half of the group
+        monkeypatch.setattr(os, "write", real)  # once
+        return real(fd, data[: len(data) // 2])
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError):
+        await kept.append({**record, "_id": "p1-2"})
+    await kept.append({**record, "_id": "p1-3"})
+    assert kept.failures == 1
+    await kept.close(remove=False)
+    claim = journal.claim(kept.path)
+    [(batch_id, records)] = claim.batches()
+    assert batch_id == "p1-j0" and [r["_id"] for r in records] == ["p1-1", "p1-3"]
+    claim.release()
