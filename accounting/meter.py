@@ -11,7 +11,6 @@ it is on disk, and a call is answered only then.
 """
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -23,6 +22,7 @@ from datetime import UTC, datetime
 from accounting import journal, unwritten
 from accounting.budgets import KeyBudgets
 from accounting.keys import AccountView, KeyEntry, LastUsed, entry_of
+from accounting.recovery import Recovery
 from accounting.usage import UsageReads
 from config.settings import Settings
 from metering.ledger import Ledger, Reservation
@@ -96,6 +96,7 @@ class Meter:
         self._record_ids = itertools.count()
         self.batch_ready = asyncio.Event()  # FLUSH_BATCH records wait: app/tasks.py flushes now
         self.journal: journal.Journal | None = None  # JOURNAL=on, from start() to close()
+        self.recovery = Recovery(usage, leases, metrics)
         self._marked = 0  # the batch (sequence) whose taking the journal holds
         self._flush_lock = asyncio.Lock()
         self.last_flush_ok = time.time()
@@ -453,58 +454,9 @@ class Meter:
         return sum(len(batch) for _, batch in batches)
 
     async def write_unwritten(self) -> None:
-        """At start and before each reclaim of leases: the records a process that is gone kept on disk (its
-        journal, or what a stop with the database away kept), each written once (a batch already written, in
-        part or whole, is skipped by its bucket ids). Its leases then count them: one still open is reclaimed
-        counting them (start), one reclaimed meanwhile is charged them now."""
-        settings = self.settings
-        own = os.path.basename(self.journal.path) if self.journal is not None else None
-        for path in await asyncio.to_thread(journal.leftovers, settings.data_dir, settings.mongodb_db, own):
-            claim = await asyncio.to_thread(journal.claim, path)
-            if claim is None:
-                continue  # its process lives, or another replays it (and has finished when claim returns)
-            try:
-                await self._replay(claim)
-            finally:
-                claim.release()
-        for path in await asyncio.to_thread(unwritten.found, settings.data_dir, settings.mongodb_db):
-            # The workers of serve --workers all start here: one may have written and removed a file meanwhile.
-            try:
-                batches = await asyncio.to_thread(unwritten.load, path)
-            except FileNotFoundError:
-                continue
-            await self._write_kept(batches)
-            with contextlib.suppress(FileNotFoundError):
-                await asyncio.to_thread(os.remove, path)
-            count = sum(len(batch) for _, batch in batches)
-            log.warning("wrote %d usage records a stopped process had kept on disk (%s)", count, path)
-
-    async def _replay(self, claim: journal.Claim) -> None:
-        try:
-            batches = await asyncio.to_thread(claim.batches)
-        except (journal.JournalCorrupt, ValueError) as exc:
-            kept = await asyncio.to_thread(claim.keep_corrupt)
-            self.metrics.journals_corrupt += 1
-            log.critical(
-                "usage journal %s is corrupt (%s): nothing of it was replayed; kept as %s for the operator "
-                "(docs/operations.md, A corrupt usage journal)",
-                claim.path,
-                exc,
-                kept,
-            )
-            return
-        await self._write_kept(batches)
-        await asyncio.to_thread(claim.remove)  # last: a replay cut short is done again, to no effect
-        count = sum(len(batch) for _, batch in batches)
-        self.metrics.journal_replayed += count
-        if count:
-            log.warning("replayed %d usage records from the journal of process %s", count, claim.process_id)
-
-    async def _write_kept(self, batches: list[tuple[str, list[dict]]]) -> None:
-        for batch_id, records in batches:
-            await self.usage.insert_batch(batch_id, records)
-        for lease, account_id in sorted({(r["lease"], r["account_id"]) for _, batch in batches for r in batch}):
-            await self.leases.settle_stored_late(lease, account_id)
+        """At start and before each reclaim of leases: the usage records processes that are gone left on disk,
+        each written once, counted by their leases (accounting/recovery.py)."""
+        await self.recovery.write(self.settings, os.path.basename(self.journal.path) if self.journal else None)
 
     async def start(self) -> None:
         await self.write_unwritten()
