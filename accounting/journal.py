@@ -3,8 +3,10 @@ goes unbilled whatever kills the process (docs/architecture.md, *Durability*).
 
 A data call's record is appended here and its answer leaves only once the group holding it is on disk: one
 write and one fdatasync, made by a thread of the journal's own, serve every record appended meanwhile (group
-commit: a group closes after JOURNAL_GROUP_MS or at JOURNAL_GROUP_RECORDS; while the thread writes one group
-the next one gathers). The event loop never blocks on the disk: it awaits one future per group.
+commit). A group begun while the writer is idle closes JOURNAL_GROUP_MS after its first entry, one begun while it
+writes closes as soon as it is free, and any closes at JOURNAL_GROUP_RECORDS entries. The event loop never blocks on
+the disk: it hands a closed group to the thread and awaits one future per group, which the thread's one wake-up
+per group resolves.
 
 Layout, per process: DATA_DIR/journal/<database>.<process id>/
 - `owner.lock`, locked (flock) by the process for its life: the kernel drops the lock when the process dies,
@@ -33,7 +35,6 @@ by a good one was once durable: the journal is corrupt, nothing of it is replaye
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import errno
 import fcntl
@@ -58,7 +59,6 @@ SEGMENT_BYTES = 4 << 20  # a segment is closed past this size, so that confirmed
 REPLAY_BATCH = 500  # records per replayed batch of records no flush had taken (fixed: ids derive from it)
 CLAIM_WAIT = 10.0  # seconds a reader waits for another reader replaying the same journal
 OWNER, REPLAYER = "owner.lock", "replay.lock"
-SHUT = object()  # the writer thread's last job
 
 
 class JournalCorrupt(Exception):
@@ -82,14 +82,19 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-class Journal:
-    """The journal of this process. `append` and the batch marks return a future done once the entry is on disk;
-    `observe` is told (fsync seconds, records in the group) of each group written.
+class _Group:
+    __slots__ = ("lines", "future", "records", "counts")
 
-    The event loop only serializes an entry and hands it to the writer thread with a number; the thread gathers a
-    group (for JOURNAL_GROUP_MS from the oldest entry waiting, at most JOURNAL_GROUP_RECORDS entries), writes and
-    fdatasyncs it, and tells the loop the number of the last entry on disk (one call_soon_threadsafe per group).
-    Segments and the trim are the thread's alone."""
+    def __init__(self, future: asyncio.Future):
+        self.lines: list[bytes] = []
+        self.future = future
+        self.records = 0
+        self.counts: tuple[int, int, int, int] = (0, 0, 0, 0)  # see Journal._counts
+
+
+class Journal:
+    """The journal of this process. `append` and the batch marks return the future of their group; `observe`
+    is told (fsync seconds, records in the group) of each group written."""
 
     def __init__(
         self,
@@ -102,23 +107,27 @@ class Journal:
     ):
         self.path = os.path.join(folder(data_dir), f"{database}.{process_id}")
         self.group_seconds, self.group_records, self.observe = group_ms / 1000, group_records, observe
-        self.failures = 0
-        self._lock_fd = -1
-        self._loop: asyncio.AbstractEventLoop | None = None
-        # The loop's side: entries handed over, and the futures of those not yet on disk, oldest first.
-        self._seq = 0
-        self._waiting: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
-        # Appended so far: records, batches taken; confirmed: records and batches the database holds. Each entry
-        # carries these four as of itself: the thread trims by those of the last entry on disk.
-        self._records = self._batches = self._confirmed_records = self._confirmed_batches = 0
+        # The writer: a thread of its own taking (loop, callback, function, arguments) jobs, each answered with
+        # call_soon_threadsafe (half the CPU of run_in_executor's futures per group).
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._work, name="journal", daemon=True)
-        # The writer thread's side.
-        self._fd = -1
-        self._segment = 0  # the open segment's number
-        self._end = 0  # its size: where a failed write is cut back to
+        self._lock_fd = -1
+        self._fd = -1  # the open segment (writer thread only)
+        self._open_segment = 0  # its number (writer thread only)
+        self._end = 0  # its size: where a failed write is cut back to (writer thread only)
+        self._segment = 1  # the segment the next group goes to (loop)
+        self._segment_bytes = 0
         self._closed: list[tuple[int, tuple[int, int]]] = []  # closed segments: (number, (records, batches) to its end)
-        self._upto = (0, 0)  # (records, batches) as of the last entry written to the open segment
+        self._upto = (0, 0)  # (records, batches) appended up to the last group given to the open segment
+        self._group: _Group | None = None  # gathering
+        self._queue: list[_Group] = []  # closed, waiting for the writer
+        self._busy = False
+        self._timer: asyncio.TimerHandle | None = None
+        # Appended so far: records, batches taken; confirmed: records and batches the database holds.
+        self._records = self._batches = self._confirmed_records = self._confirmed_batches = 0
+        self._durable = (0, 0, 0, 0)  # the same four counts as of the last group on disk
+        self._drained: asyncio.Future | None = None  # close() waits on it for the last group
+        self.failures = 0
 
     # --- opening and closing ---------------------------------------------------------------------------------
     def open(self) -> None:
@@ -135,17 +144,47 @@ class Journal:
         self._writer.start()
 
     async def close(self, remove: bool) -> None:
-        """Waits for every entry to be on disk; then `remove` (everything confirmed) deletes the journal, or it is
-        left for the next start to replay (a stop with the database away); the lock is let go either way."""
-        if self._waiting:
-            await asyncio.wait([self._waiting[-1][1]])
-        shut = asyncio.get_running_loop().create_future()
-        self._jobs.put((SHUT, remove, shut, asyncio.get_running_loop()))
+        """Waits for every group; then `remove` (everything confirmed) deletes the journal, or it is left for the
+        next start to replay (a stop with the database away); the lock is let go either way."""
+        loop = asyncio.get_running_loop()
+        self._close_group()
+        while self._busy or self._queue:
+            self._drained = loop.create_future()
+            await self._drained
+        shut = loop.create_future()
+        self._jobs.put(
+            (loop, lambda _, exc: shut.set_exception(exc) if exc else shut.set_result(None), self._shut, (remove,))
+        )
+        self._jobs.put(None)
         await shut
 
-    # --- appending (the loop) --------------------------------------------------------------------------------
+    def _work(self) -> None:
+        """The writer thread."""
+        while (job := self._jobs.get()) is not None:
+            loop, answer, function, arguments = job
+            try:
+                result, exc = function(*arguments), None
+            except Exception as error:
+                result, exc = None, error
+            try:
+                loop.call_soon_threadsafe(answer, result, exc)
+            except RuntimeError:  # the loop is closed: no one waits any more
+                return
+
+    def _shut(self, remove: bool) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if remove:
+            for name in os.listdir(self.path):
+                os.remove(os.path.join(self.path, name))
+            os.rmdir(self.path)
+        os.close(self._lock_fd)  # the lock goes with it
+        self._lock_fd = -1
+
+    # --- appending -------------------------------------------------------------------------------------------
     def append(self, record: dict) -> asyncio.Future:
-        """A usage record (any fields: the whole dict is kept); done once it is on disk."""
+        """A usage record (any fields: the whole dict is kept); the future of the group holding it."""
         self._records += 1
         return self._add(orjson.dumps({"r": record}), 1)
 
@@ -163,70 +202,59 @@ class Journal:
         self._add(orjson.dumps({"c": batch_id}), 0)
 
     def _add(self, line: bytes, records: int) -> asyncio.Future:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        self._seq += 1
-        future = self._loop.create_future()
-        self._waiting.append((self._seq, future))
-        counts = (self._records, self._batches, self._confirmed_records, self._confirmed_batches)
-        self._jobs.put((self._seq, line, records, counts, time.monotonic()))
-        return future
+        group = self._group
+        if group is None:
+            group = self._group = _Group(asyncio.get_running_loop().create_future())
+            if not self._busy:  # the writer is idle: this group goes after JOURNAL_GROUP_MS
+                self._timer = asyncio.get_running_loop().call_later(self.group_seconds, self._close_group)
+        group.lines.append(line)
+        group.records += records
+        if group.records >= self.group_records:
+            self._close_group()
+        return group.future
 
-    def _durable(self, seq: int, seconds: float | None, records: int, exc: Exception | None) -> None:
-        """From the writer: every entry up to `seq` is on disk (or, with `exc`, failed to get there)."""
-        if exc is None:
-            self.observe(seconds, records)
-        else:
-            # The records stay in memory and are flushed as ever; what is lost is only their protection against
-            # a crash. Logged and counted (gateway_journal_failures).
-            self.failures += 1
-            log.error("usage journal write failed (%s): %d records not protected against a crash", exc, records)
-        waiting = self._waiting
-        while waiting and waiting[0][0] <= seq:
-            _, future = waiting.popleft()
-            if exc is None:
-                future.set_result(None)
-            else:
-                future.set_exception(exc)
-                future.exception()  # retrieved: waiters that give up on it need not
+    def _close_group(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        group, self._group = self._group, None
+        if group is not None:
+            group.counts = (self._records, self._batches, self._confirmed_records, self._confirmed_batches)
+            self._queue.append(group)
+        self._next()
 
-    # --- the writer thread -----------------------------------------------------------------------------------
-    def _work(self) -> None:
-        jobs, held = self._jobs, None
-        while True:
-            first = held or jobs.get()
-            held = None
-            if first[0] is SHUT:
-                self._shut(*first[1:])
-                return
-            group, records = [first], first[2]
-            deadline = first[4] + self.group_seconds  # from when the oldest entry was appended
-            while len(group) < self.group_records:
-                try:
-                    wait = deadline - time.monotonic()
-                    job = jobs.get(timeout=wait) if wait > 0 else jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if job[0] is SHUT:
-                    held = job  # after this group
-                    break
-                group.append(job)
-                records += job[2]
-            seconds, exc = None, None
-            try:
-                seconds = self._write(group)
-            except Exception as error:
-                exc = error
-            try:
-                self._loop.call_soon_threadsafe(self._durable, group[-1][0], seconds, records, exc)
-            except RuntimeError:  # the loop is closed: no one waits any more
-                return
+    def _next(self) -> None:
+        if self._busy or not self._queue:
+            return
+        group = self._queue.pop(0)
+        data = chunk(b"\n".join(group.lines))
+        if self._segment_bytes and self._segment_bytes + len(data) > SEGMENT_BYTES:
+            self._closed.append((self._segment, self._upto))
+            self._segment += 1
+            self._segment_bytes = 0
+        self._segment_bytes += len(data)
+        self._upto = group.counts[:2]
+        deletable = self._deletable()
+        self._busy = True
+        answer = lambda seconds, exc: self._written(group, seconds, exc)  # noqa: E731
+        self._jobs.put((asyncio.get_running_loop(), answer, self._write, (self._segment, data, deletable)))
 
-    def _write(self, group: list[tuple]) -> float:
-        """One chunk, one write, one fdatasync; the seconds the fdatasync took. Then the trim."""
-        data = chunk(b"\n".join(job[1] for job in group))
-        if self._fd < 0 or (self._end and self._end + len(data) > SEGMENT_BYTES):
-            self._roll()
+    def _deletable(self) -> list[int]:
+        """Closed segments whose records and batches the database holds, as of what is on disk."""
+        _, _, records, batches = self._durable
+        gone = [n for n, (in_records, in_batches) in self._closed if in_records <= records and in_batches <= batches]
+        self._closed = [(n, upto) for n, upto in self._closed if n not in gone]
+        return gone
+
+    def _write(self, segment: int, data: bytes, deletable: list[int]) -> float:
+        """In the writer thread: one write and one fdatasync; the seconds the fdatasync took."""
+        if segment != self._open_segment:
+            if self._fd >= 0:
+                os.close(self._fd)
+            name = os.path.join(self.path, f"{segment:08d}.log")
+            self._fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._open_segment, self._end = segment, 0
+            _fsync_dir(self.path)
         try:
             if os.write(self._fd, data) != len(data):  # a full disk takes what fits
                 raise OSError(errno.ENOSPC, "short write to the usage journal")
@@ -234,59 +262,44 @@ class Journal:
             os.fdatasync(self._fd)
         except OSError:
             # Cut back to the last whole group: a broken chunk with whole ones after it would read as corruption.
-            # The next group goes to a new segment.
+            # The next group goes to a new segment (_written).
             try:
                 os.ftruncate(self._fd, self._end)
                 os.fdatasync(self._fd)
             finally:
-                self._closed.append((self._segment, self._upto))
                 os.close(self._fd)
-                self._fd = -1
+                self._fd, self._open_segment = -1, 0
             raise
         seconds = time.perf_counter() - started
         self._end += len(data)
-        counts = group[-1][3]
-        self._upto = counts[:2]
-        self._trim(counts[2], counts[3])
-        return seconds
-
-    def _roll(self) -> None:
-        if self._fd >= 0:
-            self._closed.append((self._segment, self._upto))
-            os.close(self._fd)
-        self._segment += 1
-        self._fd = os.open(
-            os.path.join(self.path, f"{self._segment:08d}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
-        )
-        self._end = 0
-        _fsync_dir(self.path)
-
-    def _trim(self, records: int, batches: int) -> None:
-        """Closed segments whose records and batches the database holds (as of what is on disk) are deleted."""
-        gone = [n for n, (in_records, in_batches) in self._closed if in_records <= records and in_batches <= batches]
-        if not gone:
-            return
-        self._closed = [(n, upto) for n, upto in self._closed if n not in gone]
-        for number in gone:
+        for number in deletable:
             with contextlib.suppress(FileNotFoundError):  # a segment whose first write failed may not exist
                 os.remove(os.path.join(self.path, f"{number:08d}.log"))
-        _fsync_dir(self.path)
+        if deletable:
+            _fsync_dir(self.path)
+        return seconds
 
-    def _shut(self, remove: bool, done: asyncio.Future, loop: asyncio.AbstractEventLoop) -> None:
-        try:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
-            if remove:
-                for name in os.listdir(self.path):
-                    os.remove(os.path.join(self.path, name))
-                os.rmdir(self.path)
-            os.close(self._lock_fd)  # the lock goes with it
-            self._lock_fd = -1
-        except Exception as exc:
-            loop.call_soon_threadsafe(done.set_exception, exc)
+    def _written(self, group: _Group, seconds: float | None, exc: Exception | None) -> None:
+        self._busy = False
+        if exc is None:
+            self._durable = group.counts
+            self.observe(seconds, group.records)
+            group.future.set_result(None)
         else:
-            loop.call_soon_threadsafe(done.set_result, None)
+            # The records stay in memory and are flushed as ever; what is lost is only their protection
+            # against a crash. Logged and counted (gateway_journal_failures).
+            self.failures += 1
+            self._closed.append((self._segment, self._upto))
+            self._segment, self._segment_bytes = self._segment + 1, 0
+            log.error("usage journal write failed (%s): %d records not protected against a crash", exc, group.records)
+            group.future.set_exception(exc)
+            group.future.exception()  # retrieved: waiters that give up on it need not
+        if self._group is not None and not self._queue:
+            self._close_group()  # gathered while the writer was busy: written at once
+        else:
+            self._next()
+        if not self._busy and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
 
 
 # --- reading what a process left -------------------------------------------------------------------------------
@@ -313,12 +326,7 @@ class Claim:
 
     def batches(self) -> list[tuple[str, list[dict]]]:
         """The batches to write for every record of the journal (module docstring); JournalCorrupt."""
-        segments = sorted(n for n in os.listdir(self.path) if n.endswith(".log"))
-        entries: list[dict] = []
-        for i, name in enumerate(segments):
-            with open(os.path.join(self.path, name), "rb") as fh:
-                entries.extend(_entries(fh.read(), last=i == len(segments) - 1, name=name))
-        return _batches(self.process_id, entries)
+        return _batches(self.process_id, read(self.path))
 
     def remove(self) -> None:
         for name in os.listdir(self.path):
@@ -376,6 +384,16 @@ def _same(fd: int, path: str) -> bool:
         return os.stat(path).st_ino == os.fstat(fd).st_ino
     except FileNotFoundError:
         return False
+
+
+def read(path: str) -> list[dict]:
+    """Every entry of the journal at `path`, in order, up to a torn write at its end; JournalCorrupt."""
+    segments = sorted(n for n in os.listdir(path) if n.endswith(".log"))
+    entries: list[dict] = []
+    for i, name in enumerate(segments):
+        with open(os.path.join(path, name), "rb") as fh:
+            entries.extend(_entries(fh.read(), last=i == len(segments) - 1, name=name))
+    return entries
 
 
 def _entries(data: bytes, last: bool, name: str) -> list[dict]:

@@ -483,8 +483,8 @@ class Settings:
     )
     journal_group_ms: float = setting(
         1.0,
-        "Milliseconds a group of journal records gathers, when the journal's writer is idle, before its one fsync "
-        "(while it writes, the next group gathers anyway).",
+        "Milliseconds a group of usage journal records gathers before its one write and fsync, when the journal's "
+        "writer is idle (while it writes, the next group gathers and goes as soon as it is free).",
         "JOURNAL_GROUP_MS",
         group="Metering",
         at_least=0,
@@ -492,7 +492,7 @@ class Settings:
     )
     journal_group_records: int = setting(
         256,
-        "Records past which a journal group is written at once.",
+        "Journal entries (records, and a flush's two marks per batch) past which a group is written at once.",
         "JOURNAL_GROUP_RECORDS",
         group="Metering",
         at_least=1,
