@@ -2,7 +2,7 @@
 goes unbilled whatever kills the process (docs/architecture.md, *Durability*).
 
 A data call's record is appended here and its answer leaves only once the group holding it is on disk: one
-write and one fdatasync, made by a thread of the journal's own, serve every record appended meanwhile (group
+synchronous write (O_DSYNC), made by a thread of the journal's own, serves every record appended meanwhile (group
 commit). A group begun while the writer is idle closes JOURNAL_GROUP_MS after its first entry, one begun while it
 writes closes as soon as it is free, and any closes at JOURNAL_GROUP_RECORDS entries. The event loop never blocks on
 the disk: it hands a closed group to the thread and awaits one future per group, which the thread's one wake-up
@@ -247,19 +247,19 @@ class Journal:
         return gone
 
     def _write(self, segment: int, data: bytes, deletable: list[int]) -> float:
-        """In the writer thread: one write and one fdatasync; the seconds the fdatasync took."""
+        """In the writer thread: one synchronous write (O_DSYNC: the write and its fdatasync in one system call, so
+        one release of the GIL instead of two); the seconds it took."""
         if segment != self._open_segment:
             if self._fd >= 0:
                 os.close(self._fd)
             name = os.path.join(self.path, f"{segment:08d}.log")
-            self._fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_DSYNC, 0o600)
             self._open_segment, self._end = segment, 0
             _fsync_dir(self.path)
+        started = time.perf_counter()
         try:
             if os.write(self._fd, data) != len(data):  # a full disk takes what fits
                 raise OSError(errno.ENOSPC, "short write to the usage journal")
-            started = time.perf_counter()
-            os.fdatasync(self._fd)
         except OSError:
             # Cut back to the last whole group: a broken chunk with whole ones after it would read as corruption.
             # The next group goes to a new segment (_written).
