@@ -84,7 +84,7 @@ class Metrics:
     journal_fsync: LatencyHistogram = field(  # observed by accounting/journal.py for each group written
         default_factory=lambda: LatencyHistogram(
             "gateway_journal_fsync_seconds",
-            "How long each fdatasync of the usage journal took (one per group of records).",
+            "How long each synchronous write of the usage journal took (its write and fdatasync: one per group of records).",
             FSYNC_BUCKETS,
             label="journal",
         )
