@@ -89,7 +89,7 @@ class _Group:
         self.lines: list[bytes] = []
         self.future = future
         self.records = 0
-        self.counts: tuple[int, int, int, int] = (0, 0, 0, 0)  # see Journal._counts
+        self.counts = (0, 0, 0, 0)  # records, batches taken, records and batches confirmed: as of its closing
 
 
 class Journal:
