@@ -455,14 +455,13 @@ class Calls:
 
     def record(
         self, key, route: str, fetched: Fetched | None, status: int, charged: int, request_id: str, via=None
-    ) -> None:
+    ) -> asyncio.Future | None:
         """The usage record of a data call: its charge, how the cache answered it (with what it saved), and how the
-        call came when not over REST (`via`: ("mcp", tool))."""
+        call came when not over REST (`via`: ("mcp", tool)). What to await before answering (Meter.record)."""
         if fetched is None:
-            self.meter.record(key, route, status, 0, request_id, via=via)
-            return
+            return self.meter.record(key, route, status, 0, request_id, via=via)
         saved = fetched.worth - charged if fetched.cache in (HIT, STALE) else 0
-        self.meter.record(
+        return self.meter.record(
             key,
             route,
             status,

@@ -5,11 +5,12 @@ without I/O; this module only feeds them and persists what they decide:
 key and account views from caches, lease refills, batched usage flushes,
 heartbeats and lease reclaims. The Meter is the one credit service the rest of
 the code talks to; it owns the key budget slices (accounting/budgets.py), the
-usage reads (accounting/usage.py) and each key's last use (accounting/keys.py).
+usage reads (accounting/usage.py), each key's last use (accounting/keys.py) and
+this process's usage journal (accounting/journal.py): a record's future says when
+it is on disk, and a call is answered only then.
 """
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -17,9 +18,10 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from accounting import unwritten
+from accounting import journal, unwritten
 from accounting.budgets import KeyBudgets
 from accounting.keys import AccountView, KeyEntry, LastUsed, entry_of
+from accounting.recovery import Recovery
 from accounting.usage import UsageReads
 from config.settings import Settings
 from metering.ledger import Ledger, Reservation
@@ -93,6 +95,9 @@ class Meter:
         self.last_used = LastUsed(keys)
         self._record_ids = itertools.count()
         self.batch_ready = asyncio.Event()  # FLUSH_BATCH records wait: app/tasks.py flushes now
+        self.journal: journal.Journal | None = None  # JOURNAL=on, from start() to close()
+        self.recovery = Recovery(usage, leases, metrics)
+        self._marked = 0  # the batch (sequence) whose taking the journal holds
         self._flush_lock = asyncio.Lock()
         self.last_flush_ok = time.time()
         # Told of every balance or payment change (here, or elsewhere through coherence), and of every account
@@ -291,14 +296,15 @@ class Meter:
         saved: int = 0,
         via: tuple[str, str] | None = None,
         provider: str = "",
-    ) -> None:
+    ) -> asyncio.Future | None:
         """One usage record per call; its credits are the charge (0 when not charged). A repeat answered with a
         kept answer (Idempotency-Key) is a record of its own, `replay_of` the first call's request id.
         `upstream_seconds`: the provider's answer time as measured for the latency histogram (kept as `ms`,
         for the portal's per-endpoint percentiles); absent when nothing was forwarded. `cache`: how the answer
         cache answered the call (hit, miss, coalesced, stale; accounting/charged.py), `saved` the credits a cached
         answer was not charged. `via`: how the call came when not over REST, ("mcp", the tool's name). `provider`: the
-        provider that produced the answer (a cached one's too); absent when none did."""
+        provider that produced the answer (a cached one's too); absent when none did. Returns what to await before the
+        call is answered (its journal group on disk), or None (JOURNAL=off)."""
         record = self._record(key.account_id, key.key_id, endpoint, status, credits, request_id)
         if replay_of is not None:
             record["replay_of"] = replay_of
@@ -312,8 +318,8 @@ class Meter:
             record["via"], record["tool"] = via
         if provider:
             record["provider"] = provider
-        self._add(record)
         self.last_used.seen[key.key_id] = record["ts"]
+        return self._add(record)
 
     def record_poll(
         self,
@@ -325,14 +331,14 @@ class Meter:
         request_id: str,
         stream_id: str,
         provider: str = "",
-    ) -> None:
+    ) -> asyncio.Future | None:
         """The usage record of a filter rule's or monitor's poll (streams/): a data call made on the account's
         behalf, carrying the rule or monitor it served (`stream_id`) and the provider that answered it."""
         record = self._record(account_id, key_id, endpoint, status, credits, request_id)
         record["stream_id"] = stream_id
         if provider:
             record["provider"] = provider
-        self._add(record)
+        return self._add(record)
 
     def _record(self, account_id: str, key_id: int, endpoint: str, status: int, credits: int, request_id: str):
         ts = now_utc()  # the stores' clock (storage/clock.py), which tests move across a month's end
@@ -349,10 +355,13 @@ class Meter:
             "request_id": request_id,
         }
 
-    def _add(self, record: dict) -> None:
+    def _add(self, record: dict) -> asyncio.Future | None:
+        # Journal and buffer in the same order, with no await between: a flush batch is a run of the journal.
+        durable = self.journal.append(record) if self.journal is not None else None
         self.buffer.add(record)
         if self.buffer.waiting >= self.settings.flush_batch:  # a batch being written does not count
             self.batch_ready.set()
+        return durable
 
     async def add_credits(
         self, account_id: str, credits: int, paid_usd: float = 0.0, topup_credits: int = 0
@@ -407,12 +416,20 @@ class Meter:
             due = len(self.buffer)
             while len(self.buffer) and (final or written < due):
                 seq, batch = self.buffer.take(self.settings.flush_batch)
+                batch_id = f"{self._id_prefix}-{seq}"
                 try:
-                    await self.usage.insert_batch(f"{self._id_prefix}-{seq}", batch)
+                    if self.journal is not None and self._marked != seq:
+                        # On disk before the database sees any of it: a replay then writes these records under
+                        # this batch id, and what the database took of it is skipped.
+                        await self.journal.taken(batch_id, batch)
+                        self._marked = seq
+                    await self.usage.insert_batch(batch_id, batch)
                 except BaseException:
                     self.metrics.flush_failures += 1  # the same batch is retried as it is
                     raise
                 self.buffer.done()
+                if self.journal is not None:
+                    self.journal.confirmed(batch_id, len(batch))
                 self.reads.written(batch)
                 self._stored(batch)
                 written += len(batch)
@@ -433,7 +450,13 @@ class Meter:
 
     async def keep_unwritten(self) -> int:
         """Shutdown, the database away until the drain deadline: every buffered record to local disk, batched as
-        the flushes would have written them (accounting/unwritten.py); how many records."""
+        the flushes would have written them; how many records. The journal holds them already (every group is
+        on disk once close() has waited for them): it is left for the next start. Without it,
+        accounting/unwritten.py."""
+        if self.journal is not None:
+            kept, self.journal = self.journal, None  # a record from here on is not journaled, as with JOURNAL=off
+            await kept.close(remove=False)
+            return len(self.buffer)
         batches = []
         while len(self.buffer):
             seq, batch = self.buffer.take(self.settings.flush_batch)
@@ -445,27 +468,23 @@ class Meter:
         return sum(len(batch) for _, batch in batches)
 
     async def write_unwritten(self) -> None:
-        """At start, before any lease is reclaimed: the records an earlier process kept on disk, each written
-        once (a batch already written, in part or whole, is skipped by its bucket ids). Its leases then count
-        them: one still open is reclaimed counting them (start), one reclaimed meanwhile is charged them now."""
-        settings = self.settings
-        for path in await asyncio.to_thread(unwritten.found, settings.data_dir, settings.mongodb_db):
-            # The workers of serve --workers all start here: one may have written and removed a file meanwhile.
-            try:
-                batches = await asyncio.to_thread(unwritten.load, path)
-            except FileNotFoundError:
-                continue
-            for batch_id, records in batches:
-                await self.usage.insert_batch(batch_id, records)
-            for lease, account_id in sorted({(r["lease"], r["account_id"]) for _, batch in batches for r in batch}):
-                await self.leases.settle_stored_late(lease, account_id)
-            with contextlib.suppress(FileNotFoundError):
-                await asyncio.to_thread(os.remove, path)
-            count = sum(len(batch) for _, batch in batches)
-            log.warning("wrote %d usage records a stopped process had kept on disk (%s)", count, path)
+        """At start and before each reclaim of leases: the usage records processes that are gone left on disk,
+        each written once, counted by their leases (accounting/recovery.py)."""
+        await self.recovery.write(self.settings, os.path.basename(self.journal.path) if self.journal else None)
 
     async def start(self) -> None:
         await self.write_unwritten()
+        settings = self.settings
+        if settings.journal:
+            self.journal = journal.Journal(
+                settings.data_dir,
+                settings.mongodb_db,
+                self._id_prefix,
+                settings.journal_group_ms,
+                settings.journal_group_records,
+                self._journaled,
+            )
+            await asyncio.to_thread(self.journal.open)
         await self.leases.register()
         # Registering is the first heartbeat: spend only until others could consider this process dead
         # (without this, a process whose database went away before its first heartbeat spent forever).
@@ -473,6 +492,10 @@ class Meter:
         # Leases of an earlier incarnation of this node are known dead: return them now.
         self.metrics.lease_reclaims += await self.leases.reclaim_dead(self.settings.lease_timeout, same_node_now=True)
         self.spawn(self._backfill())
+
+    def _journaled(self, seconds: float, records: int) -> None:
+        self.metrics.journal_fsync.observe("usage", seconds)
+        self.metrics.journal_group.observe("usage", records)
 
     async def _backfill(self) -> None:
         try:
@@ -535,6 +558,7 @@ class Meter:
         for account_id, give in self.ledger.surplus(self.clock(), self.settings.lease_seconds * 3).items():
             await self.give_back(account_id, give)
         self.key_budgets.retire_idle()
+        await self.write_unwritten()  # a dead process's journal first: the reclaim then counts its records
         self.metrics.lease_reclaims += await self.leases.reclaim_dead(self.settings.lease_timeout)
 
     async def close(self) -> None:
@@ -546,6 +570,9 @@ class Meter:
         self.key_budgets.retire_all()
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.flush(final=True)
+        if self.journal is not None:  # every record is in the database: nothing for a next start to replay
+            done, self.journal = self.journal, None
+            await done.close(remove=True)
         for account_id, purse in list(self.ledger.purses.items()):
             if purse.reserved == 0 and await self.leases.close(account_id, purse.leased, purse.spent):
                 del self.ledger.purses[account_id]

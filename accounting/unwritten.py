@@ -1,12 +1,13 @@
-"""Usage records the database could not take before this process stopped, kept on local disk and written
-exactly once at the next start: a database away at shutdown must not leave served calls unbilled.
+"""Usage records the database could not take before this process stopped, with JOURNAL=off (the journal keeps them
+otherwise: accounting/journal.py), kept on local disk and written exactly once at the next start: a database away
+at shutdown must not leave served calls unbilled.
 
 One file per stopped process, DATA_DIR/unwritten-usage/<database>.<process id>.jsonl, one line per batch:
 {"batch": "<process id>-<seq>", "records": [...]}. A batch keeps the id the flush gave it (the unconfirmed
 one, which the database may have written in part or whole) or would have given it (the rest), and bucket ids
 derive from batch ids (storage/usage.py): writing a batch again writes each of its records once. The file
 appears whole or not at all (a temporary file, fsync, rename, fsync of the folder); Meter.write_unwritten
-deletes it once every batch is written and the leases they spent from are put right.
+deletes it once every batch is written and the leases they spent from are put right (accounting/recovery.py).
 """
 
 import os

@@ -26,6 +26,10 @@ against a 0.7 s provider (the p50 and CPU it adds) and measures the compact answ
 `./dev bench --failover [--rate 200 --seconds 60] [--workers 2]` runs two providers (PROVIDERS), kills the first
 mid-run and brings it back: failed calls, p99 during the switch, double charges, traffic's return, then cost
 routing and the margin view against the charges (bench/failover.py).
+`./dev bench --journal [--models longtail --connections 400 --seconds 20 --rounds 1]` runs the `--latency` closed
+loop with JOURNAL=on and off side by side, ABBA: the p50 and CPU per call the usage journal adds, the disk's fsync
+latency and the journal's group sizes; `./dev bench --journal-soak [--kills 20 --connections 800]` kills a worker
+of `serve --workers 2` again and again under that load and checks the books (bench/journal.py).
 `./dev bench --reload [--rate 300 --sockets 100 --seconds 60]` sends SIGUSR2 to `serve --workers 2` under
 data calls to a 0.7 s provider and resuming WebSocket clients: failed calls, socket errors, events missed or
 doubled, and when the new code answered (bench/reload.py).
@@ -171,12 +175,40 @@ def main() -> None:
         "--reload", action="store_true", help="SIGUSR2 to serve --workers 2 under load (bench/reload.py)"
     )
     parser.add_argument(
-        "--nice", type=int, default=0, help="--mcp: raise the measured processes' priority by N (root; busy machine)"
+        "--nice",
+        type=int,
+        default=0,
+        help="--mcp, --journal: raise the measured processes' priority by N (root; busy machine)",
     )
     parser.add_argument(
         "--mcp", action="store_true", help="an MCP tool call beside its REST call, and answer sizes (bench/mcp.py)"
     )
+    parser.add_argument(
+        "--journal", action="store_true", help="JOURNAL=on vs off under the --latency load, ABBA (bench/journal.py)"
+    )
+    parser.add_argument(
+        "--journal-soak", action="store_true", help="repeated SIGKILLs of a worker under load (bench/journal.py)"
+    )
+    parser.add_argument("--kills", type=int, default=20, help="--journal-soak: how many workers to kill")
     args = parser.parse_args()
+    if args.journal or args.journal_soak:
+        from bench import journal
+
+        args.connections = [int(n) for n in (args.connections or ("800" if args.journal_soak else "400")).split(",")]
+        if "--seconds" not in sys.argv:
+            args.seconds = 20
+        if "--rounds" not in sys.argv:
+            args.rounds = 3
+        if "--models" not in sys.argv:
+            args.models = "fixed" if args.journal_soak else "longtail"
+        args.models = [m for m in args.models.split(",") if m]
+        if args.journal_soak:
+            result = journal.soak(args)
+            publish(result, args.out or os.path.join(HERE, "results", "journal-soak.json"), journal.soak_report(result))
+        else:
+            result = journal.run(args)
+            publish(result, args.out or os.path.join(HERE, "results", "journal.json"), journal.report(result))
+        return
     if args.mcp:
         from bench import mcp
 

@@ -196,7 +196,8 @@ class Settings:
     data_dir: str = setting(
         "./var",
         "Folder for the embedded database and generated development secrets; one gateway per folder (a lock file, "
-        "gateway.lock). Usage records a stop could not write wait in unwritten-usage/ for the next start.",
+        "gateway.lock). The usage journals (journal/, JOURNAL) and the records a stop could not write wait there for "
+        "the next start.",
         "DATA_DIR",
         group="Service",
     )
@@ -563,6 +564,32 @@ class Settings:
         "PROVIDER_LEDGER_RETENTION_DAYS",
         group="Metering",
         at_least=1,
+    )
+    journal: bool = setting(
+        True,
+        "on: each usage record is written to this process's journal under DATA_DIR/journal and fsynced before its "
+        "call is answered, so a crash or a power loss loses no answered call's record (accounting/journal.py). "
+        "off: records wait in memory until their flush; a hard crash loses those of the last FLUSH_INTERVAL or "
+        "more, calls served and never charged.",
+        "JOURNAL",
+        group="Metering",
+    )
+    journal_group_ms: float = setting(
+        1.0,
+        "Milliseconds a group of usage journal records gathers before its one write and fsync, when the journal's "
+        "writer is idle (while it writes, the next group gathers and goes as soon as it is free).",
+        "JOURNAL_GROUP_MS",
+        group="Metering",
+        at_least=0,
+        at_most=100,
+    )
+    journal_group_records: int = setting(
+        256,
+        "Journal entries (records, and a flush's two marks per batch) past which a group is written at once.",
+        "JOURNAL_GROUP_RECORDS",
+        group="Metering",
+        at_least=1,
+        at_most=100_000,
     )
     lease_seconds: float = setting(
         30.0, "Seconds of an account's spend one credit lease covers.", "LEASE_SECONDS", group="Metering", above=0

@@ -29,6 +29,8 @@ def make_settings(**overrides) -> config.Settings:
         # Tests that count charges or provider calls mean live reads: the answer cache is off unless a test
         # turns it on (tests/data/test_answer_cache.py). Identical calls in flight at once still make one call.
         cache_max_bytes=0,
+        # In-process contexts have no DATA_DIR; a test of the usage journal gives one (tests/metering/test_journal.py).
+        journal=False,
     )
     return config.load(environ={}, **{**base, **overrides})
 

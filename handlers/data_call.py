@@ -1,6 +1,6 @@
 """One data call (a GET of a data endpoint), served straight on its HTTP/1 connection: the checks in their order
 (handlers/social.py's docstring), the provider call through `Calls`, and the answer written with
-`write_headers`. No RequestHandler, HTTPServerRequest or routing: `handlers/data_plane.py` hands a call here once
+`write_headers` once the call's usage record is on disk (its journal group, accounting/journal.py). No RequestHandler, HTTPServerRequest or routing: `handlers/data_plane.py` hands a call here once
 its head is read. Every other request, and any other method on these paths, goes to web.Application.
 
 What a client sees is what a RequestHandler of this application answers (handlers/base.py): the same default
@@ -8,6 +8,7 @@ and kept headers (request id, rate limits, X-Cache stay on an error), the same e
 (`error_answer`), the same /metrics counts and access line (`answered`). Only the order of headers differs.
 """
 
+import asyncio
 import time
 
 import tornado.web
@@ -65,6 +66,8 @@ class DataCall:
         "done",
         "task",
         "via",
+        "durable",
+        "answer",
     )
 
     def __init__(
@@ -86,6 +89,8 @@ class DataCall:
         self.out = dict(self.kept)  # the answer's own headers, in the order set
         self.status, self.reason, self.done = 200, "OK", False
         self.via: tuple[str, str] | None = None  # how the call came, when not over REST: ("mcp", its tool)
+        self.durable: asyncio.Future | None = None  # the journal group of the call's usage record (Meter.record)
+        self.answer: tuple | None = None  # (status line, headers, body) until the record is on disk
 
     # --- the exchange: what the checks and the shared helpers (send_replay, check_key) write to --------------
     def set_header(self, name: str, value: str) -> None:
@@ -103,19 +108,25 @@ class DataCall:
         return client_address(self.conn.context.remote_ip, self.headers, self.ctx.state.settings.trusted_proxies)
 
     def finish(self, body: bytes) -> None:
-        """Sends the answer: the defaults every answer carries (handlers/base.py BaseHandler), then its own."""
+        """Makes the answer (sent by `run`): the defaults every answer carries (handlers/base.py BaseHandler), then
+        its own."""
         status = self.status
         if status in _NO_BODY or 100 <= status < 200:
             raise RuntimeError(f"Cannot send body with status code HTTP{status}")
         headers = answer_headers(self.out, body)
         self.done = True
-        self.conn.write_headers(httputil.ResponseStartLine("", status, self.reason), headers, body)
+        self.answer = (httputil.ResponseStartLine("", status, self.reason), headers, body)
+
+    def send(self) -> None:
+        """Writes the answer on the connection and counts it."""
+        start_line, headers, body = self.answer
+        self.conn.write_headers(start_line, headers, body)
         self.conn.finish()
         answered(
             self.ctx,
             "GET",
             self.log_fields["route"],
-            status,
+            start_line.code,
             self.started,
             self.request_id,
             self.client_ip,
@@ -124,12 +135,23 @@ class DataCall:
         )
 
     async def run(self) -> None:
+        """The call, then its answer: only once its usage record is on disk, whatever kills the process after."""
         try:
             await self.get()
         except Exception as exc:
             log_failure("GET", self.path, self.request_id, exc)
             if not self.done:
                 self.fail(exc)
+        if self.durable is not None:
+            try:
+                await self.durable
+            except Exception:  # logged and counted by the journal: the record is still flushed as ever
+                pass
+        if self.answer is not None:
+            try:
+                self.send()
+            except Exception as exc:  # a CR or LF in a header: never a split answer
+                log_failure("GET", self.path, self.request_id, exc)
 
     def fail(self, exc: Exception) -> None:
         """The error answer: only the kept headers stay (as RequestHandler.send_error clears the rest)."""
@@ -175,7 +197,7 @@ class DataCall:
         args = parse_args(endpoint, arguments)
         idempotency = idempotency_key(self.headers)
         if not endpoint.available:
-            ctx.data.meter.record(key, self.log_fields["route"], 501, 0, self.request_id, via=self.via)
+            self.durable = ctx.data.meter.record(key, self.log_fields["route"], 501, 0, self.request_id, via=self.via)
             raise ApiError(501, "This endpoint is announced but not available yet; it is never charged")
         if ctx.data.meter.buffer.full:
             raise ApiError(503, "Usage cannot be recorded right now; retry shortly", {"Retry-After": "1"})
@@ -196,7 +218,7 @@ class DataCall:
     def replay(self, key: KeyEntry, answer: Answer) -> None:
         """A repeat of a kept answer: charged 0, recorded as a call of its own that points at the first."""
         body = kept_body(answer)
-        self.ctx.data.meter.record(
+        self.durable = self.ctx.data.meter.record(
             key,
             self.log_fields["route"],
             answer.status,
@@ -307,7 +329,7 @@ class DataCall:
             if exc.kind in ("timeout", "failed") and not isinstance(exc, Joined):
                 ctx.data.failure_budget.failed(key.account_id, time.monotonic())
             status, message = UPSTREAM_ERRORS.get(exc.kind, UPSTREAM_FAILED)
-            calls.record(key, route, None, status, 0, self.request_id, self.via)
+            self.durable = calls.record(key, route, None, status, 0, self.request_id, self.via)
             if status != 429:
                 ctx.runtime.metrics.upstream_errors += 1
             retry = {"Retry-After": str(exc.retry_after)} if status in (429, 503) else None
@@ -324,7 +346,7 @@ class DataCall:
             calls.release(fetched)
             if status >= 500 and fetched.cache == MISS:  # the call that reached the provider, not its joiners
                 ctx.data.failure_budget.failed(key.account_id, time.monotonic())
-            calls.record(key, route, fetched, 502, 0, self.request_id, self.via)
+            self.durable = calls.record(key, route, fetched, 502, 0, self.request_id, self.via)
             ctx.runtime.metrics.upstream_errors += 1
             raise ApiError(502, "The data provider failed; you were not charged")
         # A keyed answer is kept before it is charged and recorded: a repeat can then only find it kept.
@@ -335,7 +357,7 @@ class DataCall:
             ):
                 fetched.cost = 0
         charged = calls.settle(fetched)  # 0 for an upstream 4xx or an error body: passed through, not charged
-        calls.record(key, route, fetched, status, charged, self.request_id, self.via)
+        self.durable = calls.record(key, route, fetched, status, charged, self.request_id, self.via)
         if fetched.guarded:
             self.set_header("X-Crawl-Guard", "repeated-cursor")
         self.log_fields["credits"] = charged

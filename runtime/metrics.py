@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import HistogramMetricFamily
 
+FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -64,6 +66,8 @@ class Metrics:
     flushed_records: int = 0
     flush_failures: int = 0
     lease_reclaims: int = 0  # leases of dead processes this one returned to their accounts
+    journal_replayed: int = 0  # usage records this process replayed from journals of processes gone
+    journals_corrupt: int = 0  # journals it found corrupt and kept for the operator (accounting/journal.py)
     db_round_trips: int = 0  # counted by a PyMongo command listener
     db_commands: Counter = field(default_factory=Counter)  # command name -> count, to see what the trips are
     loop_lag_seconds: float = 0.0  # how late the last periodic wake-up ran (app/tasks.py)
@@ -87,6 +91,22 @@ class Metrics:
     poll_late: LatencyHistogram = field(  # observed in streams/poller.py as each poll starts
         default_factory=lambda: LatencyHistogram(
             "gateway_stream_poll_late_seconds", "How late each poll of a rule or monitor started.", label="kind"
+        )
+    )
+    journal_fsync: LatencyHistogram = field(  # observed by accounting/journal.py for each group written
+        default_factory=lambda: LatencyHistogram(
+            "gateway_journal_fsync_seconds",
+            "How long each synchronous write of the usage journal took (its write and fdatasync: one per group of records).",
+            FSYNC_BUCKETS,
+            label="journal",
+        )
+    )
+    journal_group: LatencyHistogram = field(
+        default_factory=lambda: LatencyHistogram(
+            "gateway_journal_group_records",
+            "Usage records per journal group (the calls one fsync served).",
+            GROUP_BUCKETS,
+            label="journal",
         )
     )
     fanout: LatencyHistogram = field(  # observed in streams/hub.py for each event published to sockets here

@@ -127,6 +127,23 @@ class GatewayCollector:
             "Leases of dead processes returned to their accounts by this one (a gateway died without closing).",
             m.lease_reclaims,
         )
+        yield from m.journal_fsync.collect()
+        yield from m.journal_group.collect()
+        yield _counter(
+            "gateway_journal_failures",
+            "Usage journal writes that failed (their records not protected against a crash; JOURNAL).",
+            meter.journal.failures if meter.journal is not None else 0,
+        )
+        yield _counter(
+            "gateway_journal_replayed_records",
+            "Usage records replayed from the journals of processes gone.",
+            m.journal_replayed,
+        )
+        yield _counter(
+            "gateway_journals_corrupt",
+            "Usage journals found corrupt, not replayed and kept for the operator.",
+            m.journals_corrupt,
+        )
         if ctx.embedded_db_restarts is not None:
             yield _counter(
                 "gateway_embedded_db_restarts",

@@ -135,14 +135,18 @@ class Poller:
         except BaseException:  # cancelled (shutdown) or failed: nothing charged; the next claimer redoes it
             self._let_go(pages)
             raise
+        durable = None
         for page in pages:  # one data call per page: each charged (or not) on its own
             charged = self.calls.settle(page) if moved else 0
             if not moved:
                 self.calls.release(page)
-            self.meter.record_poll(
+            durable = self.meter.record_poll(
                 account_id, rule["key_id"], polls.ROUTE, page.status, charged, event_id, rule["_id"], page.provider
             )
         self.polls += 1
+        if durable is not None:  # the poll is done once its charges are in the journal (groups end in order)
+            with contextlib.suppress(Exception):  # a failed write is logged and counted by the journal
+                await durable
 
     async def _finish(self, rule: dict, start: datetime, event_id: str, new: list, gaps: list) -> bool:
         """The poll's event written and delivered, then the cursor moved on: False if this process no longer

@@ -1,7 +1,8 @@
 """A gateway that owns its embedded database (no MONGODB_URI) supervises it: a database that dies is started
 again on the same port and data, counted on /metrics, and calls go on; a stop while the database cannot
-answer ends within the drain time, keeps the unwritten usage under DATA_DIR, and the next start writes it
-once, so every served call is billed exactly once and the lease accounting adds up."""
+answer ends within the drain time, keeps the unwritten usage under DATA_DIR (its journal, or with JOURNAL=off
+unwritten-usage/), and the next start writes it once, so every served call is billed exactly once and the lease
+accounting adds up (a power loss, every process killed at once: tests/metering/test_journal.py)."""
 
 import asyncio
 import os
@@ -12,7 +13,7 @@ import pytest
 from support import Gateway, account_with_keys, ledger_of
 from tornado.httpclient import HTTPClientError
 
-from accounting.unwritten import FOLDER
+from accounting import journal, unwritten
 from app.embedded import EmbeddedMongo, free_port
 
 pytestmark = pytest.mark.gen_test(timeout=240)
@@ -131,11 +132,12 @@ async def ready(gw: Gateway) -> bool:
     return (await gw.call("GET", "/readyz")).code == 200
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize(("workers", "kept_in"), [(1, unwritten.FOLDER), (2, journal.FOLDER)])
 async def test_a_stop_while_the_database_cannot_answer_keeps_the_usage_and_the_next_start_writes_it_once(
-    workers, upstream_url, catalog, tmp_path
+    workers, kept_in, upstream_url, catalog, tmp_path
 ):
-    port, env = free_port(), {"DATA_DIR": str(tmp_path), "DRAIN_SECONDS": "2"}
+    on = "on" if kept_in == journal.FOLDER else "off"
+    port, env = free_port(), {"DATA_DIR": str(tmp_path), "DRAIN_SECONDS": "2", "JOURNAL": on}
     gw = await Gateway("", upstream_url, DB, port, workers, **env).launch()
     user, (key,), _ = await account_with_keys(gw, INITIAL, 1)
     clients = Clients(gw, key, f"/social/user/info?userName={catalog['users'][0]['userName']}")
@@ -146,10 +148,10 @@ async def test_a_stop_while_the_database_cannot_answer_keeps_the_usage_and_the_n
     gw.proc.send_signal(signal.SIGTERM)
     # Generous bound (DRAIN_SECONDS is 2): before, the final flush was retried for minutes.
     assert await asyncio.to_thread(gw.proc.wait, 60) == 0
-    kept = os.listdir(tmp_path / FOLDER)  # one file per process that had records left
+    kept = os.listdir(tmp_path / kept_in)  # one file (or journal) per process that had records left
     assert 1 <= len(kept) <= workers and all(name.startswith(DB + ".") for name in kept), kept
     again = await Gateway("", upstream_url, DB, port, workers, **env).launch()  # writes them, reclaims the old leases
-    assert os.listdir(tmp_path / FOLDER) == []
+    assert set(os.listdir(tmp_path / kept_in)) & set(kept) == set()
     assert await asyncio.to_thread(again.stop) == 0
     await reconcile(str(tmp_path), user["account_id"], clients.served)
 
@@ -168,7 +170,8 @@ async def test_usage_kept_on_disk_is_charged_once_when_another_process_reclaimed
         await clients.until_served(len(clients.served) + 20)
         await clients.stop()
         assert await asyncio.to_thread(first.stop) == 0
-        assert len(os.listdir(tmp_path / "first" / FOLDER)) == 1
+        kept = os.listdir(tmp_path / "first" / journal.FOLDER)
+        assert len(kept) == 1
         os.kill(database.process.pid, signal.SIGCONT)
         # Another gateway finds the stopped one silent and reclaims its lease, counting only the usage stored.
         other = await Gateway(
@@ -180,7 +183,7 @@ async def test_usage_kept_on_disk_is_charged_once_when_another_process_reclaimed
 
         await eventually(reclaimed, "the stopped gateway's lease was reclaimed")
         again = await Gateway(database.uri, upstream_url, DB, **env).launch()  # writes the kept usage
-        assert os.listdir(tmp_path / "first" / FOLDER) == []
+        assert kept[0] not in os.listdir(tmp_path / "first" / journal.FOLDER)
         for gw in (again, other):
             assert await asyncio.to_thread(gw.stop) == 0
         account, records = await ledger_of(database.uri, DB, user["account_id"])

@@ -21,6 +21,8 @@ from pymongo.errors import AutoReconnect
 from support import FAST, Gateway, Receiver, SearchProvider, account_with_keys, ledger_of
 from tornado.httpclient import HTTPRequest
 
+from accounting import journal
+from accounting.journal import Journal
 from storage import db as database
 from streams.poller import Poller
 
@@ -544,6 +546,32 @@ async def test_a_busy_interval_is_read_page_by_page_each_page_charged(api, ctx, 
             break
         await asyncio.sleep(0.05)
     assert len(records) == 3 and all(r["stream_id"] == rule_id and r["credits"] >= LEAST for r in records)
+    ws.close()
+
+
+@pytest.mark.settings(**QUICK)
+async def test_a_polls_charges_are_in_the_usage_journal_before_the_poll_ends(api, ctx, provider, base_url, tmp_path):
+    """The stream poller's charges go through the same journal as the data calls': a crash after the poll loses
+    none of them (accounting/journal.py)."""
+    kept = ctx.meter.journal = Journal(str(tmp_path), "t", "p", 1.0, 256)
+    kept.open()
+    user, key = await api.funded_key(1_000_000)
+    ws = await socket(base_url, key["key"])
+    await ws.read_message()
+    rule_id = await rule_on(api, key["key"], interval=1.0)
+    provider.post(text="hello there")
+    event = await next_tweet_event(ws)
+
+    def charged() -> list[dict]:
+        return [e["r"] for e in journal.read(kept.path) if "r" in e and e["r"]["request_id"] == event["event_id"]]
+
+    for _ in range(200):  # the event is delivered before its poll charges it
+        if charged():
+            break
+        await asyncio.sleep(0.05)
+    assert [(r["stream_id"], r["credits"] >= LEAST) for r in charged()] == [(rule_id, True)]
+    ctx.meter.journal = None
+    await kept.close(remove=True)
     ws.close()
 
 
