@@ -65,7 +65,8 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", 400, 401, 402
 # future, its allowed_ips must parse as addresses, a credit_limit needs its period (and the reverse); an audit
 # filter's time must be a real date and its actions known ones; a reset token must be one the gateway emailed, and
 # an invitation's one it made (a new person's password follows the registration's rules); a statement's month must
-# be one of the account's, from the month it was created to the current one.
+# be one of the account's, from the month it was created to the current one; a margin period's `from` must not be
+# after its `to`.
 [[operations]]
 include-operation-id = [
     "post_auth_register",
@@ -82,6 +83,7 @@ include-operation-id = [
     "get_admin_audit",
     "get_admin_audit_export",
     "get_billing_statements_month",
+    "get_admin_margin",
 ]
 checks.positive_data_acceptance.enabled = false
 

@@ -44,8 +44,8 @@ class AdminMarginHandler(BaseHandler):
         raw_from, raw_to = self.query_arg(FROM), self.query_arg(TO)
         until = _utc(raw_to) if raw_to else datetime.now(UTC)
         since = _utc(raw_from) if raw_from else max(EARLIEST, until - timedelta(days=DEFAULT_DAYS))
-        if since >= until:
-            raise ValidationError([error(["query", "from"], "from must be before to", "value_error")])
+        if since > until:  # both ends inclusive: one moment is a period
+            raise ValidationError([error(["query", "from"], "from must not be after to", "value_error")])
         margin = await self.services.margin.period(since, until)
         self.send_json({"period": {"from": since, "to": until}, **margin, "generated_at": datetime.now(UTC)})
 
