@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import re
 import shutil
@@ -130,11 +131,14 @@ def prioritize(nice: int) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, -nice)
 
 
-def run(args) -> dict:
+@contextlib.contextmanager
+def stack(args, prefix: str):
+    """A work directory, the embedded database and the nginx provider of `--latency`: (work, mongo, the provider's
+    URL for the first model), all stopped and removed after."""
     latency.ensure_tools()
     raise_open_file_limit()
     prioritize(args.nice)
-    work = tempfile.mkdtemp(prefix="gw-bench-journal-")
+    work = tempfile.mkdtemp(prefix=prefix)
     mongo = EmbeddedMongo(os.path.join(work, "db"), nice=load_settings().embedded_db_nice).start()
     provider = None
     try:
@@ -143,8 +147,18 @@ def run(args) -> dict:
         provider = latency.start_nginx(work, "provider", latency.provider_conf(work, ports))
         for port in ports.values():
             wait_for(f"http://127.0.0.1:{port}/", provider)
+        yield work, mongo, f"http://127.0.0.1:{ports[latency.PORT_OF[args.models[0]]]}"
+    finally:
+        if provider is not None:
+            provider.terminate()
+            provider.wait(15)
+        mongo.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args) -> dict:
+    with stack(args, "gw-bench-journal-") as (work, mongo, upstream):
         model = args.models[0]
-        upstream = f"http://127.0.0.1:{ports[latency.PORT_OF[model]]}"
         result = {
             "model": model,
             "connections": args.connections[0],
@@ -187,12 +201,6 @@ def run(args) -> dict:
             "0 errors": not any(r["errors"] for r in result["runs"]),
         }
         return result
-    finally:
-        if provider is not None:
-            provider.terminate()
-            provider.wait(15)
-        mongo.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def report(result: dict) -> str:
@@ -346,26 +354,8 @@ async def _soak(work, mongo, upstream, args) -> dict:
 
 
 def soak(args) -> dict:
-    latency.ensure_tools()
-    raise_open_file_limit()
-    prioritize(args.nice)
-    work = tempfile.mkdtemp(prefix="gw-bench-journal-soak-")
-    mongo = EmbeddedMongo(os.path.join(work, "db"), nice=load_settings().embedded_db_nice).start()
-    provider = None
-    try:
-        latency.record_page(work)
-        ports = {name: free_port() for name in ("fixed", "longtail", "keypool")}
-        provider = latency.start_nginx(work, "provider", latency.provider_conf(work, ports))
-        for port in ports.values():
-            wait_for(f"http://127.0.0.1:{port}/", provider)
-        upstream = f"http://127.0.0.1:{ports[latency.PORT_OF[args.models[0]]]}"
+    with stack(args, "gw-bench-journal-soak-") as (work, mongo, upstream):
         return {"model": args.models[0], **asyncio.run(_soak(work, mongo, upstream, args))}
-    finally:
-        if provider is not None:
-            provider.terminate()
-            provider.wait(15)
-        mongo.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def soak_report(result: dict) -> str:
