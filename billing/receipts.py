@@ -21,6 +21,7 @@ from billing.numbering import CREDIT_NOTE, RECEIPT, Numbering
 from billing.pdf import render
 from payments.service import Payments
 from runtime.state import State
+from security.spreadsheet import cell
 from storage.billing import DETAILS, BillingStore
 from storage.clock import now_utc
 from webhooks.mail import Mailer
@@ -44,9 +45,6 @@ CSV_COLUMNS = (
     "voided_by",
     "void_reason",
 )
-
-
-FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
 class AlreadyVoid(Exception):
@@ -241,7 +239,7 @@ class Billing:
             customer, void = r["customer"], r.get("void") or {}
             writer.writerow(
                 [
-                    _cell(value)
+                    cell(value)
                     for value in (
                         r["number"],
                         r["issued_at"].isoformat(),
@@ -270,18 +268,3 @@ def _cents(value: Decimal) -> Decimal:
 
 def _usd(values) -> float:
     return float(sum((Decimal(str(v)) for v in values), Decimal(0)))
-
-
-def _cell(value) -> str:
-    """A spreadsheet opens a cell starting with = + - @ as a formula, also after a leading tab or carriage return
-    (OWASP's list): customer- or operator-given text is quoted out of it."""
-    text = str(value)
-    return "'" + text if text[:1] in FORMULA and not _number(text) else text
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True

@@ -12,6 +12,7 @@ import orjson
 from handlers.base import BaseHandler, admin_only, authenticated, dumps, timestamp
 from handlers.errors import ValidationError, error
 from handlers.validation import Field
+from security.spreadsheet import cell
 from services.audit import ACTIONS, ACTOR_KINDS, cursor_id
 
 EXPORT_CHUNK = 500  # entries per write + flush: an export is never held in memory
@@ -96,12 +97,6 @@ def entry(doc: dict) -> dict:
     }
 
 
-def _cell(value) -> str:
-    text = "" if value is None else str(value)
-    # A key's name or a reason is the account holder's text: never a formula in a spreadsheet (OWASP).
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
 def _csv_line(doc: dict) -> bytes:
     actor = doc["actor"]
     row = (
@@ -116,7 +111,7 @@ def _csv_line(doc: dict) -> bytes:
         actor.get("member_id"),
     )
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerow([_cell(v) for v in row])
+    csv.writer(out, lineterminator="\n").writerow([cell(v) for v in row])
     return out.getvalue().encode()
 
 
