@@ -55,14 +55,20 @@ RECEIPTS_LIMIT = Field("limit", int, required=False, default=100, minimum=1, max
 PAPER = Field("paper", str, required=False, enum=("A4", "LETTER"), description="PDF only; default BILLING_PAPER")
 
 
+def paper(handler: BaseHandler) -> str:
+    """The paper a PDF is asked for (`?paper=A4|LETTER`, 422 otherwise), else BILLING_PAPER: as billing/pdf.py names it."""
+    return {"A4": "A4", "LETTER": "Letter"}.get((handler.query_arg(PAPER) or "").upper(), handler.config.billing_paper)
+
+
 async def send_document(handler: BaseHandler, doc: dict) -> None:
     """The document as JSON, or as a PDF download when the request accepts application/pdf."""
     if negotiate(handler.request.headers.get("Accept", ""), (PDF,)) != PDF:
         handler.send_json(view(doc))
         return
-    paper = {"A4": "A4", "LETTER": "Letter"}.get((handler.query_arg(PAPER) or "").upper(), handler.config.billing_paper)
     billing = handler.services.billing
-    data = await asyncio.get_running_loop().run_in_executor(handler.ctx.runtime.executor, billing.pdf, doc, paper)
+    data = await asyncio.get_running_loop().run_in_executor(
+        handler.ctx.runtime.executor, billing.pdf, doc, paper(handler)
+    )
     handler.set_header("Content-Type", PDF)
     handler.set_header("Content-Disposition", f'attachment; filename="{doc["_id"]}.pdf"')
     handler.finish(data)

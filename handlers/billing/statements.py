@@ -7,7 +7,7 @@ from billing.statement_documents import as_csv, as_json, as_pdf
 from billing.statements import BadMonth
 from handlers.base import BaseHandler, authenticated
 from handlers.billing.accept import CSV, JSON, PDF, negotiate
-from handlers.billing.documents import PAPER
+from handlers.billing.documents import paper
 from handlers.errors import ValidationError, error
 
 
@@ -27,7 +27,7 @@ class StatementHandler(BaseHandler):
 
     @authenticated
     async def get(self, month: str) -> None:
-        paper = {"A4": "A4", "LETTER": "Letter"}.get((self.query_arg(PAPER) or "").upper(), self.config.billing_paper)
+        size = paper(self)  # checked first: a bad one is 422 whatever the Accept header asks for
         try:
             statement = await self.services.statements.statement(self.current_user, month)
         except BadMonth as exc:
@@ -44,7 +44,7 @@ class StatementHandler(BaseHandler):
             details, issuer = await billing.details(self.current_user), billing.issuer()
             # fpdf2 is pure Python: rendered on the event loop, it would hold every other request meanwhile.
             body = await asyncio.get_running_loop().run_in_executor(
-                self.ctx.runtime.executor, as_pdf, statement, issuer, details, paper
+                self.ctx.runtime.executor, as_pdf, statement, issuer, details, size
             )
             name += ".pdf"
         self.set_header("Content-Type", CSV + "; charset=utf-8" if media == CSV else PDF)
