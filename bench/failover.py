@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 
 from app.embedded import EmbeddedMongo, free_port
 from app.server import raise_open_file_limit
-from bench.cache import page, refused, settle_money
+from bench.cache import page, percentile, refused, settle_money
 from bench.latency import (
     ECHO_MODULE,
     PLAN,
@@ -144,13 +144,6 @@ def request_plan(keys: list[str], calls: int) -> list[tuple[str, str]]:
             path = f"/social/user/followers?userName=user{i}"
         plan.append((path, keys[i % len(keys)]))
     return plan
-
-
-def percentile(values: list[float], p: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(len(ordered) * p))], 1)
 
 
 def grant_admin(gateway) -> str:
